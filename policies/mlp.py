@@ -1,0 +1,70 @@
+"""Multilayer perceptrons, single and ensembled, with optional LayerNorm (as RLPD's critics use)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def mlp(in_dim: int, hidden: list[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers.append(nn.Linear(in_dim, h))
+        if layer_norm:
+            layers.append(nn.LayerNorm(h))
+        layers.append(nn.ReLU())
+        in_dim = h
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class EnsembleLinear(nn.Module):
+    """E independent linear layers evaluated in one batched matmul: [E, B, in] → [E, B, out]."""
+
+    def __init__(self, ensemble: int, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(ensemble, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.empty(ensemble, 1, out_dim))
+        bound = 1.0 / math.sqrt(in_dim)  # the same init as nn.Linear, per member
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm with separate affine parameters for each ensemble member."""
+
+    def __init__(self, ensemble: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ensemble, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(ensemble, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+
+
+class EnsembleMLP(nn.Module):
+    """E MLPs with the same shape; input [B, in] (shared) or [E, B, in]; output [E, B, out]."""
+
+    def __init__(self, ensemble: int, in_dim: int, hidden: list[int], out_dim: int, layer_norm: bool = True) -> None:
+        super().__init__()
+        self.ensemble = ensemble
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers.append(EnsembleLinear(ensemble, in_dim, h))
+            if layer_norm:
+                layers.append(EnsembleLayerNorm(ensemble, h))
+            layers.append(nn.ReLU())
+            in_dim = h
+        layers.append(EnsembleLinear(ensemble, in_dim, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.ensemble, -1, -1)
+        return self.net(x)

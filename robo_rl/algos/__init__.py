@@ -1,0 +1,1 @@
+"""Learner-side algorithms: everything the actor does not need (critics, targets, temperature, optimisers)."""

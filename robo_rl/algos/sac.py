@@ -1,0 +1,140 @@
+"""SAC with prior data (RLPD): a LayerNorm critic ensemble with a random-pair min target.
+
+The actor process holds only `policy`; critics, target networks, temperature and optimisers live here.
+Quantities keep the paper's names: `target_q`, `td_error`, `log_prob`, `alpha`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from policies.encoders import encoder_for_space
+from policies.gaussian import TanhGaussianPolicy
+from policies.mlp import EnsembleMLP
+
+
+@dataclass
+class SACConfig:
+    gamma: float = 0.99
+    tau: float = 0.005
+    lr_actor: float = 3e-4
+    lr_critic: float = 3e-4
+    lr_alpha: float = 3e-4
+    init_temperature: float = 0.1
+    target_entropy: float | None = None  # None → −|A|/2
+    num_critics: int = 2
+    critic_subsample: int = 2  # the TD target is the min over this many randomly chosen critics
+    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_layer_norm: bool = True
+    grad_clip_norm: float = 10.0
+
+
+class CriticEnsemble(nn.Module):
+    """Q_i(s, a) for i in 1..E, sharing one observation encoder."""
+
+    def __init__(self, observation_space, action_dim: int, cfg: SACConfig) -> None:
+        super().__init__()
+        self.encoder = encoder_for_space(observation_space)
+        self.q = EnsembleMLP(
+            cfg.num_critics, self.encoder.out_dim + action_dim, list(cfg.critic_hidden), 1, cfg.critic_layer_norm
+        )
+
+    def forward(self, obs: dict, action: torch.Tensor) -> torch.Tensor:
+        """[E, B] Q-values."""
+        return self.q(torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)
+
+
+class SAC:
+    """One update step reads top to bottom like the paper: critic, then actor, then temperature."""
+
+    def __init__(self, policy: TanhGaussianPolicy, observation_space, cfg: SACConfig) -> None:
+        self.cfg = cfg
+        self.policy = policy
+        action_dim = policy.action_dim
+        self.critic = CriticEnsemble(observation_space, action_dim, cfg)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), requires_grad=True)
+        self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2
+        self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    def update_critic(self, batch: dict) -> dict:
+        with torch.no_grad():
+            next_action, next_log_prob = self.policy.sample(self.policy.encoder(batch["next_obs"]))
+            target_qs = self.target_critic(batch["next_obs"], next_action)
+            pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
+            next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob
+            # `discount` is γ^n on a live step and 0 after a true termination; truncation still bootstraps
+            target_q = batch["reward"] + batch["discount"] * next_v
+        qs = self.critic(batch["obs"], batch["action"])
+        td_error = qs - target_q.unsqueeze(0)
+        critic_loss = 0.5 * (td_error**2).mean(dim=1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip_norm)
+        self.critic_optim.step()
+        self._soft_update_target()
+        return {"critic_loss": critic_loss.item(), "q_mean": qs.mean().item(), "critic_grad_norm": grad_norm.item()}
+
+    def update_actor(self, batch: dict) -> dict:
+        features = self.policy.encoder(batch["obs"])
+        action, log_prob = self.policy.sample(features)
+        self.critic.requires_grad_(False)  # the actor step must not move the critic
+        q = self.critic(batch["obs"], action).mean(dim=0)
+        self.critic.requires_grad_(True)
+        actor_loss = (self.alpha.detach() * log_prob - q).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
+        self.actor_optim.step()
+
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_optim.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_optim.step()
+        return {"actor_loss": actor_loss.item(), "alpha": self.alpha.item(), "entropy": -log_prob.mean().item()}
+
+    def update(self, critic_batches: list[dict]) -> dict:
+        """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
+        metrics = {}
+        for batch in critic_batches:
+            metrics = self.update_critic(batch)
+        metrics.update(self.update_actor(critic_batches[-1]))
+        return metrics
+
+    @torch.no_grad()
+    def _soft_update_target(self) -> None:
+        for p, tp in zip(self.critic.parameters(), self.target_critic.parameters(), strict=True):
+            tp.lerp_(p, self.cfg.tau)
+
+    # --- checkpoints: everything needed to resume exactly ---------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "critic_optim": self.critic_optim.state_dict(),
+            "alpha_optim": self.alpha_optim.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.alpha_optim.load_state_dict(state["alpha_optim"])

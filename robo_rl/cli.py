@@ -1,0 +1,244 @@
+"""`robo-rl`: train (learner + actor processes), learner, actor, eval, show.
+
+Usage: robo-rl <command> [key=value ...]   (hydra overrides of launch/conf/config.yaml)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+USAGE = """usage: robo-rl <command> [overrides ...]
+
+commands:
+  train     record demonstrations, start a learner and an actor process, train, evaluate
+  learner   start the learner alone (binds transport.* ports on loopback)
+  actor     start one actor alone (connects to the learner at transport.host)
+  eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
+  show      print the composed config
+
+overrides: key=value or group=option, e.g. robo-rl train env.task=reach algo.batch_size=128
+"""
+
+
+class UsageError(ValueError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, overrides = argv[0], argv[1:]
+    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show}
+    if command not in commands:
+        print(f"robo-rl: error: unknown command '{command}' (one of: {', '.join(commands)})", file=sys.stderr)
+        return 2
+    from robo_rl.config import ConfigError
+    from robo_rl.runs import CheckpointError
+    from robo_rl.transport.link import TransportError
+
+    try:
+        return commands[command](overrides)
+    except (ConfigError, CheckpointError, TransportError, UsageError) as e:
+        print(f"robo-rl {command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"robo-rl {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _setup_logging(cfg, log_file: Path | None = None) -> None:
+    handlers = [logging.StreamHandler()]
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(level=cfg.logger.level, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+                        handlers=handlers, force=True)  # fmt: skip
+
+
+def _run_dir_for(cfg) -> Path:
+    from robo_rl.config import save_config
+    from robo_rl.runs import new_run_dir
+
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir)
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    elif cfg.resume:
+        run_dir = Path(cfg.resume)
+    else:
+        run_dir = new_run_dir(cfg.outputs_dir, cfg.name)
+    if not (run_dir / "config.yaml").exists():
+        save_config(cfg, run_dir / "config.yaml")
+    return run_dir
+
+
+def cmd_show(overrides: list[str]) -> int:
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import config_hash, load_config
+
+    cfg = load_config(overrides)
+    print(OmegaConf.to_yaml(cfg), end="")
+    print(f"# config hash: {config_hash(cfg)}")
+    return 0
+
+
+def cmd_learner(overrides: list[str]) -> int:
+    from robo_rl.config import load_config
+    from robo_rl.learner import Learner
+
+    cfg = load_config(overrides)
+    run_dir = _run_dir_for(cfg)
+    _setup_logging(cfg)
+    print(f"learner: run folder {run_dir}", flush=True)
+    reason = Learner(cfg, run_dir, progress=cfg.logger.progress).run()
+    print(f"learner: {reason}; checkpoints in {run_dir / 'checkpoints'}", flush=True)
+    return 0 if reason == "done" else 130
+
+
+def cmd_actor(overrides: list[str]) -> int:
+    from robo_rl.actor import Actor
+    from robo_rl.config import load_config
+
+    cfg = load_config(overrides)
+    _setup_logging(cfg)
+    reason = Actor(cfg, progress=cfg.logger.progress).run()
+    print(f"{cfg.actor.id}: {reason}", flush=True)
+    return 0
+
+
+def cmd_eval(overrides: list[str]) -> int:
+    from robo_rl.config import load_config, load_saved_config, make_env, make_policy
+    from robo_rl.evaluate import evaluate_policy, write_report
+    from robo_rl.runs import find_checkpoint, load_checkpoint
+
+    ckpt_arg = next((o.split("=", 1)[1] for o in overrides if o.startswith("checkpoint=")), None)
+    if not ckpt_arg:
+        raise UsageError("eval needs checkpoint=<file.pt or run folder>")
+    path = find_checkpoint(ckpt_arg)
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    rest = [o for o in overrides if not o.startswith("checkpoint=")]
+    if run_dir is not None and (run_dir / "config.yaml").exists():
+        cfg = load_saved_config(run_dir / "config.yaml", rest)  # the env the checkpoint was trained on
+    else:
+        cfg = load_config(rest)
+    payload = load_checkpoint(path)
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
+    env = make_env(cfg)
+    policy = make_policy(cfg, env)
+    try:
+        policy.load_state_dict(payload["algo"]["policy"])
+    except (KeyError, RuntimeError) as e:
+        from robo_rl.runs import CheckpointError
+
+        raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
+    result = evaluate_policy(env, policy.eval(), cfg.eval.episodes, cfg.eval.seed, progress=True)
+    env_steps = int(payload["counters"]["env_steps"])
+    low, high = result["success_ci95"]
+    print(f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
+          f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}")  # fmt: skip
+    if run_dir is not None:
+        print(f"report: {write_report(run_dir, result, str(path), env_steps)}")
+    return 0
+
+
+def cmd_train(overrides: list[str]) -> int:
+    from robo_rl.config import load_config
+    from robo_rl.demos import load_or_make_demos
+
+    cfg = load_config(overrides)
+    run_dir = _run_dir_for(cfg)
+    print(f"run folder: {run_dir}")
+    _, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
+    print(f"demonstrations: {cfg.demos.num_episodes} episodes {'from cache' if cached else 'recorded to'} {demo_path}")
+    child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
+    procs = {}
+    try:
+        for role in ("learner", "actor"):
+            log = open(run_dir / f"{role}.log", "w")
+            procs[role] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", role, *child_args],
+                                           stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            if role == "learner":
+                _wait_for_learner(procs["learner"], run_dir)
+        _follow_progress(cfg, run_dir, procs)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping the learner and the actor (the learner writes a checkpoint) ...")
+        _stop(procs)
+        return 130
+    finally:
+        _stop(procs)
+    failed = {r: p.returncode for r, p in procs.items() if p.returncode not in (0, None)}
+    if failed:
+        role = next(iter(failed))
+        tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
+        raise UsageError(f"the {role} process exited with code {failed[role]}: {tail[0]} (see {run_dir / role}.log)")
+    return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]])
+
+
+def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:
+    """Wait until the learner writes its metrics file (its sockets are bound by then) or dies."""
+    deadline = time.monotonic() + timeout_s
+    while not (run_dir / "metrics.jsonl").exists():
+        if proc.poll() is not None:
+            lines = (run_dir / "learner.log").read_text().strip().splitlines()
+            raise UsageError(f"the learner failed to start: {lines[-1] if lines else 'no output'}")
+        if time.monotonic() > deadline:
+            raise UsageError(f"the learner did not start within {timeout_s:.0f} s (see {run_dir}/learner.log)")
+        time.sleep(0.1)
+
+
+def _follow_progress(cfg, run_dir: Path, procs: dict) -> None:
+    """One progress bar for the whole run, fed by the learner's metrics file."""
+    import json
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.train.total_env_steps, desc="training", unit="step", disable=not cfg.logger.progress)
+    offset = 0
+    with open(run_dir / "metrics.jsonl") as f:
+        while procs["learner"].poll() is None or procs["actor"].poll() is None:
+            for line in f.readlines():
+                try:
+                    m = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if m.get("kind") == "learner":
+                    bar.update(m["env_steps"] - offset)
+                    offset = m["env_steps"]
+                    bar.set_postfix(episodes=m["episodes"], success=f"{m['success_rate']:.2f}",
+                                    updates_s=f"{m['updates_per_s']:.0f}", utd=f"{m['realised_utd']:.2f}")  # fmt: skip
+            if procs["learner"].poll() is not None and procs["actor"].poll() is None:
+                time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
+                _stop({"actor": procs["actor"]})
+            if procs["actor"].poll() is not None and procs["learner"].poll() is None and procs["actor"].returncode:
+                _stop({"learner": procs["learner"]})  # the actor died: end the learner with a checkpoint
+            time.sleep(0.5)
+        bar.update(cfg.train.total_env_steps - offset if procs["learner"].returncode == 0 else 0)
+    bar.close()
+
+
+def _stop(procs: dict, timeout_s: float = 30.0) -> None:
+    """SIGINT (the learner checkpoints on it), then SIGKILL whatever is still running after the timeout."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Scripted-expert demonstrations for simulated tasks, cached on disk and reused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from robo_rl.config import make_env, make_expert
+from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+
+
+def rollout_episode(env, act, seed: int, episode_id: int) -> tuple[list[dict], bool]:
+    """Run one episode with `act(obs) -> action`; return its step records and whether it succeeded."""
+    recorder = EpisodeRecorder(env.action_space.shape[0])
+    obs, _ = env.reset(seed=seed)
+    records = [recorder.reset(obs, episode_id)]
+    while True:
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        records.append(recorder.record_step(obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            return records, bool(info["success"])
+
+
+def demos_path(cfg: DictConfig) -> Path:
+    key = {"env": OmegaConf.to_container(cfg.env, resolve=True), "demos": OmegaConf.to_container(cfg.demos)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(cfg.cache_dir) / "demos" / f"{cfg.env._target_.rsplit('.', 1)[-1]}_{digest}.npz"
+
+
+def save_step_batch(path: Path, batch: dict[str, np.ndarray]) -> None:
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **{k.replace("/", "__"): v for k, v in batch.items()})
+    os.replace(tmp, path)
+
+
+def load_step_batch(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as f:
+        return {k.replace("__", "/"): f[k] for k in f.files}
+
+
+def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict[str, np.ndarray], Path, bool]:
+    """The cached demonstrations for this env and demo config, generating them first if needed.
+
+    Returns (step batch, cache path, whether they came from the cache). Only successful episodes are kept.
+    """
+    path = demos_path(cfg)
+    if path.exists():
+        try:
+            return load_step_batch(path), path, True
+        except (OSError, ValueError) as e:
+            print(f"demo cache {path} is unreadable ({e}); recording it again")
+    env = make_env(cfg)
+    expert = make_expert(cfg, env, noise_std=cfg.demos.noise_std, seed=cfg.demos.seed)
+    fields = fields_for_env(env)
+    records, kept, attempts = [], 0, 0
+    bar = tqdm(total=cfg.demos.num_episodes, desc="demonstrations", unit="ep", disable=not progress)
+    while kept < cfg.demos.num_episodes:
+        if attempts >= 3 * cfg.demos.num_episodes:
+            raise RuntimeError(f"the scripted expert succeeded in only {kept} of {attempts} episodes")
+        expert.reset()
+        episode, success = rollout_episode(env, expert.act, cfg.demos.seed + attempts, episode_id=attempts)
+        attempts += 1
+        if success:
+            records += episode
+            kept += 1
+            bar.update(1)
+    bar.close()
+    env.close()
+    batch = stack_records(records, fields)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_step_batch(path, batch)
+    return batch, path, False

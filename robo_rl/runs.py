@@ -1,0 +1,95 @@
+"""Run folders: resolved config, metrics JSONL, checkpoints written atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_FORMAT = 1
+_CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
+
+
+class CheckpointError(ValueError):
+    """A missing, corrupt or incompatible checkpoint; the text names the file."""
+
+
+def new_run_dir(outputs_dir: str | Path, name: str) -> Path:
+    now = dt.datetime.now()
+    path = Path(outputs_dir) / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}"
+    suffix = 1
+    while path.exists():  # two runs started within one second
+        suffix += 1
+        path = path.with_name(f"{now.strftime('%H-%M-%S')}_{name}_{suffix}")
+    (path / "checkpoints").mkdir(parents=True)
+    return path
+
+
+class MetricsWriter:
+    """Appends one JSON object per line; each line is flushed so a crash loses at most the last one."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "a", buffering=1)
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps({"time": time.time(), **record}) + "\n")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """All complete lines of a metrics file (a torn last line from a crash is skipped)."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def save_checkpoint(run_dir: Path, env_steps: int, payload: dict) -> Path:
+    """Write checkpoints/step_<env_steps>.pt via a temp file and rename, so a kill never leaves half a file."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / f"step_{env_steps:09d}.pt"
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file as given, or the latest one in a run folder."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = sorted(p for p in ckpt_dir.iterdir() if _CKPT_RE.match(p.name))
+        if found:
+            return found[-1]
+        raise CheckpointError(f"no checkpoint (step_*.pt) in {ckpt_dir}")
+    raise CheckpointError(f"checkpoint {path} does not exist: pass a .pt file or a run folder")
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load safely (tensors and plain containers only, never arbitrary pickled objects)."""
+    path = find_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a robo_rl checkpoint of format {CHECKPOINT_FORMAT}")
+    payload["path"] = str(path)
+    return payload

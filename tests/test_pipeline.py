@@ -1,0 +1,77 @@
+"""Learner and actor together (threads of one process, real ZeroMQ sockets) on the toy env."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from robo_rl.actor import Actor
+from robo_rl.config import load_config, make_env, make_policy
+from robo_rl.evaluate import evaluate_policy
+from robo_rl.learner import Learner
+from robo_rl.runs import load_checkpoint, read_metrics
+from tests.test_transport import free_ports
+
+TOY = ["env._target_=tests.toy_env.PointReachEnv", "~env.task", "~env.reward_type", "~env.cameras",
+       "~env.image_size", "env.expert._target_=tests.toy_env.PointReachExpert"]  # fmt: skip
+
+
+def toy_config(tmp_path, *extra):
+    p = free_ports(3)
+    return load_config([
+        *TOY, f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}",
+        f"transport.ctrl_port={p[2]}", "logger.progress=false", "logger.log_every_s=0.2", "demos.num_episodes=5",
+        "train.learning_starts=100", "algo.batch_size=64", "eval.episodes=20", *extra,
+    ])  # fmt: skip
+
+
+def run_pair(cfg, run_dir):
+    learner = Learner(cfg, run_dir, progress=False)
+    t = threading.Thread(target=learner.run)
+    t.start()
+    reason = Actor(cfg, progress=False).run()
+    t.join(timeout=120)
+    assert not t.is_alive()
+    return learner, reason
+
+
+def test_actor_and_learner_train_a_policy_that_beats_the_untrained_one(tmp_path):
+    cfg = toy_config(tmp_path, "train.total_env_steps=1500")
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done"
+    assert learner.env_steps >= 1500
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert any(m["kind"] == "episode" for m in metrics) and metrics[-1]["kind"] == "end"
+    learner_lines = [m for m in metrics if m["kind"] == "learner"]
+    assert 0.5 < learner_lines[-1]["realised_utd"] < 1.5, "the learner enforces the configured UTD of 1"
+
+    env = make_env(cfg)
+    untrained = make_policy(cfg, env)
+    trained = make_policy(cfg, env)
+    trained.load_state_dict(load_checkpoint(tmp_path / "run")["algo"]["policy"])
+    before = evaluate_policy(env, untrained, 20, seed=123)
+    after = evaluate_policy(env, trained, 20, seed=123)
+    assert after["success_rate"] >= before["success_rate"] + 0.4, (before["success_rate"], after["success_rate"])
+
+
+def test_a_malformed_step_batch_is_counted_and_dropped_without_stopping_the_learner(tmp_path):
+    cfg = toy_config(tmp_path, "train.total_env_steps=300")
+    (tmp_path / "run").mkdir()
+    learner = Learner(cfg, tmp_path / "run", progress=False)
+    good = learner.demos.data
+    bad = {k: v[:3].copy() for k, v in good.items()}
+    bad["state"][1, 0] = np.nan
+    learner.ingest("actor-x", bad)
+    assert learner.link.bad_messages == 1 and len(learner.online) == 0
+    learner.ingest("actor-x", {k: v[:3].copy() for k, v in good.items()})
+    assert len(learner.online) == 3
+    learner.link.close()
+
+
+@pytest.mark.parametrize("key", ["env", "eval"])
+def test_unknown_keys_are_refused_by_name(key):
+    from robo_rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"unknown config key '{key}.nope'"):
+        load_config([f"{key}.nope=1"])

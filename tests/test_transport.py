@@ -1,0 +1,123 @@
+"""The wire: codec round trips, refusal of bad messages, and the actor/learner link on loopback."""
+
+import socket
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+
+from robo_rl.schema import SCHEMA_VERSION
+from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.link import ActorLink, LearnerLink, TransportError
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_round_trip_keeps_dtypes_shapes_and_values():
+    arrays = {"image/front": np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8),
+              "state": np.arange(12, dtype=np.float32).reshape(3, 4), "done": np.array([True, False, True])}
+    kind, meta, out = decode([bytes(f) for f in encode("steps", {"actor": "a"}, arrays)])
+    assert kind == "steps" and meta == {"actor": "a"}
+    for k, v in arrays.items():
+        assert out[k].dtype == v.dtype and out[k].shape == v.shape
+        np.testing.assert_array_equal(out[k], v)
+
+
+def test_garbage_truncated_and_mismatched_messages_are_refused_with_the_reason():
+    good = [bytes(f) for f in encode("steps", {}, {"x": np.zeros(4, np.float32)})]
+    with pytest.raises(MessageError, match="msgpack"):
+        decode([b"\xc1garbage"])
+    with pytest.raises(MessageError, match="carries 8 bytes"):
+        decode([good[0], good[1][:8]])
+    with pytest.raises(MessageError, match="data frames"):
+        decode(good[:1])
+    header = msgpack.unpackb(good[0])
+    header["v"] = SCHEMA_VERSION + 1
+    with pytest.raises(MessageError, match=f"schema version {SCHEMA_VERSION + 1}.*speaks {SCHEMA_VERSION}"):
+        decode([msgpack.packb(header), good[1]])
+    header["v"], header["arrays"] = SCHEMA_VERSION, [["x", "|O", [1]]]
+    with pytest.raises(MessageError, match="disallowed dtype"):
+        decode([msgpack.packb(header), b"\0" * 8])
+
+
+def serve(learner, seconds=1.0):
+    """Poll the learner in a thread, as its main loop would; returns the thread and what it received."""
+    received = []
+
+    def loop():
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            received.extend(learner.poll(10))
+
+    t = threading.Thread(target=loop)
+    t.start()
+    return t, received
+
+
+def test_actor_and_learner_exchange_hello_steps_weights_and_stop():
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+    learner.publish_weights(1, {"w": np.ones(3, np.float32)})
+    actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
+    try:
+        t, received = serve(learner)
+        got = actor.hello("abc", timeout_s=2)
+        assert [k for k, _, _ in got] == ["weights"], "a joining actor gets the current weights at once"
+        actor.send_steps({}, {"step": np.arange(3, dtype=np.int32)})
+        t.join()
+        assert len(received) == 1
+        assert received[0][0] == "actor-0" and received[0][1]["step"].tolist() == [0, 1, 2]
+        learner.stop_actors("done")
+        deadline = time.monotonic() + 2
+        kinds = []
+        while "stop" not in kinds and time.monotonic() < deadline:
+            kinds += [k for k, _, _ in actor.poll(20)]
+        assert "stop" in kinds
+    finally:
+        actor.close(0)
+        learner.close()
+
+
+def test_an_actor_with_no_learner_gets_a_one_line_error():
+    actor = ActorLink("127.0.0.1", *free_ports(3), actor_id="actor-0")
+    try:
+        with pytest.raises(TransportError, match="no learner answered .* start `robo-rl learner` first"):
+            actor.hello("abc", timeout_s=0.3)
+    finally:
+        actor.close(0)
+
+
+def test_port_in_use_and_non_loopback_binds_are_refused():
+    ports = free_ports(3)
+    first = LearnerLink("127.0.0.1", *ports, config_hash="x")
+    try:
+        with pytest.raises(TransportError, match=f"port {ports[0]} .* already in use"):
+            LearnerLink("127.0.0.1", *ports, config_hash="x")
+    finally:
+        first.close()
+    with pytest.raises(TransportError, match="only loopback"):
+        LearnerLink("0.0.0.0", *ports, config_hash="x")
+
+
+def test_a_mismatched_config_is_refused_by_name():
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="aaa")
+    actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
+    try:
+        t, _ = serve(learner)
+        with pytest.raises(TransportError, match="config hash bbb differs from the learner's aaa"):
+            actor.hello("bbb", timeout_s=2)
+        t.join()
+    finally:
+        actor.close(0)
+        learner.close()
