@@ -34,7 +34,8 @@ class ObservationEncoder(nn.Module):
     def __init__(self, state_dim: int, cameras: dict[str, int], image_features: int = 64) -> None:
         super().__init__()
         self.state_dim = state_dim
-        self.cameras = nn.ModuleDict({name: ConvEncoder(size, out_dim=image_features) for name, size in cameras.items()})
+        encoders = {name: ConvEncoder(size, out_dim=image_features) for name, size in cameras.items()}
+        self.cameras = nn.ModuleDict(encoders)
         self.out_dim = state_dim + image_features * len(cameras)
 
     def forward(self, obs: dict) -> torch.Tensor:

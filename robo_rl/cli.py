@@ -184,9 +184,10 @@ def cmd_train(overrides: list[str]) -> int:
 
 
 def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:
-    """Wait until the learner writes its metrics file (its sockets are bound by then) or dies."""
+    """Wait until the learner writes its pid file (its sockets are bound by then) or dies."""
     deadline = time.monotonic() + timeout_s
-    while not (run_dir / "metrics.jsonl").exists():
+    pid_file = run_dir / "learner.pid"
+    while not (pid_file.exists() and pid_file.read_text() == str(proc.pid)):
         if proc.poll() is not None:
             lines = (run_dir / "learner.log").read_text().strip().splitlines()
             raise UsageError(f"the learner failed to start: {lines[-1] if lines else 'no output'}")
@@ -204,6 +205,7 @@ def _follow_progress(cfg, run_dir: Path, procs: dict) -> None:
     bar = tqdm(total=cfg.train.total_env_steps, desc="training", unit="step", disable=not cfg.logger.progress)
     offset = 0
     with open(run_dir / "metrics.jsonl") as f:
+        f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history
         while procs["learner"].poll() is None or procs["actor"].poll() is None:
             for line in f.readlines():
                 try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -28,9 +30,18 @@ def rollout_episode(env, act, seed: int, episode_id: int) -> tuple[list[dict], b
 
 
 def demos_path(cfg: DictConfig) -> Path:
-    key = {"env": OmegaConf.to_container(cfg.env, resolve=True), "demos": OmegaConf.to_container(cfg.demos)}
+    """The cache file for this env config, demo config and env/expert source (a changed task re-records)."""
+    key = {"env": OmegaConf.to_container(cfg.env, resolve=True), "demos": OmegaConf.to_container(cfg.demos),
+           "source": [_source_digest(cfg.env._target_), _source_digest(cfg.env.get("expert", {}).get("_target_"))]}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cfg.cache_dir) / "demos" / f"{cfg.env._target_.rsplit('.', 1)[-1]}_{digest}.npz"
+
+
+def _source_digest(target: str | None) -> str:
+    if not target:
+        return ""
+    module = importlib.import_module(target.rsplit(".", 1)[0])
+    return hashlib.sha256(Path(inspect.getsourcefile(module)).read_bytes()).hexdigest()[:12]
 
 
 def save_step_batch(path: Path, batch: dict[str, np.ndarray]) -> None:

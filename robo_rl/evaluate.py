@@ -65,7 +65,8 @@ def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = No
     if final is not None:
         low, high = final["success_ci95"]
         x = final.get("env_steps", episodes[-1]["env_steps"] if episodes else 0)
-        ax1.errorbar([x], [final["success_rate"]], yerr=[[final["success_rate"] - low], [high - final["success_rate"]]],
+        p = final["success_rate"]
+        ax1.errorbar([x], [p], yerr=[[max(0.0, p - low)], [max(0.0, high - p)]],
                      fmt="o", color="C3", capsize=4, label=f"evaluation ({final['episodes']} ep, 95% CI)")  # fmt: skip
     ax1.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
     ax2.set(xlabel="env steps", ylabel="episode return", title="return")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ class Learner:
         t = cfg.transport
         self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg))
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
     # --- data ---------------------------------------------------------------------------------
     def ingest(self, actor: str, arrays: dict) -> None:

@@ -12,7 +12,7 @@ def test_step_fills_every_info_key_and_keeps_terminated_apart_from_truncated():
     env = PointReachEnv(max_episode_steps=3)
     obs, _ = env.reset(seed=0)
     check_observation(obs, env.observation_space)
-    for t in range(3):
+    for _ in range(3):
         obs, _, terminated, truncated, info = env.step(np.zeros(2, np.float32))
         assert set(INFO_KEYS) <= info.keys()
     assert truncated and not terminated and info["ended_by"] == "time_limit"
@@ -63,3 +63,13 @@ def test_check_step_batch_names_the_bad_field():
     batch["reward"] = np.zeros(1, np.float64)
     with pytest.raises(ValueError, match="'reward'"):
         check_step_batch(batch, fields)
+
+
+def test_wilson_interval_matches_the_closed_form_and_stays_inside_0_1():
+    from robo_rl.evaluate import wilson_interval
+
+    low, high = wilson_interval(15, 20)
+    assert abs(low - 0.5313) < 1e-3 and abs(high - 0.8881) < 1e-3
+    low, high = wilson_interval(20, 20)
+    assert abs(low - 0.8389) < 1e-3 and high <= 1.0
+    assert wilson_interval(0, 20)[0] == 0.0

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from policies.encoders import encoder_for_space
 from policies.gaussian import TanhGaussianPolicy

@@ -120,9 +120,9 @@ class LearnerLink:
             actor = ident.decode(errors="replace")
             if kind == "hello":
                 if meta.get("config_hash") != self.config_hash:
-                    reply = encode("refused", {"reason": f"config hash {meta.get('config_hash')} differs from "
-                                               f"the learner's {self.config_hash}: start both from the same config"})  # fmt: skip
-                    self.router.send_multipart([ident, *reply])
+                    reason = (f"config hash {meta.get('config_hash')} differs from the learner's {self.config_hash}: "
+                              "start both from the same config")  # fmt: skip
+                    self.router.send_multipart([ident, *encode("refused", {"reason": reason})])
                     continue
                 self.actors.setdefault(actor, {"received": 0})["last_seen"] = time.monotonic()
                 self.router.send_multipart([ident, *encode("welcome", {"config_hash": self.config_hash})])

@@ -1,0 +1,121 @@
+"""End to end through the `robo-rl` command: real learner and actor processes over ZeroMQ on loopback."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from robo_rl.runs import read_metrics
+from tests.test_transport import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def robo_rl(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "MUJOCO_GL": "egl"})  # fmt: skip
+
+
+def isolated(tmp_path) -> list[str]:
+    """Overrides that keep a test's run folder, cache and ports to itself."""
+    p = free_ports(3)
+    return [f"outputs_dir={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}",
+            f"transport.weights_port={p[1]}", f"transport.ctrl_port={p[2]}", "logger.progress=false"]  # fmt: skip
+
+
+def only_run_dir(tmp_path) -> Path:
+    (run_dir,) = (tmp_path / "outputs").glob("*/*")
+    return run_dir
+
+
+def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrained_one(tmp_path):
+    args = isolated(tmp_path)
+    out = robo_rl("train", "experiment=reach_smoke", *args, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    for f in ("config.yaml", "metrics.jsonl", "learner.log", "actor.log", "eval/report.md", "eval/learning_curve.png"):
+        assert (run_dir / f).exists(), f
+    assert list((run_dir / "checkpoints").glob("step_*.pt"))
+    trained = json.loads((run_dir / "eval/report.json").read_text())
+    assert trained["episodes"] == 10 and len(trained["success_ci95"]) == 2
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done"
+    assert any(m["kind"] == "learner" and m["updates"] > 0 for m in metrics)
+
+    # the untrained policy: a checkpoint of step 0, evaluated on the same seeds
+    out = robo_rl("train", "experiment=reach_smoke", "train.total_env_steps=1", "train.learning_starts=10",
+                  *args, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    untrained_dir = max((tmp_path / "outputs").glob("*/*"), key=lambda p: p.stat().st_mtime)
+    untrained = json.loads((untrained_dir / "eval/report.json").read_text())
+    assert trained["success_rate"] >= untrained["success_rate"] + 0.5, (untrained, trained)
+
+
+def test_ctrl_c_leaves_a_usable_checkpoint(tmp_path):
+    args = isolated(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train", "experiment=reach_smoke",
+                             "train.total_env_steps=100000", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
+        if runs and any(m.get("kind") == "learner" and m["updates"] > 50 for m in read_metrics(runs[0])):
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    end = read_metrics(run_dir / "metrics.jsonl")[-1]
+    assert end["kind"] == "end" and "interrupted" in end["reason"]
+    out = robo_rl("eval", f"checkpoint={end['checkpoint']}", "eval.episodes=2", cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "success" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "algo.batch_sise=3"], "unknown config key 'algo.batch_sise'"),
+        (["train", "env=nope"], "Could not find 'env/nope'"),
+        (["eval", "checkpoint=/nonexistent/run"], "checkpoint /nonexistent/run does not exist"),
+        (["eval"], "eval needs checkpoint="),
+        (["fly"], "unknown command 'fly'"),
+    ],
+)
+def test_bad_input_gets_one_line_naming_the_problem(tmp_path, args, message):
+    out = robo_rl(*args, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_corrupt_checkpoint_is_refused_by_name(tmp_path):
+    bad = tmp_path / "step_000000001.pt"
+    bad.write_bytes(b"not a checkpoint")
+    out = robo_rl("eval", f"checkpoint={bad}", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and f"checkpoint {bad} is corrupt" in out.stderr
+
+
+def test_an_actor_with_no_learner_and_a_busy_port_get_one_line_errors(tmp_path):
+    args = isolated(tmp_path)
+    out = robo_rl("actor", *args, "actor.hello_timeout_s=1", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and "no learner answered" in out.stderr and "Traceback" not in out.stderr
+
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    port = int(args[2].split("=")[1])
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    try:
+        out = robo_rl("learner", *args, cwd=tmp_path, timeout=60)
+    finally:
+        ctx.destroy(linger=0)
+    assert out.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in out.stderr
+    assert "Traceback" not in out.stderr
