@@ -25,7 +25,13 @@ class ConfigError(ValueError):
 
 
 def load_config(overrides: list[str]) -> DictConfig:
-    """Compose the root config with command-line overrides (`key=value`, `group=option`)."""
+    """Compose the root config with command-line overrides (`key=value`, `group=option`).
+
+    With `resume=<run folder>`, the run's saved config is the base and the overrides apply on top.
+    """
+    resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
+    if resume and resume != "null":
+        return load_saved_config(Path(resume) / "config.yaml", overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = compose(config_name="config", overrides=overrides)
@@ -87,8 +93,9 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     if not path.exists():
         raise ConfigError(f"{path} does not exist: is this a run folder made by robo-rl?")
     cfg = OmegaConf.load(path)
+    OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:
-        cfg.merge_with(OmegaConf.from_dotlist([o for o in overrides]))
+        cfg.merge_with(OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
     return cfg

@@ -52,6 +52,8 @@ class Learner:
         self._returns: dict[tuple, float] = {}
         if cfg.resume:
             self._restore(load_checkpoint(cfg.resume))
+        # the UTD budget counts from here: a resumed learner with an empty replay refills `learning_starts` first
+        self.steps_base, self.updates_base = (self.env_steps, self.updates) if len(self.online) == 0 else (0, 0)
         t = cfg.transport
         self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg))
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
@@ -91,7 +93,8 @@ class Learner:
     @property
     def update_budget(self) -> float:
         """Critic updates owed for the data received: UTD × online steps past `learning_starts`."""
-        return self.cfg.train.utd * (self.env_steps - self.cfg.train.learning_starts)
+        train = self.cfg.train
+        return self.updates_base + train.utd * (self.env_steps - self.steps_base - train.learning_starts)
 
     def run(self) -> str:
         cfg, train = self.cfg, self.cfg.train
@@ -146,13 +149,16 @@ class Learner:
         self.link.publish_weights(self.version, state_dict_to_arrays(self.policy.state_dict()))
 
     def publish_status(self) -> None:
-        allowed = self.cfg.train.learning_starts + self.updates / self.cfg.train.utd + self.cfg.actor.max_lead_steps
+        train = self.cfg.train
+        allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
+                   + self.cfg.actor.max_lead_steps)  # fmt: skip
         received = {actor: info["received"] for actor, info in self.link.actors.items()}
         self.link.publish_status({"env_steps": self.env_steps, "updates": self.updates,
                                   "allowed_env_steps": allowed, "received": received})  # fmt: skip
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
-        realised_utd = self.updates / max(1, self.env_steps - self.cfg.train.learning_starts)
+        learning_steps = self.env_steps - self.steps_base - self.cfg.train.learning_starts
+        realised_utd = (self.updates - self.updates_base) / max(1, learning_steps)
         self.metrics.write({
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from robo_rl.actor import Actor
-from robo_rl.config import load_config, make_env, make_policy
+from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.evaluate import evaluate_policy
 from robo_rl.learner import Learner
 from robo_rl.runs import load_checkpoint, read_metrics
@@ -75,3 +75,23 @@ def test_unknown_keys_are_refused_by_name(key):
 
     with pytest.raises(ConfigError, match=f"unknown config key '{key}.nope'"):
         load_config([f"{key}.nope=1"])
+
+
+def test_resume_continues_from_the_checkpoint_counters_and_weights(tmp_path):
+    cfg = toy_config(tmp_path, "train.total_env_steps=400")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(cfg, run_dir / "config.yaml")
+    first, _ = run_pair(cfg, run_dir)
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["counters"]["env_steps"] == first.env_steps and ckpt["counters"]["updates"] == first.updates > 0
+
+    resumed_cfg = load_config([f"resume={run_dir}", "train.total_env_steps=700"])  # the run's own config as base
+    assert resumed_cfg.env._target_ == "tests.toy_env.PointReachEnv"
+    resumed = Learner(resumed_cfg, run_dir, progress=False)
+    assert (resumed.env_steps, resumed.updates) == (first.env_steps, first.updates)
+    for name, p in resumed.policy.state_dict().items():
+        assert (p == first.policy.state_dict()[name]).all()
+    resumed.link.close()
+    second, reason = run_pair(resumed_cfg, run_dir)
+    assert reason == "done" and second.env_steps >= 700 and second.updates > first.updates
