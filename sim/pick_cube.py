@@ -1,0 +1,380 @@
+"""PickCubeEnv: a Franka Panda with a Robotiq 2F-85 picks up a 4 cm cube (or, task="reach", moves above it).
+
+The arm and gripper MJCF (with meshes) come from the installed `gym_hil` package; the scene around them
+(table, cube, lights, cameras), the controller and the fast physics settings are built here with `MjSpec`.
+Action: ``[dx, dy, dz, gripper]`` in [-1, 1]; the position part is scaled by `max_ee_step_m`, gripper -1 = open,
++1 = closed. A damped-least-squares IK, run once per control step, turns the end-effector target (top-down,
+fixed yaw) into joint position targets that the arm's position servos track during the physics substeps.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.resources
+import os
+import sys
+
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless Linux has no GLFW window; EGL renders offscreen
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robo_rl.envs import RobotEnv, make_observation_space
+
+CUBE_HALF_SIZE_M = 0.02
+CUBE_MASS_KG = 0.05
+TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
+TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin
+REST_QPOS = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])  # Panda "ready" pose: IK null-space target
+TOP_DOWN_QUAT = np.array([0.0, 1.0, 0.0, 0.0])  # pinch site: z down, fingers close along world y
+ARM_KP = np.array([9000.0, 9000.0, 7000.0, 7000.0, 4000.0, 4000.0, 4000.0])  # N·m/rad, position servos
+ARM_DAMPING_RATIO = 1.0  # critically damped at REST_QPOS: no overshoot, settles within one control step
+ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth motion without per-substep Python
+STIFF_CONTACT_SOLIMP = [0.95, 0.99, 0.001, 0.5, 2.0]  # cube and table: millimetre penetration even when the arm presses
+GRIPPER_CTRL_MAX = 255.0  # the 2F-85 actuator's command range is [0, 255]
+GRIPPER_DRIVER_CLOSED_RAD = 0.8  # driver joint angle when fully closed
+IK_DAMPING = 0.02  # DLS damping; keeps joint steps bounded near singular poses
+IK_NULLSPACE_GAIN = 0.1  # pull of the redundant DOF toward REST_QPOS per iteration
+IK_ITERS_PER_STEP = 2  # warm-started from the previous target, two iterations reach < 1 mm
+IK_ITERS_RESET = 60
+GRASP_MAX_OFFSET_M = 0.02  # cube centre within this of the fingertip pads' midpoint: between them, not under
+REACH_SHAPING_PER_M = 5.0  # reach reward 1 - tanh(k d): still has slope 30 cm away
+REWARD_WEIGHTS = {"reach": 0.25, "grasp": 0.25, "lift": 0.5}  # staged progress, sums to 1
+POS_SCALE_M = 0.1  # relative positions are reported in units of 10 cm
+
+
+def panda_xml_path() -> str:
+    """The Panda + 2F-85 MJCF shipped by gym_hil (Apache-2.0); loaded in place, never copied."""
+    return str(importlib.resources.files("gym_hil") / "assets" / "panda.xml")
+
+
+def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """Quaternion of a MuJoCo camera at `pos` looking at `target` (cameras look along their -z)."""
+    z = np.asarray(pos, float) - np.asarray(target, float)
+    z /= np.linalg.norm(z)
+    x = np.cross(up, z)
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
+    quat = np.empty(4)
+    mujoco.mju_mat2Quat(quat, np.stack([x, y, z], axis=1).ravel())
+    return quat
+
+
+@functools.lru_cache(maxsize=4)
+def _build_model(physics_dt_s: float, image_size: int) -> mujoco.MjModel:
+    spec = mujoco.MjSpec.from_file(panda_xml_path())
+    spec.option.timestep = physics_dt_s
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST  # implicit servo damping: large stable dt
+    spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC  # with impratio, a grasp holds without noslip iterations
+    spec.option.impratio = 10.0
+    spec.option.noslip_iterations = 0
+    for geom in list(spec.geoms):  # collide with primitives only: keep the finger pad boxes, drop mesh hulls
+        if geom.type == mujoco.mjtGeom.mjGEOM_MESH and geom.contype:
+            spec.delete(geom)
+    for sensor in list(spec.sensors):  # the observation is computed directly; sensors would cost every substep
+        spec.delete(sensor)
+    for camera in list(spec.cameras):
+        spec.delete(camera)
+    for body in spec.bodies:
+        if body.name not in ("world", "link0"):
+            body.gravcomp = 1.0  # gravity compensated, as on the real arm: servos only track
+    for actuator in spec.actuators[:7]:  # torque motors -> joint position servos (gains set after compile)
+        torque_limit = actuator.ctrlrange.copy()  # the Panda's joint torque limits, 87 / 12 N·m
+        actuator.ctrlrange, actuator.ctrllimited = [0.0, 0.0], 0
+        actuator.set_to_position(kp=1.0, inheritrange=1.0)
+        actuator.forcerange, actuator.forcelimited = torque_limit, 1
+        actuator.dyntype = mujoco.mjtDyn.mjDYN_FILTEREXACT
+        actuator.dynprm[0] = ARM_TARGET_TIMECONST_S
+
+    world = spec.worldbody
+    box = mujoco.mjtGeom.mjGEOM_BOX
+    spec.add_material(name="table", rgba=[0.72, 0.62, 0.5, 1], specular=0.05)
+    spec.add_material(name="cube", rgba=[0.85, 0.12, 0.1, 1], specular=0.2)
+    world.add_geom(
+        name="table",
+        type=box,
+        size=TABLE_HALF_SIZE_M,
+        material="table",
+        solimp=STIFF_CONTACT_SOLIMP,
+        pos=[*TABLE_CENTER_XY_M, -TABLE_HALF_SIZE_M[2]],
+    )
+    world.add_geom(
+        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2, 2, 0.1], pos=[0, 0, -0.75], rgba=[0.3, 0.32, 0.35, 1]
+    )  # catches a cube pushed off the table
+    cube = world.add_body(name="cube", pos=[0.5, 0.0, CUBE_HALF_SIZE_M])
+    cube.add_freejoint(name="cube")
+    cube.add_geom(
+        name="cube",
+        type=box,
+        size=[CUBE_HALF_SIZE_M] * 3,
+        mass=CUBE_MASS_KG,
+        material="cube",
+        solimp=STIFF_CONTACT_SOLIMP,
+    )
+    world.add_light(
+        name="top",
+        pos=[0.5, 0.0, 1.5],
+        dir=[0, 0, -1],
+        castshadow=False,
+        diffuse=[0.5, 0.5, 0.5],
+        specular=[0.1, 0.1, 0.1],
+    )
+    world.add_light(
+        name="side",
+        pos=[1.2, -0.8, 0.8],
+        dir=[-0.6, 0.6, -0.5],
+        castshadow=False,
+        diffuse=[0.3, 0.3, 0.3],
+        specular=[0.0, 0.0, 0.0],
+    )
+    front_pos = [1.05, 0.0, 0.5]
+    world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, [0.5, 0.0, 0.1]), fovy=50)
+    wrist_pos = [-0.07, 0.0, 0.02]  # in the gripper base frame, whose +z points from the wrist to the fingertips
+    spec.body("base").add_camera(
+        name="wrist", pos=wrist_pos, quat=look_at_quat(wrist_pos, [0, 0, 0.2], (-1, 0, 0)), fovy=70
+    )
+
+    spec.visual.global_.offwidth = spec.visual.global_.offheight = image_size
+    spec.visual.quality.offsamples = 0  # no multi-sample anti-aliasing
+    spec.visual.quality.shadowsize = 0
+    spec.visual.headlight.ambient = [0.3, 0.3, 0.3]
+    spec.visual.headlight.diffuse = [0.3, 0.3, 0.3]
+    spec.visual.headlight.specular = [0.0, 0.0, 0.0]
+    model = spec.compile()
+
+    # Damping from the joint-space inertia at the rest pose, so each joint is critically damped there.
+    data = mujoco.MjData(model)
+    data.qpos[:7] = REST_QPOS
+    mujoco.mj_forward(model, data)
+    inertia = np.array([data.qM[model.dof_Madr[i]] for i in range(7)])  # diagonal, armature included
+    kv = 2.0 * ARM_DAMPING_RATIO * np.sqrt(ARM_KP * inertia)
+    model.actuator_gainprm[:7, 0] = ARM_KP
+    model.actuator_biasprm[:7, :3] = np.stack([np.zeros(7), -ARM_KP, -kv], axis=1)
+    return model
+
+
+class PickCubeEnv(RobotEnv):
+    """Pick up a randomly placed cube with a Panda (`task="lift"`), or move above it (`task="reach"`)."""
+
+    task_description = "pick up the cube and lift it"
+
+    def __init__(
+        self,
+        task: str = "lift",
+        reward_type: str = "dense",
+        max_episode_steps: int | None = None,  # default: 50 for lift, 30 for reach
+        terminate_on_success: bool = True,
+        control_hz: float = 10.0,
+        physics_dt_s: float = 0.004,
+        max_ee_step_m: float = 0.04,
+        workspace_low_m: tuple = (0.3, -0.25, 0.02),  # bounds of the commanded pinch point
+        workspace_high_m: tuple = (0.7, 0.25, 0.3),
+        cube_center_xy_m: tuple = (0.5, 0.0),
+        cube_xy_range_m: tuple = (0.1, 0.1),  # half-widths of the uniform cube position box
+        cube_yaw_range_rad: float = np.pi / 4,  # cube yaw uniform in [-r, r]; pi/4 covers every distinct pose
+        ee_start_m: tuple = (0.5, 0.0, 0.2),
+        ee_start_noise_m: float = 0.02,  # half-width of the uniform start-position noise
+        lift_height_m: float = 0.05,
+        reach_height_m: float = 0.05,  # reach target: this far above the cube centre
+        reach_tolerance_m: float = 0.02,
+        cameras: list[str] | tuple[str, ...] = (),
+        image_size: int = 128,
+    ) -> None:
+        super().__init__()
+        if task not in ("lift", "reach"):
+            raise ValueError(f"task must be 'lift' or 'reach', got {task!r}")
+        if reward_type not in ("dense", "sparse"):
+            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {reward_type!r}")
+        unknown = set(cameras) - {"front", "wrist"}
+        if unknown:
+            raise ValueError(f"unknown cameras {sorted(unknown)}; this env has 'front' and 'wrist'")
+        if image_size < 1:
+            raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
+        self.task, self.reward_type, self.terminate_on_success = task, reward_type, terminate_on_success
+        self.max_episode_steps = int(max_episode_steps or (50 if task == "lift" else 30))
+        self.control_hz = float(control_hz)
+        self.max_ee_step_m = float(max_ee_step_m)
+        self.workspace_low_m = np.array(workspace_low_m, float)
+        self.workspace_high_m = np.array(workspace_high_m, float)
+        self.cube_center_xy_m = np.array(cube_center_xy_m, float)
+        self.cube_xy_range_m = np.array(cube_xy_range_m, float)
+        self.cube_yaw_range_rad = float(cube_yaw_range_rad)
+        self.ee_start_m = np.array(ee_start_m, float)
+        self.ee_start_noise_m = float(ee_start_noise_m)
+        self.lift_height_m, self.reach_height_m = float(lift_height_m), float(reach_height_m)
+        self.reach_tolerance_m = float(reach_tolerance_m)
+        if task == "reach":
+            self.task_description = "move the gripper just above the cube"
+
+        self.model = copy.copy(_build_model(float(physics_dt_s), int(image_size)))
+        self.data = mujoco.MjData(self.model)
+        self._ik_data = mujoco.MjData(self.model)  # scratch kinematics, never stepped
+        self._n_substeps = max(1, round(1.0 / (self.control_hz * self.model.opt.timestep)))
+        m = self.model
+        self._pinch = m.site("pinch").id
+        self._cube_body = m.body("cube").id
+        self._cube_qpos = m.jnt_qposadr[m.joint("cube").id]
+        self._driver_qpos = m.jnt_qposadr[m.joint("right_driver_joint").id]
+        self._cube_geom = m.geom("cube").id
+        self._left_pads = [m.geom(n).id for n in ("left_pad1", "left_pad2")]
+        self._right_pads = [m.geom(n).id for n in ("right_pad1", "right_pad2")]
+        self._jac_pos, self._jac_rot = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+
+        self.state_names = (
+            "ee_x", "ee_y", "ee_z",  # pinch point, workspace box mapped to [-1, 1]
+            "gripper_pos",  # -1 open .. +1 fully closed (same convention as the action)
+            "ee_vx", "ee_vy", "ee_vz",  # in units of the largest commanded speed
+            "cube_x", "cube_y", "cube_z",  # workspace box mapped to [-1, 1]
+            "cube_rel_x", "cube_rel_y", "cube_rel_z",  # cube minus pinch point, in POS_SCALE_M
+            "cube_yaw_sin4", "cube_yaw_cos4",  # a cube looks the same every quarter turn
+            "cube_lift",  # height above its resting height, in units of lift_height_m
+        )  # fmt: skip
+        self.camera_names = tuple(cameras)
+        self.image_size = int(image_size)
+        self._renderer = None
+        self.observation_space = make_observation_space(
+            len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self._ee_target = np.zeros(3)
+        self._q_target = REST_QPOS.copy()
+
+    # --- control ------------------------------------------------------------------------------
+    def _solve_ik(self, q: np.ndarray, pos: np.ndarray, iters: int) -> np.ndarray:
+        """Joint targets putting the pinch site at `pos`, top-down, from warm start `q` (damped least squares)."""
+        m, d = self.model, self._ik_data
+        err, cur, dquat = np.empty(6), np.empty(4), np.empty(4)
+        for it in range(iters):
+            d.qpos[:7] = q
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_comPos(m, d)
+            mujoco.mj_jacSite(m, d, self._jac_pos, self._jac_rot, self._pinch)
+            err[:3] = pos - d.site_xpos[self._pinch]
+            mujoco.mju_mat2Quat(cur, d.site_xmat[self._pinch])
+            mujoco.mju_negQuat(cur, cur)
+            mujoco.mju_mulQuat(dquat, TOP_DOWN_QUAT, cur)
+            mujoco.mju_quat2Vel(err[3:], dquat, 1.0)
+            jac = np.vstack([self._jac_pos[:, :7], self._jac_rot[:, :7]])
+            pinv = jac.T @ np.linalg.inv(jac @ jac.T + IK_DAMPING**2 * np.eye(6))
+            dq = pinv @ err
+            if it < iters - 1:  # the last iteration is pure task-space, so the null-space pull leaves no residual
+                dq += (np.eye(7) - pinv @ jac) @ (IK_NULLSPACE_GAIN * (REST_QPOS - q))
+            q = np.clip(q + dq, m.jnt_range[:7, 0], m.jnt_range[:7, 1])
+        return q
+
+    # --- RobotEnv -----------------------------------------------------------------------------
+    def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
+        options = options or {}
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        # Draw every random number even when options override it, so the rest of the episode's stream is unchanged.
+        cube_xy = self.cube_center_xy_m + rng.uniform(-1, 1, 2) * self.cube_xy_range_m
+        cube_xy = np.asarray(options.get("cube_xy", cube_xy), float)
+        yaw = float(options.get("cube_yaw", rng.uniform(-1, 1) * self.cube_yaw_range_rad))
+        ee = self.ee_start_m + rng.uniform(-1, 1, 3) * self.ee_start_noise_m
+        self._ee_target = np.clip(ee, self.workspace_low_m, self.workspace_high_m)
+        self._q_target = self._solve_ik(REST_QPOS.copy(), self._ee_target, IK_ITERS_RESET)
+        d.qpos[:7] = self._q_target
+        d.ctrl[:7] = self._q_target
+        d.act[:7] = self._q_target  # the arm servos' filtered targets (their activations) start there too
+        cube_quat = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+        d.qpos[self._cube_qpos : self._cube_qpos + 7] = [*cube_xy, CUBE_HALF_SIZE_M, *cube_quat]
+        mujoco.mj_forward(m, d)
+        return self._observation(), {"success": False}
+
+    def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
+        m, d = self.model, self.data
+        pinch = d.site_xpos[self._pinch]
+        # Accumulate on the previous target, but never more than one step ahead of the arm (no wind-up on contact).
+        base = pinch + np.clip(self._ee_target - pinch, -self.max_ee_step_m, self.max_ee_step_m)
+        self._ee_target = np.clip(base + action[:3] * self.max_ee_step_m, self.workspace_low_m, self.workspace_high_m)
+        self._q_target = self._solve_ik(self._q_target, self._ee_target, IK_ITERS_PER_STEP)
+        d.ctrl[:7] = self._q_target
+        d.ctrl[7] = (action[3] + 1.0) * 0.5 * GRIPPER_CTRL_MAX
+        mujoco.mj_step(m, d, nstep=self._n_substeps)
+        mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's
+        progress, success = self._progress()
+        if self.reward_type == "dense":
+            reward = progress - 1.0
+        else:
+            reward = float(success)
+        terminated = bool(success and self.terminate_on_success)
+        return self._observation(), reward, terminated, {"success": success, "progress": progress}
+
+    # --- task ---------------------------------------------------------------------------------
+    def _is_grasped(self) -> bool:
+        """Both finger pads touch the cube and are held apart by it, with the cube centred between the pads
+        (a closed gripper pressed onto the cube touches it with both pads too, but from above)."""
+        d = self.data
+        g1, g2 = d.contact.geom1[: d.ncon], d.contact.geom2[: d.ncon]
+        other = np.concatenate([g2[g1 == self._cube_geom], g1[g2 == self._cube_geom]])
+        if not (np.isin(self._left_pads, other).any() and np.isin(self._right_pads, other).any()):
+            return False
+        left, right = d.geom_xpos[self._left_pads[0]], d.geom_xpos[self._right_pads[0]]  # the fingertip pads
+        centred = np.linalg.norm(d.xpos[self._cube_body] - 0.5 * (left + right)) < GRASP_MAX_OFFSET_M
+        return bool(centred and np.linalg.norm(right - left) > CUBE_HALF_SIZE_M)
+
+    def _progress(self) -> tuple[float, bool]:
+        """Task progress in [0, 1] (exactly 1 on success) and ground-truth success."""
+        d = self.data
+        cube, pinch = d.xpos[self._cube_body], d.site_xpos[self._pinch]
+        if self.task == "reach":
+            dist = np.linalg.norm(cube + [0.0, 0.0, self.reach_height_m] - pinch)
+            success = bool(dist < self.reach_tolerance_m)
+            return float(1.0 - np.tanh(REACH_SHAPING_PER_M * max(dist - self.reach_tolerance_m, 0.0))), success
+        lift = (cube[2] - CUBE_HALF_SIZE_M) / self.lift_height_m  # placed resting on the table
+        if self._is_grasped():
+            success = bool(lift >= 1.0)
+            w = REWARD_WEIGHTS
+            return w["reach"] + w["grasp"] + w["lift"] * float(np.clip(lift, 0.0, 1.0)), success
+        reach = 1.0 - np.tanh(REACH_SHAPING_PER_M * np.linalg.norm(cube - pinch))
+        return REWARD_WEIGHTS["reach"] * float(reach), False
+
+    # --- observation --------------------------------------------------------------------------
+    def _observation(self) -> dict:
+        m, d = self.model, self.data
+        lo, hi = self.workspace_low_m, self.workspace_high_m
+        pinch, cube = d.site_xpos[self._pinch], d.xpos[self._cube_body]
+        vel = np.empty(6)
+        mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_SITE, self._pinch, vel, 0)
+        rot = d.xmat[self._cube_body]
+        yaw = np.arctan2(rot[3], rot[0])  # rotation about world z, from the cube's x-axis
+        gripper = d.qpos[self._driver_qpos] / GRIPPER_DRIVER_CLOSED_RAD
+        state = np.concatenate([
+            2.0 * (pinch - lo) / (hi - lo) - 1.0,
+            [2.0 * gripper - 1.0],
+            vel[3:] / (self.max_ee_step_m * self.control_hz),
+            2.0 * (cube - lo) / (hi - lo) - 1.0,
+            (cube - pinch) / POS_SCALE_M,
+            [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
+            [(cube[2] - CUBE_HALF_SIZE_M) / self.lift_height_m],
+        ]).astype(np.float32)  # fmt: skip
+        return {"state": state, "images": self._render()}
+
+    def _render(self) -> dict[str, np.ndarray]:
+        if not self.camera_names:
+            return {}
+        if self._renderer is None:  # created lazily: state-only envs never touch OpenGL
+            self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+            flags = self._renderer.scene.flags
+            for flag in (
+                mujoco.mjtRndFlag.mjRND_SHADOW,
+                mujoco.mjtRndFlag.mjRND_REFLECTION,
+                mujoco.mjtRndFlag.mjRND_SKYBOX,
+                mujoco.mjtRndFlag.mjRND_FOG,
+                mujoco.mjtRndFlag.mjRND_HAZE,
+            ):
+                flags[flag] = False
+        images = {}
+        for name in self.camera_names:
+            self._renderer.update_scene(self.data, camera=name)
+            images[name] = self._renderer.render()
+        return images
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
