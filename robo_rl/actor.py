@@ -17,6 +17,7 @@ from tqdm import tqdm
 from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.policy_io import policy_action
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import arrays_to_state_dict
 from robo_rl.transport.link import ActorLink
 
@@ -101,6 +102,7 @@ class Actor:
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
         finally:
+            ignore_further_interrupts()
             if pending:
                 self._send(pending)
             bar.close()

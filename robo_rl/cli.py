@@ -78,6 +78,15 @@ def _run_dir_for(cfg) -> Path:
     return run_dir
 
 
+def _sigterm_as_interrupt() -> None:
+    """`kill` (SIGTERM) shuts a process down like Ctrl-C: the learner still writes its checkpoint."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cmd_show(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
@@ -97,6 +106,7 @@ def cmd_learner(overrides: list[str]) -> int:
     run_dir = _run_dir_for(cfg)
     _setup_logging(cfg)
     print(f"learner: run folder {run_dir}", flush=True)
+    _sigterm_as_interrupt()
     reason = Learner(cfg, run_dir, progress=cfg.logger.progress).run()
     print(f"learner: {reason}; checkpoints in {run_dir / 'checkpoints'}", flush=True)
     return 0 if reason == "done" else 130
@@ -108,9 +118,10 @@ def cmd_actor(overrides: list[str]) -> int:
 
     cfg = load_config(overrides)
     _setup_logging(cfg)
+    _sigterm_as_interrupt()
     reason = Actor(cfg, progress=cfg.logger.progress).run()
     print(f"{cfg.actor.id}: {reason}", flush=True)
-    return 0
+    return 0 if reason == "done" else 130
 
 
 def cmd_eval(overrides: list[str]) -> int:
@@ -175,11 +186,11 @@ def cmd_train(overrides: list[str]) -> int:
         return 130
     finally:
         _stop(procs)
-    failed = {r: p.returncode for r, p in procs.items() if p.returncode not in (0, None)}
-    if failed:
-        role = next(iter(failed))
+    if procs["learner"].returncode != 0:  # the learner's result decides; an actor failure is the likelier cause
+        role = "actor" if procs["actor"].returncode not in (0, None) else "learner"
         tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
-        raise UsageError(f"the {role} process exited with code {failed[role]}: {tail[0]} (see {run_dir / role}.log)")
+        code = procs[role].returncode
+        raise UsageError(f"the {role} process exited with code {code}: {tail[0]} (see {run_dir / role}.log)")
     return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]])
 
 
@@ -220,8 +231,8 @@ def _follow_progress(cfg, run_dir: Path, procs: dict) -> None:
             if procs["learner"].poll() is not None and procs["actor"].poll() is None:
                 time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
                 _stop({"actor": procs["actor"]})
-            if procs["actor"].poll() is not None and procs["learner"].poll() is None and procs["actor"].returncode:
-                _stop({"learner": procs["learner"]})  # the actor died: end the learner with a checkpoint
+            if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
+                _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint
             time.sleep(0.5)
         bar.update(cfg.train.total_env_steps - offset if procs["learner"].returncode == 0 else 0)
     bar.close()

@@ -21,6 +21,7 @@ from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay import ReplayBuffer, concat_batches
 from robo_rl.runs import MetricsWriter, load_checkpoint, save_checkpoint
 from robo_rl.schema import fields_for_env
+from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink
 
@@ -131,6 +132,7 @@ class Learner:
         except KeyboardInterrupt:
             reason = "interrupted (Ctrl-C)"
         finally:
+            ignore_further_interrupts()
             bar.close()
             path = self.checkpoint()
             self.link.stop_actors(reason)

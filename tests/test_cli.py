@@ -119,3 +119,13 @@ def test_an_actor_with_no_learner_and_a_busy_port_get_one_line_errors(tmp_path):
         ctx.destroy(linger=0)
     assert out.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_the_default_experiment_reaches_80_percent_within_15_minutes(tmp_path):
+    start = time.monotonic()
+    out = robo_rl("train", *isolated(tmp_path), cwd=ROOT, timeout=15 * 60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert time.monotonic() - start < 15 * 60
+    report = json.loads((only_run_dir(tmp_path) / "eval/report.json").read_text())
+    assert report["episodes"] >= 20 and report["success_rate"] >= 0.8, report

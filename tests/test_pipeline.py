@@ -1,5 +1,6 @@
 """Learner and actor together (threads of one process, real ZeroMQ sockets) on the toy env."""
 
+import signal
 import threading
 
 import numpy as np
@@ -30,6 +31,7 @@ def run_pair(cfg, run_dir):
     t = threading.Thread(target=learner.run)
     t.start()
     reason = Actor(cfg, progress=False).run()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo for pytest
     t.join(timeout=120)
     assert not t.is_alive()
     return learner, reason
