@@ -6,6 +6,8 @@ the socket cannot take yet) and new weights are applied between steps.
 
 from __future__ import annotations
 
+import collections
+import copy
 import logging
 import time
 
@@ -20,6 +22,8 @@ from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import arrays_to_state_dict
 from robo_rl.transport.link import ActorLink
+from robo_rl.transport.security import curve_keys
+from robo_rl.transport.threaded import ActorTransport
 
 log = logging.getLogger(__name__)
 
@@ -33,33 +37,58 @@ class Actor:
         self.policy = make_policy(cfg, self.env).eval()
         self.fields = fields_for_env(self.env)
         self.policy_version = -1  # -1: still the untrained initial policy
-        self.allowed_steps = float("inf") if not cfg.actor.throttle_to_learner else 0
-        self.learner_received = self.received_from_me = 0
         self.stop_reason: str | None = None
         self.sent_steps = 0
         t = cfg.transport
-        self.link = ActorLink(t.host, t.data_port, t.weights_port, t.ctrl_port, cfg.actor.id)
+        link = ActorLink(t.host, t.data_port, t.weights_port, t.ctrl_port, cfg.actor.id,
+                         curve=curve_keys(cfg, cfg.actor.id))  # fmt: skip
+        self.transport = ActorTransport(link, self._load_weights, copy.deepcopy(self.policy),
+                                        heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
+        self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
 
-    def handle(self, messages: list) -> None:
-        for kind, meta, arrays in messages:
-            if kind == "weights" and meta["version"] > self.policy_version:
-                self.policy.load_state_dict(arrays_to_state_dict(arrays))
-                self.policy_version = int(meta["version"])
-            elif kind == "status":
-                self.allowed_steps = meta["allowed_env_steps"] if self.cfg.actor.throttle_to_learner else float("inf")
-                self.learner_received = meta["env_steps"]
-                self.received_from_me = meta["received"].get(self.cfg.actor.id, 0)
-            elif kind == "stop":
-                self.stop_reason = meta.get("reason", "stopped by the learner")
+    def loop_stats(self) -> dict:
+        """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
+        try:
+            t = np.diff(np.array(self.step_starts))
+        except RuntimeError:  # the control loop appended while we copied; the next heartbeat will have it
+            return {}
+        if len(t) < 2:
+            return {}
+        jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
+        return {"period_ms_p50": float(np.median(t) * 1e3), "jitter_ms_p50": float(np.percentile(jitter, 50)),
+                "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version}  # fmt: skip
+
+    @staticmethod
+    def _load_weights(policy, arrays: dict) -> None:
+        """On the transport thread, into the spare policy: the control loop then only swaps a reference."""
+        policy.load_state_dict(arrays_to_state_dict(arrays))
+
+    def _sync(self, episode_boundary: bool) -> None:
+        """Between steps: take the newest policy (or only at episode ends, if so configured), see a stop."""
+        t = self.transport
+        if t.error is not None:
+            raise t.error
+        if episode_boundary or self.cfg.actor.apply_weights == "step":
+            newer = t.take_policy(self.policy)
+            if newer is not None:
+                self.policy_version, self.policy = newer
+        if t.stop_reason:
+            self.stop_reason = t.stop_reason
 
     def _throttled(self) -> bool:
-        # steps still in flight count against the learner's budget as if already received
-        in_flight = max(0, self.sent_steps - self.received_from_me)
-        return self.learner_received + in_flight >= self.allowed_steps
+        """In sim, hold back while the learner's UTD budget is spent (steps in flight count as received)."""
+        status = self.transport.status
+        if not self.cfg.actor.throttle_to_learner:
+            return False
+        if not status:
+            return True
+        in_flight = max(0, self.sent_steps - status["received"].get(self.cfg.actor.id, 0))
+        return status["env_steps"] + in_flight >= status["allowed_env_steps"]
 
     def run(self) -> str:
         cfg = self.cfg
-        self.handle(self.link.hello(config_hash(cfg), cfg.actor.hello_timeout_s))
+        self.transport.start(config_hash(cfg), cfg.actor.hello_timeout_s)
+        self._sync(episode_boundary=True)
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
         recorder = EpisodeRecorder(self.env.action_space.shape[0])
@@ -67,14 +96,15 @@ class Actor:
         obs, _ = self.env.reset(seed=cfg.seed)
         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
         period = 1.0 / self.env.control_hz
-        last_beat = next_tick = time.monotonic()
+        next_tick = time.monotonic()
         bar = tqdm(desc=f"{cfg.actor.id} env steps", unit="step", disable=not self.progress)
         try:
             while self.stop_reason is None:
-                self.handle(self.link.poll())
+                self._sync(episode_boundary=len(pending) == 1)
                 if self._throttled():
-                    self.handle(self.link.poll(timeout_ms=20))
+                    time.sleep(0.002)
                 else:
+                    self.step_starts.append(time.monotonic())
                     if self.sent_steps < cfg.train.random_steps:
                         action = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32)
                     else:
@@ -95,10 +125,6 @@ class Actor:
                     if cfg.actor.realtime:
                         next_tick += period
                         time.sleep(max(0.0, next_tick - time.monotonic()))
-                now = time.monotonic()
-                if now - last_beat > cfg.actor.heartbeat_every_s:
-                    self.link.heartbeat()
-                    last_beat = now
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
         finally:
@@ -106,9 +132,9 @@ class Actor:
             if pending:
                 self._send(pending)
             bar.close()
-            self.link.close()
+            self.transport.close(self.stop_reason or "error")
             self.env.close()
         return self.stop_reason
 
     def _send(self, records: list[dict]) -> None:
-        self.link.send_steps({"policy_version": self.policy_version}, stack_records(records, self.fields))
+        self.transport.send({"policy_version": self.policy_version}, stack_records(records, self.fields))

@@ -21,6 +21,7 @@ commands:
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
   show      print the composed config
+  keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
 
 overrides: key=value or group=option, e.g. robo-rl train env.task=reach algo.batch_size=128
 """
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, overrides = argv[0], argv[1:]
-    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show}
+    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
+                "keys": cmd_keys}  # fmt: skip
     if command not in commands:
         print(f"robo-rl: error: unknown command '{command}' (one of: {', '.join(commands)})", file=sys.stderr)
         return 2
@@ -85,6 +87,24 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def cmd_keys(args: list[str]) -> int:
+    from robo_rl.transport.security import generate_keys
+
+    if len(args) < 2 or args[0] != "generate":
+        raise UsageError("usage: robo-rl keys generate <dir> [actor ids ...] (default actor id: actor-0)")
+    keys_dir, actors = args[1], args[2:] or ["actor-0"]
+    try:
+        files = generate_keys(keys_dir, actors)
+    except FileExistsError as e:
+        raise UsageError(str(e)) from None
+    for f in files:
+        print(f)
+    print(f"the learner accepts the actors whose public keys are in {keys_dir}/authorized/; "
+          f"copy {keys_dir}/learner.key and each actor's own .key/.key_secret to its machine, "
+          f"and set transport.curve_keys_dir={keys_dir} on both sides")  # fmt: skip
+    return 0
 
 
 def cmd_show(overrides: list[str]) -> int:

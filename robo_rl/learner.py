@@ -24,6 +24,7 @@ from robo_rl.schema import fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink
+from robo_rl.transport.security import LEARNER_KEY, curve_keys
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class Learner:
         # the UTD budget counts from here: a resumed learner with an empty replay refills `learning_starts` first
         self.steps_base, self.updates_base = (self.env_steps, self.updates) if len(self.online) == 0 else (0, 0)
         t = cfg.transport
-        self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg))
+        self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
+                                actor_timeout_s=t.actor_timeout_s, curve=curve_keys(cfg, LEARNER_KEY))  # fmt: skip
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
@@ -65,8 +67,7 @@ class Learner:
         try:
             self.online.add(arrays, source=actor)
         except ValueError as e:
-            self.link.bad_messages += 1
-            log.warning("dropped a step batch from %s: %s", actor, e)
+            self.link.reject(f"invalid step batch: {e}", actor)
             return
         live = arrays["step"] > 0
         self.env_steps += int(live.sum())
@@ -164,8 +165,9 @@ class Learner:
         self.metrics.write({
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,
-            "policy_version": self.version, "bad_messages": self.link.bad_messages,
-            "actors": len(self.link.actors), **update_metrics,
+            "policy_version": self.version, "bad_messages": dict(self.link.bad_messages),
+            "duplicates": self.link.duplicates, "actors_alive": len(self.link.alive_actors),
+            "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}, **update_metrics,
         })  # fmt: skip
 
     # --- checkpoints --------------------------------------------------------------------------

@@ -129,3 +129,15 @@ def test_the_default_experiment_reaches_80_percent_within_15_minutes(tmp_path):
     assert time.monotonic() - start < 15 * 60
     report = json.loads((only_run_dir(tmp_path) / "eval/report.json").read_text())
     assert report["episodes"] >= 20 and report["success_rate"] >= 0.8, report
+
+
+def test_keys_generate_writes_a_learner_and_actor_keypairs_and_authorises_the_actors(tmp_path):
+    out = robo_rl("keys", "generate", str(tmp_path / "k"), "arm-left", "arm-right", cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in (tmp_path / "k").iterdir() if p.is_file())
+    assert names == ["arm-left.key", "arm-left.key_secret", "arm-right.key", "arm-right.key_secret",
+                     "learner.key", "learner.key_secret"]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "k/authorized").iterdir()) == ["arm-left.key", "arm-right.key"]
+    assert (tmp_path / "k/learner.key_secret").stat().st_mode & 0o077 == 0
+    again = robo_rl("keys", "generate", str(tmp_path / "k"), cwd=tmp_path, timeout=60)
+    assert again.returncode == 2 and "exists" in again.stderr

@@ -5,7 +5,7 @@ import pytest
 
 from robo_rl.envs import INFO_KEYS, check_observation
 from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, check_step_batch, fields_for_env, stack_records
-from tests.toy_env import PointReachEnv
+from sim.point_reach import PointReachEnv
 
 
 def test_step_fills_every_info_key_and_keeps_terminated_apart_from_truncated():

@@ -13,8 +13,7 @@ from robo_rl.learner import Learner
 from robo_rl.runs import load_checkpoint, read_metrics
 from tests.test_transport import free_ports
 
-TOY = ["env._target_=tests.toy_env.PointReachEnv", "~env.task", "~env.reward_type", "~env.cameras",
-       "~env.image_size", "env.expert._target_=tests.toy_env.PointReachExpert"]  # fmt: skip
+TOY = ["env=point_reach"]
 
 
 def toy_config(tmp_path, *extra):
@@ -65,7 +64,7 @@ def test_a_malformed_step_batch_is_counted_and_dropped_without_stopping_the_lear
     bad = {k: v[:3].copy() for k, v in good.items()}
     bad["state"][1, 0] = np.nan
     learner.ingest("actor-x", bad)
-    assert learner.link.bad_messages == 1 and len(learner.online) == 0
+    assert learner.link.bad_messages == {"invalid step batch": 1} and len(learner.online) == 0
     learner.ingest("actor-x", {k: v[:3].copy() for k, v in good.items()})
     assert len(learner.online) == 3
     learner.link.close()
@@ -89,7 +88,7 @@ def test_resume_continues_from_the_checkpoint_counters_and_weights(tmp_path):
     assert ckpt["counters"]["env_steps"] == first.env_steps and ckpt["counters"]["updates"] == first.updates > 0
 
     resumed_cfg = load_config([f"resume={run_dir}", "train.total_env_steps=700"])  # the run's own config as base
-    assert resumed_cfg.env._target_ == "tests.toy_env.PointReachEnv"
+    assert resumed_cfg.env._target_ == "sim.point_reach.PointReachEnv"
     resumed = Learner(resumed_cfg, run_dir, progress=False)
     assert (resumed.env_steps, resumed.updates) == (first.env_steps, first.updates)
     for name, p in resumed.policy.state_dict().items():

@@ -4,7 +4,7 @@ import numpy as np
 
 from robo_rl.replay import ReplayBuffer
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
-from tests.toy_env import PointReachEnv
+from sim.point_reach import PointReachEnv
 
 
 def episode_batch(env, episode_id, n_steps, seed, terminate_last=False):

@@ -73,6 +73,11 @@ def state_dict_to_arrays(state: dict) -> dict[str, np.ndarray]:
 
 
 def arrays_to_state_dict(arrays: dict[str, np.ndarray]) -> dict:
+    """Tensors viewing the received buffers, without a copy: only for `load_state_dict`, which copies them."""
+    import warnings
+
     import torch
 
-    return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the buffers are read-only; nothing writes through them
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}

@@ -1,21 +1,27 @@
 """The three channels between actors and the learner, on ZeroMQ sockets.
 
-data:    actor PUSH → learner PULL, step batches (each frame once)
+data:    actor PUSH → learner PULL, step batches (each frame once), numbered per actor session
 weights: learner PUB → actors SUB, policy weights (latest wins) and a small status message
-ctrl:    actor DEALER ↔ learner ROUTER, hello/welcome (schema + config hash), heartbeats, stop
+ctrl:    actor DEALER ↔ learner ROUTER: hello/welcome (schema, config hash), acks, heartbeats, stop
+
+Delivery: every data message carries (actor, session, seq). The learner accepts a message only when
+its seq is the next one for that session, and acknowledges what it has taken. The actor keeps what is
+not acknowledged (bounded) and, when the learner restarts (a new `incarnation` in its replies) or goes
+silent, says hello again and resends it. So nothing is lost or taken twice while the actor's buffer holds.
 """
 
 from __future__ import annotations
 
 import collections
-import ipaddress
 import logging
+import os
 import time
 
 import numpy as np
 import zmq
 
 from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.security import CurveKeys, check_bind_allowed
 
 log = logging.getLogger(__name__)
 
@@ -24,46 +30,50 @@ class TransportError(RuntimeError):
     """A transport problem a user can fix; the text says how."""
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def endpoint(host: str, port: int) -> str:
     return f"tcp://{host}:{port}"
+
+
+def _new_id() -> int:
+    return int.from_bytes(os.urandom(6), "little")
 
 
 class LearnerLink:
     """The learner's side: binds all three channels."""
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, config_hash: str,
-                 max_messages_per_poll: int = 64) -> None:  # fmt: skip
-        if not _is_loopback(host):
-            raise TransportError(
-                f"refusing to bind {host}: only loopback is allowed without CURVE authentication; "
-                "use transport.host=127.0.0.1 (and an SSH tunnel for remote actors)"
-            )
+                 max_messages_per_poll: int = 64, actor_timeout_s: float = 3.0, max_message_mb: float = 512.0,
+                 curve: CurveKeys | None = None) -> None:  # fmt: skip
+        check_bind_allowed(host, curve)
         self.config_hash = config_hash
+        self.incarnation = _new_id()  # tells actors that this learner is a new process
         self.max_messages_per_poll = max_messages_per_poll
+        self.actor_timeout_s = actor_timeout_s
         self.ctx = zmq.Context()
-        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port")
-        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port")
-        self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port")
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.curve = curve
+        self._auth = curve.start_authenticator(self.ctx) if curve else None
+        max_bytes = int(max_message_mb * 2**20)
+        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", max_bytes)
+        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", max_bytes)
+        self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port", 1 << 20)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
-        self.actors: dict[str, dict] = {}  # actor id → {"last_seen": t, "received": n}
-        self.bad_messages = 0
+        # actor id → session, acked seq, last_seen, received steps, alive, its last reported stats
+        self.actors: dict[str, dict] = {}
+        self.bad_messages: collections.Counter = collections.Counter()  # reason → count
+        self.duplicates = self.unannounced = 0
+        self.auto_ack = True
         self._weights: list | None = None
+        self._last_ack_sent: dict[str, int] = {}
 
-    def _bind(self, kind: int, host: str, port: int, key: str) -> zmq.Socket:
+    def _bind(self, kind: int, host: str, port: int, key: str, max_bytes: int) -> zmq.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
+        if kind != zmq.PUB:
+            sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # an oversized frame drops the sender's connection
+        if self.curve:
+            self.curve.make_server(sock)
         try:
             sock.bind(endpoint(host, port))
         except zmq.ZMQError as e:
@@ -76,8 +86,9 @@ class LearnerLink:
             raise TransportError(f"cannot bind {endpoint(host, port)}: {e}") from None
         return sock
 
+    # --- receiving ----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict]]:
-        """Wait up to `timeout_ms` for traffic; answer ctrl messages; return received step batches."""
+        """Wait up to `timeout_ms` for traffic; answer ctrl messages; return new step batches in order."""
         received = []
         events = dict(self.poller.poll(timeout_ms))
         if self.router in events:
@@ -88,22 +99,45 @@ class LearnerLink:
                     frames = self.pull.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                try:
-                    kind, meta, arrays = decode([f.buffer for f in frames])
-                    if kind != "steps":
-                        raise MessageError(f"unexpected kind '{kind}' on the data channel")
-                    actor = str(meta.get("actor", "?"))
-                except MessageError as e:
-                    self.bad_messages += 1
-                    log.warning("dropped a data message: %s", e)
-                    continue
-                info = self.actors.setdefault(actor, {"last_seen": time.monotonic(), "received": 0})
-                info["last_seen"] = time.monotonic()
-                received.append((actor, arrays))
+                accepted = self._accept_data([f.buffer for f in frames])
+                if accepted is not None:
+                    received.append(accepted)
+        if self.auto_ack:
+            self.send_acks()
+        self._check_liveness()
         return received
 
-    def count_received(self, actor: str, n: int) -> None:
-        self.actors.setdefault(actor, {"last_seen": time.monotonic(), "received": 0})["received"] += n
+    def reject(self, reason: str, sender: str = "?") -> None:
+        self.bad_messages[reason.split(":")[0]] += 1
+        log.warning("dropped a message from %s: %s", sender, reason)
+
+    def _accept_data(self, frames: list) -> tuple[str, dict] | None:
+        try:
+            kind, meta, arrays = decode(frames)
+        except MessageError as e:
+            self.reject(f"undecodable: {e}")
+            return None
+        actor = str(meta.get("actor", "?"))
+        info = self.actors.get(actor)
+        if kind != "steps":
+            self.reject(f"wrong kind: '{kind}' on the data channel", actor)
+            return None
+        if info is None or info["session"] != meta.get("session"):
+            self.unannounced += 1  # queued for a learner that has since restarted; resent after the hello
+            return None
+        seq = meta.get("seq")
+        if not isinstance(seq, int):
+            self.reject("no sequence number", actor)
+            return None
+        if seq <= info["acked"]:
+            self.duplicates += 1  # resent after a reconnect, but this learner already has it
+            return None
+        if seq != info["acked"] + 1:
+            self.reject(f"gap: seq {seq} after {info['acked']}", actor)
+            return None
+        info["acked"] = seq
+        info["last_seen"] = time.monotonic()
+        return actor, arrays
 
     def _drain_ctrl(self) -> None:
         while True:
@@ -111,32 +145,83 @@ class LearnerLink:
                 ident, *frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            actor = ident.decode(errors="replace")
             try:
                 kind, meta, _ = decode(frames)
             except MessageError as e:
-                self.bad_messages += 1
-                log.warning("dropped a ctrl message: %s", e)
+                self.reject(f"undecodable ctrl: {e}", actor)
                 continue
-            actor = ident.decode(errors="replace")
             if kind == "hello":
-                if meta.get("config_hash") != self.config_hash:
-                    reason = (f"config hash {meta.get('config_hash')} differs from the learner's {self.config_hash}: "
-                              "start both from the same config")  # fmt: skip
-                    self.router.send_multipart([ident, *encode("refused", {"reason": reason})])
-                    continue
-                self.actors.setdefault(actor, {"received": 0})["last_seen"] = time.monotonic()
-                self.router.send_multipart([ident, *encode("welcome", {"config_hash": self.config_hash})])
-                if self._weights is not None:
-                    self.router.send_multipart([ident, *self._weights])  # a late joiner gets weights at once
+                self._welcome(ident, actor, meta)
             elif kind == "heartbeat" and actor in self.actors:
-                self.actors[actor]["last_seen"] = time.monotonic()
+                info = self.actors[actor]
+                info["last_seen"] = time.monotonic()
+                info["stats"] = meta.get("stats", {})
+                if not info["alive"]:
+                    info["alive"] = True
+                    log.info("actor %s is back", actor)
+                self.router.send_multipart([ident, *encode("ack", self._ack_meta(actor))])
+            elif kind == "bye" and actor in self.actors:
+                self.actors[actor]["alive"] = False
+                log.info("actor %s left: %s", actor, meta.get("reason", ""))
 
+    def _welcome(self, ident: bytes, actor: str, meta: dict) -> None:
+        if meta.get("config_hash") != self.config_hash:
+            reason = (f"config hash {meta.get('config_hash')} differs from the learner's {self.config_hash}: "
+                      "start both from the same config")  # fmt: skip
+            self.router.send_multipart([ident, *encode("refused", {"reason": reason})])
+            return
+        info = self.actors.get(actor)
+        if info is None or info["session"] != meta.get("session"):
+            # a new actor process, or one this learner has not met: take its stream from its first unacked message
+            received = info["received"] if info else 0
+            acked = int(meta.get("first_unacked", 1)) - 1
+            info = {"session": meta.get("session"), "acked": acked, "received": received, "stats": {}}
+            self.actors[actor] = info
+        info.update(last_seen=time.monotonic(), alive=True)
+        self.router.send_multipart([ident, *encode("welcome", self._ack_meta(actor))])
+        if self._weights is not None:
+            self.router.send_multipart([ident, *self._weights])  # a late joiner gets weights at once
+
+    def _ack_meta(self, actor: str) -> dict:
+        info = self.actors[actor]
+        return {"incarnation": self.incarnation, "session": info["session"], "acked": info["acked"]}
+
+    def ack(self, actor: str, seq: int) -> None:
+        """Acknowledge messages up to `seq` (with auto_ack off, call this once they are stored durably)."""
+        if self._last_ack_sent.get(actor) != seq:
+            self._last_ack_sent[actor] = seq
+            meta = {**self._ack_meta(actor), "acked": seq}
+            self.router.send_multipart([actor.encode(), *encode("ack", meta)])
+
+    def send_acks(self) -> None:
+        for actor, info in self.actors.items():
+            if info.get("alive"):
+                self.ack(actor, info["acked"])
+
+    def _check_liveness(self) -> None:
+        now = time.monotonic()
+        for actor, info in self.actors.items():
+            if info.get("alive") and now - info["last_seen"] > self.actor_timeout_s:
+                info["alive"] = False
+                log.warning("actor %s lost: nothing heard for %.1f s", actor, now - info["last_seen"])
+
+    def count_received(self, actor: str, n: int) -> None:
+        """Env steps taken from `actor` (reported back in the status, for the actor's throttle)."""
+        if actor in self.actors:
+            self.actors[actor]["received"] += n
+
+    @property
+    def alive_actors(self) -> list[str]:
+        return [a for a, info in self.actors.items() if info.get("alive")]
+
+    # --- sending ------------------------------------------------------------------------------
     def publish_weights(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        self._weights = encode("weights", {"version": version}, arrays)
-        self.pub.send_multipart(self._weights)
+        self._weights = encode("weights", {"version": version, "incarnation": self.incarnation}, arrays)
+        self.pub.send_multipart(self._weights, copy=False)
 
     def publish_status(self, meta: dict) -> None:
-        self.pub.send_multipart(encode("status", meta))
+        self.pub.send_multipart(encode("status", {**meta, "incarnation": self.incarnation}))
 
     def stop_actors(self, reason: str) -> None:
         msg = encode("stop", {"reason": reason})
@@ -145,83 +230,170 @@ class LearnerLink:
             self.router.send_multipart([actor.encode(), *msg])
 
     def close(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
         self.ctx.destroy(linger=0)
 
 
 class ActorLink:
-    """An actor's side: connects to the learner's three channels; never blocks the control loop."""
+    """An actor's side: connects to the learner's three channels; every call returns without blocking
+    (except `hello`). Not thread-safe: one thread owns it (see `ActorTransport`)."""
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, actor_id: str,
-                 max_queued_messages: int = 1000) -> None:  # fmt: skip
+                 max_unacked_messages: int = 2000, learner_timeout_s: float = 3.0,
+                 curve: CurveKeys | None = None) -> None:  # fmt: skip
         self.actor_id = actor_id
         self.host, self.ctrl_port = host, ctrl_port
+        self.session = _new_id()  # this actor process; the learner numbers our messages within it
+        self.learner_timeout_s = learner_timeout_s
+        self.max_unacked = max_unacked_messages
         self.ctx = zmq.Context()
-        self.push = self.ctx.socket(zmq.PUSH)
+        self.push = self._connect(zmq.PUSH, host, data_port, curve)
         self.push.setsockopt(zmq.SNDHWM, 100)
-        self.push.setsockopt(zmq.LINGER, 2000)  # give queued steps a moment to leave on close
-        self.push.connect(endpoint(host, data_port))
-        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub = self._connect(zmq.SUB, host, weights_port, curve)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.connect(endpoint(host, weights_port))
-        self.dealer = self.ctx.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.IDENTITY, actor_id.encode())
-        self.dealer.setsockopt(zmq.LINGER, 0)
-        self.dealer.connect(endpoint(host, ctrl_port))
-        self.outbox: collections.deque = collections.deque(maxlen=max_queued_messages)
+        self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
+        self.seq = 0
+        self.unacked: collections.OrderedDict[int, list] = collections.OrderedDict()  # seq → encoded message
+        self.next_to_send = 1
         self.dropped_messages = 0
+        self.connected = False
+        self.incarnation: int | None = None
+        self.config_hash = ""
+        self._last_heard = self._last_hello = time.monotonic()
+
+    def _connect(self, kind, host, port, curve, identity: bytes | None = None) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        if identity:
+            sock.setsockopt(zmq.IDENTITY, identity)
+        if curve:
+            curve.make_client(sock)
+        sock.connect(endpoint(host, port))
+        return sock
+
+    # --- session ------------------------------------------------------------------------------
+    def _send_hello(self) -> None:
+        first_unacked = next(iter(self.unacked), self.seq + 1)
+        meta = {"config_hash": self.config_hash, "actor": self.actor_id, "session": self.session,
+                "first_unacked": first_unacked}  # fmt: skip
+        self._ctrl_send(encode("hello", meta))
+        self._last_hello = time.monotonic()
+
+    def _ctrl_send(self, frames: list) -> None:
+        """Best effort: with no learner connected the message waits nowhere (the next hello/heartbeat repeats it)."""
+        try:
+            self.dealer.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def hello(self, config_hash: str, timeout_s: float) -> list[tuple[str, dict, dict]]:
         """Say hello and wait for the welcome; returns any messages that came with it (e.g. weights)."""
-        self.dealer.send_multipart(encode("hello", {"config_hash": config_hash, "actor": self.actor_id}))
-        if not self.dealer.poll(int(timeout_s * 1000)):
-            raise TransportError(
-                f"no learner answered at {endpoint(self.host, self.ctrl_port)} within {timeout_s:.0f} s: "
-                "start `robo-rl learner` first, or point transport.host/ctrl_port at it"
-            )
-        kind, meta, _ = decode(self.dealer.recv_multipart())
-        if kind == "refused":
-            raise TransportError(f"the learner refused this actor: {meta.get('reason')}")
-        return self.poll(timeout_ms=200)
+        self.config_hash = config_hash
+        self._send_hello()
+        deadline = time.monotonic() + timeout_s
+        out: list = []
+        while not self.connected:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.dealer.poll(int(left * 1000)):
+                raise TransportError(
+                    f"no learner answered at {endpoint(self.host, self.ctrl_port)} within {timeout_s:.0f} s: "
+                    "start `robo-rl learner` first, or point transport.host/ctrl_port at it"
+                )
+            out += self.poll()
+        return out + self.poll(timeout_ms=100)
 
+    def _on_welcome(self, meta: dict) -> None:
+        self.incarnation = meta["incarnation"]
+        self._drop_acked(meta["acked"])
+        self.next_to_send = next(iter(self.unacked), self.seq + 1)  # resend all the learner has not taken
+        self.connected = True
+        self._last_heard = time.monotonic()
+        self.flush()
+
+    def _lost_learner(self, why: str) -> None:
+        if self.connected:
+            log.warning("lost the learner (%s); saying hello again, %d messages kept to resend", why, len(self.unacked))
+        self.connected = False
+        self._send_hello()
+
+    def _drop_acked(self, acked: int | None) -> None:
+        while acked is not None and self.unacked and next(iter(self.unacked)) <= acked:
+            self.unacked.popitem(last=False)
+
+    # --- data ---------------------------------------------------------------------------------
     def send_steps(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Queue a step batch and send what the socket takes now; a full queue drops the oldest."""
-        if len(self.outbox) == self.outbox.maxlen:
+        """Number and queue a step batch and send what the socket takes now. When the bounded buffer is full,
+        the oldest unacknowledged message is dropped and counted (the control loop never waits)."""
+        self.seq += 1
+        header = {"actor": self.actor_id, "session": self.session, "seq": self.seq, **meta}
+        if len(self.unacked) >= self.max_unacked:
+            self.unacked.popitem(last=False)
             self.dropped_messages += 1
-        self.outbox.append(encode("steps", {"actor": self.actor_id, **meta}, arrays))
+        self.unacked[self.seq] = encode("steps", header, arrays)
         self.flush()
 
     def flush(self) -> None:
-        while self.outbox:
-            try:
-                self.push.send_multipart(self.outbox[0], zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self.outbox.popleft()
+        while self.connected and self.next_to_send <= self.seq:
+            frames = self.unacked.get(self.next_to_send)
+            if frames is not None:
+                try:
+                    self.push.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    return
+            self.next_to_send += 1
 
-    def heartbeat(self) -> None:
-        self.dealer.send_multipart(encode("heartbeat", {"actor": self.actor_id}), zmq.NOBLOCK)
+    def heartbeat(self, stats: dict | None = None) -> None:
+        stats = {"unacked": len(self.unacked), "dropped": self.dropped_messages, **(stats or {})}
+        self._ctrl_send(encode("heartbeat", {"actor": self.actor_id, "stats": stats}))
 
+    # --- receiving ----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, dict]]:
-        """Messages from the learner (weights, status, stop), oldest first; never blocks past timeout."""
+        """Weights, status and stop messages from the learner, oldest first. Acks, welcomes and learner
+        restarts are handled here."""
         out = []
+        if timeout_ms:
+            zmq.select([self.dealer, self.sub], [], [], timeout_ms / 1000)
         for sock in (self.dealer, self.sub):
-            if timeout_ms and not out and not sock.poll(timeout_ms if sock is self.dealer else 0):
-                continue
             while True:
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 try:
-                    out.append(decode(frames))
+                    kind, meta, arrays = decode(frames)
                 except MessageError as e:
                     log.warning("dropped a message from the learner: %s", e)
+                    continue
+                self._last_heard = time.monotonic()
+                if kind == "refused":
+                    raise TransportError(f"the learner refused this actor: {meta.get('reason')}")
+                if kind == "welcome":
+                    self._on_welcome(meta)
+                elif kind in ("ack", "status", "weights") and self.connected and meta.get("incarnation") not in (
+                    None, self.incarnation):  # fmt: skip
+                    self._lost_learner("it restarted")
+                elif kind == "ack":
+                    if meta.get("session") == self.session:
+                        self._drop_acked(meta["acked"])
+                else:
+                    out.append((kind, meta, arrays))
+        now = time.monotonic()
+        if self.connected and now - self._last_heard > self.learner_timeout_s:
+            self._lost_learner(f"nothing heard for {now - self._last_heard:.1f} s")
+        elif not self.connected and self.config_hash and now - self._last_hello > 1.0:
+            self._send_hello()
+        self.flush()
         return out
 
+    def bye(self, reason: str) -> None:
+        self._ctrl_send(encode("bye", {"actor": self.actor_id, "reason": reason}))
+
     def close(self, linger_s: float = 2.0) -> None:
+        """Give unacknowledged messages up to `linger_s` to be taken, then close."""
         deadline = time.monotonic() + linger_s
-        while self.outbox and time.monotonic() < deadline:
-            self.flush()
-            time.sleep(0.01)
-        self.ctx.destroy(linger=int(linger_s * 1000))
+        while self.unacked and self.connected and time.monotonic() < deadline:
+            self.poll(timeout_ms=20)
+        if self.unacked:
+            log.warning("closing with %d unacknowledged messages", len(self.unacked))
+        self.ctx.destroy(linger=0)

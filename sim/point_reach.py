@@ -1,4 +1,5 @@
-"""A tiny RobotEnv for core tests: move a point to a goal in the plane (no MuJoCo)."""
+"""PointReach: move a point to a goal in the plane. No physics, microseconds a step: for fast tests of the
+core, control-loop benchmarks and dry runs of the actor/learner machinery."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ class PointReachEnv(RobotEnv):
     control_hz = 10.0
     state_names = ("x", "y", "goal_x", "goal_y")
 
-    def __init__(self, max_episode_steps: int = 20, step_size: float = 0.2, camera: bool = False) -> None:
+    def __init__(self, max_episode_steps: int = 20, step_size: float = 0.2, camera: bool = False,
+                 control_hz: float = 10.0) -> None:  # fmt: skip
         super().__init__()
+        self.control_hz = float(control_hz)
         self.max_episode_steps = max_episode_steps
         self.step_size = step_size
         self.camera_names = ("top",) if camera else ()

@@ -1,0 +1,120 @@
+"""`ActorTransport`: the actor's network I/O on a thread of its own, so the control loop never waits.
+
+The control loop hands step batches to a bounded queue and swaps in the newest policy between steps; the
+thread owns the ZeroMQ sockets (they are not thread-safe), sends, resends after a learner restart,
+heartbeats with the queue's fill level, and loads new weights into a spare copy of the policy (double
+buffering: the copy the control loop runs is never written, and no weights are copied on its thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from robo_rl.transport.link import ActorLink
+
+log = logging.getLogger(__name__)
+
+
+class ActorTransport:
+    def __init__(self, link: ActorLink, load_weights: Callable[[object, dict], None], spare_policy: object,
+                 max_queued_batches: int = 500, heartbeat_every_s: float = 0.5,
+                 extra_stats: Callable[[], dict] | None = None) -> None:  # fmt: skip
+        self.link = link
+        self.load_weights = load_weights  # (policy, arrays) → None, run on the I/O thread
+        self._spare = spare_policy  # the policy copy the I/O thread may write; None while the control loop has it
+        self._pending: tuple[int, dict] | None = None  # the newest weights not yet loaded
+        self._ready: tuple[int, object] | None = None  # a loaded policy waiting for the control loop
+        self.version = -1
+        self.heartbeat_every_s = heartbeat_every_s
+        self.extra_stats = extra_stats or dict  # more numbers for the heartbeat (e.g. the control-loop jitter)
+        self.outbox: queue.Queue = queue.Queue(maxsize=max_queued_batches)
+        self.dropped_batches = 0  # the outbox was full: the learner cannot keep up and the actor's buffer is full
+        self.status: dict = {}
+        self.stop_reason: str | None = None
+        self.error: Exception | None = None
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{link.actor_id}-transport", daemon=True)
+
+    def start(self, config_hash: str, hello_timeout_s: float) -> None:
+        """Say hello on the calling thread (so a missing learner is a plain error), then start the I/O thread."""
+        self._handle(self.link.hello(config_hash, hello_timeout_s))
+        self._load_pending()
+        self._thread.start()
+
+    def take_policy(self, current: object) -> tuple[int, object] | None:
+        """On the control loop, between steps: the newest loaded (version, policy), handing `current` back as
+        the spare; None when nothing new is ready."""
+        ready = self._ready
+        if ready is None:
+            return None
+        self._ready = None
+        self._spare = current
+        return ready
+
+    def _load_pending(self) -> None:
+        if self._pending is None or self._ready is not None or self._spare is None:
+            return
+        (version, arrays), self._pending = self._pending, None
+        policy, self._spare = self._spare, None
+        self.load_weights(policy, arrays)
+        self._ready = (version, policy)
+
+    def send(self, meta: dict, arrays: dict) -> None:
+        try:
+            self.outbox.put_nowait((meta, arrays))
+        except queue.Full:
+            self.dropped_batches += 1
+
+    @property
+    def fill(self) -> float:
+        return self.outbox.qsize() / self.outbox.maxsize
+
+    def _handle(self, messages: list) -> None:
+        for kind, meta, arrays in messages:
+            if kind == "weights":
+                if meta["version"] > self.version:  # latest wins: an older pending version is simply replaced
+                    self.version = int(meta["version"])
+                    self._pending = (self.version, arrays)
+            elif kind == "status":
+                self.status = meta
+            elif kind == "stop":
+                self.stop_reason = meta.get("reason", "stopped by the learner")
+
+    def _run(self) -> None:
+        last_beat = 0.0
+        try:
+            while not self._closing.is_set():
+                while True:
+                    try:
+                        meta, arrays = self.outbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    self.link.send_steps(meta, arrays)
+                self._handle(self.link.poll(timeout_ms=2))
+                self._load_pending()
+                now = time.monotonic()
+                if now - last_beat > self.heartbeat_every_s:
+                    self.link.heartbeat({"outbox_fill": round(self.fill, 3), "dropped_batches": self.dropped_batches,
+                                         **self.extra_stats()})  # fmt: skip
+                    last_beat = now
+        except Exception as e:  # surfaced to the control loop, which stops with this error
+            self.error = e
+            log.error("transport thread failed: %s", e)
+
+    def close(self, reason: str, linger_s: float = 2.0) -> None:
+        """Stop the thread after the outbox is handed over, say bye, and give unacked data `linger_s`."""
+        deadline = time.monotonic() + linger_s
+        while not self.outbox.empty() and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._closing.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self.link.bye(reason)
+        except Exception:  # the socket may already be gone; closing must not fail
+            pass
+        self.link.close(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,158 @@
+"""Transport faults with real processes on loopback: learner restart, actor death, garbage, no key."""
+
+import collections
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from robo_rl.transport.codec import encode
+from robo_rl.transport.link import ActorLink, LearnerLink, TransportError
+from robo_rl.transport.security import CurveKeys, generate_keys
+from tests.test_transport import free_ports, serve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def peer(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.transport_peers", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
+    ports = [str(p) for p in free_ports(3)]
+    out = tmp_path / "received.txt"
+    sink = peer("sink", "--ports", *ports, "--out", str(out))
+    sources = [peer("source", "--ports", *ports, "--actor", f"actor-{i}", "--count", "300") for i in range(2)]
+    try:
+        time.sleep(1.5)  # about half of the stream is through
+        sink.kill()  # kill -9: no goodbye, no flush
+        sink.wait()
+        time.sleep(0.5)  # the actors keep producing while no learner is there
+        sink = peer("sink", "--ports", *ports, "--out", str(out))
+        for s in sources:
+            text, _ = s.communicate(timeout=90)
+            assert s.returncode == 0 and "unacked=0 dropped=0" in text, text
+    finally:
+        sink.kill()
+        for s in sources:
+            s.kill()
+    lines = out.read_text().split()
+    got = collections.Counter(zip(lines[0::2], map(int, lines[1::2]), strict=True))
+    expected = {(f"actor-{i}", k) for i in range(2) for k in range(300)}
+    assert set(got) == expected, f"missing {sorted(expected - set(got))[:5]}"
+    assert max(got.values()) == 1, "a message was stored twice"
+
+
+def test_an_actor_killed_is_noticed_within_3_s_and_the_others_are_still_served(tmp_path):
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test", actor_timeout_s=3.0)
+    doomed = peer("source", "--ports", *map(str, ports), "--actor", "doomed", "--count", "100000")
+    survivor = ActorLink("127.0.0.1", *ports, actor_id="survivor")
+    try:
+        t, _ = serve(learner, 1.0)
+        survivor.hello("test", timeout_s=5)
+        t.join()
+        deadline = time.monotonic() + 20
+        while "doomed" not in learner.alive_actors and time.monotonic() < deadline:
+            learner.poll(10)
+        doomed.kill()
+        killed_at = time.monotonic()
+        received = []
+        while "doomed" in learner.alive_actors and time.monotonic() - killed_at < 10:
+            survivor.send_steps({}, {"payload": np.array([len(received)], np.int64)})
+            survivor.heartbeat()
+            received += [a for a, _ in learner.poll(20) if a == "survivor"]
+            survivor.poll()
+        noticed_after = time.monotonic() - killed_at
+        assert "doomed" not in learner.alive_actors and noticed_after < 3.0 + 0.5, noticed_after
+        assert "survivor" in learner.alive_actors and len(received) > 10
+    finally:
+        doomed.kill()
+        survivor.close(0)
+        learner.close()
+
+
+def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_the_learner_keeps_serving():
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test", max_message_mb=1.0)
+    actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.PUSH)
+    raw.connect(f"tcp://127.0.0.1:{ports[0]}")
+    try:
+        t, _ = serve(learner, 1.0)
+        actor.hello("test", timeout_s=5)
+        t.join()
+        raw.send(b"\x00garbage")
+        raw.send_multipart(encode("weights", {"actor": "actor-0"}))  # a kind that has no place on this channel
+        raw.send_multipart(encode("steps", {"actor": "actor-0", "session": actor.session, "seq": "x"}))
+        raw.send(b"\0" * (2 << 20))  # over max_message_mb: ZeroMQ drops it with the connection
+        actor.send_steps({}, {"payload": np.array([7], np.int64)})
+        received = []
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            received = learner.poll(20)
+        assert [a for a, _ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
+        assert learner.bad_messages["undecodable"] == 1
+        assert learner.bad_messages["wrong kind"] == 1 and learner.bad_messages["no sequence number"] == 1
+    finally:
+        ctx.destroy(linger=0)
+        actor.close(0)
+        learner.close()
+
+
+def test_nan_in_a_step_batch_is_refused_by_the_learner_with_the_field_named(tmp_path):
+    from robo_rl.schema import check_step_batch, step_fields
+
+    fields = step_fields(3, 2, {})
+    batch = {k: np.zeros((2, *shape), dtype) for k, (shape, dtype) in fields.items()}
+    batch["action_executed"][1, 0] = np.inf
+    with pytest.raises(ValueError, match="'action_executed' contains NaN or inf"):
+        check_step_batch(batch, fields)
+
+
+def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights(tmp_path):
+    generate_keys(tmp_path / "keys", ["actor-0"])
+    generate_keys(tmp_path / "other", ["intruder"])  # a valid keypair the learner never authorised
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test", curve=CurveKeys.load(tmp_path / "keys", "learner"))
+    good = ActorLink("127.0.0.1", *ports, "actor-0", curve=CurveKeys.load(tmp_path / "keys", "actor-0"))
+    intruder_keys = CurveKeys.load(tmp_path / "other", "intruder")
+    intruder_keys.server_public = CurveKeys.load(tmp_path / "keys", "actor-0").server_public  # knows the server key
+    intruder = ActorLink("127.0.0.1", *ports, "intruder", curve=intruder_keys)
+    plain = ActorLink("127.0.0.1", *ports, "plain")  # no CURVE at all
+    try:
+        t, received = serve(learner, 3.0)
+        good.hello("test", timeout_s=2)
+        for client in (intruder, plain):
+            with pytest.raises(TransportError, match="no learner answered"):
+                client.hello("test", timeout_s=1)
+        learner.publish_weights(1, {"w": np.ones(3, np.float32)})
+        for client in (intruder, plain):
+            client.connected = True  # pretend, to push data anyway
+            client.send_steps({}, {"payload": np.array([1], np.int64)})
+        good.send_steps({}, {"payload": np.array([2], np.int64)})
+        time.sleep(0.3)
+        t.join()
+        assert [a for a, _ in received] == ["actor-0"]
+        assert learner.unannounced == 0 and not learner.bad_messages, "nothing from them even reached the learner"
+        assert set(learner.actors) == {"actor-0"}
+        assert any(k == "weights" for k, _, _ in good.poll(200))
+        for client in (intruder, plain):
+            assert not [k for k, _, _ in client.poll(200) if k == "weights"]
+    finally:
+        for c in (good, intruder, plain):
+            c.close(0)
+        learner.close()
+
+
+def test_non_loopback_bind_is_allowed_with_curve_keys(tmp_path):
+    generate_keys(tmp_path / "keys", ["actor-0"])
+    keys = CurveKeys.load(tmp_path / "keys", "learner")
+    learner = LearnerLink("0.0.0.0", *free_ports(3), config_hash="t", curve=keys)
+    learner.close()

@@ -1,0 +1,59 @@
+"""Peer processes for transport fault tests: `python -m tests.transport_peers sink|source ...`.
+
+sink:   a learner-side LearnerLink that stores each accepted message's (actor, seq) in a file, fsyncs,
+        and only then acknowledges it (the contract a durable learner follows).
+source: an actor-side ActorLink that sends N numbered step batches at a fixed rate, then waits until all
+        are acknowledged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from robo_rl.transport.link import ActorLink, LearnerLink
+
+
+def sink(args) -> None:
+    link = LearnerLink("127.0.0.1", *args.ports, config_hash="test")
+    link.auto_ack = False
+    with open(args.out, "a") as f:
+        while True:
+            for actor, arrays in link.poll(timeout_ms=10):
+                f.write(f"{actor} {int(arrays['payload'][0])}\n")
+                f.flush()
+                os.fsync(f.fileno())
+                link.ack(actor, link.actors[actor]["acked"])
+
+
+def source(args) -> None:
+    link = ActorLink("127.0.0.1", *args.ports, actor_id=args.actor, learner_timeout_s=1.0)
+    link.hello("test", timeout_s=10)
+    for i in range(args.count):
+        link.send_steps({}, {"payload": np.array([i], np.int64)})
+        deadline = time.monotonic() + args.period
+        while time.monotonic() < deadline:
+            link.poll(timeout_ms=2)
+        if i % 10 == 0:
+            link.heartbeat()
+    deadline = time.monotonic() + 60
+    while link.unacked and time.monotonic() < deadline:
+        link.poll(timeout_ms=10)
+        link.heartbeat()
+    print(f"unacked={len(link.unacked)} dropped={link.dropped_messages}", flush=True)
+    link.close(0)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["sink", "source"])
+    p.add_argument("--ports", type=int, nargs=3, required=True)
+    p.add_argument("--out", default="")
+    p.add_argument("--actor", default="actor-0")
+    p.add_argument("--count", type=int, default=300)
+    p.add_argument("--period", type=float, default=0.01)
+    a = p.parse_args()
+    sink(a) if a.role == "sink" else source(a)
