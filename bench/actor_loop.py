@@ -67,7 +67,7 @@ def serve(ports: list[int], seconds: float, config_hash: str) -> None:
             version += 1
             link.publish_weights(version, state_dict_to_arrays(policy.state_dict()))
             last_push = time.monotonic()
-        link.publish_status({"env_steps": steps, "updates": 0, "allowed_env_steps": 1e12, "received": {}})
+        link.publish_status({"env_steps": steps, "updates": 0, "allowed_env_steps": 1e12})
     link.stop_actors("done")
     time.sleep(0.5)
     link.close()

@@ -76,14 +76,14 @@ class Actor:
             self.stop_reason = t.stop_reason
 
     def _throttled(self) -> bool:
-        """In sim, hold back while the learner's UTD budget is spent (steps in flight count as received)."""
+        """In sim, hold back while the learner's UTD budget is spent (steps in flight count as received; this
+        holds across a learner restart, which starts its counts afresh)."""
         status = self.transport.status
         if not self.cfg.actor.throttle_to_learner:
             return False
         if not status:
             return True
-        in_flight = max(0, self.sent_steps - status["received"].get(self.cfg.actor.id, 0))
-        return status["env_steps"] + in_flight >= status["allowed_env_steps"]
+        return status["env_steps"] + self.transport.in_flight_steps >= status["allowed_env_steps"]
 
     def run(self) -> str:
         cfg = self.cfg
@@ -137,4 +137,5 @@ class Actor:
         return self.stop_reason
 
     def _send(self, records: list[dict]) -> None:
-        self.transport.send({"policy_version": self.policy_version}, stack_records(records, self.fields))
+        env_steps = sum(r["step"] > 0 for r in records)
+        self.transport.send({"policy_version": self.policy_version}, stack_records(records, self.fields), env_steps)

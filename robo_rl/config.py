@@ -16,8 +16,9 @@ import launch
 
 CONF_DIR = Path(launch.__file__).parent / "conf"
 
-# Keys that differ between the processes of one run and so stay out of the config hash.
-PROCESS_KEYS = ("actor", "logger", "run_dir", "resume", "checkpoint", "transport")
+# What actor and learner must agree on: the task (spaces, dynamics) and the policy (its weights must load).
+# Learner-only settings (algo, train budget, checkpoints) may differ, e.g. on resume with a longer budget.
+SHARED_KEYS = ("env", "policy")
 
 
 class ConfigError(ValueError):
@@ -52,10 +53,8 @@ def _one_line(e: Exception) -> str:
 
 
 def config_hash(cfg: DictConfig) -> str:
-    """A short hash of what actor and learner must agree on (everything but per-process keys)."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for key in PROCESS_KEYS:
-        data.pop(key, None)
+    """A short hash of what actor and learner must agree on (`SHARED_KEYS`)."""
+    data = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in SHARED_KEYS}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 

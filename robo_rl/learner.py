@@ -71,7 +71,6 @@ class Learner:
             return
         live = arrays["step"] > 0
         self.env_steps += int(live.sum())
-        self.link.count_received(actor, int(live.sum()))
         for i in np.flatnonzero(live):
             key = (actor, int(arrays["episode_id"][i]))
             self._returns[key] = self._returns.get(key, 0.0) + float(arrays["reward"][i])
@@ -155,9 +154,8 @@ class Learner:
         train = self.cfg.train
         allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
                    + self.cfg.actor.max_lead_steps)  # fmt: skip
-        received = {actor: info["received"] for actor, info in self.link.actors.items()}
         self.link.publish_status({"env_steps": self.env_steps, "updates": self.updates,
-                                  "allowed_env_steps": allowed, "received": received})  # fmt: skip
+                                  "allowed_env_steps": allowed})  # fmt: skip
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
         learning_steps = self.env_steps - self.steps_base - self.cfg.train.learning_starts

@@ -59,7 +59,7 @@ class LearnerLink:
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
-        # actor id → session, acked seq, last_seen, received steps, alive, its last reported stats
+        # actor id → session, acked seq, last_seen, alive, its last reported stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
         self.duplicates = self.unannounced = 0
@@ -174,9 +174,8 @@ class LearnerLink:
         info = self.actors.get(actor)
         if info is None or info["session"] != meta.get("session"):
             # a new actor process, or one this learner has not met: take its stream from its first unacked message
-            received = info["received"] if info else 0
             acked = int(meta.get("first_unacked", 1)) - 1
-            info = {"session": meta.get("session"), "acked": acked, "received": received, "stats": {}}
+            info = {"session": meta.get("session"), "acked": acked, "stats": {}}
             self.actors[actor] = info
         info.update(last_seen=time.monotonic(), alive=True)
         self.router.send_multipart([ident, *encode("welcome", self._ack_meta(actor))])
@@ -205,11 +204,6 @@ class LearnerLink:
             if info.get("alive") and now - info["last_seen"] > self.actor_timeout_s:
                 info["alive"] = False
                 log.warning("actor %s lost: nothing heard for %.1f s", actor, now - info["last_seen"])
-
-    def count_received(self, actor: str, n: int) -> None:
-        """Env steps taken from `actor` (reported back in the status, for the actor's throttle)."""
-        if actor in self.actors:
-            self.actors[actor]["received"] += n
 
     @property
     def alive_actors(self) -> list[str]:
@@ -254,7 +248,8 @@ class ActorLink:
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
         self.seq = 0
-        self.unacked: collections.OrderedDict[int, list] = collections.OrderedDict()  # seq → encoded message
+        self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
+        self.unacked_steps = 0  # env steps in unacknowledged messages: what the learner has not taken yet
         self.next_to_send = 1
         self.dropped_messages = 0
         self.connected = False
@@ -319,26 +314,27 @@ class ActorLink:
 
     def _drop_acked(self, acked: int | None) -> None:
         while acked is not None and self.unacked and next(iter(self.unacked)) <= acked:
-            self.unacked.popitem(last=False)
+            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
 
     # --- data ---------------------------------------------------------------------------------
-    def send_steps(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Number and queue a step batch and send what the socket takes now. When the bounded buffer is full,
-        the oldest unacknowledged message is dropped and counted (the control loop never waits)."""
+    def send_steps(self, meta: dict, arrays: dict[str, np.ndarray], env_steps: int = 0) -> None:
+        """Number and queue a step batch (holding `env_steps` env steps) and send what the socket takes now.
+        When the bounded buffer is full, the oldest unacknowledged message is dropped and counted."""
         self.seq += 1
         header = {"actor": self.actor_id, "session": self.session, "seq": self.seq, **meta}
         if len(self.unacked) >= self.max_unacked:
-            self.unacked.popitem(last=False)
+            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
             self.dropped_messages += 1
-        self.unacked[self.seq] = encode("steps", header, arrays)
+        self.unacked[self.seq] = (encode("steps", header, arrays), env_steps)
+        self.unacked_steps += env_steps
         self.flush()
 
     def flush(self) -> None:
         while self.connected and self.next_to_send <= self.seq:
-            frames = self.unacked.get(self.next_to_send)
-            if frames is not None:
+            entry = self.unacked.get(self.next_to_send)
+            if entry is not None:
                 try:
-                    self.push.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                    self.push.send_multipart(entry[0], zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     return
             self.next_to_send += 1

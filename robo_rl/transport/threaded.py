@@ -29,6 +29,7 @@ class ActorTransport:
         self._pending: tuple[int, dict] | None = None  # the newest weights not yet loaded
         self._ready: tuple[int, object] | None = None  # a loaded policy waiting for the control loop
         self.version = -1
+        self._steps_put = self._steps_moved = 0  # each written by one thread only, so no lock is needed
         self.heartbeat_every_s = heartbeat_every_s
         self.extra_stats = extra_stats or dict  # more numbers for the heartbeat (e.g. the control-loop jitter)
         self.outbox: queue.Queue = queue.Queue(maxsize=max_queued_batches)
@@ -63,11 +64,17 @@ class ActorTransport:
         self.load_weights(policy, arrays)
         self._ready = (version, policy)
 
-    def send(self, meta: dict, arrays: dict) -> None:
+    def send(self, meta: dict, arrays: dict, env_steps: int = 0) -> None:
         try:
-            self.outbox.put_nowait((meta, arrays))
+            self.outbox.put_nowait((meta, arrays, env_steps))
+            self._steps_put += env_steps
         except queue.Full:
             self.dropped_batches += 1
+
+    @property
+    def in_flight_steps(self) -> int:
+        """Env steps handed over but not yet acknowledged by the learner (queued here or unacknowledged)."""
+        return self._steps_put - self._steps_moved + self.link.unacked_steps
 
     @property
     def fill(self) -> float:
@@ -90,10 +97,11 @@ class ActorTransport:
             while not self._closing.is_set():
                 while True:
                     try:
-                        meta, arrays = self.outbox.get_nowait()
+                        meta, arrays, env_steps = self.outbox.get_nowait()
                     except queue.Empty:
                         break
-                    self.link.send_steps(meta, arrays)
+                    self.link.send_steps(meta, arrays, env_steps)
+                    self._steps_moved += env_steps
                 self._handle(self.link.poll(timeout_ms=2))
                 self._load_pending()
                 now = time.monotonic()
