@@ -91,18 +91,45 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
         raw.send(b"\x00garbage")
         raw.send_multipart(encode("weights", {"actor": "actor-0"}))  # a kind that has no place on this channel
         raw.send_multipart(encode("steps", {"actor": "actor-0", "session": actor.session, "seq": "x"}))
-        raw.send(b"\0" * (2 << 20))  # over max_message_mb: ZeroMQ drops it with the connection
+        raw.send(b"\0" * (2 << 20))  # over max_message_mb=1
         actor.send_steps({}, {"payload": np.array([7], np.int64)})
         received = []
         deadline = time.monotonic() + 5
         while not received and time.monotonic() < deadline:
             received = learner.poll(20)
         assert [a for a, _ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
-        assert learner.bad_messages["undecodable"] == 1
+        assert learner.bad_messages["undecodable"] == 1 and learner.bad_messages["oversized"] == 1
         assert learner.bad_messages["wrong kind"] == 1 and learner.bad_messages["no sequence number"] == 1
     finally:
         ctx.destroy(linger=0)
         actor.close(0)
+        learner.close()
+
+
+def test_an_actor_speaking_another_schema_version_is_refused_naming_both_versions():
+    import msgpack
+
+    from robo_rl.schema import SCHEMA_VERSION
+    from robo_rl.transport.codec import decode
+
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test")
+    ctx = zmq.Context()
+    newer = ctx.socket(zmq.DEALER)  # an actor running a newer robo_rl
+    newer.setsockopt(zmq.IDENTITY, b"actor-9")
+    newer.connect(f"tcp://127.0.0.1:{ports[2]}")
+    try:
+        t, _ = serve(learner, 1.0)
+        header = {"v": SCHEMA_VERSION + 1, "kind": "hello", "meta": {"config_hash": "test"}, "arrays": []}
+        newer.send_multipart([msgpack.packb(header)])
+        assert newer.poll(2000)
+        kind, meta, _ = decode(newer.recv_multipart())
+        t.join()
+        assert kind == "refused"
+        assert f"schema version {SCHEMA_VERSION + 1} received, this process speaks {SCHEMA_VERSION}" in meta["reason"]
+        assert learner.bad_messages["undecodable ctrl"] == 1 and "actor-9" not in learner.actors
+    finally:
+        ctx.destroy(linger=0)
         learner.close()
 
 
@@ -156,3 +183,30 @@ def test_non_loopback_bind_is_allowed_with_curve_keys(tmp_path):
     keys = CurveKeys.load(tmp_path / "keys", "learner")
     learner = LearnerLink("0.0.0.0", *free_ports(3), config_hash="t", curve=keys)
     learner.close()
+
+
+def test_a_stalled_learner_never_blocks_the_control_loop_and_the_backlog_is_reported():
+    from robo_rl.transport.threaded import ActorTransport
+
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test")
+    link = ActorLink("127.0.0.1", *ports, actor_id="actor-0", max_unacked_messages=50)
+    transport = ActorTransport(link, lambda policy, arrays: None, spare_policy=object(), max_queued_batches=20)
+    try:
+        t, _ = serve(learner, 1.0)
+        transport.start("test", hello_timeout_s=2)
+        t.join()  # from here on the learner takes nothing: a stalled learner
+        payload = {"image": np.zeros((10, 128, 128, 3), np.uint8)}
+        worst = 0.0
+        for _ in range(300):
+            start = time.perf_counter()
+            transport.send({}, payload, env_steps=10)
+            worst = max(worst, time.perf_counter() - start)
+        time.sleep(0.5)
+        assert worst < 0.005, f"send blocked the control loop for {worst * 1e3:.1f} ms"
+        assert link.dropped_messages > 0 or transport.dropped_batches > 0, "the bound was not enforced"
+        assert len(link.unacked) <= 50 and transport.outbox.qsize() <= 20
+        assert transport.in_flight_steps <= (50 + 20) * 10
+    finally:
+        transport.close("test", linger_s=0)
+        learner.close()

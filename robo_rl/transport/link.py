@@ -52,9 +52,10 @@ class LearnerLink:
         self.ctx = zmq.Context()
         self.curve = curve
         self._auth = curve.start_authenticator(self.ctx) if curve else None
-        max_bytes = int(max_message_mb * 2**20)
-        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", max_bytes)
-        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", max_bytes)
+        self.max_message_bytes = int(max_message_mb * 2**20)
+        hard_cap = 4 * self.max_message_bytes  # beyond this ZeroMQ drops the connection before we see the message
+        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", hard_cap)
+        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", hard_cap)
         self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port", 1 << 20)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
@@ -112,6 +113,10 @@ class LearnerLink:
         log.warning("dropped a message from %s: %s", sender, reason)
 
     def _accept_data(self, frames: list) -> tuple[str, dict] | None:
+        size = sum(memoryview(f).nbytes for f in frames)
+        if size > self.max_message_bytes:
+            self.reject(f"oversized: {size / 2**20:.1f} MB over the {self.max_message_bytes / 2**20:.0f} MB limit")
+            return None
         try:
             kind, meta, arrays = decode(frames)
         except MessageError as e:
@@ -150,6 +155,8 @@ class LearnerLink:
                 kind, meta, _ = decode(frames)
             except MessageError as e:
                 self.reject(f"undecodable ctrl: {e}", actor)
+                if "schema version" in str(e):  # tell the actor, so it stops with a clear error instead of waiting
+                    self.router.send_multipart([ident, *encode("refused", {"reason": str(e)})])
                 continue
             if kind == "hello":
                 self._welcome(ident, actor, meta)
@@ -359,6 +366,9 @@ class ActorLink:
                 try:
                     kind, meta, arrays = decode(frames)
                 except MessageError as e:
+                    if "schema version" in str(e):
+                        raise TransportError(f"the learner speaks another message schema ({e}): "
+                                             "install the same robo_rl version on both sides") from None
                     log.warning("dropped a message from the learner: %s", e)
                     continue
                 self._last_heard = time.monotonic()
