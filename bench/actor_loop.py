@@ -14,24 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 
+from robo_rl.transport.link import free_ports
+
 HIDDEN = [2240, 2240, 2240]  # ≈ 10M parameters with the PointReach state
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def config(hz: float, ports: list[int], seconds: float):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from robo_rl.runs import read_metrics
-from tests.test_transport import free_ports
+from robo_rl.transport.link import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 

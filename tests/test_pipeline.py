@@ -11,7 +11,7 @@ from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.evaluate import evaluate_policy
 from robo_rl.learner import Learner
 from robo_rl.runs import load_checkpoint, read_metrics
-from tests.test_transport import free_ports
+from robo_rl.transport.link import free_ports
 
 TOY = ["env=point_reach"]
 

@@ -1,6 +1,5 @@
 """The wire: codec round trips, refusal of bad messages, and the actor/learner link on loopback."""
 
-import socket
 import threading
 import time
 
@@ -10,17 +9,7 @@ import pytest
 
 from robo_rl.schema import SCHEMA_VERSION
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.link import ActorLink, LearnerLink, TransportError
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from robo_rl.transport.link import ActorLink, LearnerLink, TransportError, free_ports
 
 
 def test_round_trip_keeps_dtypes_shapes_and_values():

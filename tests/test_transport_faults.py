@@ -11,9 +11,9 @@ import pytest
 import zmq
 
 from robo_rl.transport.codec import encode
-from robo_rl.transport.link import ActorLink, LearnerLink, TransportError
+from robo_rl.transport.link import ActorLink, LearnerLink, TransportError, free_ports
 from robo_rl.transport.security import CurveKeys, generate_keys
-from tests.test_transport import free_ports, serve
+from tests.test_transport import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import socket
 import time
 
 import numpy as np
@@ -32,6 +33,18 @@ class TransportError(RuntimeError):
 
 def endpoint(host: str, port: int) -> str:
     return f"tcp://{host}:{port}"
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` TCP ports free on `host` right now (for tests, benchmarks and side-by-side runs)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _new_id() -> int:
