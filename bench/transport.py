@@ -143,24 +143,29 @@ def ours_actor(i, cfg, stop, ready) -> dict:
     from robo_rl.schema import step_fields
     from robo_rl.transport.codec import arrays_to_state_dict
     from robo_rl.transport.link import ActorLink
+    from robo_rl.transport.shm_weights import SharedWeightsReader
 
     pool = step_batch_pool(np.random.default_rng(i), step_fields(STATE_DIM, ACTION_DIM, CAMERAS), 4)
     policy = policy_module() if cfg.get("weights") else None
-    link = ActorLink(HOST, *cfg["ports"], f"actor{i}")
+    link = ActorLink(HOST, *cfg["ports"], f"actor{i}")  # local actors take weights from shared memory
+    shm = SharedWeightsReader()
     loads, wrong, k, received = [], 0, 0, 0
     try:
         link.hello(CONFIG_HASH, cfg["startup_s"])
         mark_ready(ready)
         while not stop.is_set():
             full = len(link.unacked) >= WINDOW  # then wait in poll (an ack frees the window) rather than spin
-            weights = [(meta, arrays) for kind, meta, arrays in link.poll(timeout_ms=1 if full else 0)
-                       if kind == "weights"]  # fmt: skip
+            weights = [(kind, meta, arrays) for kind, meta, arrays in link.poll(timeout_ms=1 if full else 0)
+                       if kind.startswith("weights")]  # fmt: skip
             received += len(weights)
             if weights and policy is not None:
-                meta, arrays = weights[-1]  # latest wins
-                policy.load_state_dict(arrays_to_state_dict(arrays))
-                loads.append((meta["version"], time.time()))
-                wrong += float(policy[0].weight.detach()[0, 0]) != meta["version"]
+                kind, meta, arrays = weights[-1]  # latest wins
+                arrays = shm.arrays(meta) if kind == "weights_shm" else arrays
+                if arrays is not None:
+                    policy.load_state_dict(arrays_to_state_dict(arrays))
+                    if kind == "weights" or shm.still_valid(meta):
+                        loads.append((meta["version"], time.time()))
+                        wrong += float(policy[0].weight.detach()[0, 0]) != meta["version"]
             if not full:
                 link.send_steps({"policy_version": 0}, numbered(pool[k % len(pool)], k))
                 k += 1

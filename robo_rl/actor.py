@@ -41,7 +41,7 @@ class Actor:
         self.sent_steps = 0
         t = cfg.transport
         link = ActorLink(t.host, t.data_port, t.weights_port, t.ctrl_port, cfg.actor.id,
-                         curve=curve_keys(cfg, cfg.actor.id))  # fmt: skip
+                         curve=curve_keys(cfg, cfg.actor.id), shared_memory_weights=t.shared_memory_weights)
         self.transport = ActorTransport(link, self._load_weights, copy.deepcopy(self.policy),
                                         heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter

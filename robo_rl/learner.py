@@ -58,7 +58,8 @@ class Learner:
         self.steps_base, self.updates_base = (self.env_steps, self.updates) if len(self.online) == 0 else (0, 0)
         t = cfg.transport
         self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
-                                actor_timeout_s=t.actor_timeout_s, curve=curve_keys(cfg, LEARNER_KEY))  # fmt: skip
+                                actor_timeout_s=t.actor_timeout_s, curve=curve_keys(cfg, LEARNER_KEY),
+                                shared_memory_weights=t.shared_memory_weights)  # fmt: skip
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 

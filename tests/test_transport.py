@@ -110,3 +110,46 @@ def test_a_mismatched_config_is_refused_by_name():
     finally:
         actor.close(0)
         learner.close()
+
+
+def test_a_local_actor_loads_weights_from_shared_memory_and_never_a_torn_copy():
+    import torch
+
+    from robo_rl.transport.shm_weights import SharedWeightsReader, SharedWeightsWriter, shm_available
+    from robo_rl.transport.threaded import ActorTransport
+
+    if not shm_available():
+        pytest.skip("no /dev/shm on this machine")
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+    link = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
+    assert link.shm_weights
+    policy, spare = torch.nn.Linear(64, 32), torch.nn.Linear(64, 32)
+    transport = ActorTransport(link, lambda p, arrays: p.load_state_dict(
+        {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}), spare_policy=spare)  # fmt: skip
+    try:
+        t, _ = serve(learner, 1.0)
+        transport.start("abc", hello_timeout_s=2)
+        t.join()
+        target = {"weight": np.full((32, 64), 3.0, np.float32), "bias": np.arange(32, dtype=np.float32)}
+        learner.publish_weights(5, target)
+        newer = None
+        deadline = time.monotonic() + 5
+        while newer is None and time.monotonic() < deadline:
+            newer = transport.take_policy(policy)
+            time.sleep(0.01)
+        assert newer is not None and newer[0] == 5
+        np.testing.assert_array_equal(newer[1].bias.detach().numpy(), target["bias"])
+        assert (newer[1].weight == 3.0).all()
+    finally:
+        transport.close("test", linger_s=0)
+        learner.close()
+
+    writer, reader = SharedWeightsWriter("test_torn"), SharedWeightsReader()
+    try:
+        notice = writer.write(1, {"x": np.ones(10, np.float32)})
+        assert reader.arrays(notice)["x"].sum() == 10
+        writer.write(3, {"x": np.zeros(10, np.float32)})  # the same slot (3 % 2 == 1 % 2) is rewritten
+        assert not reader.still_valid(notice) and reader.arrays(notice) is None
+    finally:
+        writer.close()

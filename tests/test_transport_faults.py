@@ -94,9 +94,9 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
         raw.send(b"\0" * (2 << 20))  # over max_message_mb=1
         actor.send_steps({}, {"payload": np.array([7], np.int64)})
         received = []
-        deadline = time.monotonic() + 5
-        while not received and time.monotonic() < deadline:
-            received = learner.poll(20)
+        deadline = time.monotonic() + 5  # two connections: the raw messages may come after the actor's
+        while (not received or sum(learner.bad_messages.values()) < 4) and time.monotonic() < deadline:
+            received += learner.poll(20)
         assert [a for a, _ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
         assert learner.bad_messages["undecodable"] == 1 and learner.bad_messages["oversized"] == 1
         assert learner.bad_messages["wrong kind"] == 1 and learner.bad_messages["no sequence number"] == 1
@@ -169,9 +169,9 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
         assert [a for a, _ in received] == ["actor-0"]
         assert learner.unannounced == 0 and not learner.bad_messages, "nothing from them even reached the learner"
         assert set(learner.actors) == {"actor-0"}
-        assert any(k == "weights" for k, _, _ in good.poll(200))
+        assert any(k.startswith("weights") for k, _, _ in good.poll(200))
         for client in (intruder, plain):
-            assert not [k for k, _, _ in client.poll(200) if k == "weights"]
+            assert not [k for k, _, _ in client.poll(200) if k.startswith("weights")]
     finally:
         for c in (good, intruder, plain):
             c.close(0)

@@ -22,7 +22,13 @@ import numpy as np
 import zmq
 
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.security import CurveKeys, check_bind_allowed
+from robo_rl.transport.security import CurveKeys, check_bind_allowed, is_loopback
+from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
+
+# PUB/SUB topics (a first frame before the message): subscribers filter at the publisher, so an actor that
+# reads weights from shared memory is never sent the 40 MB TCP copy.
+TOPIC_WEIGHTS, TOPIC_WEIGHTS_SHM, TOPIC_STATUS, TOPIC_STOP = b"w", b"m", b"s", b"x"
+LEARNER_KINDS = ("ack", "status", "weights", "weights_shm")  # messages stamped with the learner's incarnation
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +62,7 @@ class LearnerLink:
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, config_hash: str,
                  max_messages_per_poll: int = 64, actor_timeout_s: float = 3.0, max_message_mb: float = 512.0,
-                 curve: CurveKeys | None = None) -> None:  # fmt: skip
+                 curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
         check_bind_allowed(host, curve)
         self.config_hash = config_hash
         self.incarnation = _new_id()  # tells actors that this learner is a new process
@@ -64,6 +70,7 @@ class LearnerLink:
         self.actor_timeout_s = actor_timeout_s
         self.ctx = zmq.Context()
         self.curve = curve
+        self._shm: SharedWeightsWriter | None = None
         self._auth = curve.start_authenticator(self.ctx) if curve else None
         self.max_message_bytes = int(max_message_mb * 2**20)
         hard_cap = 4 * self.max_message_bytes  # beyond this ZeroMQ drops the connection before we see the message
@@ -80,6 +87,8 @@ class LearnerLink:
         self.auto_ack = True
         self._weights: list | None = None
         self._last_ack_sent: dict[str, int] = {}
+        if shared_memory_weights and shm_available():
+            self._shm = SharedWeightsWriter(f"{os.getpid()}_{self.incarnation:x}")
 
     def _bind(self, kind: int, host: str, port: int, key: str, max_bytes: int) -> zmq.Socket:
         sock = self.ctx.socket(kind)
@@ -232,20 +241,25 @@ class LearnerLink:
     # --- sending ------------------------------------------------------------------------------
     def publish_weights(self, version: int, arrays: dict[str, np.ndarray]) -> None:
         self._weights = encode("weights", {"version": version, "incarnation": self.incarnation}, arrays)
-        self.pub.send_multipart(self._weights, copy=False)
+        self.pub.send_multipart([TOPIC_WEIGHTS, *self._weights], copy=False)
+        if self._shm is not None:
+            notice = {**self._shm.write(version, arrays), "incarnation": self.incarnation}
+            self.pub.send_multipart([TOPIC_WEIGHTS_SHM, *encode("weights_shm", notice)])
 
     def publish_status(self, meta: dict) -> None:
-        self.pub.send_multipart(encode("status", {**meta, "incarnation": self.incarnation}))
+        self.pub.send_multipart([TOPIC_STATUS, *encode("status", {**meta, "incarnation": self.incarnation})])
 
     def stop_actors(self, reason: str) -> None:
         msg = encode("stop", {"reason": reason})
-        self.pub.send_multipart(msg)
+        self.pub.send_multipart([TOPIC_STOP, *msg])
         for actor in self.actors:
             self.router.send_multipart([actor.encode(), *msg])
 
     def close(self) -> None:
         if self._auth is not None:
             self._auth.stop()
+        if self._shm is not None:
+            self._shm.close()
         self.ctx.destroy(linger=0)
 
 
@@ -255,7 +269,7 @@ class ActorLink:
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, actor_id: str,
                  max_unacked_messages: int = 2000, learner_timeout_s: float = 3.0,
-                 curve: CurveKeys | None = None) -> None:  # fmt: skip
+                 curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
         self.actor_id = actor_id
         self.host, self.ctrl_port = host, ctrl_port
         self.session = _new_id()  # this actor process; the learner numbers our messages within it
@@ -265,7 +279,9 @@ class ActorLink:
         self.push = self._connect(zmq.PUSH, host, data_port, curve)
         self.push.setsockopt(zmq.SNDHWM, 100)
         self.sub = self._connect(zmq.SUB, host, weights_port, curve)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.shm_weights = shared_memory_weights and is_loopback(host) and shm_available()
+        for topic in (TOPIC_STATUS, TOPIC_STOP, TOPIC_WEIGHTS_SHM if self.shm_weights else TOPIC_WEIGHTS):
+            self.sub.setsockopt(zmq.SUBSCRIBE, topic)
         self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
         self.seq = 0
         self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
@@ -286,6 +302,14 @@ class ActorLink:
             curve.make_client(sock)
         sock.connect(endpoint(host, port))
         return sock
+
+    def use_tcp_weights(self, why: str) -> None:
+        """Shared memory did not work here (another container, no access): take weights over TCP instead."""
+        if self.shm_weights:
+            log.warning("weights from shared memory failed (%s); receiving them over TCP", why)
+            self.sub.setsockopt(zmq.UNSUBSCRIBE, TOPIC_WEIGHTS_SHM)
+            self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_WEIGHTS)
+            self.shm_weights = False
 
     # --- session ------------------------------------------------------------------------------
     def _send_hello(self) -> None:
@@ -373,9 +397,10 @@ class ActorLink:
         for sock in (self.dealer, self.sub):
             while True:
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
+                frames = [f.buffer for f in (frames[1:] if sock is self.sub else frames)]  # drop the topic
                 try:
                     kind, meta, arrays = decode(frames)
                 except MessageError as e:
@@ -389,8 +414,8 @@ class ActorLink:
                     raise TransportError(f"the learner refused this actor: {meta.get('reason')}")
                 if kind == "welcome":
                     self._on_welcome(meta)
-                elif kind in ("ack", "status", "weights") and self.connected and meta.get("incarnation") not in (
-                    None, self.incarnation):  # fmt: skip
+                elif kind in LEARNER_KINDS and self.connected and meta.get("incarnation", self.incarnation) != (
+                    self.incarnation):  # fmt: skip
                     self._lost_learner("it restarted")
                 elif kind == "ack":
                     if meta.get("session") == self.session:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from robo_rl.transport.link import ActorLink
+from robo_rl.transport.shm_weights import SharedWeightsReader
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class ActorTransport:
         self._pending: tuple[int, dict] | None = None  # the newest weights not yet loaded
         self._ready: tuple[int, object] | None = None  # a loaded policy waiting for the control loop
         self.version = -1
+        self._shm_reader = SharedWeightsReader()
         self._steps_put = self._steps_moved = 0  # each written by one thread only, so no lock is needed
         self.heartbeat_every_s = heartbeat_every_s
         self.extra_stats = extra_stats or dict  # more numbers for the heartbeat (e.g. the control-loop jitter)
@@ -59,9 +61,21 @@ class ActorTransport:
     def _load_pending(self) -> None:
         if self._pending is None or self._ready is not None or self._spare is None:
             return
-        (version, arrays), self._pending = self._pending, None
+        (version, source), self._pending = self._pending, None
+        notice = source if "layout" in source else None  # a shared-memory notice rather than the arrays
+        if notice is not None:
+            try:
+                source = self._shm_reader.arrays(notice)
+            except OSError as e:
+                self.link.use_tcp_weights(str(e))
+                return
+            if source is None:
+                return  # that slot already holds a newer version, whose notice is on its way
         policy, self._spare = self._spare, None
-        self.load_weights(policy, arrays)
+        self.load_weights(policy, source)
+        if notice is not None and not self._shm_reader.still_valid(notice):
+            self._spare = policy  # the learner overwrote the slot while we read it: wait for the next notice
+            return
         self._ready = (version, policy)
 
     def send(self, meta: dict, arrays: dict, env_steps: int = 0) -> None:
@@ -82,10 +96,10 @@ class ActorTransport:
 
     def _handle(self, messages: list) -> None:
         for kind, meta, arrays in messages:
-            if kind == "weights":
+            if kind in ("weights", "weights_shm"):
                 if meta["version"] > self.version:  # latest wins: an older pending version is simply replaced
                     self.version = int(meta["version"])
-                    self._pending = (self.version, arrays)
+                    self._pending = (self.version, arrays if kind == "weights" else meta)
             elif kind == "status":
                 self.status = meta
             elif kind == "stop":
