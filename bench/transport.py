@@ -141,8 +141,8 @@ def ours_learner(cfg, stop, ready) -> dict:
 
 def ours_actor(i, cfg, stop, ready) -> dict:
     from robo_rl.schema import step_fields
+    from robo_rl.transport.actor_link import ActorLink
     from robo_rl.transport.codec import arrays_to_state_dict
-    from robo_rl.transport.link import ActorLink
     from robo_rl.transport.shm_weights import SharedWeightsReader
 
     pool = step_batch_pool(np.random.default_rng(i), step_fields(STATE_DIM, ACTION_DIM, CAMERAS), 4)

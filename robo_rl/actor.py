@@ -20,8 +20,8 @@ from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.policy_io import policy_action
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
+from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict
-from robo_rl.transport.link import ActorLink
 from robo_rl.transport.security import curve_keys
 from robo_rl.transport.threaded import ActorTransport
 

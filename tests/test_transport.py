@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from robo_rl.schema import SCHEMA_VERSION
+from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.link import ActorLink, LearnerLink, TransportError, free_ports
+from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 
 
 def test_round_trip_keeps_dtypes_shapes_and_values():

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import zmq
 
+from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
-from robo_rl.transport.link import ActorLink, LearnerLink, TransportError, free_ports
+from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 from robo_rl.transport.security import CurveKeys, generate_keys
 from tests.test_transport import serve
 

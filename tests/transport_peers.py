@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from robo_rl.transport.link import ActorLink, LearnerLink
+from robo_rl.transport.actor_link import ActorLink
+from robo_rl.transport.link import LearnerLink
 
 
 def sink(args) -> None:

@@ -8,6 +8,8 @@ Delivery: every data message carries (actor, session, seq). The learner accepts 
 its seq is the next one for that session, and acknowledges what it has taken. The actor keeps what is
 not acknowledged (bounded) and, when the learner restarts (a new `incarnation` in its replies) or goes
 silent, says hello again and resends it. So nothing is lost or taken twice while the actor's buffer holds.
+
+This file: the protocol's shared names and the learner's side; `actor_link.py`: the actor's side.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import zmq
 
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.security import CurveKeys, check_bind_allowed, is_loopback
+from robo_rl.transport.security import CurveKeys, check_bind_allowed
 from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
 
 # PUB/SUB topics (a first frame before the message): subscribers filter at the publisher, so an actor that
@@ -53,7 +55,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def _new_id() -> int:
+def new_id() -> int:
     return int.from_bytes(os.urandom(6), "little")
 
 
@@ -65,7 +67,7 @@ class LearnerLink:
                  curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
         check_bind_allowed(host, curve)
         self.config_hash = config_hash
-        self.incarnation = _new_id()  # tells actors that this learner is a new process
+        self.incarnation = new_id()  # tells actors that this learner is a new process
         self.max_messages_per_poll = max_messages_per_poll
         self.actor_timeout_s = actor_timeout_s
         self.ctx = zmq.Context()
@@ -260,184 +262,4 @@ class LearnerLink:
             self._auth.stop()
         if self._shm is not None:
             self._shm.close()
-        self.ctx.destroy(linger=0)
-
-
-class ActorLink:
-    """An actor's side: connects to the learner's three channels; every call returns without blocking
-    (except `hello`). Not thread-safe: one thread owns it (see `ActorTransport`)."""
-
-    def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, actor_id: str,
-                 max_unacked_messages: int = 2000, learner_timeout_s: float = 3.0,
-                 curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
-        self.actor_id = actor_id
-        self.host, self.ctrl_port = host, ctrl_port
-        self.session = _new_id()  # this actor process; the learner numbers our messages within it
-        self.learner_timeout_s = learner_timeout_s
-        self.max_unacked = max_unacked_messages
-        self.ctx = zmq.Context()
-        self.push = self._connect(zmq.PUSH, host, data_port, curve)
-        self.push.setsockopt(zmq.SNDHWM, 100)
-        self.sub = self._connect(zmq.SUB, host, weights_port, curve)
-        self.shm_weights = shared_memory_weights and is_loopback(host) and shm_available()
-        for topic in (TOPIC_STATUS, TOPIC_STOP, TOPIC_WEIGHTS_SHM if self.shm_weights else TOPIC_WEIGHTS):
-            self.sub.setsockopt(zmq.SUBSCRIBE, topic)
-        self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
-        self.seq = 0
-        self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
-        self.unacked_steps = 0  # env steps in unacknowledged messages: what the learner has not taken yet
-        self.next_to_send = 1
-        self.dropped_messages = 0
-        self.connected = False
-        self.incarnation: int | None = None
-        self.config_hash = ""
-        self._last_heard = self._last_hello = time.monotonic()
-
-    def _connect(self, kind, host, port, curve, identity: bytes | None = None) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        if identity:
-            sock.setsockopt(zmq.IDENTITY, identity)
-        if curve:
-            curve.make_client(sock)
-        sock.connect(endpoint(host, port))
-        return sock
-
-    def use_tcp_weights(self, why: str) -> None:
-        """Shared memory did not work here (another container, no access): take weights over TCP instead."""
-        if self.shm_weights:
-            log.warning("weights from shared memory failed (%s); receiving them over TCP", why)
-            self.sub.setsockopt(zmq.UNSUBSCRIBE, TOPIC_WEIGHTS_SHM)
-            self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_WEIGHTS)
-            self.shm_weights = False
-
-    # --- session ------------------------------------------------------------------------------
-    def _send_hello(self) -> None:
-        first_unacked = next(iter(self.unacked), self.seq + 1)
-        meta = {"config_hash": self.config_hash, "actor": self.actor_id, "session": self.session,
-                "first_unacked": first_unacked}  # fmt: skip
-        self._ctrl_send(encode("hello", meta))
-        self._last_hello = time.monotonic()
-
-    def _ctrl_send(self, frames: list) -> None:
-        """Best effort: with no learner connected the message waits nowhere (the next hello/heartbeat repeats it)."""
-        try:
-            self.dealer.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:
-            pass
-
-    def hello(self, config_hash: str, timeout_s: float) -> list[tuple[str, dict, dict]]:
-        """Say hello and wait for the welcome; returns any messages that came with it (e.g. weights)."""
-        self.config_hash = config_hash
-        self._send_hello()
-        deadline = time.monotonic() + timeout_s
-        out: list = []
-        while not self.connected:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.dealer.poll(int(left * 1000)):
-                raise TransportError(
-                    f"no learner answered at {endpoint(self.host, self.ctrl_port)} within {timeout_s:.0f} s: "
-                    "start `robo-rl learner` first, or point transport.host/ctrl_port at it"
-                )
-            out += self.poll()
-        return out + self.poll(timeout_ms=100)
-
-    def _on_welcome(self, meta: dict) -> None:
-        self.incarnation = meta["incarnation"]
-        self._drop_acked(meta["acked"])
-        self.next_to_send = next(iter(self.unacked), self.seq + 1)  # resend all the learner has not taken
-        self.connected = True
-        self._last_heard = time.monotonic()
-        self.flush()
-
-    def _lost_learner(self, why: str) -> None:
-        if self.connected:
-            log.warning("lost the learner (%s); saying hello again, %d messages kept to resend", why, len(self.unacked))
-        self.connected = False
-        self._send_hello()
-
-    def _drop_acked(self, acked: int | None) -> None:
-        while acked is not None and self.unacked and next(iter(self.unacked)) <= acked:
-            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
-
-    # --- data ---------------------------------------------------------------------------------
-    def send_steps(self, meta: dict, arrays: dict[str, np.ndarray], env_steps: int = 0) -> None:
-        """Number and queue a step batch (holding `env_steps` env steps) and send what the socket takes now.
-        When the bounded buffer is full, the oldest unacknowledged message is dropped and counted."""
-        self.seq += 1
-        header = {"actor": self.actor_id, "session": self.session, "seq": self.seq, **meta}
-        if len(self.unacked) >= self.max_unacked:
-            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
-            self.dropped_messages += 1
-        self.unacked[self.seq] = (encode("steps", header, arrays), env_steps)
-        self.unacked_steps += env_steps
-        self.flush()
-
-    def flush(self) -> None:
-        while self.connected and self.next_to_send <= self.seq:
-            entry = self.unacked.get(self.next_to_send)
-            if entry is not None:
-                try:
-                    self.push.send_multipart(entry[0], zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    return
-            self.next_to_send += 1
-
-    def heartbeat(self, stats: dict | None = None) -> None:
-        stats = {"unacked": len(self.unacked), "dropped": self.dropped_messages, **(stats or {})}
-        self._ctrl_send(encode("heartbeat", {"actor": self.actor_id, "stats": stats}))
-
-    # --- receiving ----------------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, dict]]:
-        """Weights, status and stop messages from the learner, oldest first. Acks, welcomes and learner
-        restarts are handled here."""
-        out = []
-        if timeout_ms:
-            zmq.select([self.dealer, self.sub], [], [], timeout_ms / 1000)
-        for sock in (self.dealer, self.sub):
-            while True:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                frames = [f.buffer for f in (frames[1:] if sock is self.sub else frames)]  # drop the topic
-                try:
-                    kind, meta, arrays = decode(frames)
-                except MessageError as e:
-                    if "schema version" in str(e):
-                        raise TransportError(f"the learner speaks another message schema ({e}): "
-                                             "install the same robo_rl version on both sides") from None
-                    log.warning("dropped a message from the learner: %s", e)
-                    continue
-                self._last_heard = time.monotonic()
-                if kind == "refused":
-                    raise TransportError(f"the learner refused this actor: {meta.get('reason')}")
-                if kind == "welcome":
-                    self._on_welcome(meta)
-                elif kind in LEARNER_KINDS and self.connected and meta.get("incarnation", self.incarnation) != (
-                    self.incarnation):  # fmt: skip
-                    self._lost_learner("it restarted")
-                elif kind == "ack":
-                    if meta.get("session") == self.session:
-                        self._drop_acked(meta["acked"])
-                else:
-                    out.append((kind, meta, arrays))
-        now = time.monotonic()
-        if self.connected and now - self._last_heard > self.learner_timeout_s:
-            self._lost_learner(f"nothing heard for {now - self._last_heard:.1f} s")
-        elif not self.connected and self.config_hash and now - self._last_hello > 1.0:
-            self._send_hello()
-        self.flush()
-        return out
-
-    def bye(self, reason: str) -> None:
-        self._ctrl_send(encode("bye", {"actor": self.actor_id, "reason": reason}))
-
-    def close(self, linger_s: float = 2.0) -> None:
-        """Give unacknowledged messages up to `linger_s` to be taken, then close."""
-        deadline = time.monotonic() + linger_s
-        while self.unacked and self.connected and time.monotonic() < deadline:
-            self.poll(timeout_ms=20)
-        if self.unacked:
-            log.warning("closing with %d unacknowledged messages", len(self.unacked))
         self.ctx.destroy(linger=0)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from robo_rl.transport.link import ActorLink
+from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.shm_weights import SharedWeightsReader
 
 log = logging.getLogger(__name__)
