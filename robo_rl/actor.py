@@ -100,7 +100,7 @@ class Actor:
         bar = tqdm(desc=f"{cfg.actor.id} env steps", unit="step", disable=not self.progress)
         try:
             while self.stop_reason is None:
-                self._sync(episode_boundary=len(pending) == 1)
+                self._sync(episode_boundary=recorder.step == 0)
                 if self._throttled():
                     time.sleep(0.002)
                 else:

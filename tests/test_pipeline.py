@@ -96,3 +96,23 @@ def test_resume_continues_from_the_checkpoint_counters_and_weights(tmp_path):
     resumed.link.close()
     second, reason = run_pair(resumed_cfg, run_dir)
     assert reason == "done" and second.env_steps >= 700 and second.updates > first.updates
+
+
+@pytest.mark.parametrize("mode", ["step", "episode"])
+def test_new_weights_are_applied_between_steps_or_only_at_episode_boundaries(tmp_path, mode):
+    cfg = toy_config(tmp_path, f"actor.apply_weights={mode}")
+    actor = Actor(cfg, progress=False)
+    newer = object()
+
+    class Ready:  # a transport with version 7 loaded and waiting
+        error, stop_reason = None, None
+
+        def take_policy(self, current):
+            return (7, newer)
+
+    actor.transport.link.close(0)
+    actor.transport = Ready()
+    actor._sync(episode_boundary=False)
+    assert (actor.policy is newer) == (mode == "step")
+    actor._sync(episode_boundary=True)
+    assert actor.policy is newer and actor.policy_version == 7
