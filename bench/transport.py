@@ -31,6 +31,7 @@ import time
 import traceback
 from queue import Empty
 
+import _lerobot_baseline as lerobot_baseline
 import _transport_baselines as base
 import numpy as np
 from _transport_baselines import ACTION_DIM, BATCH, CAMERAS, HOST, STATE_DIM, UNIQUE_BYTES, mark_ready, measure_phases
@@ -324,11 +325,11 @@ def main() -> None:
     r = {k: float(np.median(v)) if v and None not in v else None for k, v in samples.items() if v}
     if "c" in args.only:
         r["lerobot_wire"] = r["lerobot_e2e"] = None
-        if why := base.lerobot_available():
+        if why := lerobot_baseline.lerobot_available():
             print(f"(c) LeRobot gRPC: skipped, cannot import its transport ({why}); pip install 'lerobot[hilserl]'")
         else:
             c_cfg = cfg([("wire", warm, secs), ("e2e", warm + 0.5, secs)], startup_s=60.0, replay_capacity=2048)
-            out = run_group(base.lerobot_learner, base.lerobot_actor, c_cfg)
+            out = run_group(lerobot_baseline.lerobot_learner, lerobot_baseline.lerobot_actor, c_cfg)
             r["lerobot_wire"], r["lerobot_e2e"] = rate("(c) lerobot", out, "wire"), rate("(c) lerobot", out, "e2e")
     if "w" in args.only:
         out = run_group(base.raw_weights_learner, base.raw_weights_actor, cfg([push_phase], weights=push))
