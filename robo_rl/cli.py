@@ -145,11 +145,11 @@ def cmd_actor(overrides: list[str]) -> int:
 
 
 def cmd_eval(overrides: list[str]) -> int:
-    from robo_rl.config import load_config, load_saved_config, make_env, make_policy
+    from robo_rl.config import load_config, load_saved_config, make_env, make_policy, override_value
     from robo_rl.evaluate import evaluate_policy, write_report
     from robo_rl.runs import find_checkpoint, load_checkpoint
 
-    ckpt_arg = next((o.split("=", 1)[1] for o in overrides if o.startswith("checkpoint=")), None)
+    ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
         raise UsageError("eval needs checkpoint=<file.pt or run folder>")
     path = find_checkpoint(ckpt_arg)

@@ -30,7 +30,7 @@ def load_config(overrides: list[str]) -> DictConfig:
 
     With `resume=<run folder>`, the run's saved config is the base and the overrides apply on top.
     """
-    resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
+    resume = override_value(overrides, "resume")
     if resume and resume != "null":
         return load_saved_config(Path(resume) / "config.yaml", overrides)
     try:
@@ -40,6 +40,11 @@ def load_config(overrides: list[str]) -> DictConfig:
         raise ConfigError(_one_line(e)) from None
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def override_value(overrides: list[str], key: str) -> str | None:
+    """The value given to top-level `key` on the command line (`key=value`), or None."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")), None)
 
 
 def _one_line(e: Exception) -> str:

@@ -93,10 +93,14 @@ class Learner:
 
     # --- the loop -----------------------------------------------------------------------------
     @property
+    def learning_steps(self) -> int:
+        """Online env steps received past `learning_starts` (counted from the base of this process)."""
+        return self.env_steps - self.steps_base - self.cfg.train.learning_starts
+
+    @property
     def update_budget(self) -> float:
         """Critic updates owed for the data received: UTD × online steps past `learning_starts`."""
-        train = self.cfg.train
-        return self.updates_base + train.utd * (self.env_steps - self.steps_base - train.learning_starts)
+        return self.updates_base + self.cfg.train.utd * self.learning_steps
 
     def run(self) -> str:
         cfg, train = self.cfg, self.cfg.train
@@ -159,8 +163,7 @@ class Learner:
                                   "allowed_env_steps": allowed})  # fmt: skip
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
-        learning_steps = self.env_steps - self.steps_base - self.cfg.train.learning_starts
-        realised_utd = (self.updates - self.updates_base) / max(1, learning_steps)
+        realised_utd = (self.updates - self.updates_base) / max(1, self.learning_steps)
         self.metrics.write({
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,

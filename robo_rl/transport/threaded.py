@@ -27,7 +27,7 @@ class ActorTransport:
         self.link = link
         self.load_weights = load_weights  # (policy, arrays) → None, run on the I/O thread
         self._spare = spare_policy  # the policy copy the I/O thread may write; None while the control loop has it
-        self._pending: tuple[int, dict] | None = None  # the newest weights not yet loaded
+        self._pending: tuple[int, str, dict] | None = None  # newest weights not yet loaded: version, kind, payload
         self._ready: tuple[int, object] | None = None  # a loaded policy waiting for the control loop
         self.version = -1
         self._shm_reader = SharedWeightsReader()
@@ -61,8 +61,8 @@ class ActorTransport:
     def _load_pending(self) -> None:
         if self._pending is None or self._ready is not None or self._spare is None:
             return
-        (version, source), self._pending = self._pending, None
-        notice = source if "layout" in source else None  # a shared-memory notice rather than the arrays
+        (version, kind, source), self._pending = self._pending, None
+        notice = source if kind == "weights_shm" else None  # a shared-memory notice rather than the arrays
         if notice is not None:
             try:
                 source = self._shm_reader.arrays(notice)
@@ -99,7 +99,7 @@ class ActorTransport:
             if kind in ("weights", "weights_shm"):
                 if meta["version"] > self.version:  # latest wins: an older pending version is simply replaced
                     self.version = int(meta["version"])
-                    self._pending = (self.version, arrays if kind == "weights" else meta)
+                    self._pending = (self.version, kind, arrays if kind == "weights" else meta)
             elif kind == "status":
                 self.status = meta
             elif kind == "stop":
