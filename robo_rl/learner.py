@@ -18,8 +18,8 @@ from robo_rl.algos.sac import SAC, SACConfig
 from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
 from robo_rl.policy_io import batch_to_torch
-from robo_rl.replay import ReplayBuffer, concat_batches
-from robo_rl.runs import MetricsWriter, load_checkpoint, save_checkpoint
+from robo_rl.replay_store import LearnerReplay
+from robo_rl.runs import CheckpointError, MetricsWriter, load_checkpoint, save_checkpoint
 from robo_rl.schema import fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
@@ -45,31 +45,38 @@ class Learner:
         self.sac = SAC(self.policy, env.observation_space, sac_config(cfg.algo))
         env.close()
         self.rng = np.random.default_rng(cfg.seed)
-        self.online = ReplayBuffer(cfg.train.replay_capacity, self.fields)
+        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
         demos, _, _ = load_or_make_demos(cfg, progress=False)
-        self.demos = ReplayBuffer(len(demos["step"]), self.fields)
-        self.demos.add(demos, source="demos")
+        self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
+        print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
         self._returns: dict[tuple, float] = {}
+        stored_seqs: dict[str, list] = {}
         if cfg.resume:
-            self._restore(load_checkpoint(cfg.resume))
+            stored_seqs = self._resume(cfg.resume)
         # the UTD budget counts from here: a resumed learner with an empty replay refills `learning_starts` first
-        self.steps_base, self.updates_base = (self.env_steps, self.updates) if len(self.online) == 0 else (0, 0)
+        empty = self.replay.online.size == 0
+        self.steps_base, self.updates_base = (self.env_steps, self.updates) if empty else (0, 0)
         t = cfg.transport
         self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
                                 actor_timeout_s=t.actor_timeout_s, curve=curve_keys(cfg, LEARNER_KEY),
                                 shared_memory_weights=t.shared_memory_weights)  # fmt: skip
-        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
+        for actor, (session, seq) in stored_seqs.items():
+            self.link.expect(actor, session, seq)
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
     # --- data ---------------------------------------------------------------------------------
-    def ingest(self, actor: str, arrays: dict) -> None:
+    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None) -> None:
         try:
-            self.online.add(arrays, source=actor)
+            self.replay.add(actor, arrays, session, seq)
         except ValueError as e:
             self.link.reject(f"invalid step batch: {e}", actor)
             return
+        self._count(actor, arrays)
+
+    def _count(self, actor: str, arrays: dict, log_episodes: bool = True) -> None:
         live = arrays["step"] > 0
         self.env_steps += int(live.sum())
         for i in np.flatnonzero(live):
@@ -79,17 +86,28 @@ class Learner:
                 self.episodes += 1
                 success = bool(arrays["success"][i])
                 self.recent.append(success)
-                self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
-                                    "actor": actor, "success": success, "return": self._returns.pop(key),
-                                    "length": int(arrays["step"][i])})  # fmt: skip
+                if log_episodes:
+                    self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
+                                       "actor": actor, "episode_id": key[1], "success": success,
+                                       "return": self._returns.pop(key), "length": int(arrays["step"][i])})  # fmt: skip
+
+    def acknowledge(self, durable: dict[str, list]) -> None:
+        """Tell actors which of their messages are now on disk (they may forget them)."""
+        for actor, (session, seq) in durable.items():
+            info = self.link.actors.get(actor)
+            if info is not None and info["session"] == session:
+                self.link.ack(actor, seq)
 
     def sample(self) -> dict:
-        cfg = self.cfg.algo
-        n_demo = int(round(cfg.batch_size * cfg.demo_fraction))
-        parts = [self.online.sample(cfg.batch_size - n_demo, self.rng, cfg.gamma)]
-        if n_demo:
-            parts.append(self.demos.sample(n_demo, self.rng, cfg.gamma))
-        return batch_to_torch(concat_batches(parts))
+        a = self.cfg.algo
+        return batch_to_torch(self.replay.sample(a.batch_size, self.rng, a.gamma, n_step=a.get("n_step", 1)))
+
+    def update(self) -> dict:
+        """One round of `critic_updates_per_actor` critic updates and an actor update."""
+        n = self.cfg.algo.critic_updates_per_actor
+        m = self.sac.update([self.sample() for _ in range(n)])
+        self.updates += n
+        return m
 
     # --- the loop -----------------------------------------------------------------------------
     @property
@@ -114,12 +132,12 @@ class Learner:
             while self.env_steps < train.total_env_steps:
                 can_update = self.updates < self.update_budget
                 before = self.env_steps
-                for actor, arrays in self.link.poll(timeout_ms=0 if can_update else 20):
-                    self.ingest(actor, arrays)
+                for actor, arrays, session, seq in self.link.poll(timeout_ms=0 if can_update else 20):
+                    self.ingest(actor, arrays, session, seq)
+                self.acknowledge(self.replay.poll())
                 bar.update(self.env_steps - before)
                 if can_update:
-                    m = self.sac.update([self.sample() for _ in range(cfg.algo.critic_updates_per_actor)])
-                    self.updates += cfg.algo.critic_updates_per_actor
+                    m = self.update()
                     if self.updates % train.weights_every_updates < cfg.algo.critic_updates_per_actor:
                         self.publish_weights()
                 now = time.monotonic()
@@ -142,10 +160,14 @@ class Learner:
             path = self.checkpoint()
             self.link.stop_actors(reason)
             time.sleep(0.2)  # let the stop message leave before the sockets close
-            self.link.close()
+            self.close()
             self.metrics.write({"kind": "end", "reason": reason, "checkpoint": str(path), "env_steps": self.env_steps})
             self.metrics.close()
         return reason
+
+    def close(self) -> None:
+        self.replay.close()
+        self.link.close()
 
     @property
     def success_rate(self) -> float:
@@ -174,13 +196,37 @@ class Learner:
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoint(self) -> Path:
+        """Flush the replay to disk, then write a checkpoint that names the segments it goes with."""
+        self.acknowledge(self.replay.flush())
         return save_checkpoint(self.run_dir, self.env_steps, {
             "algo": self.sac.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
                          "version": self.version},
             "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state},
+            "replay": self.replay.state(),
+            "recent": list(self.recent),
+            "returns": [[a, e, r] for (a, e), r in self._returns.items()],
             "config_hash": config_hash(self.cfg),
         })  # fmt: skip
+
+    def _resume(self, run: str) -> dict[str, list]:
+        """Restore the latest checkpoint and the stored replay; data stored after the checkpoint (before a
+        kill) is counted as received. Returns the newest stored message per actor."""
+        try:
+            payload = load_checkpoint(run)
+        except CheckpointError as e:
+            if not (Path(run) / "replay" / "online" / "manifest.jsonl").exists():
+                raise
+            log.warning("%s: starting from fresh weights with the stored replay", e)
+            payload = None
+        if payload is not None:
+            self._restore(payload)
+        later, seqs = self.replay.restore(payload.get("replay") if payload else None)
+        for actor, arrays in later:
+            self._count(actor, arrays, log_episodes=False)  # logged before the kill
+        log.info("resumed: %d online records restored (%d received after the checkpoint), %d env steps",
+                 self.replay.online.writes, sum(len(a["step"]) for _, a in later), self.env_steps)  # fmt: skip
+        return seqs
 
     def _restore(self, payload: dict) -> None:
         self.sac.load_state_dict(payload["algo"])
@@ -189,4 +235,6 @@ class Learner:
             c["env_steps"], c["updates"], c["episodes"], c["version"])  # fmt: skip
         torch.set_rng_state(payload["rng"]["torch"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
+        self.recent.extend(payload.get("recent", []))
+        self._returns = {(a, int(e)): float(r) for a, e, r in payload.get("returns", [])}
         log.info("resumed from %s at %d env steps", payload["path"], self.env_steps)

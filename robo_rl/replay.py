@@ -1,9 +1,10 @@
 """Episodic replay: each frame stored once as uint8, next observations rebuilt by index.
 
 Rows are step records (see `schema.py`). A row `j` with `step > 0` ends a transition whose start is the
-row written just before it for the same episode (`prev[j]`); that link survives interleaved actors.
-Nothing bootstraps across an episode boundary: a transition's discount is 0 after `terminated`,
-and the row after a `truncated` step is a new episode's reset record, never a next observation.
+row written just before it for the same episode (`prev[j]`); `next` is the reverse link. Both links
+survive interleaved actors and are checked against the write that filled the row, so an overwritten
+row never serves as a neighbour. Nothing bootstraps across an episode boundary: a transition's discount
+is 0 after `terminated`, and n-step returns and action chunks stop at `terminated` or `truncated`.
 """
 
 from __future__ import annotations
@@ -17,81 +18,183 @@ class ReplayBuffer:
     """A fixed-capacity ring of step records from any number of sources (actors, demo files)."""
 
     def __init__(self, capacity: int, fields: dict[str, tuple]) -> None:
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.fields = fields
         self.data = {name: np.zeros((capacity, *shape), dtype) for name, (shape, dtype) in fields.items()}
-        self.prev = np.full(capacity, -1, np.int64)  # row of the previous record of the same episode
+        self.cameras = [name[len("image/") :] for name in fields if name.startswith("image/")]
         self.row_uid = np.full(capacity, -1, np.int64)  # which write filled the row, to detect overwrite
+        self.prev = np.full(capacity, -1, np.int64)  # row of the previous record of the same episode
         self.prev_uid = np.full(capacity, -1, np.int64)
+        self.next = np.full(capacity, -1, np.int64)  # row of the next record of the same episode
+        self.next_uid = np.full(capacity, -1, np.int64)
         self.cursor = 0
         self.size = 0
         self.writes = 0
-        self._last_row: dict[tuple, int] = {}  # (source, episode_id) → row of its latest record
+        self._last: dict[tuple, tuple[int, int]] = {}  # (source, episode_id) → (row, uid) of its latest record
 
     def __len__(self) -> int:
         return self.size
 
-    def add(self, batch: dict[str, np.ndarray], source: str = "") -> int:
-        """Append a validated step batch (records in episode order per episode); returns records added."""
+    def add(self, batch: dict[str, np.ndarray], source: str | np.ndarray = "") -> int:
+        """Append a validated step batch (records in episode order per episode); returns records added.
+        `source` names the stream (an actor), or gives one label per record."""
         n = check_step_batch(batch, self.fields)
-        for i in range(n):
-            j = self.cursor
-            for name, arr in self.data.items():
-                arr[j] = batch[name][i]
-            key = (source, int(batch["episode_id"][i]))
-            step = int(batch["step"][i])
-            last = self._last_row.get(key, -1) if step > 0 else -1
-            self.prev[j] = last
-            self.prev_uid[j] = self.row_uid[last] if last >= 0 else -1
-            self.row_uid[j] = self.writes
-            self.writes += 1
-            if batch["terminated"][i] or batch["truncated"][i]:
-                self._last_row.pop(key, None)
-            else:
-                self._last_row[key] = j
-            self.cursor = (j + 1) % self.capacity
-            self.size = min(self.size + 1, self.capacity)
+        for lo in range(0, n, self.capacity):  # more records than rows: the ring keeps the last ones
+            hi = min(n, lo + self.capacity)
+            part = {k: v[lo:hi] for k, v in batch.items()}
+            src = source if isinstance(source, str) else source[lo:hi]
+            self._add(part, hi - lo, src)
         return n
+
+    def _add(self, batch: dict[str, np.ndarray], n: int, source) -> None:
+        rows = (self.cursor + np.arange(n)) % self.capacity
+        uids = self.writes + np.arange(n)
+        for name, arr in self.data.items():
+            arr[rows] = batch[name]
+        prev = np.full(n, -1, np.int64)
+        prev_uid = np.full(n, -1, np.int64)
+        steps, episodes = batch["step"].tolist(), batch["episode_id"].tolist()
+        ends = (batch["terminated"] | batch["truncated"]).tolist()
+        same = isinstance(source, str)
+        for i in range(n):
+            key = (source if same else source[i], episodes[i])
+            if steps[i] > 0 and key in self._last:
+                prev[i], prev_uid[i] = self._last[key]
+            if ends[i]:
+                self._last.pop(key, None)
+            else:
+                self._last[key] = (int(rows[i]), int(uids[i]))
+        self.row_uid[rows] = uids
+        self.prev[rows], self.prev_uid[rows] = prev, prev_uid
+        self.next[rows] = -1
+        linked = prev >= 0
+        self.next[prev[linked]], self.next_uid[prev[linked]] = rows[linked], uids[linked]
+        self.cursor = int((rows[-1] + 1) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.writes += n
+
+    # --- links --------------------------------------------------------------------------------
+    def _valid(self, rows: np.ndarray) -> np.ndarray:
+        """Rows that end a transition whose start is still stored."""
+        prev = self.prev[rows]
+        return (prev >= 0) & (self.row_uid[np.maximum(prev, 0)] == self.prev_uid[rows])
+
+    def _has_next(self, rows: np.ndarray) -> np.ndarray:
+        nxt = self.next[rows]
+        return (nxt >= 0) & (self.row_uid[np.maximum(nxt, 0)] == self.next_uid[rows])
 
     @property
     def num_transitions(self) -> int:
         return int(self._valid(np.arange(self.size)).sum())
 
-    def _valid(self, rows: np.ndarray) -> np.ndarray:
-        prev = self.prev[rows]
-        return (prev >= 0) & (self.row_uid[np.maximum(prev, 0)] == self.prev_uid[rows])
-
-    def sample_rows(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-        """Rows that end a valid transition, uniformly (rejection sampling over the filled rows)."""
-        if self.size == 0:
+    # --- sampling -----------------------------------------------------------------------------
+    def sample_rows(self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None) -> np.ndarray:
+        """Rows that end a valid transition, uniformly over `among` (default: all filled rows)."""
+        pool = self.size if among is None else len(among)
+        if pool == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         out = np.empty(0, np.int64)
         for _ in range(100):
-            rows = rng.integers(0, self.size, size=2 * batch_size)
+            rows = rng.integers(0, pool, size=2 * batch_size)
+            rows = rows if among is None else among[rows]
             out = np.concatenate([out, rows[self._valid(rows)]])
             if len(out) >= batch_size:
                 return out[:batch_size]
         raise ValueError("replay buffer holds no complete transition yet")
 
-    def sample(self, batch_size: int, rng: np.random.Generator, gamma: float) -> dict:
-        """A batch of transitions as numpy arrays: obs, action, reward, discount, next_obs."""
-        return self.gather(self.sample_rows(batch_size, rng), gamma)
+    def intervention_rows(self) -> np.ndarray:
+        """Rows whose transition a human took over (the interventions partition, a view of this buffer)."""
+        return np.flatnonzero(self.data["intervention"][: self.size])
 
-    def gather(self, rows: np.ndarray, gamma: float) -> dict:
-        prev = self.prev[rows]
-        cams = [name[len("image/") :] for name in self.data if name.startswith("image/")]
+    def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1, chunk: int = 1,
+               among: np.ndarray | None = None) -> dict:  # fmt: skip
+        """A batch of transitions as numpy arrays (see `gather`)."""
+        return self.gather(self.sample_rows(batch_size, rng, among), gamma, n_step, chunk)
 
-        def obs_at(r: np.ndarray) -> dict:
-            return {"state": self.data["state"][r], "images": {c: self.data[f"image/{c}"][r] for c in cams}}
+    def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
+        return self.data[name][rows]
 
-        return {
-            "obs": obs_at(prev),
-            "action": self.data["action_executed"][rows],
-            "reward": self.data["reward"][rows],
-            "discount": (gamma * (1.0 - self.data["terminated"][rows])).astype(np.float32),
-            "next_obs": obs_at(rows),
-            "intervention": self.data["intervention"][rows],
+    def _obs(self, rows: np.ndarray) -> dict:
+        images = {c: self._field(f"image/{c}", rows) for c in self.cameras}
+        return {"state": self._field("state", rows), "images": images}
+
+    def gather(self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1) -> dict:
+        """Transitions that end at `rows` (their first step), extended to n-step returns or action chunks.
+
+        From obs_t, up to h = max(n_step, chunk) steps are followed inside the episode, stopping after a
+        `terminated` or `truncated` step or at the newest stored record. With m steps taken:
+        reward = Σ_{k<m} γ^k r_{t+k}, discount = γ^m · (1 − terminated at the last step), next_obs = obs_{t+m}.
+        With chunk > 1, `action` is (batch, chunk, action_dim), padded with the last executed action past
+        the episode's end, and `action_mask` marks the real ones.
+        """
+        if n_step < 1 or chunk < 1 or (n_step > 1 and chunk > 1 and n_step != chunk):
+            raise ValueError(f"n_step ({n_step}) and chunk ({chunk}) must be ≥ 1, and equal if both exceed 1")
+        horizon = max(n_step, chunk)
+        end = np.asarray(rows, np.int64)
+        reward = self._field("reward", end).astype(np.float64)
+        actions = [self._field("action_executed", end)]
+        mask = [np.ones(len(end), bool)]
+        taken = np.ones(len(end), np.int64)
+        going = np.ones(len(end), bool)
+        for k in range(1, horizon):
+            stop = self._field("terminated", end) | self._field("truncated", end)
+            going &= ~stop & self._has_next(end)
+            end = np.where(going, self.next[end], end)
+            reward += np.where(going, gamma**k * self._field("reward", end), 0.0)
+            taken += going
+            actions.append(np.where(going[:, None], self._field("action_executed", end), actions[-1]))
+            mask.append(going.copy())
+        discount = gamma**taken * (1.0 - self._field("terminated", end))
+        out = {
+            "obs": self._obs(self.prev[rows]),
+            "action": actions[0] if chunk == 1 else np.stack(actions, axis=1),
+            "reward": reward.astype(np.float32),
+            "discount": discount.astype(np.float32),
+            "next_obs": self._obs(end),
+            "intervention": self._field("intervention", rows),
         }
+        if chunk > 1:
+            out["action_mask"] = np.stack(mask, axis=1)
+        return out
+
+
+class DiskReplay(ReplayBuffer):
+    """Replay whose frames stay in the segment files (memory-mapped; the OS page cache is the RAM tier).
+
+    Only the small fields live in RAM, so `capacity` may far exceed what the frames would take in memory.
+    Segments are added whole, in write order; rows past `capacity` recycle the oldest."""
+
+    def __init__(self, capacity: int, fields: dict[str, tuple]) -> None:
+        small = {k: v for k, v in fields.items() if not k.startswith("image/")}
+        super().__init__(capacity, small)
+        self.cameras = [name[len("image/") :] for name in fields if name.startswith("image/")]
+        self.full_fields = fields
+        self.row_segment = np.full(capacity, -1, np.int64)
+        self.row_offset = np.zeros(capacity, np.int64)
+        self.segments: dict[int, dict[str, np.ndarray]] = {}
+
+    def add_segment(self, index: int, batch: dict[str, np.ndarray], sources: np.ndarray) -> None:
+        n = len(batch["step"])
+        rows = (self.cursor + np.arange(n)) % self.capacity
+        self.add({k: v for k, v in batch.items() if k in self.fields}, sources)
+        self.row_segment[rows], self.row_offset[rows] = index, np.arange(n)
+        self.segments[index] = {k: v for k, v in batch.items() if k.startswith("image/")}
+        live = set(np.unique(self.row_segment[: self.size]).tolist())
+        for old in [i for i in self.segments if i not in live]:
+            del self.segments[old]  # every row of it was recycled: drop the memory map
+
+    def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
+        if not name.startswith("image/"):
+            return self.data[name][rows]
+        shape, dtype = self.full_fields[name]
+        out = np.empty((len(rows), *shape), dtype)
+        seg = self.row_segment[rows]
+        for index in np.unique(seg):
+            hit = seg == index
+            out[hit] = self.segments[int(index)][name][self.row_offset[rows[hit]]]
+        return out
 
 
 def concat_batches(batches: list[dict]) -> dict:

@@ -60,14 +60,14 @@ def test_a_malformed_step_batch_is_counted_and_dropped_without_stopping_the_lear
     cfg = toy_config(tmp_path, "train.total_env_steps=300")
     (tmp_path / "run").mkdir()
     learner = Learner(cfg, tmp_path / "run", progress=False)
-    good = learner.demos.data
+    good = learner.replay.demos.data
     bad = {k: v[:3].copy() for k, v in good.items()}
     bad["state"][1, 0] = np.nan
     learner.ingest("actor-x", bad)
-    assert learner.link.bad_messages == {"invalid step batch": 1} and len(learner.online) == 0
+    assert learner.link.bad_messages == {"invalid step batch": 1} and len(learner.replay.online) == 0
     learner.ingest("actor-x", {k: v[:3].copy() for k, v in good.items()})
-    assert len(learner.online) == 3
-    learner.link.close()
+    assert len(learner.replay.online) == 3
+    learner.close()
 
 
 @pytest.mark.parametrize("key", ["env", "eval"])
@@ -93,7 +93,8 @@ def test_resume_continues_from_the_checkpoint_counters_and_weights(tmp_path):
     assert (resumed.env_steps, resumed.updates) == (first.env_steps, first.updates)
     for name, p in resumed.policy.state_dict().items():
         assert (p == first.policy.state_dict()[name]).all()
-    resumed.link.close()
+    assert resumed.replay.online.writes == first.replay.online.writes  # the replay came back too
+    resumed.close()
     second, reason = run_pair(resumed_cfg, run_dir)
     assert reason == "done" and second.env_steps >= 700 and second.updates > first.updates
 

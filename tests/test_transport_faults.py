@@ -67,7 +67,7 @@ def test_an_actor_killed_is_noticed_within_3_s_and_the_others_are_still_served(t
         while "doomed" in learner.alive_actors and time.monotonic() - killed_at < 10:
             survivor.send_steps({}, {"payload": np.array([len(received)], np.int64)})
             survivor.heartbeat()
-            received += [a for a, _ in learner.poll(20) if a == "survivor"]
+            received += [a for a, *_ in learner.poll(20) if a == "survivor"]
             survivor.poll()
         noticed_after = time.monotonic() - killed_at
         assert "doomed" not in learner.alive_actors and noticed_after < 3.0 + 0.5, noticed_after
@@ -98,7 +98,7 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
         deadline = time.monotonic() + 5  # two connections: the raw messages may come after the actor's
         while (not received or sum(learner.bad_messages.values()) < 4) and time.monotonic() < deadline:
             received += learner.poll(20)
-        assert [a for a, _ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
+        assert [a for a, *_ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
         assert learner.bad_messages["undecodable"] == 1 and learner.bad_messages["oversized"] == 1
         assert learner.bad_messages["wrong kind"] == 1 and learner.bad_messages["no sequence number"] == 1
     finally:
@@ -167,7 +167,7 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
         good.send_steps({}, {"payload": np.array([2], np.int64)})
         time.sleep(0.3)
         t.join()
-        assert [a for a, _ in received] == ["actor-0"]
+        assert [a for a, *_ in received] == ["actor-0"]
         assert learner.unannounced == 0 and not learner.bad_messages, "nothing from them even reached the learner"
         assert set(learner.actors) == {"actor-0"}
         assert any(k.startswith("weights") for k, _, _ in good.poll(200))

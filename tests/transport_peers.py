@@ -23,7 +23,7 @@ def sink(args) -> None:
     link.auto_ack = False
     with open(args.out, "a") as f:
         while True:
-            for actor, arrays in link.poll(timeout_ms=10):
+            for actor, arrays, _, _ in link.poll(timeout_ms=10):
                 f.write(f"{actor} {int(arrays['payload'][0])}\n")
                 f.flush()
                 os.fsync(f.fileno())

@@ -49,7 +49,9 @@ class ActorLink:
         self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
         self.seq = 0
         self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
-        self.unacked_steps = 0  # env steps in unacknowledged messages: what the learner has not taken yet
+        self.unacked_steps = 0  # env steps in unacknowledged messages (not yet stored by the learner)
+        self.received = 0  # the learner has taken messages up to this seq (it may not have stored them yet)
+        self.unreceived_steps = 0  # env steps in messages past `received`: what the learner has not counted yet
         self.next_to_send = 1
         self.dropped_messages = 0
         self.connected = False
@@ -109,6 +111,8 @@ class ActorLink:
     def _on_welcome(self, meta: dict) -> None:
         self.incarnation = meta["incarnation"]
         self._drop_acked(meta["acked"])
+        self.received = meta.get("received", meta["acked"])  # a restarted learner has taken less than the last one
+        self.unreceived_steps = sum(steps for seq, (_, steps) in self.unacked.items() if seq > self.received)
         self.next_to_send = next(iter(self.unacked), self.seq + 1)  # resend all the learner has not taken
         self.connected = True
         self._last_heard = time.monotonic()
@@ -122,7 +126,20 @@ class ActorLink:
 
     def _drop_acked(self, acked: int | None) -> None:
         while acked is not None and self.unacked and next(iter(self.unacked)) <= acked:
-            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        seq, (_, steps) = self.unacked.popitem(last=False)
+        self.unacked_steps -= steps
+        if seq > self.received:
+            self.unreceived_steps -= steps
+
+    def _on_received(self, received: int) -> None:
+        for seq in range(self.received + 1, received + 1):
+            entry = self.unacked.get(seq)
+            if entry is not None:
+                self.unreceived_steps -= entry[1]
+        self.received = max(self.received, received)
 
     # --- data ---------------------------------------------------------------------------------
     def send_steps(self, meta: dict, arrays: dict[str, np.ndarray], env_steps: int = 0) -> None:
@@ -131,10 +148,11 @@ class ActorLink:
         self.seq += 1
         header = {"actor": self.actor_id, "session": self.session, "seq": self.seq, **meta}
         if len(self.unacked) >= self.max_unacked:
-            self.unacked_steps -= self.unacked.popitem(last=False)[1][1]
+            self._forget_oldest()
             self.dropped_messages += 1
         self.unacked[self.seq] = (encode("steps", header, arrays), env_steps)
         self.unacked_steps += env_steps
+        self.unreceived_steps += env_steps
         self.flush()
 
     def flush(self) -> None:
@@ -183,6 +201,7 @@ class ActorLink:
                     self._lost_learner("it restarted")
                 elif kind == "ack":
                     if meta.get("session") == self.session:
+                        self._on_received(meta.get("received", meta["acked"]))
                         self._drop_acked(meta["acked"])
                 else:
                     out.append((kind, meta, arrays))

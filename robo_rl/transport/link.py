@@ -112,8 +112,9 @@ class LearnerLink:
         return sock
 
     # --- receiving ----------------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict]]:
-        """Wait up to `timeout_ms` for traffic; answer ctrl messages; return new step batches in order."""
+    def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, int, int]]:
+        """Wait up to `timeout_ms` for traffic; answer ctrl messages; return new step batches in order,
+        as (actor, arrays, session, seq)."""
         received = []
         events = dict(self.poller.poll(timeout_ms))
         if self.router in events:
@@ -127,8 +128,7 @@ class LearnerLink:
                 accepted = self._accept_data([f.buffer for f in frames])
                 if accepted is not None:
                     received.append(accepted)
-        if self.auto_ack:
-            self.send_acks()
+        self.send_acks()
         self._check_liveness()
         return received
 
@@ -136,7 +136,7 @@ class LearnerLink:
         self.bad_messages[reason.split(":")[0]] += 1
         log.warning("dropped a message from %s: %s", sender, reason)
 
-    def _accept_data(self, frames: list) -> tuple[str, dict] | None:
+    def _accept_data(self, frames: list) -> tuple[str, dict, int, int] | None:
         size = sum(memoryview(f).nbytes for f in frames)
         if size > self.max_message_bytes:
             self.reject(f"oversized: {size / 2**20:.1f} MB over the {self.max_message_bytes / 2**20:.0f} MB limit")
@@ -166,7 +166,7 @@ class LearnerLink:
             return None
         info["acked"] = seq
         info["last_seen"] = time.monotonic()
-        return actor, arrays
+        return actor, arrays, info["session"], seq
 
     def _drain_ctrl(self) -> None:
         while True:
@@ -206,7 +206,7 @@ class LearnerLink:
         if info is None or info["session"] != meta.get("session"):
             # a new actor process, or one this learner has not met: take its stream from its first unacked message
             acked = int(meta.get("first_unacked", 1)) - 1
-            info = {"session": meta.get("session"), "acked": acked, "stats": {}}
+            info = {"session": meta.get("session"), "acked": acked, "durable": acked, "stats": {}}
             self.actors[actor] = info
         info.update(last_seen=time.monotonic(), alive=True)
         self.router.send_multipart([ident, *encode("welcome", self._ack_meta(actor))])
@@ -214,20 +214,33 @@ class LearnerLink:
             self.router.send_multipart([ident, *self._weights])  # a late joiner gets weights at once
 
     def _ack_meta(self, actor: str) -> dict:
+        """`acked`: what the actor may forget (durably stored, or just received with auto_ack);
+        `received`: what this learner has taken (counted in its env steps)."""
         info = self.actors[actor]
-        return {"incarnation": self.incarnation, "session": info["session"], "acked": info["acked"]}
+        acked = info["acked"] if self.auto_ack else info["durable"]
+        return {"incarnation": self.incarnation, "session": info["session"], "acked": acked, "received": info["acked"]}
 
     def ack(self, actor: str, seq: int) -> None:
         """Acknowledge messages up to `seq` (with auto_ack off, call this once they are stored durably)."""
-        if self._last_ack_sent.get(actor) != seq:
-            self._last_ack_sent[actor] = seq
-            meta = {**self._ack_meta(actor), "acked": seq}
-            self.router.send_multipart([actor.encode(), *encode("ack", meta)])
+        info = self.actors.get(actor)
+        if info is None:
+            return
+        info["durable"] = max(info["durable"], seq)
+        key = (info["acked"], info["durable"])
+        if self._last_ack_sent.get(actor) != key:
+            self._last_ack_sent[actor] = key
+            self.router.send_multipart([actor.encode(), *encode("ack", self._ack_meta(actor))])
 
     def send_acks(self) -> None:
         for actor, info in self.actors.items():
             if info.get("alive"):
-                self.ack(actor, info["acked"])
+                self.ack(actor, info["acked"] if self.auto_ack else info["durable"])
+
+    def expect(self, actor: str, session, seq: int) -> None:
+        """A restarted learner already holds `actor`'s messages up to `seq` of `session` (from its stored
+        replay): when that actor process says hello again, its stream continues after `seq`."""
+        self.actors[actor] = {"session": session, "acked": seq, "durable": seq, "stats": {}, "alive": False,
+                              "last_seen": time.monotonic()}  # fmt: skip
 
     def _check_liveness(self) -> None:
         now = time.monotonic()

@@ -87,8 +87,8 @@ class ActorTransport:
 
     @property
     def in_flight_steps(self) -> int:
-        """Env steps handed over but not yet acknowledged by the learner (queued here or unacknowledged)."""
-        return self._steps_put - self._steps_moved + self.link.unacked_steps
+        """Env steps handed over but not yet taken by the learner (queued here, or sent and not yet received)."""
+        return self._steps_put - self._steps_moved + self.link.unreceived_steps
 
     @property
     def fill(self) -> float:

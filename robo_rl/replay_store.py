@@ -1,0 +1,173 @@
+"""The learner's replay: partitions, persistence on disk, and exact restore on resume.
+
+Partitions: `online` (every record the actors send), `demos` (prior demonstrations) and
+`interventions` (online transitions a human took over, a view of the online rows). A batch takes
+`online_fraction` from online and the rest from the prior data, demos and interventions pooled.
+
+Every online record is also written to `<run>/replay/online/` (see `storage.py`) in arrival order, by
+a background thread, at most `flush_every_s` after it arrived. Only then is it acknowledged to the
+actor, which keeps (and after a learner restart resends) what is not acknowledged: a kill -9 of the
+learner loses nothing. A checkpoint flushes first and names the manifest and segment count it goes
+with; restoring re-adds the segments in order, which rebuilds the RAM ring row for row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from robo_rl.replay import DiskReplay, ReplayBuffer, concat_batches
+from robo_rl.schema import check_step_batch
+from robo_rl.storage import SegmentStore, SegmentWriter, record_nbytes
+
+log = logging.getLogger(__name__)
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MB"
+
+
+class LearnerReplay:
+    def __init__(self, cfg: DictConfig, fields: dict[str, tuple], run_dir: Path, demos: dict | None,
+                 total_env_steps: int = 0) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.fields = fields
+        if cfg.storage not in ("ram", "disk"):
+            raise ValueError(f"replay.storage must be 'ram' or 'disk', got '{cfg.storage}'")
+        if cfg.storage == "disk" and not cfg.persist:
+            raise ValueError("replay.storage=disk samples from the segment files: it needs replay.persist=true")
+        self.disk = cfg.storage == "disk"
+        self.online = DiskReplay(cfg.disk_capacity, fields) if self.disk else ReplayBuffer(cfg.capacity, fields)
+        self.demos = None
+        if demos is not None and len(demos["step"]):
+            self.demos = ReplayBuffer(len(demos["step"]), fields)
+            self.demos.add(demos, source="demos")
+        self.store = SegmentStore(Path(run_dir) / "replay" / "online", fields) if cfg.persist else None
+        self.writer = SegmentWriter(self.store) if self.store else None
+        self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
+        self._pending_bytes = 0
+        self._seqs: dict[str, list] = {}  # actor → [session, seq] of the newest record received
+        self._last_flush = time.monotonic()
+        self.total_env_steps = total_env_steps
+
+    # --- memory and disk ----------------------------------------------------------------------
+    def usage(self) -> str:
+        """What the configured capacity will take in RAM and on disk, for the start-up message."""
+        per = record_nbytes(self.fields)
+        small = record_nbytes({k: v for k, v in self.fields.items() if not k.startswith("image/")})
+        links = 40  # uid, prev, next and their uids per row
+        if self.disk:
+            where = (f"sampled from disk, up to {self.cfg.disk_capacity:,} records "
+                     f"({_mb((small + links) * self.cfg.disk_capacity)} RAM for the small fields)")  # fmt: skip
+        else:
+            where = f"RAM ring of {self.cfg.capacity:,} records ({_mb((per + links) * self.cfg.capacity)})"
+        demo = f", demos {_mb(self.demos.capacity * per)} RAM" if self.demos else ""
+        if self.store:
+            disk = f"; disk about {_mb(per * self.total_env_steps)} for {self.total_env_steps:,} env steps"
+        else:
+            disk = "; not written to disk (replay.persist=false)"
+        return f"replay: {per:,} B per record ({per - small:,} B of frames); {where}{demo}{disk}"
+
+    # --- receiving ------------------------------------------------------------------------------
+    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None) -> None:
+        """Store a validated step batch from `actor` (message `seq` of its `session`)."""
+        if self.disk:
+            check_step_batch(arrays, self.fields)  # the ring validates in RAM mode
+        else:
+            self.online.add(arrays, source=actor)
+        if self.store is not None:
+            self._pending.append((actor, arrays))
+            self._pending_bytes += sum(a.nbytes for a in arrays.values())
+            if seq is not None:
+                self._seqs[actor] = [session, seq]
+
+    def poll(self, force: bool = False) -> dict[str, list]:
+        """Hand received records to the writer when due; return {actor: [session, seq]} newly on disk."""
+        if self.store is None:
+            return {}
+        now = time.monotonic()
+        due = now - self._last_flush >= self.cfg.flush_every_s or self._pending_bytes >= self.cfg.segment_max_mb * 2**20
+        if self._pending and (due or force):
+            batch = concat_batches([a for _, a in self._pending])
+            sources = np.concatenate([np.full(len(a["step"]), actor, dtype=object) for actor, a in self._pending])
+            self.writer.submit(batch, sources, {k: list(v) for k, v in self._seqs.items()})
+            self._pending, self._pending_bytes = [], 0
+            self._last_flush = now
+        durable: dict[str, list] = {}
+        for seg in self.writer.completed(wait=force):
+            if self.disk:
+                batch, sources = self.store.read(seg, verify=False)
+                self.online.add_segment(seg.index, batch, sources)
+            durable.update(seg.seqs)
+        return durable
+
+    def flush(self) -> dict[str, list]:
+        """Write everything received so far and wait for it (before a checkpoint or at shutdown)."""
+        return self.poll(force=True)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    # --- sampling -------------------------------------------------------------------------------
+    def can_sample(self) -> bool:
+        return self.online.size > 0
+
+    def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1,
+               chunk: int = 1) -> dict:  # fmt: skip
+        """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
+        (by their sizes); all online when there is no prior data yet."""
+        interventions = self.online.intervention_rows() if self.cfg.interventions_in_prior else np.empty(0, np.int64)
+        n_demo_rows = self.demos.size if self.demos else 0
+        n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + len(interventions) else 0
+        n_int = int(rng.binomial(n_prior, len(interventions) / (n_demo_rows + len(interventions)))) if n_prior else 0
+        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk)]
+        if n_int:
+            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, among=interventions))
+        if n_prior - n_int:
+            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk))
+        return concat_batches(parts)
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def state(self) -> dict:
+        """What a checkpoint records about the replay (call `flush` first)."""
+        if self.store is None:
+            return {"persisted": False, "records": int(self.online.writes)}
+        return {"persisted": True, "manifest": str(self.store.manifest), "segments": len(self.store.segments),
+                "records": self.store.num_records}  # fmt: skip
+
+    def restore(self, state: dict | None) -> tuple[list[tuple[str, dict]], dict[str, list]]:
+        """Re-add the stored online records in their arrival order. Returns the records past the
+        checkpoint's segment count (data that arrived after it, before a kill) as (actor, batch) runs,
+        and {actor: [session, seq]} of the newest stored message per actor."""
+        if self.store is None:
+            return [], {}
+        upto = len(self.store.segments) if state is None else state.get("segments", 0)
+        if state is not None and state.get("persisted") and upto > len(self.store.segments):
+            log.error("the checkpoint goes with %d segments of %s but only %d are there: resuming with what exists",
+                      upto, self.store.root, len(self.store.segments))  # fmt: skip
+        later, seqs = [], {}
+        position = {s.name: i for i, s in enumerate(self.store.segments)}
+        for seg, batch, sources in self.store.iter_segments(verify=self.cfg.verify_on_load, mmap=True):
+            if self.disk:
+                self.online.add_segment(seg.index, batch, sources)
+            else:
+                self.online.add({k: np.asarray(v) for k, v in batch.items()}, sources)
+            seqs.update(seg.seqs)
+            if position[seg.name] >= upto:
+                later += _runs(batch, sources)
+        for problem in self.store.problems:
+            log.error("replay: %s", problem)
+        return later, seqs
+
+
+def _runs(batch: dict, sources: np.ndarray) -> list[tuple[str, dict]]:
+    """Split records into consecutive runs of one source each."""
+    cuts = np.flatnonzero(sources[1:] != sources[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(sources)]
+    return [(str(sources[a]), {k: np.asarray(v[a:b]) for k, v in batch.items()})
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]  # fmt: skip
