@@ -13,6 +13,7 @@ import torch
 
 CHECKPOINT_FORMAT = 1
 _CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
+PAUSE_ENV = "ROBO_RL_TEST_CHECKPOINT_PAUSE_S"  # tests only: sleep between writing and renaming a checkpoint
 
 
 class CheckpointError(ValueError):
@@ -62,6 +63,8 @@ def save_checkpoint(run_dir: Path, env_steps: int, payload: dict) -> Path:
     path = ckpt_dir / f"step_{env_steps:09d}.pt"
     tmp = path.with_suffix(".pt.tmp")
     torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
+    if os.environ.get(PAUSE_ENV):  # fault-injection for tests: hold the half-done write open to be killed in
+        time.sleep(float(os.environ[PAUSE_ENV]))
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -166,7 +166,13 @@ class SegmentStore:
         return cls(root, fields, create=False)
 
     def _scan(self) -> None:
-        lines = self.manifest.read_text().splitlines()
+        text = self.manifest.read_text()
+        if not text.endswith("\n"):  # a kill tore the last line: drop it (its segment is adopted below if whole)
+            text = text[: text.rfind("\n") + 1]
+            tmp = self.manifest.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, self.manifest)
+        lines = text.splitlines()
         head = json.loads(lines[0])
         if head.get("fields") != fields_spec(self.fields):
             raise StorageError(f"replay store {self.root} holds records of another layout (cameras, state or action "

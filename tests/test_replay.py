@@ -1,9 +1,10 @@
 """Replay: frames stored once, next observations rebuilt by index, no bootstrapping across episodes."""
 
 import numpy as np
+import pytest
 
 from robo_rl.replay import ReplayBuffer
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records, step_fields
 from sim.point_reach import PointReachEnv
 
 
@@ -63,3 +64,115 @@ def test_overwritten_rows_never_form_a_transition():
     b = buf.gather(valid, gamma=0.9)
     np.testing.assert_array_equal(buf.data["step"][buf.prev[valid]] + 1, buf.data["step"][valid])
     assert b["obs"]["state"].shape == (6, 4)
+
+
+# --- TD targets, n-step returns and action chunks at episode ends ---------------------------------
+FIELDS = step_fields(3, 2, {})
+
+
+def synthetic_episode(episode_id, length, end="terminated", reward=1.0, intervention_steps=()):
+    """Records 0..length; state[0] = step, action = (episode_id, step), reward `reward` per step."""
+    n = length + 1
+    rec = {name: np.zeros((n, *shape), dtype) for name, (shape, dtype) in FIELDS.items()}
+    rec["episode_id"][:] = episode_id
+    rec["step"][:] = np.arange(n)
+    rec["state"][:, 0] = np.arange(n)
+    rec["state"][:, 1] = episode_id
+    rec["action_executed"][1:, 0] = episode_id
+    rec["action_executed"][1:, 1] = np.arange(1, n)
+    rec["reward"][1:] = reward
+    rec["intervention"][list(intervention_steps)] = True
+    if end == "terminated":
+        rec["terminated"][-1], rec["ended_by"][-1] = True, ENDED_BY_CODES["env"]
+    elif end == "time_limit":
+        rec["truncated"][-1], rec["ended_by"][-1] = True, ENDED_BY_CODES["time_limit"]
+    elif end == "human_abort":  # a person stops the episode: not a true end, bootstrapping continues
+        rec["truncated"][-1], rec["ended_by"][-1] = True, ENDED_BY_CODES["human_failure"]
+    return rec
+
+
+def rows_by_step(buf, episode_id):
+    out = {}
+    for r in range(buf.size):
+        if buf.data["episode_id"][r] == episode_id:
+            out[int(buf.data["step"][r])] = r
+    return out
+
+
+@pytest.mark.parametrize("end", ["terminated", "time_limit", "human_abort"])
+def test_the_td_target_of_the_last_step_stops_only_at_a_true_termination(end):
+    buf = ReplayBuffer(64, FIELDS)
+    buf.add(synthetic_episode(0, 3, end), "a")
+    buf.add(synthetic_episode(1, 3, "terminated"), "a")  # the next episode, right behind it in the ring
+    last = rows_by_step(buf, 0)[3]
+    b = buf.gather(np.array([last]), gamma=0.9)
+    assert b["discount"][0] == (0.0 if end == "terminated" else np.float32(0.9))
+    assert b["next_obs"]["state"][0, :2].tolist() == [3, 0]  # its own episode's last frame, never the next reset
+    assert b["obs"]["state"][0, :2].tolist() == [2, 0]
+    # SAC's target: r + discount · V(next_obs)
+    v_next = 10.0
+    target = b["reward"][0] + b["discount"][0] * v_next
+    assert target == pytest.approx(1.0 if end == "terminated" else 1.0 + 0.9 * v_next)
+
+
+@pytest.mark.parametrize("end", ["terminated", "time_limit"])
+def test_n_step_returns_are_cut_at_the_episode_end(end):
+    buf = ReplayBuffer(64, FIELDS)
+    buf.add(synthetic_episode(0, 5, end, reward=1.0), "a")
+    buf.add(synthetic_episode(1, 5, "terminated", reward=100.0), "a")  # must never leak into episode 0
+    g = 0.5
+    steps = rows_by_step(buf, 0)
+    b = buf.gather(np.array([steps[1], steps[3], steps[4], steps[5]]), gamma=g, n_step=3)
+    # from obs_0: 3 full steps; from obs_2: steps 3,4,5 (the last); from obs_3: 2 steps; from obs_4: 1 step
+    np.testing.assert_allclose(b["reward"], [1 + g + g**2, 1 + g + g**2, 1 + g, 1.0])
+    taken = np.array([3, 3, 2, 1])
+    ends = np.array([False, True, True, True])  # whether the last step taken is the episode's last
+    expected = g**taken * np.where(ends & (end == "terminated"), 0.0, 1.0)
+    np.testing.assert_allclose(b["discount"], expected)
+    assert b["next_obs"]["state"][:, 0].tolist() == [3, 5, 5, 5]
+    assert b["obs"]["state"][:, 0].tolist() == [0, 2, 3, 4]
+
+
+def test_n_step_uses_the_steps_received_so_far_of_a_running_episode():
+    buf = ReplayBuffer(64, FIELDS)
+    ep = synthetic_episode(0, 6, "terminated")
+    buf.add({k: v[:4] for k, v in ep.items()}, "a")  # records 0..3 so far
+    b = buf.gather(np.array([rows_by_step(buf, 0)[2]]), gamma=0.5, n_step=3)
+    assert b["reward"][0] == pytest.approx(1.5) and b["discount"][0] == pytest.approx(0.25)
+    assert b["next_obs"]["state"][0, 0] == 3
+
+
+def test_action_chunks_are_padded_and_masked_past_the_episode_end():
+    buf = ReplayBuffer(64, FIELDS)
+    buf.add(synthetic_episode(0, 4, "terminated"), "a")
+    buf.add(synthetic_episode(1, 4, "terminated", reward=100.0), "a")
+    steps = rows_by_step(buf, 0)
+    b = buf.gather(np.array([steps[1], steps[3]]), gamma=0.5, chunk=3)
+    assert b["action"].shape == (2, 3, 2)
+    assert b["action"][0, :, 1].tolist() == [1, 2, 3] and b["action_mask"][0].all()
+    # from obs_2: actions 3, 4, then the episode is over: padded with the last one, masked out
+    assert b["action"][1, :, 1].tolist() == [3, 4, 4] and b["action_mask"][1].tolist() == [True, True, False]
+    assert b["action"][:, :, 0].tolist() == [[0, 0, 0], [0, 0, 0]]  # all from episode 0
+    np.testing.assert_allclose(b["reward"], [1 + 0.5 + 0.25, 1 + 0.5])
+    np.testing.assert_allclose(b["discount"], [0.125, 0.0])
+    with pytest.raises(ValueError, match="n_step"):
+        buf.gather(np.array([steps[1]]), gamma=0.5, n_step=2, chunk=3)
+
+
+def test_vectorised_add_matches_record_by_record_add_with_interleaved_actors():
+    eps = [synthetic_episode(i, 5 + i % 3, "time_limit" if i % 2 else "terminated") for i in range(6)]
+    whole, single = ReplayBuffer(20, FIELDS), ReplayBuffer(20, FIELDS)
+    for i in range(0, 6, 2):  # two actors, each message a few records, interleaved; the ring wraps
+        a, b = eps[i], eps[i + 1]
+        for lo in range(0, 9, 3):
+            for src, ep in (("a", a), ("b", b)):
+                part = {k: v[lo : lo + 3] for k, v in ep.items()}
+                whole.add(part, src)
+                for j in range(len(part["step"])):
+                    single.add({k: v[j : j + 1] for k, v in part.items()}, src)
+    for name in ("prev", "next", "row_uid", "prev_uid", "next_uid"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(single, name))
+    rows = np.arange(whole.size)
+    valid = rows[whole._valid(rows)]
+    b = whole.gather(valid, 0.9, n_step=2)
+    assert np.all(b["next_obs"]["state"][:, 1] == b["obs"]["state"][:, 1])  # never across episodes
