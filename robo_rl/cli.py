@@ -22,6 +22,8 @@ commands:
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
+  data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
+            datasets and robomimic files (robo-rl data help)
 
 overrides: key=value or group=option, e.g. robo-rl train env.task=reach algo.batch_size=128
 """
@@ -37,18 +39,21 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, overrides = argv[0], argv[1:]
+    from robo_rl.data_cli import DataUsageError, cmd_data
+
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys}  # fmt: skip
+                "keys": cmd_keys, "data": cmd_data}  # fmt: skip
     if command not in commands:
         print(f"robo-rl: error: unknown command '{command}' (one of: {', '.join(commands)})", file=sys.stderr)
         return 2
     from robo_rl.config import ConfigError
     from robo_rl.runs import CheckpointError
+    from robo_rl.storage import StorageError
     from robo_rl.transport.link import TransportError
 
     try:
         return commands[command](overrides)
-    except (ConfigError, CheckpointError, TransportError, UsageError) as e:
+    except (ConfigError, CheckpointError, TransportError, UsageError, DataUsageError, StorageError) as e:
         print(f"robo-rl {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -188,8 +193,9 @@ def cmd_train(overrides: list[str]) -> int:
     cfg = load_config(overrides)
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
-    _, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
-    print(f"demonstrations: {cfg.demos.num_episodes} episodes {'from cache' if cached else 'recorded to'} {demo_path}")
+    demos, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
+    episodes = int((demos["step"] == 0).sum())
+    print(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
     procs = {}
     try:

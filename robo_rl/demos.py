@@ -60,6 +60,8 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict[str
 
     Returns (step batch, cache path, whether they came from the cache). Only successful episodes are kept.
     """
+    if cfg.demos.get("path"):
+        return load_demo_dataset(cfg), Path(cfg.demos.path), True
     path = demos_path(cfg)
     if path.exists():
         try:
@@ -87,3 +89,28 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict[str
     path.parent.mkdir(parents=True, exist_ok=True)
     save_step_batch(path, batch)
     return batch, path, False
+
+
+def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
+    """Demonstrations from `demos.path` (a replay store or run folder, a LeRobot dataset, a robomimic file),
+    checked against this env's observation and action layout."""
+    from robo_rl.config import ConfigError
+    from robo_rl.datasets import join_episodes
+    from robo_rl.datasets.io import describe_fields, load_episodes
+
+    try:
+        episodes = load_episodes(cfg.demos.path, progress=False)
+    except (ValueError, FileExistsError) as e:
+        raise ConfigError(f"demos.path: {e}") from None
+    if not episodes:
+        raise ConfigError(f"demos.path: {cfg.demos.path} holds no episodes")
+    batch = join_episodes(episodes)
+    env = make_env(cfg)
+    fields = fields_for_env(env)
+    env.close()
+    theirs = {k: (tuple(v.shape[1:]), v.dtype) for k, v in batch.items()}
+    ours = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in fields.items()}
+    if theirs != ours:
+        expected = describe_fields({k: np.zeros((1, *s), d) for k, (s, d) in ours.items()})
+        raise ConfigError(f"demos.path: {cfg.demos.path} holds {describe_fields(batch)}; this env needs {expected}")
+    return batch

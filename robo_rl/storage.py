@@ -137,8 +137,10 @@ def read_segment(path: Path, verify: bool = True, mmap: bool = True) -> tuple[di
 class SegmentStore:
     """A folder of segments for one field layout. Not thread-safe except `write` from one writer thread."""
 
-    def __init__(self, root: str | Path, fields: dict[str, tuple], create: bool = True) -> None:
+    def __init__(self, root: str | Path, fields: dict[str, tuple], create: bool = True,
+                 partition: str = "online") -> None:  # fmt: skip
         self.root = Path(root)
+        self.partition = partition  # what the records are: online, demos (a new store records it in its header)
         self.fields = fields
         self.manifest = self.root / "manifest.jsonl"
         self.segments: list[Segment] = []
@@ -148,7 +150,7 @@ class SegmentStore:
                 raise StorageError(f"{self.root} is not a robo_rl replay store (no manifest.jsonl)")
             self.root.mkdir(parents=True, exist_ok=True)
             head = {"kind": "store", "format": STORE_FORMAT, "schema_version": SCHEMA_VERSION,
-                    "fields": fields_spec(fields), "created": time.time()}  # fmt: skip
+                    "fields": fields_spec(fields), "partition": partition, "created": time.time()}  # fmt: skip
             tmp = self.manifest.with_suffix(".tmp")
             tmp.write_text(json.dumps(head) + "\n")
             os.replace(tmp, self.manifest)
@@ -174,6 +176,7 @@ class SegmentStore:
             os.replace(tmp, self.manifest)
         lines = text.splitlines()
         head = json.loads(lines[0])
+        self.partition = head.get("partition", "online")
         if head.get("fields") != fields_spec(self.fields):
             raise StorageError(f"replay store {self.root} holds records of another layout (cameras, state or action "
                                "sizes differ from this config): use a new run folder")  # fmt: skip

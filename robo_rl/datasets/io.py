@@ -1,0 +1,123 @@
+"""Read episodes from any place robo_rl data lives, write them as a replay store or a LeRobot dataset,
+and summarise them (`robo-rl data inspect`)."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import numpy as np
+
+from robo_rl.datasets import Episode, join_episodes, split_episodes
+from robo_rl.envs.base import ENDED_BY
+from robo_rl.storage import SegmentStore
+
+FORMATS = ("store", "lerobot", "robomimic", "npz")
+
+
+def detect_format(path: str | Path) -> str:
+    """Which kind of data `path` holds: a replay store (or a run folder), a LeRobot dataset, a robomimic
+    HDF5 file or a demonstration cache (.npz)."""
+    path = Path(path)
+    if (path / "manifest.jsonl").is_file() or (path / "replay" / "online" / "manifest.jsonl").is_file():
+        return "store"
+    if (path / "meta" / "info.json").is_file():
+        return "lerobot"
+    if path.is_file() and path.suffix in (".hdf5", ".h5"):
+        return "robomimic"
+    if path.is_file() and path.suffix == ".npz":
+        return "npz"
+    if not path.exists():
+        raise ValueError(f"{path} does not exist")
+    raise ValueError(f"{path} is not robo_rl data: expected a replay store or run folder, a LeRobot dataset folder "
+                     "(meta/info.json), a robomimic .hdf5 file or a demonstration .npz")  # fmt: skip
+
+
+def _store_root(path: Path) -> Path:
+    return path if (path / "manifest.jsonl").is_file() else path / "replay" / "online"
+
+
+def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Episode]:
+    """Every episode at `path`, whatever its format (`options` go to the format's importer).
+
+    Episodes of a replay store keep the store's partition, except that online episodes a human took
+    over at some step are marked `interventions`."""
+    path = Path(path)
+    kind = detect_format(path)
+    if kind == "lerobot":
+        from robo_rl.datasets.lerobot_v3 import import_lerobot
+
+        return import_lerobot(path, progress=progress, **options)
+    if kind == "robomimic":
+        from robo_rl.datasets.robomimic import import_robomimic
+
+        return import_robomimic(path, progress=progress, **options)
+    if kind == "npz":
+        from robo_rl.demos import load_step_batch
+
+        return split_episodes(load_step_batch(path), partition="demos")
+    store = SegmentStore.open(_store_root(path))
+    parts = [(batch, sources) for _, batch, sources in store.iter_segments(mmap=False)]
+    for problem in store.problems:
+        print(f"warning: {problem} (skipped)")
+    if not parts:
+        return []
+    batch = {k: np.concatenate([b[k] for b, _ in parts]) for k in parts[0][0]}
+    episodes = split_episodes(batch, np.concatenate([s for _, s in parts]), partition=store.partition)
+    for ep in episodes:
+        if ep.partition == "online" and ep.interventions:
+            ep.partition = "interventions"
+    return episodes
+
+
+def fields_of(records: dict[str, np.ndarray]) -> dict[str, tuple]:
+    return {k: (v.shape[1:], v.dtype) for k, v in records.items()}
+
+
+def save_store(episodes: list[Episode], dst: str | Path, partition: str = "demos", records_per_segment: int = 5000,
+               progress: bool = True) -> Path:  # fmt: skip
+    """Write episodes as a replay store (one segment per `records_per_segment` records)."""
+    from tqdm import tqdm
+
+    dst = Path(dst)
+    if dst.exists() and any(dst.iterdir()):
+        raise FileExistsError(f"{dst} exists and is not empty: choose a new folder")
+    store = SegmentStore(dst, fields_of(episodes[0].records), partition=partition)
+    chunk: list[Episode] = []
+    for i, ep in enumerate(tqdm(episodes, desc="writing", unit="ep", disable=not progress)):
+        chunk.append(ep)
+        if sum(len(e.records["step"]) for e in chunk) >= records_per_segment or i == len(episodes) - 1:
+            sources = np.concatenate([np.full(len(e.records["step"]), e.source or "data", dtype=object) for e in chunk])
+            store.write(join_episodes(chunk), sources)
+            chunk = []
+    return dst
+
+
+def summarize(episodes: list[Episode]) -> dict:
+    """Counts, lengths, success and interventions per partition."""
+    out = {}
+    by_partition = collections.defaultdict(list)
+    for ep in episodes:
+        by_partition[ep.partition].append(ep)
+    for partition, eps in by_partition.items():
+        lengths = np.array([len(e) for e in eps])
+        ended = collections.Counter(ENDED_BY[c - 1] if c else "running" for c in (int(e.records["ended_by"][-1])
+                                                                                  for e in eps))  # fmt: skip
+        out[partition] = {
+            "episodes": len(eps), "transitions": int(lengths.sum()),
+            "length_mean": float(lengths.mean()) if len(eps) else 0.0,
+            "length_min": int(lengths.min()) if len(eps) else 0, "length_max": int(lengths.max()) if len(eps) else 0,
+            "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
+            "episodes_with_interventions": sum(1 for e in eps if e.interventions),
+            "intervention_steps": sum(e.interventions for e in eps),
+            "terminated": sum(1 for e in eps if e.records["terminated"][-1]),
+            "truncated": sum(1 for e in eps if e.records["truncated"][-1]),
+            "ended_by": dict(ended),
+        }  # fmt: skip
+    return out
+
+
+def describe_fields(records: dict[str, np.ndarray]) -> str:
+    cams = [f"{k[len('image/'):]} {v.shape[1]}×{v.shape[2]}" for k, v in records.items() if k.startswith("image/")]
+    return (f"state {records['state'].shape[1]}-d, action {records['action_executed'].shape[1]}-d, "
+            f"cameras: {', '.join(cams) or 'none'}")  # fmt: skip

@@ -1,0 +1,303 @@
+"""robo_rl episodes to and from the LeRobotDataset v3 format, through the `lerobot` package.
+
+LeRobot's convention: frame k holds observation_k and the action taken at it, with the outcome of that
+action under `next.*`. An episode of records 0..T (see `robo_rl.schema`) becomes T frames; frame k has
+
+    observation.state, observation.images.<cam>   state and image/<cam> of record k (images as video)
+    action                                         action_executed of record k+1
+    next.reward, next.done                         reward, terminated or truncated of record k+1
+    next.terminated, next.truncated, next.success  the flags of record k+1, kept apart
+    complementary_info.is_intervention             intervention flag of record k+1
+    complementary_info.action_policy / action_base what the policy proposed / the base policy's action
+    complementary_info.ended_by                    ENDED_BY code of record k+1 (0 while running)
+    complementary_info.partition                   the episode's index in PARTITIONS
+
+The final observation (record T) has no frame: LeRobot keeps none. Import puts back a COPY of frame T-1's
+observation as record T; it only matters for a truncated episode (a terminated one never bootstraps
+from it). LeRobot regenerates timestamps as frame_index / fps, so imported timestamps are those (the final
+record gets one more 1/fps) and policy_version is 0. An episode with no transition is not exported.
+
+A foreign dataset (without the fields above) imports as partition "demos" (prior data): `next.done` ends it as
+terminated (or truncated, `terminal_on_done=False`), no done at all as truncated, success = last reward > 0,
+and intervention flags are read under the names LeRobot's HIL-SERL and DAgger recorders use. An episode stored
+as "interventions" that carries no intervention flag comes back as "demos".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from robo_rl.datasets import PARTITIONS, Episode
+from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
+
+DEFAULT_TASK = "robo_rl episode"
+STATE, ACTION, REWARD, DONE = "observation.state", "action", "next.reward", "next.done"
+TERMINATED, TRUNCATED, SUCCESS = "next.terminated", "next.truncated", "next.success"
+INTERVENTION = "complementary_info.is_intervention"
+ACTION_POLICY, ACTION_BASE = "complementary_info.action_policy", "complementary_info.action_base"
+ENDED, PARTITION = "complementary_info.ended_by", "complementary_info.partition"
+IMAGES = "observation.images."
+# intervention flags as recorders name them: ours and LeRobot's HIL-SERL actor (TeleopEvents.IS_INTERVENTION
+# in complementary_info), LeRobot's DAgger rollouts ("intervention")
+INTERVENTION_KEYS = (INTERVENTION, "intervention", "is_intervention", "complementary_info.intervention")
+
+
+def _vec(dtype: str, n: int) -> dict:
+    return {"dtype": dtype, "shape": (n,), "names": None}
+
+
+def _features(records: dict[str, np.ndarray]) -> dict[str, dict]:
+    a = records["action_executed"].shape[1]
+    feats = {STATE: _vec("float32", records["state"].shape[1]), ACTION: _vec("float32", a)}
+    for name, arr in records.items():
+        if name.startswith("image/"):
+            h, w = arr.shape[1:3]
+            feats[IMAGES + name[6:]] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+    feats.update({REWARD: _vec("float32", 1), DONE: _vec("bool", 1), TERMINATED: _vec("bool", 1),
+                  TRUNCATED: _vec("bool", 1), SUCCESS: _vec("bool", 1), INTERVENTION: _vec("bool", 1),
+                  ACTION_POLICY: _vec("float32", a), ACTION_BASE: _vec("float32", a),
+                  ENDED: _vec("int64", 1), PARTITION: _vec("int64", 1)})  # fmt: skip
+    return feats
+
+
+@contextlib.contextmanager
+def _datasets_bars(show: bool):
+    """Hide the `datasets` library's own progress bars (one per saved episode) unless progress is wanted."""
+    import datasets
+
+    hide = not show and not datasets.are_progress_bars_disabled()
+    if hide:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if hide:
+            datasets.enable_progress_bars()
+
+
+def _frames(ep: Episode, task: str):
+    """The LeRobot frames of one episode (see the module docstring)."""
+    r = ep.records
+    if ep.partition not in PARTITIONS:
+        raise ValueError(f"episode partition '{ep.partition}' is not one of {PARTITIONS}")
+    partition = np.array([PARTITIONS.index(ep.partition)], np.int64)
+    cams = [k for k in r if k.startswith("image/")]
+    for k in range(len(ep)):
+        t = k + 1
+        frame = {
+            STATE: np.asarray(r["state"][k], np.float32),
+            ACTION: np.asarray(r["action_executed"][t], np.float32),
+            REWARD: np.array([r["reward"][t]], np.float32),
+            DONE: np.array([r["terminated"][t] or r["truncated"][t]], bool),
+            TERMINATED: np.array([r["terminated"][t]], bool),
+            TRUNCATED: np.array([r["truncated"][t]], bool),
+            SUCCESS: np.array([r["success"][t]], bool),
+            INTERVENTION: np.array([r["intervention"][t]], bool),
+            ACTION_POLICY: np.asarray(r["action_policy"][t], np.float32),
+            ACTION_BASE: np.asarray(r["action_base"][t], np.float32),
+            ENDED: np.array([r["ended_by"][t]], np.int64),
+            PARTITION: partition,
+            "task": task,
+        }
+        for cam in cams:
+            frame[IMAGES + cam[6:]] = np.ascontiguousarray(r[cam][k], np.uint8)
+        yield frame
+
+
+def export_lerobot(episodes: Iterable[Episode], root: str | Path, repo_id: str = "local/robo_rl", fps: float = 10.0,
+                   task: str = "", progress: bool = True) -> Path:  # fmt: skip
+    """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = Path(root)
+    if root.exists():
+        if not root.is_dir() or any(root.iterdir()):
+            raise FileExistsError(f"export target {root} already exists and is not empty")
+        root.rmdir()  # lerobot creates the folder itself
+    if float(fps) != int(fps) or fps <= 0:
+        raise ValueError(f"LeRobot datasets need a positive integer fps, got {fps}")
+    total = len(episodes) if hasattr(episodes, "__len__") else None
+    ds = None
+    with _datasets_bars(progress):
+        try:
+            for ep in tqdm(episodes, total=total, desc="export lerobot", unit="ep", disable=not progress):
+                if len(ep) < 1:
+                    continue
+                if ds is None:
+                    feats = _features(ep.records)
+                    ds = LeRobotDataset.create(repo_id, fps=int(fps), root=root, features=feats, use_videos=True)
+                for frame in _frames(ep, task or DEFAULT_TASK):
+                    ds.add_frame(frame)
+                ds.save_episode(parallel_encoding=False)  # a process pool per episode costs more than it saves
+            if ds is None:
+                raise ValueError("no episode with at least one transition to export")
+            ds.finalize()
+        except BaseException:
+            if ds is not None:
+                with contextlib.suppress(Exception):
+                    ds.finalize()
+            shutil.rmtree(root, ignore_errors=True)  # it did not exist (or was empty) before
+            raise
+    return root
+
+
+def _open(repo_or_root: str | Path, repo_id: str | None):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    path = Path(repo_or_root).expanduser()
+    if not path.exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", str(repo_or_root)):
+        try:  # a repo id: lerobot looks in $HF_LEROBOT_HOME, then on the Hub
+            return LeRobotDataset(str(repo_or_root), video_backend="pyav"), str(repo_or_root)
+        except Exception as e:
+            raise ValueError(f"{repo_or_root}: not a local folder, and no LeRobot dataset by that repo id ({e})") from e
+    if not (path / "meta" / "info.json").is_file() or not (path / "data").is_dir():
+        raise ValueError(f"{path} is not a LeRobot v3 dataset (it needs meta/info.json and data/)")
+    try:
+        version = str(json.loads((path / "meta" / "info.json").read_text()).get("codebase_version", "?"))
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: unreadable meta/info.json ({e})") from e
+    if not version.startswith("v3"):  # lerobot would otherwise try the Hub for the files it misses
+        raise ValueError(f"{path} is a LeRobot {version} dataset; convert it to v3.0 first "
+                         "(lerobot's convert_dataset_v21_to_v30)")  # fmt: skip
+    repo_id = repo_id or f"local/{path.resolve().name}"
+    try:
+        return LeRobotDataset(repo_id, root=path, video_backend="pyav"), str(path)
+    except Exception as e:
+        raise ValueError(f"{path}: cannot read it as a LeRobot v3 dataset ({type(e).__name__}: {e})") from e
+
+
+def _require(key: str, feats: dict) -> None:
+    if key not in feats:
+        raise ValueError(f"LeRobot feature '{key}' not in the dataset; available features: {sorted(feats)}")
+
+
+def _to_uint8_hwc(frames) -> np.ndarray:
+    """(N, C, H, W) or (N, H, W, C), float in [0, 1] or uint8 → uint8 (N, H, W, 3)."""
+    x = np.asarray(frames)
+    if x.shape[1] in (1, 3) and x.shape[-1] not in (1, 3):
+        x = x.transpose(0, 2, 3, 1)
+    if x.dtype != np.uint8:
+        x = np.clip(np.rint(x.astype(np.float32) * 255.0), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(np.broadcast_to(x, x.shape[:3] + (3,)))
+
+
+def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_keys: list[str] | None = None,
+                   camera_keys: dict[str, str] | None = None, image_size: tuple[int, int] | None = None,
+                   terminal_on_done: bool = True, progress: bool = True) -> list[Episode]:  # fmt: skip
+    """Read a LeRobotDataset (a local folder, or a repo id found in the LeRobot cache or on the Hub) back into
+    robo_rl episodes, one per LeRobot episode (episode_id = its episode index); see the module docstring."""
+    import cv2
+    from lerobot.datasets.video_utils import decode_video_frames
+
+    ds, source = _open(repo_or_root, repo_id)
+    meta, feats = ds.meta, ds.features
+    depth = set(meta.depth_keys)
+    if state_keys is None:
+        state_keys = [STATE] if STATE in feats else sorted(
+            k for k, f in feats.items() if k.startswith("observation.") and f["dtype"] in ("float32", "float64")
+            and len(f["shape"]) == 1)  # fmt: skip
+        if not state_keys:
+            raise ValueError(f"{source}: no state feature found; available features: {sorted(feats)}")
+    if camera_keys is None:
+        camera_keys = {k.removeprefix(IMAGES): k for k in meta.camera_keys if k.startswith(IMAGES) and k not in depth}
+        if "observation.image" in meta.camera_keys:
+            camera_keys["image"] = "observation.image"
+    for key in [*state_keys, ACTION, *camera_keys.values()]:
+        _require(key, feats)
+    for key in camera_keys.values():
+        if feats[key]["dtype"] not in ("video", "image") or key in depth:
+            raise ValueError(f"LeRobot feature '{key}' is not an RGB camera (dtype {feats[key]['dtype']})")
+    optional = [REWARD, DONE, TERMINATED, TRUNCATED, SUCCESS, ACTION_POLICY, ACTION_BASE, ENDED, PARTITION]
+    intervention_key = next((k for k in INTERVENTION_KEYS if k in feats), None)
+    columns = [*state_keys, ACTION, "episode_index", "frame_index", "timestamp",
+               *[k for k in [*optional, intervention_key] if k in feats]]  # fmt: skip
+    data = ds.hf_dataset.with_format("numpy", columns=columns)[:]  # non-video columns at once, no per-item decode
+    data = {k: v.reshape(len(v), -1) if v.ndim == 1 else v for k, v in data.items()}
+
+    order = np.lexsort((data["frame_index"][:, 0], data["episode_index"][:, 0]))
+    ep_of_row = data["episode_index"][order, 0]
+    starts = np.flatnonzero(np.r_[True, ep_of_row[1:] != ep_of_row[:-1]])
+    segments = np.split(order, starts[1:])
+    cam_shapes = {cam: tuple(image_size) if image_size else None for cam in camera_keys}
+    episodes = []
+    for rows in tqdm(segments, desc="import lerobot", unit="ep", disable=not progress):
+        ep_index, n = int(data["episode_index"][rows[0], 0]), len(rows)
+
+        def col(key, dtype, rows=rows):
+            return data[key][rows].astype(dtype) if key in data else None
+
+        ts = data["timestamp"][rows, 0].astype(np.float64)
+        images = {}
+        for cam, key in camera_keys.items():
+            if feats[key]["dtype"] == "video":
+                from_ts = meta.episodes[ep_index][f"videos/{key}/from_timestamp"]
+                frames = decode_video_frames(ds.root / meta.get_video_file_path(ep_index, key),
+                                             [from_ts + float(t) for t in ts], ds.tolerance_s, "pyav",
+                                             return_uint8=True)  # fmt: skip
+            else:
+                frames = ds.hf_dataset.with_format("numpy", columns=[key])[rows.tolist()][key]
+            frames = _to_uint8_hwc(frames)
+            if image_size is not None and frames.shape[1:3] != tuple(image_size):
+                h, w = image_size
+                frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+            cam_shapes[cam] = frames.shape[1:3]
+            images[f"image/{cam}"] = frames
+
+        state = np.concatenate([col(k, np.float32).reshape(n, -1) for k in state_keys], axis=1)
+        action = col(ACTION, np.float32).reshape(n, -1)
+        fields = step_fields(state.shape[1], action.shape[1], cam_shapes)
+        rec = {name: np.zeros((n + 1, *shape), dtype) for name, (shape, dtype) in fields.items()}
+        obs = np.r_[np.arange(n), n - 1]  # record k shows frame k; the final record repeats frame n-1
+        rec["episode_id"][:] = ep_index
+        rec["step"][:] = np.arange(n + 1)
+        rec["state"][:] = state[obs]
+        for name, frames in images.items():
+            rec[name][:] = frames[obs]
+        rec["timestamp"][:] = np.r_[ts, ts[-1] + 1.0 / meta.fps]
+        rec["action_executed"][1:] = action
+        policy, base = col(ACTION_POLICY, np.float32), col(ACTION_BASE, np.float32)
+        rec["action_policy"][1:] = action if policy is None else policy
+        rec["action_base"][1:] = 0.0 if base is None else base
+        zeros = np.zeros(n, bool)
+        reward = col(REWARD, np.float32)
+        rec["reward"][1:] = 0.0 if reward is None else reward[:, 0]
+
+        def flag(key, default=zeros, rows=rows):
+            return default if key not in data else data[key][rows, 0].astype(bool)
+
+        done = flag(DONE)
+        term = flag(TERMINATED, (done if terminal_on_done else zeros) & ~flag(TRUNCATED))
+        trunc = flag(TRUNCATED, done & ~term)
+        if not (TERMINATED in data and TRUNCATED in data) and not (term[-1] or trunc[-1]):
+            trunc[-1] = True  # a foreign episode that ends without a done flag ended on a limit
+        rec["terminated"][1:], rec["truncated"][1:] = term, trunc
+        if SUCCESS in data:
+            rec["success"][1:] = flag(SUCCESS)
+        else:
+            rec["success"][-1] = reward is not None and reward[-1, 0] > 0
+        if ENDED in data:
+            rec["ended_by"][1:] = data[ENDED][rows, 0]
+        else:
+            limit = np.where(trunc, ENDED_BY_CODES["time_limit"], 0)
+            rec["ended_by"][1:] = np.where(term, ENDED_BY_CODES["env"], limit)
+        if intervention_key is not None:
+            rec["intervention"][1:] = flag(intervention_key)
+        partition = "demos"  # a foreign dataset is prior data
+        if PARTITION in data:
+            code = int(data[PARTITION][rows[0], 0])
+            if not 0 <= code < len(PARTITIONS):
+                raise ValueError(f"{source}: episode {ep_index} has unknown partition code {code}")
+            partition = PARTITIONS[code]
+        if partition == "interventions" and not rec["intervention"].any():
+            partition = "demos"
+        check_step_batch(rec, fields)
+        episodes.append(Episode(rec, partition, source))
+    return episodes
