@@ -72,7 +72,8 @@ def _inspect(args: list[str]) -> int:
     if opts.get("json", "").lower() == "true":
         print(json.dumps({"path": str(path), "format": kind, "partitions": summary}))
         return 0
-    print(f"{path} ({kind}): {len(episodes)} episodes" + (f"; {describe_fields(episodes[0].records)}" if episodes else ""))
+    layout = f"; {describe_fields(episodes[0].records)}" if episodes else ""
+    print(f"{path} ({kind}): {len(episodes)} episodes{layout}")
     for partition, s in summary.items():
         print(f"  {partition:<13} {s['episodes']:>6} episodes {s['transitions']:>9} transitions  "
               f"length {s['length_mean']:.1f} [{s['length_min']}, {s['length_max']}]  "
