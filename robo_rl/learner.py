@@ -19,7 +19,7 @@ from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
-from robo_rl.runs import CheckpointError, MetricsWriter, load_checkpoint, save_checkpoint
+from robo_rl.runs import CheckpointError, MetricsWriter, load_resume_checkpoint, save_checkpoint
 from robo_rl.schema import fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
@@ -212,14 +212,14 @@ class Learner:
     def _resume(self, run: str) -> dict[str, list]:
         """Restore the latest checkpoint and the stored replay; data stored after the checkpoint (before a
         kill) is counted as received. Returns the newest stored message per actor."""
-        try:
-            payload = load_checkpoint(run)
-        except CheckpointError as e:
+        payload, skipped = load_resume_checkpoint(run)
+        for problem in skipped:
+            log.error("%s: skipped, resuming from the checkpoint before it", problem)
+        if payload is None:
             if not (Path(run) / "replay" / "online" / "manifest.jsonl").exists():
-                raise
-            log.warning("%s: starting from fresh weights with the stored replay", e)
-            payload = None
-        if payload is not None:
+                raise CheckpointError(f"nothing to resume in {run}: no checkpoint and no stored replay")
+            log.warning("no checkpoint in %s (killed before the first one): fresh weights, the stored replay", run)
+        else:
             self._restore(payload)
         later, seqs = self.replay.restore(payload.get("replay") if payload else None)
         for actor, arrays in later:

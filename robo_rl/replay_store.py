@@ -146,7 +146,7 @@ class LearnerReplay:
         and {actor: [session, seq]} of the newest stored message per actor."""
         if self.store is None:
             return [], {}
-        upto = len(self.store.segments) if state is None else state.get("segments", 0)
+        upto = 0 if state is None else state.get("segments", 0)  # no checkpoint: every stored record is new to it
         if state is not None and state.get("persisted") and upto > len(self.store.segments):
             log.error("the checkpoint goes with %d segments of %s but only %d are there: resuming with what exists",
                       upto, self.store.root, len(self.store.segments))  # fmt: skip

@@ -96,3 +96,24 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path} is not a robo_rl checkpoint of format {CHECKPOINT_FORMAT}")
     payload["path"] = str(path)
     return payload
+
+
+def load_resume_checkpoint(run: str | Path) -> tuple[dict | None, list[str]]:
+    """The newest readable checkpoint of a run folder (or the one file given), and what was skipped.
+
+    A corrupt newest checkpoint (a kill while writing it, a bad disk) is reported and the one before it
+    used; a run folder with no checkpoint at all gives None. A file given explicitly is never replaced."""
+    path = Path(run)
+    if path.is_file():
+        return load_checkpoint(path), []
+    ckpt_dir = path / "checkpoints"
+    found = sorted((p for p in ckpt_dir.iterdir() if _CKPT_RE.match(p.name)), reverse=True) if ckpt_dir.is_dir() else []
+    skipped = []
+    for candidate in found:
+        try:
+            return load_checkpoint(candidate), skipped
+        except CheckpointError as e:
+            skipped.append(str(e))
+    if found:
+        raise CheckpointError("no readable checkpoint in " + str(ckpt_dir) + ": " + "; ".join(skipped))
+    return None, []

@@ -84,6 +84,28 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
     resumed.close()
 
 
+def test_a_corrupt_newest_checkpoint_is_reported_and_the_one_before_it_used_with_all_stored_data(tmp_path, caplog):
+    msgs = messages(20)
+    cfg = toy_config(tmp_path, "train.learning_starts=50", "algo.batch_size=32")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(cfg, run_dir / "config.yaml")
+    learner = Learner(cfg, run_dir, progress=False)
+    feed(learner, msgs[:10], 1)
+    learner.checkpoint()
+    updates_then = learner.updates
+    feed(learner, msgs[10:], 11)
+    newest = learner.checkpoint()
+    learner.close()
+    newest.write_bytes(newest.read_bytes()[:1000])  # torn
+    resumed = Learner(load_config([f"resume={run_dir}", *toy_config_ports(tmp_path)]), run_dir, progress=False)
+    assert f"checkpoint {newest} is corrupt or unreadable" in caplog.text
+    assert resumed.updates == updates_then  # the weights of the older checkpoint ...
+    assert resumed.env_steps == learner.env_steps  # ... and every stored record, counted
+    assert resumed.replay.online.writes == learner.replay.online.writes
+    resumed.close()
+
+
 def toy_config_ports(tmp_path):
     """Fresh ports for a resumed learner (the run's saved config holds the first one's)."""
     cfg = toy_config(tmp_path)
