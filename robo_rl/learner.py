@@ -52,6 +52,9 @@ class Learner:
         self.env_steps = self.updates = self.episodes = self.version = 0
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
         self._returns: dict[tuple, float] = {}
+        self._published: dict[int, float] = {}  # policy version → when it was published (monotonic)
+        self._stale_versions: list[int] = []  # per env step received since the last log line
+        self._stale_seconds: list[float] = []
         stored_seqs: dict[str, list] = {}
         if cfg.resume:
             stored_seqs = self._resume(cfg.resume)
@@ -79,6 +82,8 @@ class Learner:
     def _count(self, actor: str, arrays: dict, log_episodes: bool = True) -> None:
         live = arrays["step"] > 0
         self.env_steps += int(live.sum())
+        if log_episodes:
+            self._note_staleness(arrays["policy_version"][live])
         for i in np.flatnonzero(live):
             key = (actor, int(arrays["episode_id"][i]))
             self._returns[key] = self._returns.get(key, 0.0) + float(arrays["reward"][i])
@@ -90,6 +95,17 @@ class Learner:
                     self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
                                        "actor": actor, "episode_id": key[1], "success": success,
                                        "return": self._returns.pop(key), "length": int(arrays["step"][i])})  # fmt: skip
+
+    def _note_staleness(self, versions: np.ndarray) -> None:
+        """How far behind the current policy the weights that acted were: in versions, and in seconds
+        since those weights were published (versions published before a restart have no time)."""
+        if not len(versions):
+            return
+        now = time.monotonic()
+        self._stale_versions.extend((self.version - versions).tolist())
+        for v, n in zip(*np.unique(versions, return_counts=True), strict=True):
+            if int(v) in self._published:
+                self._stale_seconds.extend([now - self._published[int(v)]] * int(n))
 
     def acknowledge(self, durable: dict[str, list]) -> None:
         """Tell actors which of their messages are now on disk (they may forget them)."""
@@ -176,6 +192,8 @@ class Learner:
     def publish_weights(self) -> None:
         self.version += 1
         self.link.publish_weights(self.version, state_dict_to_arrays(self.policy.state_dict()))
+        self._published[self.version] = time.monotonic()
+        self._published.pop(self.version - 10_000, None)
 
     def publish_status(self) -> None:
         train = self.cfg.train
@@ -186,12 +204,20 @@ class Learner:
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
         realised_utd = (self.updates - self.updates_base) / max(1, self.learning_steps)
+        stale = {}
+        if self._stale_versions:
+            stale["staleness_versions_mean"] = float(np.mean(self._stale_versions))
+            stale["staleness_versions_max"] = int(np.max(self._stale_versions))
+        if self._stale_seconds:
+            stale["staleness_s_mean"] = float(np.mean(self._stale_seconds))
+            stale["staleness_s_max"] = float(np.max(self._stale_seconds))
+        self._stale_versions, self._stale_seconds = [], []
         self.metrics.write({
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,
             "policy_version": self.version, "bad_messages": dict(self.link.bad_messages),
             "duplicates": self.link.duplicates, "actors_alive": len(self.link.alive_actors),
-            "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}, **update_metrics,
+            "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}, **stale, **update_metrics,
         })  # fmt: skip
 
     # --- checkpoints --------------------------------------------------------------------------

@@ -46,6 +46,10 @@ def test_actor_and_learner_train_a_policy_that_beats_the_untrained_one(tmp_path)
     assert any(m["kind"] == "episode" for m in metrics) and metrics[-1]["kind"] == "end"
     learner_lines = [m for m in metrics if m["kind"] == "learner"]
     assert 0.5 < learner_lines[-1]["realised_utd"] < 1.5, "the learner enforces the configured UTD of 1"
+    # staleness of the acting weights: published every 50 updates, so a few versions behind at most
+    stale = [m for m in learner_lines if "staleness_versions_max" in m]
+    assert stale and all(0 <= m["staleness_versions_max"] <= 10 for m in stale)
+    assert any(0.0 < m.get("staleness_s_mean", -1) < 5.0 for m in stale)
 
     env = make_env(cfg)
     untrained = make_policy(cfg, env)
