@@ -14,6 +14,8 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from policies.hybrid import HybridGripperPolicy
+from robo_rl.algos.gripper import GripperConfig, GripperLearner
 from robo_rl.algos.sac import SAC, SACConfig
 from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
@@ -42,7 +44,16 @@ class Learner:
         env = make_env(cfg)
         self.fields = fields_for_env(env)
         self.policy = make_policy(cfg, env)
-        self.sac = SAC(self.policy, env.observation_space, sac_config(cfg.algo))
+        self.gripper = None  # with a hybrid policy: SAC moves the arm, a discrete critic picks the gripper command
+        actor = self.policy
+        if isinstance(self.policy, HybridGripperPolicy):
+            names = list(getattr(env, "state_names", ()))
+            a = cfg.algo
+            self.gripper = GripperLearner(self.policy.gripper, GripperConfig(
+                lr=a.lr_critic, tau=a.tau, penalty=a.gripper_penalty, grad_clip_norm=a.grad_clip_norm,
+                gripper_state_index=names.index("gripper_pos") if "gripper_pos" in names else None))  # fmt: skip
+            actor = self.policy.arm
+        self.sac = SAC(actor, env.observation_space, sac_config(cfg.algo))
         env.close()
         self.rng = np.random.default_rng(cfg.seed)
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
@@ -119,9 +130,16 @@ class Learner:
         return batch_to_torch(self.replay.sample(a.batch_size, self.rng, a.gamma, n_step=a.get("n_step", 1)))
 
     def update(self) -> dict:
-        """One round of `critic_updates_per_actor` critic updates and an actor update."""
+        """One round of `critic_updates_per_actor` critic updates and an actor update (and as many updates
+        of the gripper critic, when there is one)."""
         n = self.cfg.algo.critic_updates_per_actor
-        m = self.sac.update([self.sample() for _ in range(n)])
+        batches = [self.sample() for _ in range(n)]
+        if self.gripper is None:
+            m = self.sac.update(batches)
+        else:
+            for b in batches:
+                g = self.gripper.update(b)
+            m = {**self.sac.update([{**b, "action": b["action"][:, :-1]} for b in batches]), **g}
         self.updates += n
         return m
 
@@ -224,8 +242,11 @@ class Learner:
     def checkpoint(self) -> Path:
         """Flush the replay to disk, then write a checkpoint that names the segments it goes with."""
         self.acknowledge(self.replay.flush())
+        algo = self.sac.state_dict()
+        if self.gripper is not None:  # "policy" is what the actors run: the whole hybrid policy
+            algo = {**algo, "policy": self.policy.state_dict(), "gripper": self.gripper.state_dict()}
         return save_checkpoint(self.run_dir, self.env_steps, {
-            "algo": self.sac.state_dict(),
+            "algo": algo,
             "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
                          "version": self.version},
             "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state},
@@ -255,7 +276,12 @@ class Learner:
         return seqs
 
     def _restore(self, payload: dict) -> None:
-        self.sac.load_state_dict(payload["algo"])
+        algo = payload["algo"]
+        if self.gripper is not None:
+            self.policy.load_state_dict(algo["policy"])
+            self.gripper.load_state_dict(algo["gripper"])
+            algo = {**algo, "policy": self.policy.arm.state_dict()}
+        self.sac.load_state_dict(algo)
         c = payload["counters"]
         self.env_steps, self.updates, self.episodes, self.version = (
             c["env_steps"], c["updates"], c["episodes"], c["version"])  # fmt: skip

@@ -3,8 +3,10 @@
 The arm and gripper MJCF (with meshes) come from the installed `gym_hil` package; the scene around them
 (table, cube, lights, cameras), the controller and the fast physics settings are built here with `MjSpec`.
 Action: ``[dx, dy, dz, gripper]`` in [-1, 1]; the position part is scaled by `max_ee_step_m`, gripper -1 = open,
-+1 = closed. A damped-least-squares IK, run once per control step, turns the end-effector target (top-down,
-fixed yaw) into joint position targets that the arm's position servos track during the physics substeps.
++1 = closed (`gripper="discrete"`: below -0.5 open, above 0.5 close, in between keep the last command, for a
+discrete open/stay/close gripper policy). A damped-least-squares IK, run once per control step, turns the
+end-effector target (top-down, fixed yaw) into joint position targets that the arm's position servos track
+during the physics substeps.
 """
 
 from __future__ import annotations
@@ -182,8 +184,13 @@ class PickCubeEnv(RobotEnv):
         reach_tolerance_m: float = 0.02,
         cameras: list[str] | tuple[str, ...] = (),
         image_size: int = 128,
+        gripper: str = "absolute",
     ) -> None:
         super().__init__()
+        if gripper not in ("absolute", "discrete"):
+            raise ValueError(f"gripper must be 'absolute' or 'discrete', got {gripper!r}")
+        self.gripper_mode = gripper
+        self._gripper_cmd = -1.0
         if task not in ("lift", "reach"):
             raise ValueError(f"task must be 'lift' or 'reach', got {task!r}")
         if reward_type not in ("dense", "sparse"):
@@ -276,6 +283,7 @@ class PickCubeEnv(RobotEnv):
         yaw = float(options.get("cube_yaw", rng.uniform(-1, 1) * self.cube_yaw_range_rad))
         ee = self.ee_start_m + rng.uniform(-1, 1, 3) * self.ee_start_noise_m
         self._ee_target = np.clip(ee, self.workspace_low_m, self.workspace_high_m)
+        self._gripper_cmd = -1.0  # open
         self._q_target = self._solve_ik(REST_QPOS.copy(), self._ee_target, IK_ITERS_RESET)
         d.qpos[:7] = self._q_target
         d.ctrl[:7] = self._q_target
@@ -293,7 +301,11 @@ class PickCubeEnv(RobotEnv):
         self._ee_target = np.clip(base + action[:3] * self.max_ee_step_m, self.workspace_low_m, self.workspace_high_m)
         self._q_target = self._solve_ik(self._q_target, self._ee_target, IK_ITERS_PER_STEP)
         d.ctrl[:7] = self._q_target
-        d.ctrl[7] = (action[3] + 1.0) * 0.5 * GRIPPER_CTRL_MAX
+        if self.gripper_mode == "absolute":
+            self._gripper_cmd = float(action[3])
+        elif abs(action[3]) > 0.5:  # discrete: open / close; in between, stay with the last command
+            self._gripper_cmd = float(np.sign(action[3]))
+        d.ctrl[7] = (self._gripper_cmd + 1.0) * 0.5 * GRIPPER_CTRL_MAX
         mujoco.mj_step(m, d, nstep=self._n_substeps)
         mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's
         progress, success = self._progress()

@@ -190,3 +190,22 @@ def test_camera_renders_the_scene():
         assert image.std() > 10  # not a blank frame
     finally:
         env.close()
+
+
+def test_a_discrete_gripper_keeps_its_last_command_between_the_thresholds():
+    env = PickCubeEnv(gripper="discrete")
+    env.reset(seed=0)
+    opening = list(env.state_names).index("gripper_pos")
+
+    def hold(value, steps=6):
+        for _ in range(steps):
+            obs, *_ = env.step(np.array([0, 0, 0, value], np.float32))
+        return obs["state"][opening]
+
+    assert hold(0.0) < -0.9  # 'stay' from the start: still open
+    assert hold(1.0) > 0.3  # close
+    closed = hold(0.3)  # 'stay': keeps closing / closed, never opens
+    assert closed > 0.3
+    assert hold(-1.0) < -0.5  # open
+    with pytest.raises(ValueError, match="gripper must be"):
+        PickCubeEnv(gripper="sticky")

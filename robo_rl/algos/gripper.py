@@ -1,0 +1,67 @@
+"""The discrete gripper critic's learning rule (HIL-SERL style): double-DQN targets over open / stay / close,
+a random pair of heads for the target (as the continuous critic), and a penalty for each gripper change."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from policies.hybrid import GripperQ, gripper_choice
+
+
+@dataclass
+class GripperConfig:
+    lr: float = 3e-4
+    tau: float = 0.005
+    penalty: float = -0.02  # added to the reward of a step whose command changes the gripper (open ↔ closed)
+    gripper_state_index: int | None = None  # where the state vector holds the gripper opening (-1 open .. +1 closed)
+    grad_clip_norm: float = 10.0
+
+
+class GripperLearner:
+    def __init__(self, q: GripperQ, cfg: GripperConfig) -> None:
+        self.q, self.cfg = q, cfg
+        self.target = copy.deepcopy(q).requires_grad_(False)
+        self.optim = torch.optim.Adam(q.parameters(), lr=cfg.lr)
+
+    def changes(self, batch: dict, choice: torch.Tensor) -> torch.Tensor:
+        """Whether each step's gripper command changed the gripper: close while open or open while closed
+        (with no gripper state in the observation: any open or close command)."""
+        if self.cfg.gripper_state_index is None:
+            return choice != 1
+        closed = batch["obs"]["state"][:, self.cfg.gripper_state_index] > 0.0
+        return ((choice == 2) & ~closed) | ((choice == 0) & closed)
+
+    def update(self, batch: dict) -> dict:
+        """One gradient step on a transition batch (obs, action [.., gripper last], reward, discount, next_obs)."""
+        choice = gripper_choice(batch["action"][:, -1])
+        reward = batch["reward"] + self.cfg.penalty * self.changes(batch, choice).float()
+        with torch.no_grad():
+            best_next = self.q(batch["next_obs"]).mean(0).argmax(-1, keepdim=True)  # double DQN: online picks
+            target_q = self.target(batch["next_obs"])  # [heads, B, 3]
+            pair = torch.randperm(target_q.shape[0])[:2]
+            next_v = target_q[pair].gather(-1, best_next.expand(len(pair), -1, -1)).squeeze(-1).min(0).values
+            target = reward + batch["discount"] * next_v
+        all_q = self.q(batch["obs"])  # [heads, B, 3]
+        q = all_q.gather(-1, choice.view(1, -1, 1).expand(all_q.shape[0], -1, -1)).squeeze(-1)
+        loss = F.mse_loss(q, target.expand_as(q))
+        self.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.grad_clip_norm)
+        self.optim.step()
+        with torch.no_grad():
+            for p, tp in zip(self.q.parameters(), self.target.parameters(), strict=True):
+                tp.lerp_(p, self.cfg.tau)
+        return {"gripper_loss": loss.item(), "gripper_q": float(q.detach().mean()),
+                "gripper_change_rate": float(self.changes(batch, choice).float().mean())}  # fmt: skip
+
+    def state_dict(self) -> dict:
+        return {"q": self.q.state_dict(), "target": self.target.state_dict(), "optim": self.optim.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optim.load_state_dict(state["optim"])
