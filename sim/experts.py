@@ -1,5 +1,7 @@
 """Scripted experts for the simulated tasks: they read only the observation's state vector (no simulator
-access), so the demonstrations they record are ones a policy could in principle imitate."""
+access), so the demonstrations they record are ones a policy could in principle imitate. With
+`state="proprio"` (a pixel task) the cube pose is not in the observation; the expert then reads the
+env's full state vector, which a policy never sees."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ class PickCubeExpert:
 
     def __init__(self, env: PickCubeEnv, noise_std: float = 0.0, seed: int | None = None) -> None:
         env = getattr(env, "unwrapped", env)
-        names = list(env.state_names)
+        names = list(env.full_state_names)
         self._rel = [names.index(n) for n in ("cube_rel_x", "cube_rel_y", "cube_rel_z")]
+        self._env = env if env.state_mode == "proprio" else None  # the cube pose is not in obs: read it from the env
         self._task = env.task
         self._step_m = env.max_ee_step_m
         self._reach_height_m = env.reach_height_m
@@ -36,7 +39,8 @@ class PickCubeExpert:
         self._closing_steps = 0
 
     def act(self, obs: dict) -> np.ndarray:
-        rel = np.asarray(obs["state"], np.float64)[self._rel] * POS_SCALE_M  # cube centre minus pinch point, m
+        state = obs["state"] if self._env is None else self._env.full_state
+        rel = np.asarray(state, np.float64)[self._rel] * POS_SCALE_M  # cube centre minus pinch point, m
         if self._task == "reach":
             move, gripper = rel + [0.0, 0.0, self._reach_height_m], -1.0
         else:

@@ -36,6 +36,7 @@ ARM_KP = np.array([9000.0, 9000.0, 7000.0, 7000.0, 4000.0, 4000.0, 4000.0])  # N
 ARM_DAMPING_RATIO = 1.0  # critically damped at REST_QPOS: no overshoot, settles within one control step
 ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth motion without per-substep Python
 STIFF_CONTACT_SOLIMP = [0.95, 0.99, 0.001, 0.5, 2.0]  # cube and table: millimetre penetration even when the arm presses
+PROPRIO_DIM = 7  # end-effector position, gripper opening, end-effector velocity: what state="proprio" keeps
 GRIPPER_CTRL_MAX = 255.0  # the 2F-85 actuator's command range is [0, 255]
 GRIPPER_DRIVER_CLOSED_RAD = 0.8  # driver joint angle when fully closed
 IK_DAMPING = 0.02  # DLS damping; keeps joint steps bounded near singular poses
@@ -185,8 +186,12 @@ class PickCubeEnv(RobotEnv):
         cameras: list[str] | tuple[str, ...] = (),
         image_size: int = 128,
         gripper: str = "absolute",
+        state: str = "full",
     ) -> None:
         super().__init__()
+        if state not in ("full", "proprio"):
+            raise ValueError(f"state must be 'full' or 'proprio' (no cube pose: learn it from cameras), got {state!r}")
+        self.state_mode = state
         if gripper not in ("absolute", "discrete"):
             raise ValueError(f"gripper must be 'absolute' or 'discrete', got {gripper!r}")
         self.gripper_mode = gripper
@@ -239,6 +244,9 @@ class PickCubeEnv(RobotEnv):
             "cube_yaw_sin4", "cube_yaw_cos4",  # a cube looks the same every quarter turn
             "cube_lift",  # height above its resting height, in units of lift_height_m
         )  # fmt: skip
+        self.full_state_names = self.state_names
+        if state == "proprio":
+            self.state_names = self.state_names[:PROPRIO_DIM]
         self.camera_names = tuple(cameras)
         self.image_size = int(image_size)
         self._renderer = None
@@ -364,7 +372,8 @@ class PickCubeEnv(RobotEnv):
             [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
             [(cube[2] - CUBE_HALF_SIZE_M) / self.lift_height_m],
         ]).astype(np.float32)  # fmt: skip
-        return {"state": state, "images": self._render()}
+        self.full_state = state  # with state="proprio", what scripted experts read (the cube pose too)
+        return {"state": state[: len(self.state_names)], "images": self._render()}
 
     def _render(self) -> dict[str, np.ndarray]:
         if not self.camera_names:

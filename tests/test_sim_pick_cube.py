@@ -209,3 +209,16 @@ def test_a_discrete_gripper_keeps_its_last_command_between_the_thresholds():
     assert hold(-1.0) < -0.5  # open
     with pytest.raises(ValueError, match="gripper must be"):
         PickCubeEnv(gripper="sticky")
+
+
+def test_a_proprio_only_state_hides_the_cube_and_the_expert_still_lifts_it():
+    env = PickCubeEnv(state="proprio")
+    assert env.observation_space["state"].shape == (7,) and "cube_x" not in env.state_names
+    expert = PickCubeExpert(env)
+    obs, _ = env.reset(seed=3)
+    assert obs["state"].shape == (7,)
+    for _ in range(env.max_episode_steps):
+        obs, _, terminated, truncated, info = env.step(expert.act(obs))
+        if terminated or truncated:
+            break
+    assert info["success"]
