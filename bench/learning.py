@@ -1,0 +1,145 @@
+"""Learning benchmarks (long; not in CI): full `robo-rl train` runs over several seeds, every checkpoint
+evaluated on a fixed set of seeds with deterministic actions, success judged by the simulator.
+
+    python bench/learning.py lift      # robosuite Lift, low-dim, 30 scripted demos: ≥ 0.86 by 50k env steps
+    python bench/learning.py gym_hil   # gym-hil PandaPickCube, state: ≥ 0.8 within 10k env steps
+    python bench/learning.py pixels    # our pick task from two cameras (proprio + images, no cube pose)
+    python bench/learning.py state     # the same task from state, the reference curve for `pixels`
+    python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
+
+Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others).
+Writes bench/results/learning_<name>.json and .png (success against env steps: mean over seeds with the
+min-max band) and prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+# name → (overrides, target success at the end, published or required reference)
+EXPERIMENTS = {
+    "lift": (["env=robosuite_lift", "demos.num_episodes=30", "train.total_env_steps=50000",
+              "train.checkpoint_every_env_steps=5000"], 0.86,
+             "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)"),
+    "gym_hil": (["env=gym_hil_pick", "train.total_env_steps=10000", "train.checkpoint_every_env_steps=1000"], 0.8,
+                "required: ≥ 0.8 within 10k env steps; LeRobot's HIL-SERL on the same budget in BENCHMARKS.md"),
+    "pixels": (["experiment=pick_cube_pixels"], None, "the state-based curve of the same task (`state`)"),
+    "state": (["experiment=pick_cube_lift", "train.checkpoint_every_env_steps=2000"], 0.8, "the default experiment"),
+    "smoke": (["env=point_reach", "train.learning_starts=100", "train.total_env_steps=600",
+               "train.checkpoint_every_env_steps=200", "demos.num_episodes=3"], None, "a toy run"),
+}  # fmt: skip
+
+
+def train(name: str, overrides: list[str], seed: int, out: Path) -> Path:
+    """One `robo-rl train` run; returns its run folder."""
+    from robo_rl.transport.link import free_ports
+
+    before = set(out.glob("*/*"))
+    keys = ("data_port", "weights_port", "ctrl_port")
+    ports = [f"transport.{k}={p}" for k, p in zip(keys, free_ports(3), strict=True)]
+    cmd = [sys.executable, "-m", "robo_rl.cli", "train", *overrides, *ports, f"seed={seed}", f"outputs_dir={out}",
+           "logger.progress=false", "eval.episodes=1", f"name={name}_s{seed}"]  # fmt: skip
+    t = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    (run,) = set(out.glob("*/*")) - before
+    (run / "bench_wall_s.txt").write_text(f"{time.monotonic() - t:.1f}\n")
+    return run
+
+
+def evaluate_run(run: Path, episodes_mid: int, episodes_final: int) -> list[dict]:
+    """Success of every checkpoint of a run on the fixed evaluation seeds."""
+    import torch
+
+    from robo_rl.config import load_saved_config, make_env, make_policy
+    from robo_rl.evaluate import evaluate_policy
+    from robo_rl.runs import load_checkpoint
+
+    cfg = load_saved_config(run / "config.yaml")
+    torch.set_num_threads(1)
+    env = make_env(cfg)
+    points = []
+    ckpts = sorted((run / "checkpoints").glob("step_*.pt"))
+    for i, path in enumerate(ckpts):
+        payload = load_checkpoint(path)
+        policy = make_policy(cfg, env)
+        policy.load_state_dict(payload["algo"]["policy"])
+        n = episodes_final if i == len(ckpts) - 1 else episodes_mid
+        result = evaluate_policy(env, policy.eval(), n, cfg.eval.seed, progress=False)
+        points.append({"env_steps": int(payload["counters"]["env_steps"]), "success": result["success_rate"],
+                       "episodes": n, "ci95": result["success_ci95"]})  # fmt: skip
+    env.close()
+    return points
+
+
+def plot(name: str, curves: list[list[dict]], path: Path, target: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted({p["env_steps"] for c in curves for p in c})
+    grid = np.array([[np.interp(s, [p["env_steps"] for p in c], [p["success"] for p in c]) for s in steps]
+                     for c in curves])  # fmt: skip
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, grid.mean(0), label=f"mean of {len(curves)} seeds")
+    ax.fill_between(steps, grid.min(0), grid.max(0), alpha=0.25, label="min-max over seeds")
+    if target is not None:
+        ax.axhline(target, color="gray", linestyle="--", label=f"target {target}")
+    ax.set(xlabel="env steps", ylabel="evaluation success", ylim=(-0.02, 1.02), title=name)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", nargs="?", default="smoke", choices=sorted(EXPERIMENTS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="one seed of the toy run, 10 evaluation episodes")
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_learning"))
+    args = parser.parse_args()
+    if args.quick:
+        args.experiment, args.seeds, args.eval_episodes = "smoke", [0], 10
+    overrides, target, reference = EXPERIMENTS[args.experiment]
+    out = Path(args.out) / args.experiment
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for seed in args.seeds:
+        run = train(args.experiment, overrides, seed, out)
+        points = evaluate_run(run, min(20, args.eval_episodes), args.eval_episodes)
+        wall = float((run / "bench_wall_s.txt").read_text())
+        final = points[-1]
+        print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
+              f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
+        runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points})
+    finals = [r["curve"][-1]["success"] for r in runs]
+    results_dir = ROOT / "bench" / "results"
+    results_dir.mkdir(exist_ok=True)
+    plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
+    result = {"experiment": args.experiment, "overrides": overrides, "seeds": args.seeds,
+              "final_success": finals, "final_success_mean": float(np.mean(finals)), "target": target,
+              "met": None if target is None else bool(min(finals) >= target), "reference": reference,
+              "runs": runs, "plot": str(results_dir / f"learning_{args.experiment}.png"),
+              "load": os.getloadavg()[0]}  # fmt: skip
+    (results_dir / f"learning_{args.experiment}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
