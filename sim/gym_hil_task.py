@@ -1,0 +1,172 @@
+"""gym-hil's Panda pick-cube task (``gym_hil/PandaPickCubeBase-v0``, the LeRobot HIL-SERL sim task) as a `RobotEnv`.
+
+The gym-hil env itself steps the physics (its opspace controller tracking a mocap target, its scene with
+noslip iterations); this adapter only translates:
+
+- Action ``[dx, dy, dz, gripper]`` in [-1, 1]: the mocap target moves by ``ee_step_m`` x the first three (as
+  gym-hil's own `EEActionWrapper` does, default 2.5 cm); gripper is absolute, -1 open .. +1 closed, turned into
+  gym-hil's incremental gripper command. gym-hil ignores rotation, so the action has none.
+- State: gym-hil's ``agent_pos`` (joint positions 7, joint velocities 7, gripper command in [0, 255], pinch-point
+  position 3), then in state mode ``environment_state`` (block position 3), unscaled, as LeRobot records them.
+  Image mode (`image_obs=True`): ``agent_pos`` only, plus gym-hil's ``front`` and ``wrist`` cameras.
+- ``success`` is gym-hil's ``info["succeed"]``; gym-hil's ``terminated`` (success, or the block pushed out of its
+  sampling area) stays ``terminated`` (ended_by "env"); the time limit is ours (``truncated``, "time_limit").
+- Seeding: gym-hil draws the block position from numpy's *global* generator; each reset runs with it seeded
+  from the episode's generator and restored afterwards, so the same seed places the same block.
+
+`GymHilPickCubeExpert` is a scripted expert for it (gym-hil has none): above the block, down, close, up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # gym-hil builds an OpenGL renderer even for state-only envs
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robo_rl.envs import RobotEnv, make_observation_space
+from sim.robosuite_tasks import global_numpy_seed
+
+GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"
+GRIPPER_CTRL_MAX = 255.0
+AGENT_NAMES = (
+    *(f"joint_pos_{i}" for i in range(1, 8)),
+    *(f"joint_vel_{i}" for i in range(1, 8)),
+    "gripper_cmd",  # gym-hil's gripper actuator command, 0 open .. 255 closed
+    "tcp_x", "tcp_y", "tcp_z",  # the pinch point, metres, world frame
+)  # fmt: skip
+BLOCK_NAMES = ("block_x", "block_y", "block_z")
+
+
+class GymHilPickCubeEnv(RobotEnv):
+    """gym-hil's Panda picks up a 4 cm block and lifts it 10 cm (see the module docstring)."""
+
+    task_description = "pick up the cube and lift it"
+
+    def __init__(
+        self,
+        image_obs: bool = False,
+        image_size: int = 128,
+        reward_type: str = "sparse",  # gym-hil's: "sparse" (1 when lifted 10 cm) | "dense" (closeness + lift)
+        random_block_position: bool = True,  # gym-hil's default is a fixed block at (0.5, 0)
+        max_episode_steps: int = 100,  # gym-hil registers 100 steps at 10 Hz
+        control_hz: float = 10.0,
+        ee_step_m: float = 0.025,
+        fast_render: bool = True,  # no shadows, reflections, skybox or anti-aliasing in the cameras
+    ) -> None:
+        super().__init__()
+        if reward_type not in ("dense", "sparse"):
+            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {reward_type!r}")
+        if image_size < 1 or control_hz <= 0 or ee_step_m <= 0:
+            raise ValueError("image_size, control_hz and ee_step_m must be positive")
+        import gym_hil  # noqa: F401  (registers the gym_hil/* ids)
+        from gym_hil.mujoco_gym_env import GymRenderingSpec
+
+        self.control_hz, self.max_episode_steps = float(control_hz), int(max_episode_steps)
+        self.image_obs, self.image_size, self.ee_step_m = bool(image_obs), int(image_size), float(ee_step_m)
+        self.reward_type = reward_type
+        self._env = gym.make(
+            GYM_HIL_ENV_ID,
+            control_dt=1.0 / self.control_hz,
+            image_obs=self.image_obs,
+            reward_type=reward_type,
+            random_block_position=random_block_position,
+            render_spec=GymRenderingSpec(height=self.image_size, width=self.image_size),
+        ).unwrapped  # gym-hil's own env: our base class keeps the time limit and checks actions
+        if fast_render:
+            self._make_fast_renderer()
+        self.state_names = AGENT_NAMES if self.image_obs else (*AGENT_NAMES, *BLOCK_NAMES)
+        self.camera_names = ("front", "wrist") if self.image_obs else ()
+        self.observation_space = make_observation_space(
+            len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+    def _make_fast_renderer(self) -> None:
+        """Rebuild gym-hil's renderer without multisampling and with the costly scene effects off."""
+        env = self._env
+        env.close()  # frees the renderer gym-hil built in its constructor
+        env.model.vis.quality.offsamples = 0
+        env._viewer = mujoco.Renderer(env.model, height=self.image_size, width=self.image_size)
+        for flag in ("SHADOW", "REFLECTION", "SKYBOX", "FOG", "HAZE"):
+            env._viewer.scene.flags[getattr(mujoco.mjtRndFlag, f"mjRND_{flag}")] = False
+
+    # --- RobotEnv -----------------------------------------------------------------------------
+    def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
+        seed = int(rng.integers(2**31))
+        with global_numpy_seed(seed):
+            raw, _ = self._env.reset(seed=seed)
+        return self._observation(raw), {"success": False}
+
+    def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
+        gripper_now = self._env.data.ctrl[self._env._gripper_ctrl_id] / GRIPPER_CTRL_MAX
+        gripper_cmd = (action[3] + 1.0) / 2.0 - gripper_now  # gym-hil adds this to its command in [0, 1]
+        hil_action = np.concatenate([action[:3] * self.ee_step_m, np.zeros(3), [gripper_cmd]])
+        raw, reward, terminated, _, info = self._env.step(hil_action)
+        return self._observation(raw), float(reward), bool(terminated), {"success": bool(info["succeed"])}
+
+    def _observation(self, raw: dict) -> dict:
+        parts = [raw["agent_pos"]] if self.image_obs else [raw["agent_pos"], raw["environment_state"]]
+        images = {name: np.ascontiguousarray(raw["pixels"][name]) for name in self.camera_names}
+        return {"state": np.concatenate(parts).astype(np.float32), "images": images}
+
+    def task_state(self) -> dict:
+        """Simulator ground truth for scripted experts (world frame, metres): ``tcp_pos`` (the pinch point),
+        ``tcp_target_pos`` (the mocap target the controller tracks), ``block_pos``, ``block_half_size``,
+        ``gripper`` (the gripper command in [0, 1], 1 closed)."""
+        env = self._env
+        return {
+            "tcp_pos": env.data.sensor("2f85/pinch_pos").data.copy(),
+            "tcp_target_pos": env.data.mocap_pos[0].copy(),
+            "block_pos": env.data.sensor("block_pos").data.copy(),
+            "block_half_size": float(env.model.geom("block").size[2]),
+            "gripper": float(env.data.ctrl[env._gripper_ctrl_id] / GRIPPER_CTRL_MAX),
+        }
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymHilPickCubeExpert:
+    """Above the block, straight down, close, lift: moves the mocap target with a proportional command."""
+
+    HOVER_M = 0.06
+    CLOSE_STEPS = 3  # 10 Hz steps with the gripper closing before lifting
+    LIFT_M = 0.15  # gym-hil counts a lift of 10 cm
+
+    def __init__(self, env: GymHilPickCubeEnv, noise_std: float = 0.0, seed: int | None = None) -> None:
+        self.env = getattr(env, "unwrapped", env)
+        self.noise_std = float(noise_std)
+        self._rng = np.random.default_rng(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        self.phase, self._closing = "approach", 0
+
+    def act(self, obs: dict) -> np.ndarray:
+        s = self.env.task_state()
+        tcp, block, target = s["tcp_pos"], s["block_pos"], s["tcp_target_pos"]
+        xy_err = float(np.linalg.norm(block[:2] - tcp[:2]))
+        gripper = -1.0
+        if self.phase == "approach":
+            goal = block + [0.0, 0.0, min(self.HOVER_M, 2.0 * xy_err)]  # down inside a cone above the block
+            if xy_err < 0.008 and abs(tcp[2] - block[2]) < 0.01:
+                self.phase = "close"
+        if self.phase == "close":
+            goal, gripper = block, 1.0
+            self._closing += 1
+            if self._closing > self.CLOSE_STEPS:
+                self.phase = "lift"
+        if self.phase == "lift":
+            goal, gripper = np.array([tcp[0], tcp[1], s["block_half_size"] + self.LIFT_M]), 1.0
+            if np.linalg.norm(block - tcp) > 0.04:  # the block stayed behind: open and try again
+                self.phase, self._closing, gripper = "approach", 0, -1.0
+        action = np.append(np.clip((goal - target) / self.env.ee_step_m, -1.0, 1.0), gripper)
+        if self.noise_std > 0:
+            action = action + self._rng.normal(0.0, self.noise_std, action.shape)
+        return np.clip(action, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,245 @@
+"""robosuite's Lift and PickPlaceCan (Panda, OSC_POSE end-effector delta control) behind `RobotEnv`.
+
+Action: ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in [-1, 1], passed unchanged to robosuite's OSC_POSE
+controller (delta input, robot-base frame, which here has the world's orientation); the controller scales the first
+six to at most `max_ee_step_m` / `max_ee_rot_rad` per step (its ``output_max``), gripper -1 = open, +1 = closed.
+The controller is robosuite's default Panda config (``controllers/config/robots/default_panda.json``) with only
+those two scales set from our arguments (robosuite's own defaults, 5 cm and 0.5 rad, unless changed).
+
+State (low-dim): the robosuite observation keys in `state_keys`, concatenated in that order. The default is the
+robomimic low-dim set ``robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos, object`` ("object" is robosuite's
+``object-state``: Lift ``cube_pos, cube_quat, gripper_to_cube_pos``; PickPlaceCan ``Can_to_robot0_eef_pos,
+Can_to_robot0_eef_quat, Can_pos, Can_quat``), so ``import_robomimic(path, state_keys=list(env.state_keys))``
+reads robomimic demos in this env's layout. Quaternions are (x, y, z, w), positions metres in the world frame.
+Image mode: the state defaults to the three proprio keys (the object is seen, not given), plus `cameras` rendered
+by MuJoCo's renderer on robosuite's model, upright, without shadows, reflections or anti-aliasing.
+
+Reward: robosuite's, normalised to 1 on success (`reward_type="dense"`: its staged shaping; "sparse": 0/1).
+Success is robosuite's ``_check_success()``; it terminates the episode (`terminate_on_success`); the horizon is
+ours (``truncated``, ended_by "time_limit"; robosuite runs with ``ignore_done``).
+
+Seeding: robosuite 1.5 draws object placement, robot start noise and object sizes from numpy's *global*
+generator (its own `seed`/`rng` go unused), so each reset runs robosuite with the global generator seeded from the
+episode's generator and then restores it: the same ``reset(seed=...)`` places the same object, and the caller's
+global stream is left as it was. The model is built once (``hard_reset=False``), its random sizes from `model_seed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import sys
+
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless Linux has no GLFW window; EGL renders offscreen
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robo_rl.envs import RobotEnv, make_observation_space
+
+PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
+OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")
+    "Lift": (("cube_pos", 3), ("cube_quat", 4), ("gripper_to_cube_pos", 3)),
+    "PickPlaceCan": (("Can_to_robot0_eef_pos", 3), ("Can_to_robot0_eef_quat", 4), ("Can_pos", 3), ("Can_quat", 4)),
+}
+TASK_DEFAULTS = {  # horizon in control steps (20 Hz: Lift 5 s, PickPlaceCan 12.5 s), reward type
+    "Lift": {"max_episode_steps": 100, "reward_type": "dense", "object": "cube"},
+    "PickPlaceCan": {"max_episode_steps": 250, "reward_type": "dense", "object": "Can"},
+}
+TASK_DESCRIPTIONS = {
+    "Lift": "pick up the red cube and lift it",
+    "PickPlaceCan": "pick up the can and place it in its compartment of the other bin",
+}
+KEY_ALIASES = {"object": "object-state"}  # robomimic's name → robosuite's
+AXES = {3: ("x", "y", "z"), 4: ("qx", "qy", "qz", "qw"), 2: ("left", "right")}
+
+
+@contextlib.contextmanager
+def global_numpy_seed(seed: int):
+    """Run a block with numpy's global generator seeded, restoring its previous state afterwards."""
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
+def controller_config(max_ee_step_m: float = 0.05, max_ee_rot_rad: float = 0.5) -> dict:
+    """Robosuite's default Panda composite controller (BASIC: OSC_POSE arm, delta input, base frame, kp 150,
+    critically damped, GRIP gripper) with the per-step output scales set."""
+    from robosuite import load_composite_controller_config
+
+    cfg = copy.deepcopy(load_composite_controller_config(robot="Panda"))
+    arm = cfg["body_parts"]["right"]
+    if arm["type"] != "OSC_POSE" or arm["input_type"] != "delta":
+        raise RuntimeError(f"robosuite's default Panda controller changed: {arm['type']}/{arm['input_type']}")
+    scale = [max_ee_step_m] * 3 + [max_ee_rot_rad] * 3
+    arm["output_max"], arm["output_min"] = scale, [-s for s in scale]
+    return cfg
+
+
+class RobosuiteEnv(RobotEnv):
+    """robosuite `task` ("Lift" or "PickPlaceCan") with a Panda, as a `RobotEnv` (see the module docstring)."""
+
+    def __init__(
+        self,
+        task: str = "Lift",
+        observation: str = "low_dim",  # "low_dim" | "image"
+        reward_type: str | None = None,  # "dense" (robosuite's reward shaping) | "sparse"; None: the task default
+        max_episode_steps: int | None = None,  # None: the task default (Lift 100, PickPlaceCan 250)
+        terminate_on_success: bool = True,
+        control_hz: float = 20.0,
+        max_ee_step_m: float = 0.05,
+        max_ee_rot_rad: float = 0.5,
+        state_keys: list[str] | tuple[str, ...] | None = None,
+        cameras: list[str] | tuple[str, ...] = ("agentview", "robot0_eye_in_hand"),
+        image_size: int = 84,
+        model_seed: int = 0,  # seeds what robosuite draws once, at build time (the Lift cube's size)
+    ) -> None:
+        super().__init__()
+        if task not in TASK_DEFAULTS:
+            raise ValueError(f"task must be one of {sorted(TASK_DEFAULTS)}, got {task!r}")
+        if observation not in ("low_dim", "image"):
+            raise ValueError(f"observation must be 'low_dim' or 'image', got {observation!r}")
+        defaults = TASK_DEFAULTS[task]
+        reward_type = reward_type or defaults["reward_type"]
+        if reward_type not in ("dense", "sparse"):
+            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {reward_type!r}")
+        cameras = tuple(cameras) if observation == "image" else ()
+        if image_size < 1:
+            raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
+        if control_hz <= 0:
+            raise ValueError(f"control_hz must be positive, got {control_hz}")
+        self.task, self.observation, self.reward_type = task, observation, reward_type
+        self.terminate_on_success = bool(terminate_on_success)
+        self.max_episode_steps = int(max_episode_steps or defaults["max_episode_steps"])
+        self.control_hz = float(control_hz)
+        self.max_ee_step_m, self.max_ee_rot_rad = float(max_ee_step_m), float(max_ee_rot_rad)
+        self.task_description = TASK_DESCRIPTIONS[task]
+        self.controller_config = controller_config(self.max_ee_step_m, self.max_ee_rot_rad)
+
+        import robosuite
+
+        with global_numpy_seed(model_seed):
+            self._env = robosuite.make(
+                task,
+                robots="Panda",
+                controller_configs=self.controller_config,
+                reward_shaping=reward_type == "dense",
+                control_freq=self.control_hz,
+                horizon=self.max_episode_steps,
+                ignore_done=True,  # the time limit is ours (truncated), never robosuite's
+                hard_reset=False,  # reset the sim in place instead of rebuilding the model every episode
+                has_renderer=False,
+                has_offscreen_renderer=False,  # images come from our own cheap renderer (see _render)
+                use_camera_obs=False,
+                use_object_obs=True,
+            )
+        self._model, self._data = self._env.sim.model._model, self._env.sim.data._data  # raw MjModel / MjData
+        known = [self._model.camera(i).name for i in range(self._model.ncam)]
+        if set(cameras) - set(known):
+            self._env.close()
+            raise ValueError(f"unknown cameras {sorted(set(cameras) - set(known))}; robosuite's {task} has {known}")
+        obj = self._env.cube if task == "Lift" else self._env.objects[self._env.object_to_id["can"]]
+        self._object_size = np.asarray(obj.get_bounding_box_half_size(), float)
+
+        default_keys = PROPRIO_KEYS if observation == "image" else (*PROPRIO_KEYS, "object")
+        self.state_keys = tuple(state_keys or default_keys)
+        raw = self._raw = self._env.observation_spec()  # the current observation dict
+        names = []
+        for key in self.state_keys:
+            value = raw.get(KEY_ALIASES.get(key, key))
+            if value is None:
+                self._env.close()
+                available = sorted(k for k in raw if not k.endswith("image")) + list(KEY_ALIASES)
+                raise ValueError(f"unknown state key {key!r}; robosuite's {task} has {available}")
+            names += self._names(key, np.size(value))
+        self.state_names = tuple(names)
+        self.camera_names = cameras
+        self.image_size = int(image_size)
+        self._renderer = None
+        self.observation_space = make_observation_space(
+            len(self.state_names), {c: (self.image_size, self.image_size) for c in cameras}
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
+
+    def _names(self, key: str, size: int) -> list[str]:
+        if key == "object":
+            return [n for sub, dim in OBJECT_KEYS[self.task] for n in self._names(sub, dim)]
+        axes = AXES.get(size, tuple(str(i) for i in range(size)))
+        return [f"{key}_{a}" for a in axes]
+
+    # --- RobotEnv -----------------------------------------------------------------------------
+    def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
+        with global_numpy_seed(int(rng.integers(2**32))):
+            raw = self._env.reset()
+        return self._observation(raw), {"success": False}
+
+    def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
+        raw, reward, _, _ = self._env.step(action.astype(np.float64))
+        success = bool(self._env._check_success())
+        terminated = success and self.terminate_on_success
+        return self._observation(raw), float(reward), terminated, {"success": success}
+
+    def _observation(self, raw: dict) -> dict:
+        self._raw = raw
+        parts = [np.ravel(raw[KEY_ALIASES.get(k, k)]) for k in self.state_keys]
+        return {"state": np.concatenate(parts).astype(np.float32), "images": self._render()}
+
+    # --- ground truth for scripted experts ----------------------------------------------------
+    def task_state(self) -> dict:
+        """Simulator ground truth of the current step, for scripted experts (read-only copies; world frame):
+        ``eef_pos`` (3,), ``eef_quat`` (x, y, z, w), ``gripper_qpos`` (2,) finger joints (open ≈ ±0.04),
+        ``object_pos`` (3,), ``object_quat`` (x, y, z, w), ``object_size`` (3,) half-extents of the object's
+        bounding box, ``table_z`` (the surface the object starts on) and ``target_pos`` (3,): where the object
+        must go (PickPlaceCan: its bin compartment's centre at the bin floor; Lift: the object's x, y at the height
+        its centre must pass for success)."""
+        raw, obj = self._raw, TASK_DEFAULTS[self.task]["object"]
+        if self.task == "Lift":
+            table_z = float(self._env.model.mujoco_arena.table_offset[2])
+            target = np.array([*raw["cube_pos"][:2], table_z + 0.04])  # robosuite's Lift success height
+        else:
+            table_z = float(self._env.bin1_pos[2])
+            target = np.array(self._env.target_bin_placements[self._env.object_to_id["can"]], float)
+        return {
+            "eef_pos": np.array(raw["robot0_eef_pos"], float),
+            "eef_quat": np.array(raw["robot0_eef_quat"], float),
+            "gripper_qpos": np.array(raw["robot0_gripper_qpos"], float),
+            "object_pos": np.array(raw[f"{obj}_pos"], float),
+            "object_quat": np.array(raw[f"{obj}_quat"], float),
+            "object_size": self._object_size.copy(),
+            "table_z": table_z,
+            "target_pos": target,
+        }
+
+    # --- images -------------------------------------------------------------------------------
+    def _render(self) -> dict[str, np.ndarray]:
+        """Cameras rendered by MuJoCo's own renderer on robosuite's model: upright (no OpenGL flip to undo),
+        visual geoms only, no shadows, reflections, skybox or anti-aliasing."""
+        if not self.camera_names:
+            return {}
+        if self._renderer is None:  # created lazily: low-dim envs never touch OpenGL
+            self._model.vis.quality.offsamples = 0
+            self._model.vis.global_.offwidth = max(self._model.vis.global_.offwidth, self.image_size)
+            self._model.vis.global_.offheight = max(self._model.vis.global_.offheight, self.image_size)
+            self._renderer = mujoco.Renderer(self._model, self.image_size, self.image_size)
+            flags = self._renderer.scene.flags
+            for flag in ("SHADOW", "REFLECTION", "SKYBOX", "FOG", "HAZE"):
+                flags[getattr(mujoco.mjtRndFlag, f"mjRND_{flag}")] = False
+            self._scene_option = mujoco.MjvOption()
+            self._scene_option.geomgroup[0] = 0  # robosuite's collision geoms: hidden, as in its own renderer
+        images = {}
+        for name in self.camera_names:
+            self._renderer.update_scene(self._data, camera=name, scene_option=self._scene_option)
+            images[name] = self._renderer.render()
+        return images
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self._env.close()
