@@ -6,8 +6,12 @@ noslip iterations); this adapter only translates:
 - Action ``[dx, dy, dz, gripper]`` in [-1, 1]: the mocap target moves by ``ee_step_m`` x the first three (as
   gym-hil's own `EEActionWrapper` does, default 2.5 cm); gripper is absolute, -1 open .. +1 closed, turned into
   gym-hil's incremental gripper command. gym-hil ignores rotation, so the action has none.
-- State: gym-hil's ``agent_pos`` (joint positions 7, joint velocities 7, gripper command in [0, 255], pinch-point
-  position 3), then in state mode ``environment_state`` (block position 3), unscaled, as LeRobot records them.
+- State: gym-hil's ``agent_pos`` (joint positions 7, joint velocities 7, gripper command, pinch-point position 3),
+  then in state mode ``environment_state`` (block position 3) and the block relative to the pinch point.
+  `scale_state=True` (default) brings every entry to about [-1, 1] (gripper command -1 open .. +1 closed,
+  velocities / 2 rad/s, positions about the workspace centre / 0.3 m, relative position / 0.1 m), as our
+  other tasks do; LeRobot normalises the same raw values with dataset statistics instead.
+  `scale_state=False` gives gym-hil's raw values (as LeRobot records them).
   Image mode (`image_obs=True`): ``agent_pos`` only, plus gym-hil's ``front`` and ``wrist`` cameras.
 - ``success`` is gym-hil's ``info["succeed"]``; gym-hil's ``terminated`` (success, or the block pushed out of its
   sampling area) stays ``terminated`` (ended_by "env"); the time limit is ours (``truncated``, "time_limit").
@@ -37,10 +41,12 @@ GRIPPER_CTRL_MAX = 255.0
 AGENT_NAMES = (
     *(f"joint_pos_{i}" for i in range(1, 8)),
     *(f"joint_vel_{i}" for i in range(1, 8)),
-    "gripper_cmd",  # gym-hil's gripper actuator command, 0 open .. 255 closed
+    "gripper_cmd",  # gym-hil's gripper actuator command: 0 open .. 255 closed (scaled: -1 .. +1)
     "tcp_x", "tcp_y", "tcp_z",  # the pinch point, metres, world frame
 )  # fmt: skip
-BLOCK_NAMES = ("block_x", "block_y", "block_z")
+BLOCK_NAMES = ("block_x", "block_y", "block_z", "block_rel_x", "block_rel_y", "block_rel_z")
+WORKSPACE_CENTRE_M = np.array([0.5, 0.0, 0.0])
+POS_SCALE_M, REL_SCALE_M, VEL_SCALE = 0.3, 0.1, 2.0
 
 
 class GymHilPickCubeEnv(RobotEnv):
@@ -58,6 +64,7 @@ class GymHilPickCubeEnv(RobotEnv):
         control_hz: float = 10.0,
         ee_step_m: float = 0.025,
         fast_render: bool = True,  # no shadows, reflections, skybox or anti-aliasing in the cameras
+        scale_state: bool = True,  # every state entry to about [-1, 1] (see the module docstring)
     ) -> None:
         super().__init__()
         if reward_type not in ("dense", "sparse"):
@@ -69,7 +76,7 @@ class GymHilPickCubeEnv(RobotEnv):
 
         self.control_hz, self.max_episode_steps = float(control_hz), int(max_episode_steps)
         self.image_obs, self.image_size, self.ee_step_m = bool(image_obs), int(image_size), float(ee_step_m)
-        self.reward_type = reward_type
+        self.reward_type, self.scale_state = reward_type, bool(scale_state)
         self._env = gym.make(
             GYM_HIL_ENV_ID,
             control_dt=1.0 / self.control_hz,
@@ -111,7 +118,17 @@ class GymHilPickCubeEnv(RobotEnv):
         return self._observation(raw), float(reward), bool(terminated), {"success": bool(info["succeed"])}
 
     def _observation(self, raw: dict) -> dict:
-        parts = [raw["agent_pos"]] if self.image_obs else [raw["agent_pos"], raw["environment_state"]]
+        agent = np.asarray(raw["agent_pos"], np.float64)
+        parts = [agent]
+        if not self.image_obs:
+            block = np.asarray(raw["environment_state"], np.float64)
+            parts += [block, block - agent[15:18]]
+        if self.scale_state:
+            agent = np.concatenate([agent[:7], agent[7:14] / VEL_SCALE, [2.0 * agent[14] / GRIPPER_CTRL_MAX - 1.0],
+                                    (agent[15:18] - WORKSPACE_CENTRE_M) / POS_SCALE_M])  # fmt: skip
+            parts[0] = agent
+            if not self.image_obs:
+                parts[1], parts[2] = (parts[1] - WORKSPACE_CENTRE_M) / POS_SCALE_M, parts[2] / REL_SCALE_M
         images = {name: np.ascontiguousarray(raw["pixels"][name]) for name in self.camera_names}
         return {"state": np.concatenate(parts).astype(np.float32), "images": images}
 
