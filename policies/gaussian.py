@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policies.encoders import encoder_for_space
+from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
 
 
@@ -22,10 +22,12 @@ class TanhGaussianPolicy(nn.Module):
         hidden: list[int] = (256, 256),
         log_std_min: float = -5.0,
         log_std_max: float = 2.0,
-        image_features: int = 64,
+        image_features: int | None = None,  # older configs; now `encoder.features`
+        encoder: dict | None = None,  # see policies.encoders.EncoderConfig
     ) -> None:
         super().__init__()
-        self.encoder = encoder_for_space(observation_space, image_features)
+        self.encoder_config = EncoderConfig.parse(encoder, image_features)  # the critics build theirs from it
+        self.encoder = encoder_for_space(observation_space, config=self.encoder_config)
         self.head = mlp(self.encoder.out_dim, list(hidden), 2 * action_dim)
         self.action_dim = action_dim
         self.log_std_min, self.log_std_max = log_std_min, log_std_max

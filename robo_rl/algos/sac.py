@@ -12,7 +12,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from policies.encoders import encoder_for_space
+from policies.augment import shift_images
+from policies.encoders import (
+    EncoderConfig,
+    ObservationEncoder,
+    PreparedImages,
+    encoder_for_space,
+    frozen_backbones,
+    frozen_feature_cache,
+)
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
 
@@ -31,14 +39,21 @@ class SACConfig:
     critic_hidden: tuple[int, ...] = (256, 256)
     critic_layer_norm: bool = True
     grad_clip_norm: float = 10.0
+    image_augmentation: str | None = "random_shift"  # or null; applied to every batch that has images
+    augment_pad: int = 4  # pixels, for random_shift
+
+
+AUGMENTATIONS = (None, "none", "random_shift")
 
 
 class CriticEnsemble(nn.Module):
-    """Q_i(s, a) for i in 1..E, sharing one observation encoder."""
+    """Q_i(s, a) for i in 1..E, sharing one observation encoder (of the policy's kind, its own weights;
+    a frozen backbone may be the policy's own module)."""
 
-    def __init__(self, observation_space, action_dim: int, cfg: SACConfig) -> None:
+    def __init__(self, observation_space, action_dim: int, cfg: SACConfig, encoder: EncoderConfig | None = None,
+                 share_frozen_from: ObservationEncoder | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.encoder = encoder_for_space(observation_space)
+        self.encoder = encoder_for_space(observation_space, config=encoder, share_frozen_from=share_frozen_from)
         self.q = EnsembleMLP(
             cfg.num_critics, self.encoder.out_dim + action_dim, list(cfg.critic_hidden), 1, cfg.critic_layer_norm
         )
@@ -55,8 +70,12 @@ class SAC:
         self.cfg = cfg
         self.policy = policy
         action_dim = policy.action_dim
-        self.critic = CriticEnsemble(observation_space, action_dim, cfg)
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        if cfg.image_augmentation not in AUGMENTATIONS:
+            raise ValueError(f"algo.image_augmentation must be random_shift or null, got '{cfg.image_augmentation}'")
+        self.critic = CriticEnsemble(observation_space, action_dim, cfg, getattr(policy, "encoder_config", None),
+                                     share_frozen_from=policy.encoder)  # fmt: skip
+        shared = {id(m): m for m in frozen_backbones(self.critic)}  # a frozen backbone is not copied
+        self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
         self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), requires_grad=True)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2
         self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
@@ -106,10 +125,28 @@ class SAC:
     def update(self, critic_batches: list[dict]) -> dict:
         """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
         metrics = {}
-        for batch in critic_batches:
-            metrics = self.update_critic(batch)
-        metrics.update(self.update_actor(critic_batches[-1]))
+        with frozen_feature_cache(self.policy, self.critic, self.target_critic):
+            critic_batches = [self.prepare_batch(batch) for batch in critic_batches]
+            for batch in critic_batches:
+                metrics = self.update_critic(batch)
+            metrics.update(self.update_actor(critic_batches[-1]))
         return metrics
+
+    def prepare_batch(self, batch: dict) -> dict:
+        """Crop/resize the images once for every network, then augment obs and next_obs independently.
+
+        The actor step reuses the last critic batch as prepared here, so a frozen backbone's features of it
+        are computed once per update. A batch without images passes through untouched (no RNG drawn)."""
+        out = dict(batch)
+        for key in ("obs", "next_obs"):
+            obs = batch.get(key)
+            if obs is None or not obs["images"]:
+                continue
+            images = self.policy.encoder.prepare(obs["images"])
+            if self.cfg.image_augmentation == "random_shift":
+                images = PreparedImages(shift_images(images, self.cfg.augment_pad))
+            out[key] = {**obs, "images": images}
+        return out
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:
