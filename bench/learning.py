@@ -3,7 +3,7 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
 
     python bench/learning.py lift      # robosuite Lift, low-dim, 30 scripted demos: ≥ 0.86 by 50k env steps
     python bench/learning.py gym_hil   # gym-hil PandaPickCube, state: ≥ 0.8 within 10k env steps
-    python bench/learning.py pixels    # our pick task from two cameras (proprio + images, no cube pose)
+    python bench/learning.py pixels    # our pick task from two 64² cameras + proprio (no cube pose), 10 Hz actor
     python bench/learning.py state     # the same task from state, the reference curve for `pixels`
     python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
 
@@ -33,9 +33,11 @@ EXPERIMENTS = {
     "lift": (["env=robosuite_lift", "demos.num_episodes=30", "train.total_env_steps=50000",
               "train.checkpoint_every_env_steps=5000"], 0.86,
              "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)"),
-    "gym_hil": (["env=gym_hil_pick", "train.total_env_steps=10000", "train.checkpoint_every_env_steps=1000"], 0.8,
+    "gym_hil": (["env=gym_hil_pick", "algo.init_temperature=0.01", "train.total_env_steps=10000",
+                 "train.checkpoint_every_env_steps=1000"], 0.8,
                 "required: ≥ 0.8 within 10k env steps; LeRobot's HIL-SERL on the same budget in BENCHMARKS.md"),
-    "pixels": (["experiment=pick_cube_pixels"], None, "the state-based curve of the same task (`state`)"),
+    "pixels": (["experiment=pick_cube_pixels", "actor.realtime=true", "train.total_env_steps=10000"], None,
+               "the state-based curve of the same task (`state`); a 10 Hz real-time actor, so UTD 1 is the learner's"),
     "state": (["experiment=pick_cube_lift", "train.checkpoint_every_env_steps=2000"], 0.8, "the default experiment"),
     "smoke": (["env=point_reach", "train.learning_starts=100", "train.total_env_steps=600",
                "train.checkpoint_every_env_steps=200", "demos.num_episodes=3"], None, "a toy run"),

@@ -37,6 +37,9 @@ class EncoderConfig:
     crops: dict[str, list[int]] = field(default_factory=dict)  # camera → [top, left, height, width] pixels
     resize: list[int] | None = None  # [height, width] after the crop
     pool: str | None = None  # resnet10 head: spatial_embedding (default) | spatial_softmax | avg
+    channels: int = 32  # cnn: channels of every convolution
+    kernels: list[int] = field(default_factory=lambda: [3, 3, 3, 3])  # cnn: one convolution per entry
+    strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])
 
     @classmethod
     def parse(cls, spec: EncoderConfig | dict | None, image_features: int | None = None) -> EncoderConfig:
@@ -66,6 +69,9 @@ class EncoderConfig:
         for cam, box in self.crops.items():
             if len(box) != 4 or box[0] < 0 or box[1] < 0 or box[2] < 1 or box[3] < 1:
                 raise ValueError(f"policy.encoder.crops.{cam} must be [top, left, height, width], got {box}")
+        if len(self.kernels) != len(self.strides) or not self.kernels or self.channels < 1:
+            raise ValueError(f"policy.encoder.kernels {self.kernels} and .strides {self.strides} must be non-empty "
+                             "lists of the same length, and channels positive")  # fmt: skip
         if self.resize is not None and (len(self.resize) != 2 or min(self.resize) < 1):
             raise ValueError(f"policy.encoder.resize must be [height, width], got {self.resize}")
 
@@ -94,18 +100,22 @@ def image_to_float(image: torch.Tensor, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0
 
 
 class ConvEncoder(nn.Module):
-    """A small CNN for one uint8 camera: 4 strided convolutions, then a linear projection."""
+    """A small CNN for one uint8 camera: strided convolutions (3×3, strides 2-2-2-1 by default), then a linear
+    projection with LayerNorm and tanh."""
 
-    def __init__(self, image_size: int | tuple[int, int], channels: int = 32, out_dim: int = 64) -> None:
+    def __init__(self, image_size: int | tuple[int, int], channels: int = 32, out_dim: int = 64,
+                 kernels: tuple[int, ...] = (3, 3, 3, 3), strides: tuple[int, ...] = (2, 2, 2, 1)) -> None:  # fmt: skip
         super().__init__()
         h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
-        layers, c_in = [], 3
-        for stride in (2, 2, 2, 1):
-            layers += [nn.Conv2d(c_in, channels, 3, stride=stride), nn.ReLU()]
+        layers, c_in, side = [], 3, min(h, w)
+        for kernel, stride in zip(kernels, strides, strict=True):
+            layers += [nn.Conv2d(c_in, channels, kernel, stride=stride), nn.ReLU()]
             c_in = channels
+            side = (side - kernel) // stride + 1
         self.conv = nn.Sequential(*layers)
-        if min(h, w) < 31:
-            raise ValueError(f"the cnn encoder needs images of at least 31×31, got {h}×{w}: set policy.encoder.resize")
+        if side < 1:
+            raise ValueError(f"the cnn encoder's convolutions shrink {h}×{w} images to nothing: set "
+                             "policy.encoder.resize (larger) or use fewer/smaller kernels")  # fmt: skip
         with torch.no_grad():
             n = self.conv(torch.zeros(1, 3, h, w)).numel()
         self.proj = nn.Sequential(nn.Linear(n, out_dim), nn.LayerNorm(out_dim), nn.Tanh())
@@ -179,7 +189,8 @@ class ObservationEncoder(nn.Module):
         if config.kind == "cnn":
             self.mean, self.std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
             self.cameras = nn.ModuleDict(
-                {name: ConvEncoder(hw, out_dim=config.features) for name, hw in prepared.items()}
+                {name: ConvEncoder(hw, config.channels, config.features, config.kernels, config.strides)
+                 for name, hw in prepared.items()}
             )
             for name, camera in self.cameras.items():
                 if donor is not None:

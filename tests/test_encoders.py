@@ -88,7 +88,7 @@ def test_resize_and_bad_crops_are_refused_with_the_camera_named():
         encoder_for_space(space(), config={"crops": {"front": [10, 0, 40, 40]}})
     with pytest.raises(ValueError, match=r"cameras \['top'\]"):
         encoder_for_space(space(), config={"crops": {"top": [0, 0, 8, 8]}})
-    with pytest.raises(ValueError, match="at least 31×31.*resize"):
+    with pytest.raises(ValueError, match="shrink 8×8 images to nothing: set policy.encoder.resize"):
         encoder_for_space(space({"top": (8, 8)}))
     with pytest.raises(ValueError, match="unknown policy.encoder.kind 'vit'"):
         EncoderConfig.parse({"kind": "vit"})
@@ -274,3 +274,24 @@ def test_the_resnet10_policy_config_builds_from_a_local_copy(tmp_path):
     action = policy.act({"state": torch.from_numpy(o["state"])[None],
                          "images": {"top": torch.from_numpy(np.asarray(o["images"]["top"]))[None]}})  # fmt: skip
     assert action.shape == (1, 2) and action.abs().max() <= 1
+
+
+def test_a_shared_encoder_is_trained_by_the_critic_only_and_the_policy_sees_it():
+    sac = _sac({"channels": 8}, share_encoder=True)
+    assert sac.critic.encoder is sac.policy.encoder and sac.target_critic.encoder is not sac.policy.encoder
+    batch = sac.prepare_batch(sac_batch())
+    before = [p.clone() for p in sac.policy.encoder.parameters()]
+    sac.update_actor(batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, sac.policy.encoder.parameters(), strict=True))
+    sac.update_critic(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, sac.policy.encoder.parameters(), strict=True))
+
+
+def test_the_cnn_layers_come_from_the_config():
+    big = space({"front": (64, 64)})  # LeRobot's default conv stack: 7-5-3-3, all stride 2
+    encoder = encoder_for_space(big, config={"channels": 8, "kernels": [7, 5, 3, 3], "strides": [2, 2, 2, 2]})
+    convs = [m for m in encoder.cameras["front"].conv if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [(8, 7, 2), (8, 5, 2), (8, 3, 2),
+                                                                               (8, 3, 2)]  # fmt: skip
+    with pytest.raises(ValueError, match="same length"):
+        EncoderConfig.parse({"kernels": [3, 3], "strides": [2]})

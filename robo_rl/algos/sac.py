@@ -39,6 +39,7 @@ class SACConfig:
     critic_hidden: tuple[int, ...] = (256, 256)
     critic_layer_norm: bool = True
     grad_clip_norm: float = 10.0
+    share_encoder: bool = False  # DrQ/SERL: the policy uses the critic's encoder, trained by the critic loss only
     image_augmentation: str | None = "random_shift"  # or null; applied to every batch that has images
     augment_pad: int = 4  # pixels, for random_shift
 
@@ -74,6 +75,8 @@ class SAC:
             raise ValueError(f"algo.image_augmentation must be random_shift or null, got '{cfg.image_augmentation}'")
         self.critic = CriticEnsemble(observation_space, action_dim, cfg, getattr(policy, "encoder_config", None),
                                      share_frozen_from=policy.encoder)  # fmt: skip
+        if cfg.share_encoder:  # one encoder module: the critic's loss trains it, the actor reads it detached
+            self.critic.encoder = policy.encoder
         shared = {id(m): m for m in frozen_backbones(self.critic)}  # a frozen backbone is not copied
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
         self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), requires_grad=True)
@@ -106,6 +109,8 @@ class SAC:
 
     def update_actor(self, batch: dict) -> dict:
         features = self.policy.encoder(batch["obs"])
+        if self.cfg.share_encoder:
+            features = features.detach()  # the encoder belongs to the critic's loss
         action, log_prob = self.policy.sample(features)
         self.critic.requires_grad_(False)  # the actor step must not move the critic
         q = self.critic(batch["obs"], action).mean(dim=0)
