@@ -30,10 +30,10 @@ if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # gym-hil builds an OpenGL renderer even for state-only envs
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from sim.render import fast_renderer
 from sim.robosuite_tasks import global_numpy_seed
 
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"
@@ -98,10 +98,7 @@ class GymHilPickCubeEnv(RobotEnv):
         """Rebuild gym-hil's renderer without multisampling and with the costly scene effects off."""
         env = self._env
         env.close()  # frees the renderer gym-hil built in its constructor
-        env.model.vis.quality.offsamples = 0
-        env._viewer = mujoco.Renderer(env.model, height=self.image_size, width=self.image_size)
-        for flag in ("SHADOW", "REFLECTION", "SKYBOX", "FOG", "HAZE"):
-            env._viewer.scene.flags[getattr(mujoco.mjtRndFlag, f"mjRND_{flag}")] = False
+        env._viewer = fast_renderer(env.model, self.image_size, self.image_size)
 
     # --- RobotEnv -----------------------------------------------------------------------------
     def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:

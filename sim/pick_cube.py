@@ -25,6 +25,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from sim.render import fast_renderer, render_cameras
 
 CUBE_HALF_SIZE_M = 0.02
 CUBE_MASS_KG = 0.05
@@ -379,21 +380,8 @@ class PickCubeEnv(RobotEnv):
         if not self.camera_names:
             return {}
         if self._renderer is None:  # created lazily: state-only envs never touch OpenGL
-            self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
-            flags = self._renderer.scene.flags
-            for flag in (
-                mujoco.mjtRndFlag.mjRND_SHADOW,
-                mujoco.mjtRndFlag.mjRND_REFLECTION,
-                mujoco.mjtRndFlag.mjRND_SKYBOX,
-                mujoco.mjtRndFlag.mjRND_FOG,
-                mujoco.mjtRndFlag.mjRND_HAZE,
-            ):
-                flags[flag] = False
-        images = {}
-        for name in self.camera_names:
-            self._renderer.update_scene(self.data, camera=name)
-            images[name] = self._renderer.render()
-        return images
+            self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
+        return render_cameras(self._renderer, self.data, self.camera_names)
 
     def close(self) -> None:
         if self._renderer is not None:

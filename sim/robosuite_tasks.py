@@ -39,6 +39,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from sim.render import fast_renderer, render_cameras
 
 PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")
@@ -223,20 +224,10 @@ class RobosuiteEnv(RobotEnv):
         if not self.camera_names:
             return {}
         if self._renderer is None:  # created lazily: low-dim envs never touch OpenGL
-            self._model.vis.quality.offsamples = 0
-            self._model.vis.global_.offwidth = max(self._model.vis.global_.offwidth, self.image_size)
-            self._model.vis.global_.offheight = max(self._model.vis.global_.offheight, self.image_size)
-            self._renderer = mujoco.Renderer(self._model, self.image_size, self.image_size)
-            flags = self._renderer.scene.flags
-            for flag in ("SHADOW", "REFLECTION", "SKYBOX", "FOG", "HAZE"):
-                flags[getattr(mujoco.mjtRndFlag, f"mjRND_{flag}")] = False
+            self._renderer = fast_renderer(self._model, self.image_size, self.image_size)
             self._scene_option = mujoco.MjvOption()
             self._scene_option.geomgroup[0] = 0  # robosuite's collision geoms: hidden, as in its own renderer
-        images = {}
-        for name in self.camera_names:
-            self._renderer.update_scene(self._data, camera=name, scene_option=self._scene_option)
-            images[name] = self._renderer.render()
-        return images
+        return render_cameras(self._renderer, self._data, self.camera_names, self._scene_option)
 
     def close(self) -> None:
         if self._renderer is not None:
