@@ -164,7 +164,7 @@ class Learner:
         reason, m = "done", {}
         try:
             while self.env_steps < train.total_env_steps:
-                can_update = self.updates < self.update_budget
+                can_update = self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
                 before = self.env_steps
                 for actor, arrays, session, seq in self.link.poll(timeout_ms=0 if can_update else 20):
                     self.ingest(actor, arrays, session, seq)

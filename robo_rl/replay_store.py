@@ -115,6 +115,7 @@ class LearnerReplay:
 
     # --- sampling -------------------------------------------------------------------------------
     def can_sample(self) -> bool:
+        """Whether online data is there to sample (with storage=disk, only what has reached the disk)."""
         return self.online.size > 0
 
     def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1,

@@ -121,3 +121,11 @@ def test_new_weights_are_applied_between_steps_or_only_at_episode_boundaries(tmp
     assert (actor.policy is newer) == (mode == "step")
     actor._sync(episode_boundary=True)
     assert actor.policy is newer and actor.policy_version == 7
+
+
+def test_the_learner_trains_from_a_disk_backed_replay(tmp_path):
+    cfg = toy_config(tmp_path, "train.total_env_steps=600", "replay.storage=disk", "replay.flush_every_s=0.2")
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done" and learner.updates > 300
+    assert learner.replay.online.size == learner.replay.store.num_records >= 600  # every record came from disk
