@@ -259,34 +259,39 @@ class SegmentWriter:
     def __init__(self, store: SegmentStore) -> None:
         self.store = store
         self._todo: queue.Queue = queue.Queue()
-        self._done: queue.Queue = queue.Queue()
-        self._pending = 0
+        self._results: list = []  # written segments (or the error of a failed write), in order
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="segment-writer", daemon=True)
         self._thread.start()
 
     def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict) -> None:
-        self._pending += 1
         self._todo.put((batch, sources, seqs))
 
     def _work(self) -> None:
         while True:
             item = self._todo.get()
-            if item is None:
-                return
             try:
-                self._done.put(self.store.write(*item))
-            except Exception as e:  # disk full, permissions: surfaced on the main thread
-                self._done.put(StorageError(f"writing a replay segment in {self.store.root} failed: {e}"))
+                if item is None:
+                    return
+                try:
+                    result = self.store.write(*item)
+                except Exception as e:  # disk full, permissions: surfaced on the main thread
+                    result = StorageError(f"writing a replay segment in {self.store.root} failed: {e}")
+                with self._lock:
+                    self._results.append(result)
+            finally:
+                self._todo.task_done()
 
     def completed(self, wait: bool = False) -> list[Segment]:
-        """Segments written since the last call; with `wait`, first wait for everything submitted."""
-        out = []
-        while self._pending and (wait or not self._done.empty()):
-            item = self._done.get()
-            self._pending -= 1
+        """Segments written since the last call; with `wait`, first wait for everything submitted.
+        (Interrupting the wait loses nothing: the results stay queued for the next call.)"""
+        if wait:
+            self._todo.join()
+        with self._lock:
+            out, self._results = self._results, []
+        for item in out:
             if isinstance(item, Exception):
                 raise item
-            out.append(item)
         return out
 
     def close(self) -> list[Segment]:
