@@ -263,7 +263,7 @@ class Learner:
         for problem in skipped:
             log.error("%s: skipped, resuming from the checkpoint before it", problem)
         if payload is None:
-            if not (Path(run) / "replay" / "online" / "manifest.jsonl").exists():
+            if self.replay.store is None or not self.replay.store.segments:
                 raise CheckpointError(f"nothing to resume in {run}: no checkpoint and no stored replay")
             log.warning("no checkpoint in %s (killed before the first one): fresh weights, the stored replay", run)
         else:

@@ -8,11 +8,12 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from robo_rl.config import load_config, save_config
 from robo_rl.learner import Learner
-from robo_rl.runs import PAUSE_ENV, read_metrics
+from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.storage import SegmentStore
 from sim.point_reach import PointReachEnv
@@ -185,3 +186,12 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         assert got == list(range(got[0], got[0] + len(got))), f"episode {key} has duplicates or gaps: {got}"
     end = read_metrics(run_dir / "metrics.jsonl")[-1]
     assert end["kind"] == "end" and end["reason"] == "done"
+
+
+def test_resuming_a_folder_with_no_checkpoint_and_no_stored_replay_is_refused(tmp_path):
+    cfg = toy_config(tmp_path)
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    save_config(cfg, run_dir / "config.yaml")
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        Learner(load_config([f"resume={run_dir}", *toy_config_ports(tmp_path)]), run_dir, progress=False)
