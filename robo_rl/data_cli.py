@@ -60,7 +60,7 @@ def cmd_data(args: list[str]) -> int:
 
 
 def _inspect(args: list[str]) -> int:
-    from robo_rl.datasets.io import describe_fields, detect_format, load_episodes, summarize
+    from robo_rl.datasets.io import describe_fields, detect_format, fields_of, load_episodes, summarize
 
     positional, opts = _options(args)
     if len(positional) != 1:
@@ -72,7 +72,7 @@ def _inspect(args: list[str]) -> int:
     if opts.get("json", "").lower() == "true":
         print(json.dumps({"path": str(path), "format": kind, "partitions": summary}))
         return 0
-    layout = f"; {describe_fields(episodes[0].records)}" if episodes else ""
+    layout = f"; {describe_fields(fields_of(episodes[0].records))}" if episodes else ""
     print(f"{path} ({kind}): {len(episodes)} episodes{layout}")
     for partition, s in summary.items():
         print(f"  {partition:<13} {s['episodes']:>6} episodes {s['transitions']:>9} transitions  "

@@ -96,7 +96,7 @@ def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     checked against this env's observation and action layout."""
     from robo_rl.config import ConfigError
     from robo_rl.datasets import join_episodes
-    from robo_rl.datasets.io import describe_fields, load_episodes
+    from robo_rl.datasets.io import describe_fields, fields_of, load_episodes, same_layout
 
     try:
         episodes = load_episodes(cfg.demos.path, progress=False)
@@ -108,9 +108,7 @@ def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     env = make_env(cfg)
     fields = fields_for_env(env)
     env.close()
-    theirs = {k: (tuple(v.shape[1:]), v.dtype) for k, v in batch.items()}
-    ours = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in fields.items()}
-    if theirs != ours:
-        expected = describe_fields({k: np.zeros((1, *s), d) for k, (s, d) in ours.items()})
-        raise ConfigError(f"demos.path: {cfg.demos.path} holds {describe_fields(batch)}; this env needs {expected}")
+    if not same_layout(fields_of(batch), fields):
+        raise ConfigError(f"demos.path: {cfg.demos.path} holds {describe_fields(fields_of(batch))}; "
+                          f"this env needs {describe_fields(fields)}")  # fmt: skip
     return batch

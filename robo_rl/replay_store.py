@@ -27,6 +27,11 @@ from robo_rl.storage import SegmentStore, SegmentWriter, record_nbytes
 log = logging.getLogger(__name__)
 
 
+def online_store_root(run_dir: str | Path) -> Path:
+    """Where a run folder keeps its online replay."""
+    return Path(run_dir) / "replay" / "online"
+
+
 def _mb(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MB"
 
@@ -46,7 +51,7 @@ class LearnerReplay:
         if demos is not None and len(demos["step"]):
             self.demos = ReplayBuffer(len(demos["step"]), fields)
             self.demos.add(demos, source="demos")
-        self.store = SegmentStore(Path(run_dir) / "replay" / "online", fields) if cfg.persist else None
+        self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
         self.writer = SegmentWriter(self.store) if self.store else None
         self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
         self._pending_bytes = 0

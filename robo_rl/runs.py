@@ -71,6 +71,11 @@ def save_checkpoint(run_dir: Path, env_steps: int, payload: dict) -> Path:
     return path
 
 
+def _checkpoints_in(ckpt_dir: Path) -> list[Path]:
+    """The step_*.pt files of a checkpoint folder, oldest first (none if the folder is missing)."""
+    return sorted(p for p in ckpt_dir.iterdir() if _CKPT_RE.match(p.name)) if ckpt_dir.is_dir() else []
+
+
 def find_checkpoint(path: str | Path) -> Path:
     """A checkpoint file as given, or the latest one in a run folder."""
     path = Path(path)
@@ -78,7 +83,7 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     if path.is_dir():
         ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = sorted(p for p in ckpt_dir.iterdir() if _CKPT_RE.match(p.name))
+        found = _checkpoints_in(ckpt_dir)
         if found:
             return found[-1]
         raise CheckpointError(f"no checkpoint (step_*.pt) in {ckpt_dir}")
@@ -107,9 +112,9 @@ def load_resume_checkpoint(run: str | Path) -> tuple[dict | None, list[str]]:
     if path.is_file():
         return load_checkpoint(path), []
     ckpt_dir = path / "checkpoints"
-    found = sorted((p for p in ckpt_dir.iterdir() if _CKPT_RE.match(p.name)), reverse=True) if ckpt_dir.is_dir() else []
+    found = _checkpoints_in(ckpt_dir)
     skipped = []
-    for candidate in found:
+    for candidate in reversed(found):
         try:
             return load_checkpoint(candidate), skipped
         except CheckpointError as e:

@@ -237,9 +237,9 @@ class SegmentStore:
         codes = arrays.pop(SOURCE_FIELD)
         return arrays, np.asarray(header["sources"], dtype=object)[codes] if len(codes) else np.empty(0, object)
 
-    def iter_segments(self, verify: bool = True, mmap: bool = True, start: int = 0):
+    def iter_segments(self, verify: bool = True, mmap: bool = True):
         """Yield (segment, step batch, sources) in order; a corrupt one is reported in `problems` and skipped."""
-        for seg in self.segments[start:]:
+        for seg in self.segments:
             try:
                 batch, sources = self.read(seg, verify=verify, mmap=mmap)
             except StorageError as e:

@@ -34,7 +34,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from sim.render import fast_renderer
-from sim.robosuite_tasks import global_numpy_seed
+from sim.seeding import global_numpy_seed
 
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"
 GRIPPER_CTRL_MAX = 255.0

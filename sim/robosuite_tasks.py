@@ -26,7 +26,6 @@ global stream is left as it was. The model is built once (``hard_reset=False``),
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import sys
@@ -40,6 +39,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from sim.render import fast_renderer, render_cameras
+from sim.seeding import global_numpy_seed
 
 PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")
@@ -56,17 +56,6 @@ TASK_DESCRIPTIONS = {
 }
 KEY_ALIASES = {"object": "object-state"}  # robomimic's name → robosuite's
 AXES = {3: ("x", "y", "z"), 4: ("qx", "qy", "qz", "qw"), 2: ("left", "right")}
-
-
-@contextlib.contextmanager
-def global_numpy_seed(seed: int):
-    """Run a block with numpy's global generator seeded, restoring its previous state afterwards."""
-    saved = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(saved)
 
 
 def controller_config(max_ee_step_m: float = 0.05, max_ee_rot_rad: float = 0.5) -> dict:

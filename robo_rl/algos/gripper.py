@@ -10,6 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from policies.hybrid import GripperQ, gripper_choice
+from robo_rl.algos.sac import soft_update
 
 
 @dataclass
@@ -52,9 +53,7 @@ class GripperLearner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.grad_clip_norm)
         self.optim.step()
-        with torch.no_grad():
-            for p, tp in zip(self.q.parameters(), self.target.parameters(), strict=True):
-                tp.lerp_(p, self.cfg.tau)
+        soft_update(self.target, self.q, self.cfg.tau)
         return {"gripper_loss": loss.item(), "gripper_q": float(q.detach().mean()),
                 "gripper_change_rate": float(self.changes(batch, choice).float().mean())}  # fmt: skip
 

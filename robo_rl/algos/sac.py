@@ -47,6 +47,13 @@ class SACConfig:
 AUGMENTATIONS = (None, "none", "random_shift")
 
 
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging: target ← (1 − τ)·target + τ·source, parameter by parameter."""
+    for p, tp in zip(source.parameters(), target.parameters(), strict=True):
+        tp.lerp_(p, tau)
+
+
 class CriticEnsemble(nn.Module):
     """Q_i(s, a) for i in 1..E, sharing one observation encoder (of the policy's kind, its own weights;
     a frozen backbone may be the policy's own module)."""
@@ -155,8 +162,7 @@ class SAC:
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:
-        for p, tp in zip(self.critic.parameters(), self.target_critic.parameters(), strict=True):
-            tp.lerp_(p, self.cfg.tau)
+        soft_update(self.target_critic, self.critic, self.cfg.tau)
 
     # --- checkpoints: everything needed to resume exactly ---------------------------------------
     def state_dict(self) -> dict:

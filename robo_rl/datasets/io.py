@@ -10,16 +10,15 @@ import numpy as np
 
 from robo_rl.datasets import Episode, join_episodes, split_episodes
 from robo_rl.envs.base import ENDED_BY
-from robo_rl.storage import SegmentStore
-
-FORMATS = ("store", "lerobot", "robomimic", "npz")
+from robo_rl.replay_store import online_store_root
+from robo_rl.storage import SegmentStore, fields_spec
 
 
 def detect_format(path: str | Path) -> str:
     """Which kind of data `path` holds: a replay store (or a run folder), a LeRobot dataset, a robomimic
     HDF5 file or a demonstration cache (.npz)."""
     path = Path(path)
-    if (path / "manifest.jsonl").is_file() or (path / "replay" / "online" / "manifest.jsonl").is_file():
+    if (path / "manifest.jsonl").is_file() or (online_store_root(path) / "manifest.jsonl").is_file():
         return "store"
     if (path / "meta" / "info.json").is_file():
         return "lerobot"
@@ -34,7 +33,7 @@ def detect_format(path: str | Path) -> str:
 
 
 def _store_root(path: Path) -> Path:
-    return path if (path / "manifest.jsonl").is_file() else path / "replay" / "online"
+    return path if (path / "manifest.jsonl").is_file() else online_store_root(path)
 
 
 def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Episode]:
@@ -117,7 +116,13 @@ def summarize(episodes: list[Episode]) -> dict:
     return out
 
 
-def describe_fields(records: dict[str, np.ndarray]) -> str:
-    cams = [f"{k[len('image/'):]} {v.shape[1]}×{v.shape[2]}" for k, v in records.items() if k.startswith("image/")]
-    return (f"state {records['state'].shape[1]}-d, action {records['action_executed'].shape[1]}-d, "
+def same_layout(a: dict[str, tuple], b: dict[str, tuple]) -> bool:
+    """Whether two field layouts (name → (shape, dtype)) hold the same fields, shapes and dtypes."""
+    return fields_spec(a) == fields_spec(b)
+
+
+def describe_fields(fields: dict[str, tuple]) -> str:
+    """A field layout (name → (shape, dtype)) in a few words: state and action sizes, cameras."""
+    cams = [f"{k[len('image/'):]} {s[0]}×{s[1]}" for k, (s, _) in fields.items() if k.startswith("image/")]
+    return (f"state {fields['state'][0][0]}-d, action {fields['action_executed'][0][0]}-d, "
             f"cameras: {', '.join(cams) or 'none'}")  # fmt: skip
