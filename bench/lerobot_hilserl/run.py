@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,26 +40,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+from lerobot_eval import evaluate  # noqa: E402
 from make_config import make_config, write_config  # noqa: E402
+
+from robo_rl.transport.link import free_ports  # noqa: E402
 
 EPISODE_RE = re.compile(r"Global step (\d+): Episode reward: ([-+0-9.eE]+)")
 OPT_RE = re.compile(r"Number of optimization step: (\d+)")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 class LogTail:
@@ -124,7 +109,7 @@ def stop(proc: subprocess.Popen, name: str, timeout: float = 30.0) -> int | None
 
 
 def train(args, out: Path) -> dict:
-    port = free_port()
+    port = free_ports(1)[0]
     learner_cfg = make_config(
         output_dir=str(out / "learner"), port=port, seed=args.seed, online_steps=args.env_steps,
         save_freq=args.save_freq, env_state=not args.stock_env,
@@ -281,81 +266,12 @@ def training_curve(episodes: list[dict], window: int = 20) -> dict:
     }
 
 
-def evaluate(ckpt_model_dir: Path, cfg_path: Path, n_episodes: int, seed0: int, overrides: dict) -> dict:
-    import draccus
-    import numpy as np
-    import torch
-    from lerobot.policies import make_pre_post_processors
-    from lerobot.policies.gaussian_actor.modeling_gaussian_actor import GaussianActorPolicy
-    from lerobot.processor import TransitionKey
-    from lerobot.rl.gym_manipulator import (
-        make_processors,
-        make_robot_env,
-        reset_and_build_transition,
-        step_env_and_process_transition,
-    )
-    from lerobot.rl.train_rl import TrainRLServerPipelineConfig
-
-    import launch
-
-    if overrides:
-        launch._patch_gym_hil_make(overrides)
-    cfg = draccus.parse(TrainRLServerPipelineConfig, config_path=str(cfg_path), args=[])  # only cfg.env is used
-
-    policy = GaussianActorPolicy.from_pretrained(str(ckpt_model_dir))
-    policy.eval()
-    pre, post = make_pre_post_processors(policy_cfg=policy.config, pretrained_path=str(ckpt_model_dir))
-    in_keys = set(policy.config.input_features)
-
-    env, teleop = make_robot_env(cfg.env)
-    env_proc, act_proc = make_processors(env, teleop, cfg.env, "cpu")
-
-    def act(obs, deterministic: bool):
-        nobs = pre.process_observation(obs)
-        if deterministic:
-            _, _, means = policy.actor(nobs, None)
-            cont = torch.tanh(means)  # mode of the tanh-squashed Gaussian
-            disc = torch.argmax(policy.discrete_critic(nobs, None), dim=-1, keepdim=True)
-            a = torch.cat([cont, disc.to(cont.dtype)], dim=-1)
-        else:
-            a = policy.select_action(batch=nobs)
-        cont = post.process_action(a[..., :-1])
-        return torch.cat([cont, a[..., -1:].to(cont.dtype)], dim=-1)
-
-    results = {}
-    for mode in ("deterministic", "stochastic"):
-        succ, lens = [], []
-        for i in range(n_episodes):
-            seed = seed0 + i
-            torch.manual_seed(seed)  # the stochastic mode's action noise
-            # gym-hil draws the block position from numpy's global generator (random_block_position=True);
-            # LeRobot's reset_and_build_transition calls env.reset() without a seed
-            np.random.seed(seed)
-            tr = reset_and_build_transition(env, env_proc, act_proc)
-            n, ok = 0, False
-            while True:
-                obs = {k: v for k, v in tr[TransitionKey.OBSERVATION].items() if k in in_keys}
-                with torch.no_grad():
-                    action = act(obs, mode == "deterministic")
-                tr = step_env_and_process_transition(env, tr, action, env_proc, act_proc)
-                n += 1
-                ok = ok or bool(tr[TransitionKey.INFO].get("succeed", False)) or float(tr[TransitionKey.REWARD]) >= 1.0
-                if tr.get(TransitionKey.DONE, False) or tr.get(TransitionKey.TRUNCATED, False):
-                    break
-            succ.append(ok)
-            lens.append(n)
-        k = sum(succ)
-        lo, hi = wilson(k, n_episodes)
-        results[mode] = {
-            "successes": k, "episodes": n_episodes, "success_rate": k / n_episodes,
-            "wilson95": [round(lo, 3), round(hi, 3)],
-            "mean_len": sum(lens) / len(lens),
-            "mean_len_successful": (sum(n for n, s in zip(lens, succ, strict=True) if s) / k) if k else None,
-        }
-        print(f"[eval] {mode}: {k}/{n_episodes}  Wilson95 [{lo:.2f}, {hi:.2f}]  "
-              f"mean len {results[mode]['mean_len']:.1f}", flush=True)
-    env.close()
-    return results
+def evaluate_into(summary: dict, last: Path, out: Path, args) -> None:
+    """Evaluate the learner's last checkpoint and record it (and the time it took) in `summary`."""
+    summary["eval_checkpoint"] = str(last.resolve().relative_to(REPO))
+    t = time.time()
+    summary["eval"] = evaluate(last, out / "learner_config.json", args.eval_episodes, args.eval_seed0, args.overrides)
+    summary["eval_wall_s"] = round(time.time() - t, 1)
 
 
 def main() -> None:
@@ -375,14 +291,10 @@ def main() -> None:
     args.overrides = {} if args.stock_env else dict(TASK_OVERRIDES)
 
     out = args.out or HERE / "runs" / (f"seed{args.seed}" + (f"_{args.tag}" if args.tag else ""))
+    last = out / "learner" / "checkpoints" / "last" / "pretrained_model"
     if args.eval_only:
-        last = out / "learner" / "checkpoints" / "last" / "pretrained_model"
         summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
-        summary["eval_checkpoint"] = str(last.resolve().relative_to(REPO))
-        t = time.time()
-        summary["eval"] = evaluate(last, out / "learner_config.json", args.eval_episodes, args.eval_seed0,
-                                   args.overrides)
-        summary["eval_wall_s"] = round(time.time() - t, 1)
+        evaluate_into(summary, last, out, args)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         return
     if out.exists() and any(out.iterdir()):
@@ -413,13 +325,8 @@ def main() -> None:
     print(json.dumps({k: v for k, v in summary.items() if k != "training"}, indent=1), flush=True)
     print(json.dumps(curve, indent=1), flush=True)
 
-    last = out / "learner" / "checkpoints" / "last" / "pretrained_model"
     if args.eval_episodes > 0 and last.exists():
-        summary["eval_checkpoint"] = str(last.resolve().relative_to(REPO))
-        t = time.time()
-        summary["eval"] = evaluate(last, out / "learner_config.json", args.eval_episodes, args.eval_seed0,
-                                   args.overrides)
-        summary["eval_wall_s"] = round(time.time() - t, 1)
+        evaluate_into(summary, last, out, args)
     elif args.eval_episodes > 0:
         summary["eval"] = f"no checkpoint at {last}"
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
