@@ -1,7 +1,7 @@
 """Learning benchmarks (long; not in CI): full `robo-rl train` runs over several seeds, every checkpoint
 evaluated on a fixed set of seeds with deterministic actions, success judged by the simulator.
 
-    python bench/learning.py lift      # robosuite Lift, low-dim, 30 scripted demos: ≥ 0.86 by 50k env steps
+    python bench/learning.py lift      # robosuite Lift, low-dim, sparse reward, 30 scripted demos: ≥ 0.86 by 50k steps
     python bench/learning.py gym_hil   # gym-hil PandaPickCube, state: ≥ 0.8 within 10k env steps
     python bench/learning.py pixels    # our pick task from two 64² cameras + proprio (no cube pose), 10 Hz actor
     python bench/learning.py state     # the same task from state, the reference curve for `pixels`
@@ -30,8 +30,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
-    "lift": (["env=robosuite_lift", "demos.num_episodes=30", "train.total_env_steps=50000",
-              "train.checkpoint_every_env_steps=5000"], 0.86,
+    "lift": (["env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01", "algo.n_step=3",
+              "algo.target_q_clip=[0,1]", "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"], 0.86,
              "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)"),
     "gym_hil": (["env=gym_hil_pick", "algo.init_temperature=0.01", "train.total_env_steps=10000",
                  "train.checkpoint_every_env_steps=1000"], 0.8,

@@ -9,7 +9,25 @@ from torch import nn
 from torch.nn import functional as F
 
 
-def mlp(in_dim: int, hidden: list[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
+def full_precision(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`layer(x)` in float32 even inside an autocast region: output layers (Q-values, action means) keep float32
+    resolution when the hidden layers run in bfloat16 (see robo_rl/precision.py)."""
+    if not torch.is_autocast_enabled(x.device.type):
+        return layer(x)
+    with torch.autocast(x.device.type, enabled=False):
+        return layer(x.float())
+
+
+class MLP(nn.Sequential):
+    """nn.Sequential whose last layer runs in float32 under autocast (same parameter names as nn.Sequential)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in list(self)[:-1]:
+            x = layer(x)
+        return full_precision(self[-1], x)
+
+
+def mlp(in_dim: int, hidden: list[int], out_dim: int, layer_norm: bool = False) -> MLP:
     layers: list[nn.Module] = []
     for h in hidden:
         layers.append(nn.Linear(in_dim, h))
@@ -18,7 +36,7 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int, layer_norm: bool = False) 
         layers.append(nn.ReLU())
         in_dim = h
     layers.append(nn.Linear(in_dim, out_dim))
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class EnsembleLinear(nn.Module):
@@ -62,7 +80,7 @@ class EnsembleMLP(nn.Module):
             layers.append(nn.ReLU())
             in_dim = h
         layers.append(EnsembleLinear(ensemble, in_dim, out_dim))
-        self.net = nn.Sequential(*layers)
+        self.net = MLP(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:

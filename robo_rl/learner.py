@@ -33,7 +33,11 @@ log = logging.getLogger(__name__)
 
 def sac_config(algo: DictConfig) -> SACConfig:
     keys = SACConfig.__dataclass_fields__
-    return SACConfig(**{k: (tuple(v) if k == "critic_hidden" else v) for k, v in algo.items() if k in keys})
+    tuples = ("critic_hidden", "target_q_clip")
+    cfg = SACConfig(**{k: (tuple(v) if k in tuples and v is not None else v) for k, v in algo.items() if k in keys})
+    if cfg.target_q_clip is not None and (len(cfg.target_q_clip) != 2 or cfg.target_q_clip[0] >= cfg.target_q_clip[1]):
+        raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(cfg.target_q_clip)}")
+    return cfg
 
 
 class Learner:
@@ -51,6 +55,7 @@ class Learner:
             a = cfg.algo
             self.gripper = GripperLearner(self.policy.gripper, GripperConfig(
                 lr=a.lr_critic, tau=a.tau, penalty=a.gripper_penalty, grad_clip_norm=a.grad_clip_norm,
+                precision=a.get("precision", "auto"),
                 gripper_state_index=names.index("gripper_pos") if "gripper_pos" in names else None))  # fmt: skip
             actor = self.policy.arm
         self.sac = SAC(actor, env.observation_space, sac_config(cfg.algo))

@@ -14,7 +14,10 @@ reads robomimic demos in this env's layout. Quaternions are (x, y, z, w), positi
 Image mode: the state defaults to the three proprio keys (the object is seen, not given), plus `cameras` rendered
 by MuJoCo's renderer on robosuite's model, upright, without shadows, reflections or anti-aliasing.
 
-Reward: robosuite's, normalised to 1 on success (`reward_type="dense"`: its staged shaping; "sparse": 0/1).
+Reward: robosuite's, normalised to 1 on success ("sparse", the default as in robomimic/RLPD: 0/1;
+`reward_type="dense"`: its staged shaping). Dense shaping pays up to about 0.55 per step for holding the cube
+without lifting it, so with `terminate_on_success` (which ends that stream at one reward of 1) it teaches the agent
+to hover: measured, 0.08 success after 50k steps of Lift. The env warns about that combination.
 Success is robosuite's ``_check_success()``; it terminates the episode (`terminate_on_success`); the horizon is
 ours (``truncated``, ended_by "time_limit"; robosuite runs with ``ignore_done``).
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import warnings
 
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless Linux has no GLFW window; EGL renders offscreen
@@ -47,8 +51,8 @@ OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")
     "PickPlaceCan": (("Can_to_robot0_eef_pos", 3), ("Can_to_robot0_eef_quat", 4), ("Can_pos", 3), ("Can_quat", 4)),
 }
 TASK_DEFAULTS = {  # horizon in control steps (20 Hz: Lift 5 s, PickPlaceCan 12.5 s), reward type
-    "Lift": {"max_episode_steps": 100, "reward_type": "dense", "object": "cube"},
-    "PickPlaceCan": {"max_episode_steps": 250, "reward_type": "dense", "object": "Can"},
+    "Lift": {"max_episode_steps": 100, "reward_type": "sparse", "object": "cube"},
+    "PickPlaceCan": {"max_episode_steps": 250, "reward_type": "sparse", "object": "Can"},
 }
 TASK_DESCRIPTIONS = {
     "Lift": "pick up the red cube and lift it",
@@ -106,6 +110,10 @@ class RobosuiteEnv(RobotEnv):
             raise ValueError(f"control_hz must be positive, got {control_hz}")
         self.task, self.observation, self.reward_type = task, observation, reward_type
         self.terminate_on_success = bool(terminate_on_success)
+        if reward_type == "dense" and self.terminate_on_success:
+            warnings.warn(f"{task}: dense reward shaping with terminate_on_success pays more for holding the "
+                          "object than for finishing the task; use reward_type=sparse or terminate_on_success=false",
+                          stacklevel=2)  # fmt: skip
         self.max_episode_steps = int(max_episode_steps or defaults["max_episode_steps"])
         self.control_hz = float(control_hz)
         self.max_ee_step_m, self.max_ee_rot_rad = float(max_ee_step_m), float(max_ee_rot_rad)

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from policies.hybrid import GripperQ, gripper_choice
 from robo_rl.algos.sac import soft_update
+from robo_rl.precision import autocast, resolve_precision
 
 
 @dataclass
@@ -20,6 +21,7 @@ class GripperConfig:
     penalty: float = -0.02  # added to the reward of a step whose command changes the gripper (open ↔ closed)
     gripper_state_index: int | None = None  # where the state vector holds the gripper opening (-1 open .. +1 closed)
     grad_clip_norm: float = 10.0
+    precision: str = "auto"  # as algo.precision (robo_rl/precision.py)
 
 
 class GripperLearner:
@@ -27,6 +29,8 @@ class GripperLearner:
         self.q, self.cfg = q, cfg
         self.target = copy.deepcopy(q).requires_grad_(False)
         self.optim = torch.optim.Adam(q.parameters(), lr=cfg.lr)
+        self.device = next(q.parameters()).device
+        self.compute_dtype = resolve_precision(cfg.precision, self.device)
 
     def changes(self, batch: dict, choice: torch.Tensor) -> torch.Tensor:
         """Whether each step's gripper command changed the gripper: close while open or open while closed
@@ -38,6 +42,10 @@ class GripperLearner:
 
     def update(self, batch: dict) -> dict:
         """One gradient step on a transition batch (obs, action [.., gripper last], reward, discount, next_obs)."""
+        with autocast(self.compute_dtype, self.device):
+            return self._update(batch)
+
+    def _update(self, batch: dict) -> dict:
         choice = gripper_choice(batch["action"][:, -1])
         reward = batch["reward"] + self.cfg.penalty * self.changes(batch, choice).float()
         with torch.no_grad():

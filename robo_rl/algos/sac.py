@@ -23,6 +23,7 @@ from policies.encoders import (
 )
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
+from robo_rl.precision import autocast, resolve_precision
 
 
 @dataclass
@@ -42,6 +43,8 @@ class SACConfig:
     share_encoder: bool = False  # DrQ/SERL: the policy uses the critic's encoder, trained by the critic loss only
     image_augmentation: str | None = "random_shift"  # or null; applied to every batch that has images
     augment_pad: int = 4  # pixels, for random_shift
+    target_q_clip: tuple[float, float] | None = None  # clip TD targets to the return's known range (as HER does)
+    precision: str = "auto"  # matrix products: auto | float32 | bfloat16 (mixed; see robo_rl/precision.py)
 
 
 AUGMENTATIONS = (None, "none", "random_shift")
@@ -50,8 +53,9 @@ AUGMENTATIONS = (None, "none", "random_shift")
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Polyak averaging: target ← (1 − τ)·target + τ·source, parameter by parameter."""
-    for p, tp in zip(source.parameters(), target.parameters(), strict=True):
-        tp.lerp_(p, tau)
+    pairs = [(tp, p) for tp, p in zip(target.parameters(), source.parameters(), strict=True) if tp is not p]
+    if pairs:  # one fused call instead of one per tensor; a frozen backbone shared by both is skipped
+        torch._foreach_lerp_([tp for tp, _ in pairs], [p for _, p in pairs], tau)
 
 
 class CriticEnsemble(nn.Module):
@@ -88,9 +92,11 @@ class SAC:
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
         self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), requires_grad=True)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2
-        self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha)
+        self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor, fused=True)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic, fused=True)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha, fused=True)
+        self.device = next(policy.parameters()).device
+        self.compute_dtype = resolve_precision(cfg.precision, self.device)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -104,6 +110,8 @@ class SAC:
             next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob
             # `discount` is γ^n on a live step and 0 after a true termination; truncation still bootstraps
             target_q = batch["reward"] + batch["discount"] * next_v
+            if self.cfg.target_q_clip is not None:
+                target_q = target_q.clamp(*self.cfg.target_q_clip)
         qs = self.critic(batch["obs"], batch["action"])
         td_error = qs - target_q.unsqueeze(0)
         critic_loss = 0.5 * (td_error**2).mean(dim=1).sum()
@@ -137,7 +145,8 @@ class SAC:
     def update(self, critic_batches: list[dict]) -> dict:
         """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
         metrics = {}
-        with frozen_feature_cache(self.policy, self.critic, self.target_critic):
+        mixed = autocast(self.compute_dtype, self.device)
+        with frozen_feature_cache(self.policy, self.critic, self.target_critic), mixed:
             critic_batches = [self.prepare_batch(batch) for batch in critic_batches]
             for batch in critic_batches:
                 metrics = self.update_critic(batch)
