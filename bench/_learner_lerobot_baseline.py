@@ -115,9 +115,12 @@ def _count(params) -> int:
 
 def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int = 0, image_hw=(128, 128),
                         hidden: tuple = (256, 256), num_critics: int = 2, batch_size: int = 256,
-                        vision_encoder: str | None = None, seconds: float = 20.0, seed: int = 0) -> dict:  # fmt: skip
+                        vision_encoder: str | None = None, seconds: float = 20.0, seed: int = 0,
+                        bf16_autocast: bool = False) -> dict:  # fmt: skip
     """Updates/s of LeRobot's SAC learner step on CPU, one torch thread. `vision_encoder`: None for the config's
-    default (`vision_encoder_name=None`: its 4-conv DefaultImageEncoder, no hub weights), or "resnet10-random"."""
+    default (`vision_encoder_name=None`: its 4-conv DefaultImageEncoder, no hub weights), or "resnet10-random".
+    `bf16_autocast`: run its step inside `torch.autocast("cpu", bfloat16)` (LeRobot's learner does not do this;
+    a reference for our mixed precision)."""
     if vision_encoder not in (None, "resnet10-random"):
         raise ValueError(f"offline only: vision_encoder None or 'resnet10-random', not {vision_encoder!r}")
     torch.set_num_threads(1)  # the learner on this 2-core box runs one intra-op thread, as ours does
@@ -161,7 +164,8 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
 
     def step() -> float:
         t0, c0 = time.perf_counter(), time.process_time()
-        trainer.training_step()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+            trainer.training_step()
         cpu.append(time.process_time() - c0)
         return time.perf_counter() - t0
 

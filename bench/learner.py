@@ -2,8 +2,11 @@
 `SACAlgorithm`, built as its `learner.py` builds them, see `_learner_lerobot_baseline.py`), in the same process,
 one torch thread, batch 256, matching network sizes (2 critics, 256-256 MLPs) and encoders.
 
-Configurations:
+Configurations (ours in `algo.precision=auto`: bfloat16 matrix products where the CPU has AVX512-BF16/AMX, else
+float32; LeRobot as it ships, in float32):
   state     18-d state, 4-d action
+  state_fp32       (full run only) the same with ours forced to float32
+  state_both_bf16  (full run only) the same with LeRobot's step also inside a bfloat16 autocast, for reference
   pixels    + two 128×128 cameras, the same encoder architecture on both sides: LeRobot's default image encoder
             (4 convolutions 7-5-3-3, stride 2, 32 channels, frozen by its default, shared by actor and critic,
             256 features per camera) and ours configured the same (cnn kernels 7-5-3-3, strides 2, 32 channels,
@@ -47,6 +50,8 @@ LEROBOT_LIKE_CNN = {"kind": "cnn", "channels": 32, "kernels": [7, 5, 3, 3], "str
                     "features": 256}  # fmt: skip
 CONFIGS = {
     "state": dict(cameras=0, hw=128, batch=256, encoder=None, algo={}),
+    "state_fp32": dict(cameras=0, hw=128, batch=256, encoder=None, algo={"precision": "float32"}),
+    "state_both_bf16": dict(cameras=0, hw=128, batch=256, encoder=None, algo={}, lerobot_bf16=True),
     "pixels": dict(cameras=2, hw=128, batch=256, encoder=LEROBOT_LIKE_CNN, algo={"share_encoder": True}),
     "default": dict(cameras=2, hw=64, batch=128, encoder={"channels": 16}, algo={"share_encoder": True}),
     "resnet10": dict(cameras=2, hw=128, batch=256, encoder={"kind": "resnet10", "freeze": True, "features": 256},
@@ -87,7 +92,8 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
         step(i)
         i += 1
     elapsed = time.perf_counter() - t0
-    return {"updates_per_s": len(times) / elapsed, "updates_per_cpu_s_median": 1 / statistics.median(cpu),
+    return {"precision": str(sac.compute_dtype).removeprefix("torch."), "updates_per_s": len(times) / elapsed,
+            "updates_per_cpu_s_median": 1 / statistics.median(cpu),
             "ms_per_update_median": statistics.median(times) * 1e3, "updates": len(times),
             "params": sum(p.numel() for p in policy.parameters()) + sum(p.numel() for p in sac.critic.parameters())}
 
@@ -109,17 +115,19 @@ def main() -> None:
             vision = "resnet10-random" if name == "resnet10" else None
             b = lerobot_sac_figures(state_dim=STATE_DIM, action_dim=ACTION_DIM, cameras=c["cameras"],
                                     image_hw=(c["hw"], c["hw"]), batch_size=c["batch"], vision_encoder=vision,
-                                    seconds=seconds)  # fmt: skip
+                                    seconds=seconds, bf16_autocast=c.get("lerobot_bf16", False))  # fmt: skip
             entry["lerobot"] = {k: b[k] for k in ("updates_per_s", "updates_per_cpu_s_median", "ms_per_update_median",
                                                   "updates", "params")}  # fmt: skip
             entry["ratio_wall"] = a["updates_per_s"] / b["updates_per_s"]
             entry["ratio_cpu"] = a["updates_per_cpu_s_median"] / b["updates_per_cpu_s_median"]
-            print(f"{name:<9} ours {a['updates_per_s']:8.2f} upd/s ({a['updates_per_cpu_s_median']:.2f}/CPU s)  "
+            print(f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
+                  f"({a['updates_per_cpu_s_median']:.2f}/CPU s)  "
                   f"lerobot {b['updates_per_s']:8.2f} upd/s ({b['updates_per_cpu_s_median']:.2f}/CPU s)  "
                   f"ratio {entry['ratio_wall']:.1f}× wall, {entry['ratio_cpu']:.1f}× CPU", flush=True)  # fmt: skip
         else:
             entry["fast_enough_for_utd1_at_10hz"] = a["updates_per_cpu_s_median"] >= 10.0
-            print(f"{name:<9} ours {a['updates_per_s']:8.2f} upd/s ({a['updates_per_cpu_s_median']:.2f}/CPU s); "
+            print(f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
+                  f"({a['updates_per_cpu_s_median']:.2f}/CPU s); "
                   f"needs 10/s for UTD 1 beside a 10 Hz actor", flush=True)  # fmt: skip
         result[name] = entry
     result["load"] = os.getloadavg()[0]

@@ -7,7 +7,8 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py state     # the same task from state, the reference curve for `pixels`
     python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
 
-Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others).
+Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
+these seeds into the existing result file of the same experiment and overrides).
 Writes bench/results/learning_<name>.json and .png (success against env steps: mean over seeds with the
 min-max band) and prints one JSON object as its last line.
 """
@@ -33,7 +34,8 @@ EXPERIMENTS = {
     "lift": (["env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01", "algo.n_step=3",
               "algo.target_q_clip=[0,1]", "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"], 0.86,
              "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)"),
-    "gym_hil": (["env=gym_hil_pick", "algo.init_temperature=0.01", "train.total_env_steps=10000",
+    "gym_hil": (["env=gym_hil_pick", "algo.init_temperature=0.01", "algo.n_step=3", "algo.target_q_clip=[0,1]",
+                 "train.total_env_steps=10000",
                  "train.checkpoint_every_env_steps=1000"], 0.8,
                 "required: ≥ 0.8 within 10k env steps; LeRobot's HIL-SERL on the same budget in BENCHMARKS.md"),
     "pixels": (["experiment=pick_cube_pixels", "actor.realtime=true", "train.total_env_steps=10000"], None,
@@ -108,6 +110,16 @@ def plot(name: str, curves: list[list[dict]], path: Path, target: float | None) 
     plt.close(fig)
 
 
+def kept_runs(path: Path, overrides: list[str], seeds: list[int]) -> list[dict]:
+    """The runs of an earlier result file for seeds not being run now; refused if its overrides differ."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    if old["overrides"] != overrides:
+        raise SystemExit(f"--add: {path} was run with {old['overrides']}, not {overrides}; run all seeds again")
+    return [r for r in old["runs"] if r["seed"] not in seeds]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", nargs="?", default="smoke", choices=sorted(EXPERIMENTS))
@@ -115,12 +127,17 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="one seed of the toy run, 10 evaluation episodes")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_learning"))
+    parser.add_argument("--add", action="store_true",
+                        help="merge these seeds into bench/results/learning_<name>.json (same overrides)")
     args = parser.parse_args()
     if args.quick:
         args.experiment, args.seeds, args.eval_episodes = "smoke", [0], 10
     overrides, target, reference = EXPERIMENTS[args.experiment]
     out = Path(args.out) / args.experiment
     out.mkdir(parents=True, exist_ok=True)
+    results_dir = ROOT / "bench" / "results"
+    results_dir.mkdir(exist_ok=True)
+    kept = kept_runs(results_dir / f"learning_{args.experiment}.json", overrides, args.seeds) if args.add else []
     runs = []
     for seed in args.seeds:
         run = train(args.experiment, overrides, seed, out)
@@ -130,9 +147,9 @@ def main() -> None:
         print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
               f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
         runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points})
+    runs = sorted(kept + runs, key=lambda r: r["seed"])
+    args.seeds = [r["seed"] for r in runs]
     finals = [r["curve"][-1]["success"] for r in runs]
-    results_dir = ROOT / "bench" / "results"
-    results_dir.mkdir(exist_ok=True)
     plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
     result = {"experiment": args.experiment, "overrides": overrides, "seeds": args.seeds,
               "final_success": finals, "final_success_mean": float(np.mean(finals)), "target": target,

@@ -5,6 +5,8 @@ import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must be set before mujoco is first imported
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -189,13 +191,19 @@ def test_lift_expert_lifts_the_cube(lift, noise_std):
         assert len(steps) < 60 and reward == 1.0  # robosuite's normalised reward is 1 on success
 
 
-def test_sparse_lift_pays_only_on_success():
-    env = RobosuiteEnv("Lift", reward_type="sparse")
-    try:
-        rewards = [s[1] for s in run_expert(env, LiftExpert(env), seed=2)]
-        assert rewards[-1] == 1.0 and set(rewards[:-1]) == {0.0}
-    finally:
-        env.close()
+def test_lift_pays_only_on_success_by_default(lift):
+    assert lift.reward_type == "sparse"
+    rewards = [s[1] for s in run_expert(lift, LiftExpert(lift), seed=2)]
+    assert rewards[-1] == 1.0 and set(rewards[:-1]) == {0.0}
+
+
+def test_dense_shaping_that_ends_on_success_is_warned_about():
+    """Shaping pays for holding the cube; ending the episode at success then pays less than hovering."""
+    with pytest.warns(UserWarning, match="dense reward shaping with terminate_on_success"):
+        RobosuiteEnv("Lift", reward_type="dense").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RobosuiteEnv("Lift", reward_type="dense", terminate_on_success=False).close()
 
 
 def test_random_actions_do_not_lift_the_cube(lift):
