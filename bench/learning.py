@@ -137,7 +137,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results_dir = ROOT / "bench" / "results"
     results_dir.mkdir(exist_ok=True)
-    kept = kept_runs(results_dir / f"learning_{args.experiment}.json", overrides, args.seeds) if args.add else []
+    result_path = results_dir / f"learning_{args.experiment}.json"
+    if args.add:
+        kept_runs(result_path, overrides, args.seeds)  # refuse other overrides before training
     runs = []
     for seed in args.seeds:
         run = train(args.experiment, overrides, seed, out)
@@ -147,7 +149,8 @@ def main() -> None:
         print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
               f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
         runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points})
-    runs = sorted(kept + runs, key=lambda r: r["seed"])
+    if args.add:  # read again now: another --add run of other seeds may have finished meanwhile
+        runs = sorted(kept_runs(result_path, overrides, args.seeds) + runs, key=lambda r: r["seed"])
     args.seeds = [r["seed"] for r in runs]
     finals = [r["curve"][-1]["success"] for r in runs]
     plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
@@ -156,7 +159,7 @@ def main() -> None:
               "met": None if target is None else bool(min(finals) >= target), "reference": reference,
               "runs": runs, "plot": str(results_dir / f"learning_{args.experiment}.png"),
               "load": os.getloadavg()[0]}  # fmt: skip
-    (results_dir / f"learning_{args.experiment}.json").write_text(json.dumps(result, indent=1))
+    result_path.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 
 
