@@ -42,8 +42,8 @@ def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
         sink.kill()
         for s in sources:
             s.kill()
-    lines = out.read_text().split()
-    got = collections.Counter(zip(lines[0::2], map(int, lines[1::2]), strict=True))
+    rows = [line.split() for line in out.read_text().splitlines()]
+    got = collections.Counter((r[0], int(r[1])) for r in rows if len(r) == 4)
     expected = {(f"actor-{i}", k) for i in range(2) for k in range(300)}
     assert set(got) == expected, f"missing {sorted(expected - set(got))[:5]}"
     assert max(got.values()) == 1, "a message was stored twice"

@@ -1,7 +1,9 @@
 """Peer processes for transport fault tests: `python -m tests.transport_peers sink|source ...`.
 
-sink:   a learner-side LearnerLink that stores each accepted message's (actor, seq) in a file, fsyncs,
-        and only then acknowledges it (the contract a durable learner follows).
+sink:   a learner-side LearnerLink that stores each accepted message's (actor, payload, session, seq) in a
+        file, fsyncs, and only then acknowledges it; a restarted sink reads the file first and tells the
+        link what it already holds (the contract a durable learner follows: a kill between the fsync and
+        the ack must not store the resent message twice).
 source: an actor-side ActorLink that sends N numbered step batches at a fixed rate, then waits until all
         are acknowledged.
 """
@@ -21,10 +23,17 @@ from robo_rl.transport.link import LearnerLink
 def sink(args) -> None:
     link = LearnerLink("127.0.0.1", *args.ports, config_hash="test")
     link.auto_ack = False
+    if os.path.exists(args.out):
+        held = {}
+        for line in open(args.out).read().splitlines():
+            if len(parts := line.split()) == 4:  # a line torn by the kill was never acknowledged
+                held[parts[0]] = (parts[2], int(parts[3]))
+        for actor, (session, seq) in held.items():
+            link.expect(actor, session, seq)
     with open(args.out, "a") as f:
         while True:
-            for actor, arrays, _, _ in link.poll(timeout_ms=10):
-                f.write(f"{actor} {int(arrays['payload'][0])}\n")
+            for actor, arrays, session, seq in link.poll(timeout_ms=10):
+                f.write(f"{actor} {int(arrays['payload'][0])} {session} {seq}\n")
                 f.flush()
                 os.fsync(f.fileno())
                 link.ack(actor, link.actors[actor]["acked"])
