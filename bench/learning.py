@@ -8,7 +8,9 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
-these seeds into the existing result file of the same experiment and overrides).
+these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
+run folders of the experiment instead of training them again, e.g. after the benchmark process was stopped during
+its evaluation; overrides and the final step are checked).
 Writes bench/results/learning_<name>.json and .png (success against env steps: mean over seeds with the
 min-max band) and prints one JSON object as its last line.
 """
@@ -120,6 +122,28 @@ def kept_runs(path: Path, overrides: list[str], seeds: list[int]) -> list[dict]:
     return [r for r in old["runs"] if r["seed"] not in seeds]
 
 
+def finished_run_seed(run: Path, name: str, overrides: list[str]) -> int:
+    """The seed of a finished run folder of experiment `name`; refused if it is another experiment's, was
+    trained with other overrides, or stopped before its last checkpoint."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import load_saved_config
+
+    cfg = load_saved_config(run / "config.yaml")
+    if cfg.name != f"{name}_s{cfg.seed}" or not (run / "bench_wall_s.txt").exists():
+        raise SystemExit(f"--runs: {run} is not a finished `{name}` benchmark run")
+    for item in overrides:
+        key, value = item.split("=", 1)
+        if key in ("experiment", "env"):
+            continue  # config groups: their contents were merged, the name is not kept
+        if OmegaConf.select(cfg, key) != OmegaConf.select(OmegaConf.from_dotlist([item]), key):
+            raise SystemExit(f"--runs: {run} has {key}={OmegaConf.select(cfg, key)}, the experiment {value}")
+    last = max((run / "checkpoints").glob("step_*.pt"), default=None)
+    if last is None or int(last.stem.split("_")[1]) < cfg.train.total_env_steps:
+        raise SystemExit(f"--runs: {run} stopped before {cfg.train.total_env_steps} env steps (last: {last})")
+    return int(cfg.seed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", nargs="?", default="smoke", choices=sorted(EXPERIMENTS))
@@ -129,6 +153,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_learning"))
     parser.add_argument("--add", action="store_true",
                         help="merge these seeds into bench/results/learning_<name>.json (same overrides)")
+    parser.add_argument("--runs", nargs="+", default=[], metavar="RUN",
+                        help="evaluate these finished run folders of the experiment instead of training "
+                             "(a benchmark interrupted after training); their seeds replace --seeds")
     args = parser.parse_args()
     if args.quick:
         args.experiment, args.seeds, args.eval_episodes = "smoke", [0], 10
@@ -140,9 +167,14 @@ def main() -> None:
     result_path = results_dir / f"learning_{args.experiment}.json"
     if args.add:
         kept_runs(result_path, overrides, args.seeds)  # refuse other overrides before training
+    finished = {}
+    for folder in map(Path, args.runs):
+        finished[finished_run_seed(folder, args.experiment, overrides)] = folder
+    if finished:
+        args.seeds = sorted(finished)
     runs = []
     for seed in args.seeds:
-        run = train(args.experiment, overrides, seed, out)
+        run = finished[seed] if seed in finished else train(args.experiment, overrides, seed, out)
         points = evaluate_run(run, min(20, args.eval_episodes), args.eval_episodes)
         wall = float((run / "bench_wall_s.txt").read_text())
         final = points[-1]
