@@ -1,6 +1,8 @@
 """Build the TrainRLServerPipelineConfig JSON for LeRobot 0.6.1's HIL-SERL learner/actor on gym-hil PandaPickCube.
 
-State observations only, online only (no offline dataset, no human interventions). Values follow LeRobot's own
+State observations only, no human interventions; online only unless `demos_root` names a local LeRobot dataset of
+demonstrations (record_demos.py), which the learner loads into its offline replay buffer and samples 50/50 with the
+online one. Values follow LeRobot's own
 gym_hil SAC example (lerobot/config_examples rl/gym_hil/train_config.json, written for the pre-0.6 `sac` policy
 type) mapped onto 0.6.1's split of `policy` (gaussian_actor) and `algorithm` (sac); see README.md for each choice.
 """
@@ -41,9 +43,21 @@ def make_config(
     save_freq: int = 1_000,
     fps: int = 10,
     env_state: bool = True,
+    demos_root: str | None = None,
+    demos_repo_id: str = "local/gym_hil_pick_cube_expert",
+    online_ratio: float = 0.5,
 ) -> dict:
     """env_state: also feed observation.environment_state (the block position) to the policy; needs the env built
-    with image_obs=False (launch.py's override), since LeRobot's stock gym_hil env has image_obs=True."""
+    with image_obs=False (launch.py's override), since LeRobot's stock gym_hil env has image_obs=True.
+    demos_root: a local LeRobot dataset (record_demos.py) for the learner's offline buffer; `online_ratio` of each
+    batch then comes from the online buffer and the rest from it. None: online only (`dataset: null`,
+    online_ratio 1.0)."""
+    if demos_root is None:
+        dataset, ratio = None, 1.0  # online only: no demonstrations
+    else:
+        # LeRobot 0.6.1 reads a local dataset through DatasetConfig.root (the dataset folder itself; repo_id is then
+        # only a name, no hub access). The learner's make_dataset(cfg) -> LeRobotDataset(repo_id, root=root, ...).
+        dataset, ratio = {"repo_id": demos_repo_id, "root": str(demos_root), "use_imagenet_stats": False}, online_ratio
     state_ft = {"type": "STATE", "shape": [18]}
     env_ft = {"type": "ENV", "shape": [3]}
     action_ft = {"type": "ACTION", "shape": [3]}  # continuous dx, dy, dz; the gripper is the discrete head
@@ -61,9 +75,9 @@ def make_config(
         "save_checkpoint": True,
         "save_freq": save_freq,
         "wandb": {"enable": False},
-        "dataset": None,  # online only: no demonstrations
+        "dataset": dataset,
         "mixer": "online_offline",
-        "online_ratio": 1.0,
+        "online_ratio": ratio,  # OnlineOfflineMixer: int(batch_size * ratio) online, the rest offline
         "env": {
             "type": "gym_manipulator",
             "name": "gym_hil",

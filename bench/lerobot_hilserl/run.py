@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/lerobot_hilserl/run.py --seed 0                    # 10,000 env steps, then 50-episode eval
     .venv/bin/python bench/lerobot_hilserl/run.py --seed 0 --env-steps 300 --eval-episodes 2 --tag smoke
+    .venv/bin/python bench/lerobot_hilserl/run.py --seed 0 --demos 20 --tag demos20   # + 20 expert demonstrations
+
+0. With --demos N (default 0: online only), first records N successful scripted-expert episodes in LeRobot's own env
+   (record_demos.py) as a local LeRobot dataset under OUT/demos, and points the learner's `dataset` at it with
+   online_ratio 0.5: the learner loads it into its offline replay buffer and every batch is half online, half demos.
 
 1. Writes the learner and actor configs (make_config.py; the actor gets its own output_dir because the config's
    validate() refuses an existing one) with a free loopback port, online only, wandb off.
@@ -108,16 +113,36 @@ def stop(proc: subprocess.Popen, name: str, timeout: float = 30.0) -> int | None
             return proc.wait()
 
 
-def train(args, out: Path) -> dict:
+OFFLINE_LOG_MARKERS = ("make_dataset offline buffer", "Convert to a offline replay buffer")
+TQDM_TOTAL_RE = re.compile(r"100%\|[^|]*\| (\d+)/(\d+) ")
+
+
+def record(args, out: Path) -> dict | None:
+    """--demos N: record N successful expert episodes into OUT/demos (a local LeRobot dataset)."""
+    if args.demos <= 0:
+        return None
+    from record_demos import record_demos
+
+    t = time.time()
+    rec = record_demos(args.demos, (out / "demos").resolve(), args.demo_seed, overrides=args.overrides,
+                       log=lambda m: print(m, flush=True))
+    if rec["episodes_kept"] < args.demos:
+        raise RuntimeError(f"the expert succeeded in only {rec['successes']} of {rec['attempts']} episodes")
+    print(f"[run] demos: expert succeeded in {rec['successes']}/{rec['attempts']} episodes; kept "
+          f"{rec['episodes_kept']} ({rec['frames']} frames) in {time.time() - t:.0f}s", flush=True)
+    return rec
+
+
+def train(args, out: Path, demos: dict | None = None) -> dict:
     port = free_ports(1)[0]
-    learner_cfg = make_config(
-        output_dir=str(out / "learner"), port=port, seed=args.seed, online_steps=args.env_steps,
-        save_freq=args.save_freq, env_state=not args.stock_env,
+    common = dict(
+        port=port, seed=args.seed, online_steps=args.env_steps, save_freq=args.save_freq,
+        env_state=not args.stock_env,
+        demos_root=demos["root"] if demos else None,
+        **({"demos_repo_id": demos["repo_id"]} if demos else {}),
     )
-    actor_cfg = make_config(
-        output_dir=str(out / "actor"), port=port, seed=args.seed, online_steps=args.env_steps,
-        save_freq=args.save_freq, env_state=not args.stock_env,
-    )
+    learner_cfg = make_config(output_dir=str(out / "learner"), **common)
+    actor_cfg = make_config(output_dir=str(out / "actor"), **common)
     write_config(out / "learner_config.json", learner_cfg)
     write_config(out / "actor_config.json", actor_cfg)
 
@@ -211,6 +236,10 @@ def train(args, out: Path) -> dict:
 
     env_steps_done = episodes[-1]["step"] if episodes else 0
     actor_text = actor_log.read_text(errors="replace")
+    # the learner's own log of loading the demonstrations into its offline buffer (tqdm counts the transitions)
+    offline_lines = [ln.strip() for ln in full_learner_text.splitlines() if any(m in ln for m in OFFLINE_LOG_MARKERS)]
+    i_convert = full_learner_text.find(OFFLINE_LOG_MARKERS[1])
+    m_total = TQDM_TOTAL_RE.search(full_learner_text, i_convert) if i_convert >= 0 else None
     return {
         "port": port,
         "learner_cmd": learner_cmd,
@@ -226,6 +255,8 @@ def train(args, out: Path) -> dict:
         "opt_steps": opt_steps,
         "learner_optimization_steps": final_opt,
         "checkpoints_saved_at_opt_step": [int(c) for c in ckpts],
+        "learner_offline_buffer_log": offline_lines,
+        "learner_offline_buffer_transitions": int(m_total.group(2)) if m_total else None,
         "learner_hz_median": sorted(hz)[len(hz) // 2] if hz else None,
         "actor_policy_fps_warnings": actor_text.count("below required"),
         "hub_download_mentions": sum(
@@ -268,7 +299,8 @@ def training_curve(episodes: list[dict], window: int = 20) -> dict:
 
 def evaluate_into(summary: dict, last: Path, out: Path, args) -> None:
     """Evaluate the learner's last checkpoint and record it (and the time it took) in `summary`."""
-    summary["eval_checkpoint"] = str(last.resolve().relative_to(REPO))
+    ckpt = last.resolve()
+    summary["eval_checkpoint"] = str(ckpt.relative_to(REPO) if ckpt.is_relative_to(REPO) else ckpt)
     t = time.time()
     summary["eval"] = evaluate(last, out / "learner_config.json", args.eval_episodes, args.eval_seed0, args.overrides)
     summary["eval_wall_s"] = round(time.time() - t, 1)
@@ -283,6 +315,11 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=50)
     ap.add_argument("--eval-seed0", type=int, default=1_000_000)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--demos", type=int, default=0,
+                    help="record N successful scripted-expert episodes as a LeRobot dataset (OUT/demos) and mix it "
+                         "50/50 into the learner's batches (0: online only)")
+    ap.add_argument("--demo-seed", type=int, default=100_000,
+                    help="block seed of demo attempt i = demo_seed + i (our learner's demos.seed default)")
     ap.add_argument("--stock-env", action="store_true",
                     help="LeRobot's stock gym_hil env (cameras rendered, fixed block, no block position in the state)")
     ap.add_argument("--out", type=Path, default=None)
@@ -301,7 +338,8 @@ def main() -> None:
         raise SystemExit(f"{out} exists and is not empty; pick another --tag/--out")
     out.mkdir(parents=True, exist_ok=True)
 
-    tr = train(args, out)
+    demos = record(args, out)
+    tr = train(args, out, demos)
     curve = training_curve(tr["episodes"])
     n_up = tr["learner_optimization_steps"] or 0
     steps = tr["env_steps_in_completed_episodes"]
@@ -309,6 +347,9 @@ def main() -> None:
         "seed": args.seed,
         "env_step_budget": args.env_steps,
         "gym_hil_overrides": args.overrides,
+        "demos": args.demos,
+        "online_ratio": json.loads((out / "learner_config.json").read_text())["online_ratio"],
+        **({"demo_recording": {k: v for k, v in demos.items() if k != "outcomes"}} if demos else {}),
         **{k: v for k, v in tr.items() if k not in ("episodes", "opt_steps")},
         "env_steps_per_s": round(steps / tr["train_wall_s"], 2) if tr["train_wall_s"] else None,
         "env_steps_per_s_after_first_episode": (
@@ -325,6 +366,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in summary.items() if k != "training"}, indent=1), flush=True)
     print(json.dumps(curve, indent=1), flush=True)
 
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))  # the training part, should the eval fail
     if args.eval_episodes > 0 and last.exists():
         evaluate_into(summary, last, out, args)
     elif args.eval_episodes > 0:
