@@ -1,5 +1,7 @@
 """The learner's mixed precision: bfloat16 matrix products with float32 outputs, weights and optimiser state."""
 
+import copy
+
 import pytest
 import torch
 
@@ -74,3 +76,33 @@ def test_sac_learns_a_one_step_task_in_either_precision_and_keeps_float32_state(
     tensors = [*sac.critic.parameters(), *policy.parameters(), sac.log_alpha]
     tensors += [v for o in (sac.critic_optim, sac.actor_optim) for s in o.state.values() for v in s.values()]
     assert {t.dtype for t in tensors if t.is_floating_point()} == {torch.float32}
+
+
+def test_each_bfloat16_step_of_an_update_sees_the_weights_the_step_before_left():
+    """Autocast keeps one low-precision copy of each weight per region: an update with two critic batches must
+    compute its second critic step (and its actor step) on the critic the first step produced, not on a stale copy.
+    Same RNG both ways: `update([b1, b2])` == critic step on b1, critic step on b2, actor step, each on its own."""
+    torch.manual_seed(0)
+    space = make_observation_space(3, {})
+    policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
+    cfg = SACConfig(critic_hidden=(32, 32), lr_critic=0.05, precision="bfloat16")  # big steps: stale ≠ fresh
+    one_call = SAC(policy, space, cfg)
+    step_by_step = copy.deepcopy(one_call)
+    gen = torch.Generator().manual_seed(1)
+    batches = [{"obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
+                "next_obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
+                "action": torch.rand(64, 2, generator=gen) * 2 - 1, "reward": torch.rand(64, generator=gen),
+                "discount": torch.full((64,), 0.99)} for _ in range(2)]  # fmt: skip
+    torch.manual_seed(2)
+    one_call.update(batches)
+    torch.manual_seed(2)
+    for b in batches:
+        with precision.autocast(torch.bfloat16):
+            step_by_step.update_critic(b)
+    with precision.autocast(torch.bfloat16):
+        step_by_step.update_actor(batches[-1])
+    for (name, a), b in zip(one_call.critic.state_dict().items(), step_by_step.critic.state_dict().values(),
+                            strict=True):  # fmt: skip
+        assert torch.equal(a, b), f"critic {name} differs: the second step ran on stale bfloat16 weights"
+    for (name, a), b in zip(policy.state_dict().items(), step_by_step.policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b), f"policy {name} differs: the actor step ran on a stale critic"

@@ -145,12 +145,15 @@ class SAC:
     def update(self, critic_batches: list[dict]) -> dict:
         """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
         metrics = {}
-        mixed = autocast(self.compute_dtype, self.device)
-        with frozen_feature_cache(self.policy, self.critic, self.target_critic), mixed:
+        with frozen_feature_cache(self.policy, self.critic, self.target_critic):
             critic_batches = [self.prepare_batch(batch) for batch in critic_batches]
+            # one autocast region per optimiser step: autocast caches the low-precision copy of each weight for
+            # the life of the region, so a region spanning a step would run the next step on the old weights
             for batch in critic_batches:
-                metrics = self.update_critic(batch)
-            metrics.update(self.update_actor(critic_batches[-1]))
+                with autocast(self.compute_dtype, self.device):
+                    metrics = self.update_critic(batch)
+            with autocast(self.compute_dtype, self.device):
+                metrics.update(self.update_actor(critic_batches[-1]))
         return metrics
 
     def prepare_batch(self, batch: dict) -> dict:
