@@ -116,11 +116,11 @@ def _count(params) -> int:
 def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int = 0, image_hw=(128, 128),
                         hidden: tuple = (256, 256), num_critics: int = 2, batch_size: int = 256,
                         vision_encoder: str | None = None, seconds: float = 20.0, seed: int = 0,
-                        bf16_autocast: bool = False) -> dict:  # fmt: skip
+                        bf16_autocast: bool = False, warmup: tuple[int, float] = (2, 3.0)) -> dict:  # fmt: skip
     """Updates/s of LeRobot's SAC learner step on CPU, one torch thread. `vision_encoder`: None for the config's
     default (`vision_encoder_name=None`: its 4-conv DefaultImageEncoder, no hub weights), or "resnet10-random".
     `bf16_autocast`: run its step inside `torch.autocast("cpu", bfloat16)` (LeRobot's learner does not do this;
-    a reference for our mixed precision)."""
+    a reference for our mixed precision). `warmup`: at least this many updates and seconds before measuring."""
     if vision_encoder not in (None, "resnet10-random"):
         raise ValueError(f"offline only: vision_encoder None or 'resnet10-random', not {vision_encoder!r}")
     torch.set_num_threads(1)  # the learner on this 2-core box runs one intra-op thread, as ours does
@@ -169,10 +169,13 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
         cpu.append(time.process_time() - c0)
         return time.perf_counter() - t0
 
+    min_updates, warm_s = warmup  # (2, 3.0) by default: for image configs 2 updates already take longer than 3 s
     t0, warm = time.perf_counter(), 0
-    while warm < 2 or time.perf_counter() - t0 < 3.0:  # image configs: 2 updates already take longer than 3 s
+    while True:
         step()
         warm += 1
+        if warm >= min_updates and time.perf_counter() - t0 >= warm_s:
+            break
     times, t0, cpu = [], time.perf_counter(), []
     while not times or time.perf_counter() - t0 < seconds:
         times.append(step())

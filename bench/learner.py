@@ -21,7 +21,7 @@ policy_update_freq 1; ours `critic_updates_per_actor: 1`), our random shift incl
 sides (prebuilt batches). Rates are given per wall second and per CPU second (robust on a shared machine).
 
     python bench/learner.py            # 20 s per measurement
-    python bench/learner.py --quick    # 4 s per measurement, state/pixels/default only (< 60 s... plus imports)
+    python bench/learner.py --quick    # 3 s per measurement, state/pixels/default only (about 45 s in all)
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ CONFIGS = {
 }  # fmt: skip
 
 
-def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, seconds: float, seed: int = 0) -> dict:
+def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, seconds: float, seed: int = 0,
+         warmup_s: float = 2.0) -> dict:
     torch.manual_seed(seed)
     names = [f"cam{i}" for i in range(cameras)]
     space = make_observation_space(STATE_DIM, {n: (hw, hw) for n in names})
@@ -83,7 +84,7 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
         cpu.append(time.process_time() - c)
 
     t0, i = time.perf_counter(), 0
-    while i < 2 or time.perf_counter() - t0 < 2.0:  # warm-up
+    while i < 2 or time.perf_counter() - t0 < warmup_s:  # warm-up
         step(i)
         i += 1
     times.clear(), cpu.clear()
@@ -100,22 +101,23 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="4 s per measurement, no resnet10")
+    parser.add_argument("--quick", action="store_true", help="3 s measurements, 1 s warm-up, no resnet10")
     parser.add_argument("--configs", nargs="+", default=None, choices=sorted(CONFIGS))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    seconds = 4.0 if args.quick else 20.0
+    seconds, warmup_s = (3.0, 1.0) if args.quick else (20.0, 2.0)
     names = args.configs or (["state", "pixels", "default"] if args.quick else list(CONFIGS))
     result = {"seconds_per_measurement": seconds, "torch_threads": 1}
     for name in names:
         c = CONFIGS[name]
-        a = ours(c["cameras"], c["hw"], c["batch"], c["encoder"], c["algo"], seconds)
+        a = ours(c["cameras"], c["hw"], c["batch"], c["encoder"], c["algo"], seconds, warmup_s=warmup_s)
         entry = {"ours": a}
         if name != "default":  # LeRobot has no counterpart of our default pixel configuration
             vision = "resnet10-random" if name == "resnet10" else None
             b = lerobot_sac_figures(state_dim=STATE_DIM, action_dim=ACTION_DIM, cameras=c["cameras"],
                                     image_hw=(c["hw"], c["hw"]), batch_size=c["batch"], vision_encoder=vision,
-                                    seconds=seconds, bf16_autocast=c.get("lerobot_bf16", False))  # fmt: skip
+                                    seconds=seconds, bf16_autocast=c.get("lerobot_bf16", False),
+                                    warmup=(1, warmup_s) if args.quick else (2, 3.0))  # fmt: skip
             entry["lerobot"] = {k: b[k] for k in ("updates_per_s", "updates_per_cpu_s_median", "ms_per_update_median",
                                                   "updates", "params")}  # fmt: skip
             entry["ratio_wall"] = a["updates_per_s"] / b["updates_per_s"]
