@@ -154,3 +154,47 @@ def test_a_local_actor_loads_weights_from_shared_memory_and_never_a_torn_copy():
         assert not reader.still_valid(notice) and reader.arrays(notice) is None
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("stored_as", [int, np.int64, str], ids=["int", "numpy", "text"])
+def test_a_restarted_learner_drops_the_resend_of_what_it_stored_before_its_ack_went_out(stored_as):
+    """The window a kill -9 can hit: messages stored durably, their ack never sent. The restarted learner is told
+    what it holds (`expect`, the session as read back from its store) and must take only what comes after."""
+    ports = free_ports(3)
+    first = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+    first.auto_ack = False  # acks only once stored; this one dies before it acks anything
+    actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0", learner_timeout_s=0.5)
+    second = None
+    try:
+        t, _ = serve(first, 1.0)
+        actor.hello("abc", timeout_s=5)
+        t.join()
+        for i in range(5):
+            actor.send_steps({}, {"i": np.array([i])})
+        stored = []
+        deadline = time.monotonic() + 5
+        while len(stored) < 5 and time.monotonic() < deadline:
+            stored += first.poll(20)
+        assert [int(a["i"][0]) for _, a, _, _ in stored] == [0, 1, 2, 3, 4]
+        session, last_seq = stored[-1][2], stored[-1][3]
+        first.close()  # gone without an ack: the actor still holds all five
+        assert len(actor.unacked) == 5
+        second = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+        second.auto_ack = False
+        second.expect("actor-0", stored_as(session), last_seq)
+        actor.send_steps({}, {"i": np.array([5])})
+        taken = []
+        deadline = time.monotonic() + 10
+        while (actor.unacked or not taken) and time.monotonic() < deadline:
+            actor.poll(10)
+            actor.heartbeat()
+            for who, arrays, _, seq in second.poll(10):
+                taken.append(int(arrays["i"][0]))
+                second.ack(who, seq)
+        assert taken == [5], f"the restarted learner took {taken}: stored messages came in twice"
+        assert not actor.unacked, "the actor still waits for acks"
+    finally:
+        actor.close(0)
+        first.close()
+        if second is not None:
+            second.close()

@@ -27,7 +27,7 @@ def sink(args) -> None:
         held = {}
         for line in open(args.out).read().splitlines():
             if len(parts := line.split()) == 4:  # a line torn by the kill was never acknowledged
-                held[parts[0]] = (parts[2], int(parts[3]))
+                held[parts[0]] = (int(parts[2]), int(parts[3]))  # sessions are ints on the wire
         for actor, (session, seq) in held.items():
             link.expect(actor, session, seq)
     with open(args.out, "a") as f:

@@ -239,6 +239,7 @@ class LearnerLink:
     def expect(self, actor: str, session, seq: int) -> None:
         """A restarted learner already holds `actor`'s messages up to `seq` of `session` (from its stored
         replay): when that actor process says hello again, its stream continues after `seq`."""
+        session, seq = int(session), int(seq)  # as the actor sends them: a str or numpy session would never match
         self.actors[actor] = {"session": session, "acked": seq, "durable": seq, "stats": {}, "alive": False,
                               "last_seen": time.monotonic()}  # fmt: skip
 
