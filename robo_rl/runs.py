@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import math
 import os
 import re
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 _CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -32,16 +37,73 @@ def new_run_dir(outputs_dir: str | Path, name: str) -> Path:
 
 
 class MetricsWriter:
-    """Appends one JSON object per line; each line is flushed so a crash loses at most the last one."""
+    """Appends one strict-JSON object per line (NaN and infinities become null; see `json_safe`), flushed per
+    line so a crash loses at most the last one, and hands the same record to any extra `sinks` (TensorBoard,
+    W&B: robo_rl.loggers). Never raises on a value: metrics come partly from actors' heartbeats."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sinks: list | tuple = ()) -> None:
         self.file = open(path, "a", buffering=1)
+        self.sinks = list(sinks)
+        self._warned: set[str] = set()
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps({"time": time.time(), **record}) + "\n")
+        problems: list[str] = []
+        clean = json_safe({"time": time.time(), **record}, problems)
+        for problem in problems:
+            if problem not in self._warned:  # once per key, not once per line
+                self._warned.add(problem)
+                log.warning("metrics: %s", problem)
+        self.file.write(json.dumps(clean, allow_nan=False) + "\n")
+        for sink in list(self.sinks):
+            try:
+                sink.write(clean)
+            except Exception as e:  # a logging backend must never stop training
+                log.warning("metrics: the %s backend failed (%s: %s); it is switched off for this run",
+                            type(sink).__name__, type(e).__name__, e)  # fmt: skip
+                self.sinks.remove(sink)
 
     def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as e:
+                log.warning("metrics: closing the %s backend failed (%s: %s)", type(sink).__name__, type(e).__name__, e)
+        self.sinks = []
         self.file.close()
+
+
+MAX_JSON_DEPTH = 16  # deeper nesting in a metrics record is cut (a hostile heartbeat could nest without end)
+MAX_TEXT_CHARS = 200  # an unknown object is written as at most this much of its repr
+
+
+def json_safe(value, problems: list[str] | None = None, key: str = "", depth: int = 0):
+    """`value` as plain JSON: finite floats (NaN and infinities become None), str keys, lists for tuples and
+    arrays, text for bytes and unknown objects. What was changed beyond NaN → None is noted in `problems`."""
+    problems = [] if problems is None else problems
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.generic):
+        return json_safe(value.item(), problems, key, depth)
+    if depth >= MAX_JSON_DEPTH:
+        problems.append(f"{key or 'record'} is nested deeper than {MAX_JSON_DEPTH} levels: dropped")
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, problems, f"{key}.{k}" if key else str(k), depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        items = value.tolist() if isinstance(value, np.ndarray) else value
+        return [json_safe(v, problems, key, depth + 1) for v in items]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        problems.append(f"{key} holds bytes: written as text")
+        return bytes(value).decode("utf-8", errors="replace")
+    try:
+        text = repr(value)[:MAX_TEXT_CHARS]
+    except Exception:
+        problems.append(f"{key} holds a {type(value).__name__} that cannot be shown: dropped")
+        return None
+    problems.append(f"{key} holds a {type(value).__name__}: written as text")
+    return text
 
 
 def read_metrics(path: Path) -> list[dict]:
