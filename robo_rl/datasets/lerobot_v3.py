@@ -25,10 +25,11 @@ as "interventions" that carries no intervention flag comes back as "demos".
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import re
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -68,54 +69,37 @@ def _features(records: dict[str, np.ndarray]) -> dict[str, dict]:
     return feats
 
 
-@contextlib.contextmanager
-def _datasets_bars(show: bool):
-    """Hide the `datasets` library's own progress bars (one per saved episode) unless progress is wanted."""
-    import datasets
-
-    hide = not show and not datasets.are_progress_bars_disabled()
-    if hide:
-        datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if hide:
-            datasets.enable_progress_bars()
-
-
-def _frames(ep: Episode, task: str):
-    """The LeRobot frames of one episode (see the module docstring)."""
+def _columns(ep: Episode) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The LeRobot frames of one episode as column arrays (see the module docstring), and its camera frames."""
     r = ep.records
     if ep.partition not in PARTITIONS:
         raise ValueError(f"episode partition '{ep.partition}' is not one of {PARTITIONS}")
-    partition = np.array([PARTITIONS.index(ep.partition)], np.int64)
-    cams = [k for k in r if k.startswith("image/")]
-    for k in range(len(ep)):
-        t = k + 1
-        frame = {
-            STATE: np.asarray(r["state"][k], np.float32),
-            ACTION: np.asarray(r["action_executed"][t], np.float32),
-            REWARD: np.array([r["reward"][t]], np.float32),
-            DONE: np.array([r["terminated"][t] or r["truncated"][t]], bool),
-            TERMINATED: np.array([r["terminated"][t]], bool),
-            TRUNCATED: np.array([r["truncated"][t]], bool),
-            SUCCESS: np.array([r["success"][t]], bool),
-            INTERVENTION: np.array([r["intervention"][t]], bool),
-            ACTION_POLICY: np.asarray(r["action_policy"][t], np.float32),
-            ACTION_BASE: np.asarray(r["action_base"][t], np.float32),
-            ENDED: np.array([r["ended_by"][t]], np.int64),
-            PARTITION: partition,
-            "task": task,
-        }
-        for cam in cams:
-            frame[IMAGES + cam[6:]] = np.ascontiguousarray(r[cam][k], np.uint8)
-        yield frame
+    n, nxt = len(ep), slice(1, None)  # frame k: observation of record k, outcome of record k+1
+    terminated, truncated = r["terminated"][nxt].astype(bool), r["truncated"][nxt].astype(bool)
+    columns = {
+        STATE: np.asarray(r["state"][:n], np.float32),
+        ACTION: np.asarray(r["action_executed"][nxt], np.float32),
+        REWARD: np.asarray(r["reward"][nxt], np.float32),
+        DONE: terminated | truncated,
+        TERMINATED: terminated,
+        TRUNCATED: truncated,
+        SUCCESS: r["success"][nxt].astype(bool),
+        INTERVENTION: r["intervention"][nxt].astype(bool),
+        ACTION_POLICY: np.asarray(r["action_policy"][nxt], np.float32),
+        ACTION_BASE: np.asarray(r["action_base"][nxt], np.float32),
+        ENDED: r["ended_by"][nxt].astype(np.int64),
+        PARTITION: np.full(n, PARTITIONS.index(ep.partition), np.int64),
+    }
+    videos = {IMAGES + k[6:]: np.asarray(v[:n], np.uint8) for k, v in r.items() if k.startswith("image/")}
+    return columns, videos
 
 
 def export_lerobot(episodes: Iterable[Episode], root: str | Path, repo_id: str = "local/robo_rl", fps: float = 10.0,
                    task: str = "", progress: bool = True) -> Path:  # fmt: skip
-    """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root.
+
+    The files are those lerobot's recorder writes, written many episodes at a time (see `lerobot_writer`)."""
+    from robo_rl.datasets.lerobot_writer import LeRobotV3Writer
 
     root = Path(root)
     if root.exists():
@@ -125,28 +109,44 @@ def export_lerobot(episodes: Iterable[Episode], root: str | Path, repo_id: str =
     if float(fps) != int(fps) or fps <= 0:
         raise ValueError(f"LeRobot datasets need a positive integer fps, got {fps}")
     total = len(episodes) if hasattr(episodes, "__len__") else None
-    ds = None
-    with _datasets_bars(progress):
-        try:
-            for ep in tqdm(episodes, total=total, desc="export lerobot", unit="ep", disable=not progress):
-                if len(ep) < 1:
-                    continue
-                if ds is None:
-                    feats = _features(ep.records)
-                    ds = LeRobotDataset.create(repo_id, fps=int(fps), root=root, features=feats, use_videos=True)
-                for frame in _frames(ep, task or DEFAULT_TASK):
-                    ds.add_frame(frame)
-                ds.save_episode(parallel_encoding=False)  # a process pool per episode costs more than it saves
-            if ds is None:
-                raise ValueError("no episode with at least one transition to export")
-            ds.finalize()
-        except BaseException:
-            if ds is not None:
-                with contextlib.suppress(Exception):
-                    ds.finalize()
-            shutil.rmtree(root, ignore_errors=True)  # it did not exist (or was empty) before
-            raise
+    writer = None
+    try:
+        for ep in tqdm(episodes, total=total, desc="export lerobot", unit="ep", disable=not progress):
+            if len(ep) < 1:
+                continue
+            if writer is None:
+                writer = LeRobotV3Writer(root, repo_id, int(fps), _features(ep.records))
+            columns, videos = _columns(ep)
+            writer.add(columns, videos, task or DEFAULT_TASK)
+        if writer is None:
+            raise ValueError("no episode with at least one transition to export")
+        writer.finish()
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        shutil.rmtree(root, ignore_errors=True)  # it did not exist (or was empty) before
+        raise
     return root
+
+
+class _DropTorchcodecFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "torchcodec" not in record.getMessage()
+
+
+_video_backend_said = False
+
+
+def video_backend() -> str:
+    """The video decoder robo_rl asks lerobot for: PyAV, said once in one line. lerobot's default, torchcodec,
+    needs FFmpeg's shared libraries; where they are missing lerobot logs a 90-line loading traceback on its
+    fallback to PyAV, which the user cannot act on and which this drops."""
+    global _video_backend_said
+    if not _video_backend_said:
+        logging.getLogger("lerobot.utils.import_utils").addFilter(_DropTorchcodecFallback())
+        print("note: LeRobot videos are decoded with PyAV", file=sys.stderr)
+        _video_backend_said = True
+    return "pyav"
 
 
 def _open(repo_or_root: str | Path, repo_id: str | None):
@@ -240,7 +240,7 @@ def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_k
             if feats[key]["dtype"] == "video":
                 from_ts = meta.episodes[ep_index][f"videos/{key}/from_timestamp"]
                 frames = decode_video_frames(ds.root / meta.get_video_file_path(ep_index, key),
-                                             [from_ts + float(t) for t in ts], ds.tolerance_s, "pyav",
+                                             [from_ts + float(t) for t in ts], ds.tolerance_s, video_backend(),
                                              return_uint8=True)  # fmt: skip
             else:
                 frames = ds.hf_dataset.with_format("numpy", columns=[key])[rows.tolist()][key]

@@ -1,0 +1,224 @@
+"""A LeRobotDataset v3 written in batches: the layout lerobot's own recorder produces, without its per-frame
+and per-episode round trips (a `datasets.Dataset`, a PNG per image, a stats and info.json rewrite per episode).
+
+The files are lerobot's v3 layout, built with lerobot's own helpers where they exist:
+
+    meta/info.json                        features, fps, totals, file templates (`LeRobotDatasetMetadata.create`)
+    meta/tasks.parquet                    task → task_index
+    meta/stats.json                       `aggregate_stats` of the per-episode stats
+    meta/episodes/chunk-*/file-*.parquet  one row per episode: tasks, length, file and frame ranges, stats/*
+    data/chunk-*/file-*.parquet           the frames, many episodes per write
+    videos/<key>/chunk-*/file-*.mp4       one stream per camera; episode e spans [from_timestamp, to_timestamp)
+
+Per-episode stats come from lerobot's `compute_episode_stats` (images: lerobot's sampling and downsampling),
+so a dataset written here and one recorded by lerobot carry the same statistics.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+MB = 2**20
+# an episode's metadata row holds ~10 stats per feature (a few kB): this keeps a file well under lerobot's 100 MB
+EPISODES_PER_META_FILE = 10_000
+
+
+class _VideoStream:
+    """One camera's frames encoded as a growing sequence of mp4 files, rolled at the size lerobot allows."""
+
+    def __init__(self, root: Path, key: str, meta, fps: int, encoder) -> None:
+        self.root, self.key, self.meta, self.fps, self.encoder = root, key, meta, fps, encoder
+        self.chunk, self.file, self.frames = 0, 0, 0
+        self.container = self.stream = None
+
+    def _path(self) -> Path:
+        return self.root / self.meta.video_path.format(video_key=self.key, chunk_index=self.chunk, file_index=self.file)
+
+    def _open(self, height: int, width: int) -> None:
+        import av
+
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per file otherwise: errors only
+        path = self._path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.container = av.open(str(path), "w")
+        self.stream = self.container.add_stream(self.encoder.vcodec, self.fps,
+                                                options=self.encoder.get_codec_options(as_strings=True))  # fmt: skip
+        self.stream.pix_fmt, self.stream.height, self.stream.width = self.encoder.pix_fmt, height, width
+        self.frames = 0
+
+    def close(self) -> None:
+        if self.container is not None:
+            self.container.mux(self.stream.encode())  # flush the encoder's delayed frames
+            self.container.close()
+            self.container = None
+
+    def add(self, frames: np.ndarray) -> dict:
+        """Encode one episode's frames (n, H, W, 3 uint8); return its `videos/<key>/*` metadata."""
+        import av
+
+        from lerobot.datasets.utils import update_chunk_file_indices
+
+        path = self._path()
+        if self.container is not None and path.exists() and path.stat().st_size >= self.meta.video_files_size_in_mb * MB:
+            self.close()
+            self.chunk, self.file = update_chunk_file_indices(self.chunk, self.file, self.meta.chunks_size)
+        if self.container is None:
+            self._open(*frames.shape[1:3])
+        start = self.frames
+        for img in frames:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+            frame.pts = self.frames  # the stream's time base is 1/fps: pts counts frames
+            self.container.mux(self.stream.encode(frame))
+            self.frames += 1
+        prefix = f"videos/{self.key}/"
+        return {prefix + "chunk_index": self.chunk, prefix + "file_index": self.file,
+                prefix + "from_timestamp": start / self.fps, prefix + "to_timestamp": self.frames / self.fps}  # fmt: skip
+
+
+def _image_stats(frames: np.ndarray) -> dict:
+    """Per-channel stats of an episode's frames, sampled and normalised to [0, 1] as lerobot's recorder does."""
+    from lerobot.datasets.compute_stats import auto_downsample_height_width, get_feature_stats, sample_indices
+
+    sampled = np.stack([auto_downsample_height_width(frames[i].transpose(2, 0, 1)) for i in sample_indices(len(frames))])
+    stats = get_feature_stats(sampled, axis=(0, 2, 3), keepdims=True)
+    return {k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in stats.items()}
+
+
+class LeRobotV3Writer:
+    """Write episodes (column arrays, one row per frame) as a new LeRobotDataset v3 at `root`.
+
+    `add(columns, videos, task)` takes one episode; `finish()` writes what is buffered and the metadata. Frames
+    are buffered and written `frames_per_write` at a time."""
+
+    def __init__(self, root: str | Path, repo_id: str, fps: int, features: dict, frames_per_write: int = 50_000):
+        import pyarrow.parquet as pq  # noqa: F401  (fail here, not half-way, if pyarrow is missing)
+        from lerobot.configs import rgb_encoder_defaults
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+        from lerobot.datasets.feature_utils import get_hf_features_from_features
+
+        self.meta = LeRobotDatasetMetadata.create(repo_id=repo_id, fps=fps, features=features, root=root,
+                                                  use_videos=True)  # fmt: skip
+        self.root, self.fps, self.frames_per_write = Path(root), fps, frames_per_write
+        self.hf_features = get_hf_features_from_features(self.meta.features)
+        self.schema = self.hf_features.arrow_schema
+        self.encoder = rgb_encoder_defaults()
+        self.videos = {key: _VideoStream(self.root, key, self.meta, fps, self.encoder) for key in self.meta.video_keys}
+        self.tasks: dict[str, int] = {}
+        self.episodes: list[dict] = []
+        self.stats: list[dict] = []
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.pending_frames = self.total_frames = 0
+        self.data_chunk = self.data_file = self.frames_in_file = 0
+        self.data_writer = None
+        row_bytes = sum(np.dtype(self.meta.features[k]["dtype"]).itemsize * int(np.prod(self.meta.features[k]["shape"]))
+                        for k in self.hf_features)  # fmt: skip
+        # raw bytes over-estimate the compressed parquet, so a file stays under lerobot's size limit
+        self.frames_per_file = max(1, self.meta.data_files_size_in_mb * MB // max(row_bytes, 1))
+
+    def add(self, columns: dict[str, np.ndarray], videos: dict[str, np.ndarray], task: str) -> None:
+        """One episode: `columns` maps every non-video feature of ours to an array with one row per frame;
+        `videos` maps each video feature to its frames (n, H, W, 3 uint8)."""
+        from lerobot.datasets.compute_stats import compute_episode_stats
+        from lerobot.datasets.utils import update_chunk_file_indices
+
+        n = len(next(iter(columns.values())))
+        index = len(self.episodes)
+        task_index = self.tasks.setdefault(task, len(self.tasks))
+        frame_index = np.arange(n, dtype=np.int64)
+        cols = {**columns, "timestamp": (frame_index / self.fps).astype(np.float32), "frame_index": frame_index,
+                "episode_index": np.full(n, index, np.int64),
+                "index": np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
+                "task_index": np.full(n, task_index, np.int64)}  # fmt: skip
+        if self.frames_in_file and self.frames_in_file + n > self.frames_per_file:
+            self._write_pending()
+            self._close_data_file()
+            self.data_chunk, self.data_file = update_chunk_file_indices(self.data_chunk, self.data_file,
+                                                                        self.meta.chunks_size)  # fmt: skip
+        stats_features = {k: self.meta.features[k] for k in cols}
+        stats = compute_episode_stats(cols, stats_features)
+        row = {"episode_index": index, "tasks": [task], "length": n,
+               "data/chunk_index": self.data_chunk, "data/file_index": self.data_file,
+               "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n}  # fmt: skip
+        for key, frames in videos.items():
+            row.update(self.videos[key].add(frames))
+            stats[key] = _image_stats(frames)
+        self.episodes.append(row)
+        self.stats.append(stats)
+        self.pending.append(cols)
+        self.pending_frames += n
+        self.frames_in_file += n
+        self.total_frames += n
+        if self.pending_frames >= self.frames_per_write:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self.pending:
+            return
+        arrays = []
+        for field in self.schema:
+            values = np.concatenate([c[field.name] for c in self.pending])
+            if pa.types.is_fixed_size_list(field.type) or pa.types.is_list(field.type):
+                flat = pa.array(values.reshape(-1), type=field.type.value_type)
+                arrays.append(pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(field.type))
+            else:
+                arrays.append(pa.array(values.reshape(len(values)), type=field.type))
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        if self.data_writer is None:
+            path = self.root / self.meta.data_path.format(chunk_index=self.data_chunk, file_index=self.data_file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.data_writer = pq.ParquetWriter(path, schema=self.schema, compression="snappy", use_dictionary=True)
+        self.data_writer.write_table(table)
+        self.pending, self.pending_frames = [], 0
+
+    def _close_data_file(self) -> None:
+        if self.data_writer is not None:
+            self.data_writer.close()
+            self.data_writer = None
+        self.frames_in_file = 0
+
+    def close(self) -> None:
+        """Release open files (after an error too); `finish` calls it."""
+        self._close_data_file()
+        for video in self.videos.values():
+            video.close()
+
+    def finish(self) -> None:
+        """Write the buffered frames and the metadata lerobot reads: episodes, tasks, stats, info."""
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from lerobot.datasets.compute_stats import aggregate_stats
+        from lerobot.datasets.io_utils import write_info, write_stats, write_tasks
+        from lerobot.datasets.utils import DEFAULT_EPISODES_PATH, flatten_dict, update_chunk_file_indices
+
+        if not self.episodes:
+            raise ValueError("no episode with at least one transition to export")
+        self._write_pending()
+        self.close()
+        for key in self.videos:
+            self.meta.update_video_info(key, video_encoder=self.encoder)
+        chunk, file = 0, 0
+        for start in range(0, len(self.episodes), EPISODES_PER_META_FILE):
+            rows = [{**row, **flatten_dict({"stats": stats}), "meta/episodes/chunk_index": chunk,
+                     "meta/episodes/file_index": file}
+                    for row, stats in zip(self.episodes[start:start + EPISODES_PER_META_FILE],
+                                          self.stats[start:start + EPISODES_PER_META_FILE], strict=True)]  # fmt: skip
+            table = pa.Table.from_pylist([{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in row.items()}
+                                          for row in rows])  # fmt: skip
+            path = self.root / DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path, compression="snappy")
+            chunk, file = update_chunk_file_indices(chunk, file, self.meta.chunks_size)
+        write_tasks(pd.DataFrame({"task_index": list(self.tasks.values())},
+                                 index=pd.Index(list(self.tasks), name="task")), self.root)  # fmt: skip
+        write_stats(aggregate_stats(self.stats), self.root)
+        info = self.meta.info
+        info.total_episodes, info.total_frames, info.total_tasks = len(self.episodes), self.total_frames, len(self.tasks)
+        info.splits = {"train": f"0:{info.total_episodes}"}
+        write_info(info, self.root)
