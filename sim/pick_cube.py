@@ -27,8 +27,6 @@ import numpy as np
 from robo_rl.envs import RobotEnv, make_observation_space
 from sim.render import fast_renderer, render_cameras
 
-CUBE_HALF_SIZE_M = 0.02
-CUBE_MASS_KG = 0.05
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
 TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin
 REST_QPOS = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])  # Panda "ready" pose: IK null-space target
@@ -68,7 +66,9 @@ def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _build_model(physics_dt_s: float, image_size: int) -> mujoco.MjModel:
+def _build_model(
+    physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float
+) -> mujoco.MjModel:
     spec = mujoco.MjSpec.from_file(panda_xml_path())
     spec.option.timestep = physics_dt_s
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST  # implicit servo damping: large stable dt
@@ -108,13 +108,13 @@ def _build_model(physics_dt_s: float, image_size: int) -> mujoco.MjModel:
     world.add_geom(
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2, 2, 0.1], pos=[0, 0, -0.75], rgba=[0.3, 0.32, 0.35, 1]
     )  # catches a cube pushed off the table
-    cube = world.add_body(name="cube", pos=[0.5, 0.0, CUBE_HALF_SIZE_M])
+    cube = world.add_body(name="cube", pos=[0.5, 0.0, cube_half_size_m])
     cube.add_freejoint(name="cube")
     cube.add_geom(
         name="cube",
         type=box,
-        size=[CUBE_HALF_SIZE_M] * 3,
-        mass=CUBE_MASS_KG,
+        size=[cube_half_size_m] * 3,
+        mass=cube_mass_kg,
         material="cube",
         solimp=STIFF_CONTACT_SOLIMP,
     )
@@ -179,6 +179,8 @@ class PickCubeEnv(RobotEnv):
         cube_center_xy_m: tuple = (0.5, 0.0),
         cube_xy_range_m: tuple = (0.1, 0.1),  # half-widths of the uniform cube position box
         cube_yaw_range_rad: float = np.pi / 4,  # cube yaw uniform in [-r, r]; pi/4 covers every distinct pose
+        cube_half_size_m: float = 0.02,  # a 4 cm cube; the 2F-85 opens 85 mm
+        cube_mass_kg: float = 0.05,
         ee_start_m: tuple = (0.5, 0.0, 0.2),
         ee_start_noise_m: float = 0.02,  # half-width of the uniform start-position noise
         lift_height_m: float = 0.05,
@@ -206,6 +208,9 @@ class PickCubeEnv(RobotEnv):
             raise ValueError(f"unknown cameras {sorted(unknown)}; this env has 'front' and 'wrist'")
         if image_size < 1:
             raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
+        if not 0.0 < cube_half_size_m <= 0.04 or cube_mass_kg <= 0.0:
+            raise ValueError(f"cube_half_size_m must be in (0, 0.04] (the gripper opens 85 mm) and cube_mass_kg "
+                             f"positive, got {cube_half_size_m} and {cube_mass_kg}")  # fmt: skip
         self.task, self.reward_type, self.terminate_on_success = task, reward_type, terminate_on_success
         self.max_episode_steps = int(max_episode_steps or (50 if task == "lift" else 30))
         self.control_hz = float(control_hz)
@@ -215,6 +220,7 @@ class PickCubeEnv(RobotEnv):
         self.cube_center_xy_m = np.array(cube_center_xy_m, float)
         self.cube_xy_range_m = np.array(cube_xy_range_m, float)
         self.cube_yaw_range_rad = float(cube_yaw_range_rad)
+        self.cube_half_size_m, self.cube_mass_kg = float(cube_half_size_m), float(cube_mass_kg)
         self.ee_start_m = np.array(ee_start_m, float)
         self.ee_start_noise_m = float(ee_start_noise_m)
         self.lift_height_m, self.reach_height_m = float(lift_height_m), float(reach_height_m)
@@ -222,7 +228,9 @@ class PickCubeEnv(RobotEnv):
         if task == "reach":
             self.task_description = "move the gripper just above the cube"
 
-        self.model = copy.copy(_build_model(float(physics_dt_s), int(image_size)))
+        self.model = copy.copy(
+            _build_model(float(physics_dt_s), int(image_size), self.cube_half_size_m, self.cube_mass_kg)
+        )
         self.data = mujoco.MjData(self.model)
         self._ik_data = mujoco.MjData(self.model)  # scratch kinematics, never stepped
         self._n_substeps = max(1, round(1.0 / (self.control_hz * self.model.opt.timestep)))
@@ -298,7 +306,7 @@ class PickCubeEnv(RobotEnv):
         d.ctrl[:7] = self._q_target
         d.act[:7] = self._q_target  # the arm servos' filtered targets (their activations) start there too
         cube_quat = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
-        d.qpos[self._cube_qpos : self._cube_qpos + 7] = [*cube_xy, CUBE_HALF_SIZE_M, *cube_quat]
+        d.qpos[self._cube_qpos : self._cube_qpos + 7] = [*cube_xy, self.cube_half_size_m, *cube_quat]
         mujoco.mj_forward(m, d)
         return self._observation(), {"success": False}
 
@@ -336,7 +344,7 @@ class PickCubeEnv(RobotEnv):
             return False
         left, right = d.geom_xpos[self._left_pads[0]], d.geom_xpos[self._right_pads[0]]  # the fingertip pads
         centred = np.linalg.norm(d.xpos[self._cube_body] - 0.5 * (left + right)) < GRASP_MAX_OFFSET_M
-        return bool(centred and np.linalg.norm(right - left) > CUBE_HALF_SIZE_M)
+        return bool(centred and np.linalg.norm(right - left) > self.cube_half_size_m)
 
     def _progress(self) -> tuple[float, bool]:
         """Task progress in [0, 1] (exactly 1 on success) and ground-truth success."""
@@ -346,7 +354,7 @@ class PickCubeEnv(RobotEnv):
             dist = np.linalg.norm(cube + [0.0, 0.0, self.reach_height_m] - pinch)
             success = bool(dist < self.reach_tolerance_m)
             return float(1.0 - np.tanh(REACH_SHAPING_PER_M * max(dist - self.reach_tolerance_m, 0.0))), success
-        lift = (cube[2] - CUBE_HALF_SIZE_M) / self.lift_height_m  # placed resting on the table
+        lift = (cube[2] - self.cube_half_size_m) / self.lift_height_m  # placed resting on the table
         if self._is_grasped():
             success = bool(lift >= 1.0)
             w = REWARD_WEIGHTS
@@ -371,7 +379,7 @@ class PickCubeEnv(RobotEnv):
             2.0 * (cube - lo) / (hi - lo) - 1.0,
             (cube - pinch) / POS_SCALE_M,
             [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
-            [(cube[2] - CUBE_HALF_SIZE_M) / self.lift_height_m],
+            [(cube[2] - self.cube_half_size_m) / self.lift_height_m],
         ]).astype(np.float32)  # fmt: skip
         self.full_state = state  # with state="proprio", what scripted experts read (the cube pose too)
         return {"state": state[: len(self.state_names)], "images": self._render()}
