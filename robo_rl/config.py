@@ -1,20 +1,25 @@
-"""Composing the hydra config tree in `launch/conf/`, and building objects from it."""
+"""Composing the hydra config tree in `launch/conf/`, and building objects from it.
+
+Hydra and OmegaConf are imported where they are used: `robo-rl --help` and config errors answer without them.
+"""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import importlib.util
 import json
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from robo_rl.settings import MISSING, check_settings
 
-import launch
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-CONF_DIR = Path(launch.__file__).parent / "conf"
+# Found by path, not by importing `launch`: the core does not import the launchers.
+CONF_DIR = Path(importlib.util.find_spec("launch").submodule_search_locations[0]) / "conf"
 
 # What actor and learner must agree on: the task (spaces, dynamics) and the policy (its weights must load).
 # Learner-only settings (algo, train budget, checkpoints) may differ, e.g. on resume with a longer budget.
@@ -26,20 +31,57 @@ class ConfigError(ValueError):
 
 
 def load_config(overrides: list[str]) -> DictConfig:
-    """Compose the root config with command-line overrides (`key=value`, `group=option`).
+    """Compose the root config with command-line overrides (`key=value`, `group=option`), ranges checked.
 
     With `resume=<run folder>`, the run's saved config is the base and the overrides apply on top.
     """
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     resume = override_value(overrides, "resume")
     if resume and resume != "null":
         return load_saved_config(Path(resume) / "config.yaml", overrides)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = compose(config_name="config", overrides=overrides)
+        cfg = _compose(overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_one_line(e)) from None
+        raise ConfigError(_one_line(e, overrides)) from None
     OmegaConf.set_struct(cfg, True)
+    _check(cfg)
     return cfg
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _check(cfg: DictConfig) -> None:
+    from omegaconf import Container, OmegaConf
+
+    def get(key: str):
+        value = OmegaConf.select(cfg, key, default=MISSING)
+        return OmegaConf.to_container(value, resolve=True) if isinstance(value, Container) else value
+
+    try:
+        check_settings(get)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def group_options(group: str) -> dict[str, str]:
+    """The options of a config group (`env`, `algo`, ...): name -> the first comment line of its YAML."""
+    options = {}
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        lines = [ln.lstrip("#").strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
+        options[path.stem] = next((ln for ln in lines if not ln.startswith("@package")), "")
+    return options
+
+
+def config_groups() -> list[str]:
+    return sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
 
 
 def override_value(overrides: list[str], key: str) -> str | None:
@@ -47,24 +89,59 @@ def override_value(overrides: list[str], key: str) -> str | None:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")), None)
 
 
-def _one_line(e: Exception) -> str:
+def _one_line(e: Exception, overrides: list[str] = ()) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     if "Could not override" in text:
         key = text.split("'")[1] if "'" in text else "?"
-        text = f"unknown config key '{key}' (list the keys with: robo-rl show)"
-    elif "Could not find" in text:
-        text += " (the options are the .yaml files in launch/conf/<group>/)"
+        hint = _did_you_mean(key, _known_keys(overrides, key))
+        text = f"unknown config key '{key}'{hint} (list the keys with: robo-rl show)"
+    elif found := re.search(r"Could not find '([^']*)'", text):
+        group, _, option = found.group(1).rpartition("/")
+        options = group_options(group) if group in config_groups() else {}
+        text = f"Could not find '{found.group(1)}': config group '{group}' has no option '{option}'"
+        text += _did_you_mean(option, options) + f" (the options are: {', '.join(options)})" if options else ""
     return text
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _known_keys(overrides: list[str], bad_key: str) -> list[str]:
+    """Every dotted key of the config composed without the unknown key (for a suggestion)."""
+    from omegaconf import OmegaConf
+
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != bad_key]
+    try:
+        cfg = _compose(rest)
+    except Exception:  # another override is bad too: suggest from the defaults
+        cfg = _compose([])
+    return _dotted_keys(OmegaConf.to_container(cfg))
+
+
+def _dotted_keys(node, prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in node.items():
+        keys.append(prefix + str(k))
+        if isinstance(v, dict):
+            keys += _dotted_keys(v, f"{prefix}{k}.")
+    return keys
 
 
 def config_hash(cfg: DictConfig) -> str:
     """A short hash of what actor and learner must agree on (`SHARED_KEYS`)."""
+    from omegaconf import OmegaConf
+
     data = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in SHARED_KEYS}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def make_env(cfg: DictConfig, **overrides):
     """Instantiate the env of `cfg.env` (its `expert` entry is not an env argument)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
     spec = OmegaConf.to_container(cfg.env, resolve=True)
     spec.pop("expert", None)
     try:
@@ -76,10 +153,14 @@ def make_env(cfg: DictConfig, **overrides):
 def make_expert(cfg: DictConfig, env, **kwargs):
     if "expert" not in cfg.env:
         raise ConfigError(f"env {cfg.env._target_} has no scripted expert (env.expert) to record demonstrations")
+    from hydra.utils import instantiate
+
     return instantiate(cfg.env.expert, env=env, **kwargs)
 
 
 def make_policy(cfg: DictConfig, env):
+    from hydra.utils import instantiate
+
     return instantiate(
         cfg.policy,
         observation_space=env.observation_space,
@@ -89,11 +170,16 @@ def make_policy(cfg: DictConfig, env):
 
 
 def save_config(cfg: DictConfig, path: Path) -> None:
+    from omegaconf import OmegaConf
+
     path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
-    """A run folder's resolved config, with optional overrides applied on top."""
+    """A run folder's resolved config, with optional overrides applied on top, ranges checked."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     if not path.exists():
         raise ConfigError(f"{path} does not exist: is this a run folder made by robo-rl?")
     cfg = OmegaConf.load(path)
@@ -101,5 +187,10 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     try:
         cfg.merge_with(OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        if key and "not in struct" in str(e):
+            known = _dotted_keys(OmegaConf.to_container(cfg))
+            raise ConfigError(f"unknown config key '{key}' in {path}{_did_you_mean(key, known)}") from None
         raise ConfigError(_one_line(e)) from None
+    _check(cfg)
     return cfg

@@ -1,0 +1,273 @@
+"""The allowed range of every numeric setting, checked on the composed config before any process starts.
+
+`SETTINGS` maps a dotted key to its kind, range and meaning; `check_settings` reads it, and `robo-rl <command>
+--help` prints the meaning. A key that is absent from a config (another env's or algorithm's setting) is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Setting:
+    kind: str  # int | float | bool | str | choice; "int list" / "float list": every element in range
+    meaning: str
+    low: float = -INF
+    high: float = INF
+    low_open: bool = False  # the range excludes `low` (a positive duration, a learning rate)
+    nullable: bool = False
+    choices: tuple = ()
+    length: int | None = None  # lists: exactly this many elements
+
+    def allowed(self) -> str:
+        kind = self.kind.split()[0]
+        if kind == "choice":
+            text = " | ".join(str(c) for c in self.choices)
+        elif kind in ("bool", "str"):
+            text = {"bool": "true | false", "str": "text"}[kind]
+        else:
+            low = "-inf" if self.low == -INF else _num(self.low)
+            high = "inf" if self.high == INF else _num(self.high)
+            text = f"{'(' if self.low_open or self.low == -INF else '['}{low}, {high}{')' if self.high == INF else ']'}"
+            text = f"{'an integer' if kind == 'int' else 'a number'} in {text}"
+        if self.kind.endswith("list"):
+            text = f"a list of {'' if self.length is None else f'{self.length} '}values, each {text}"
+        return text + (" or null" if self.nullable else "")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _int(meaning, low=-INF, high=INF, **kw):
+    return Setting("int", meaning, low, high, **kw)
+
+
+def _pos(meaning, high=INF, **kw):  # a positive quantity: a duration, a rate, a length
+    return Setting("float", meaning, 0.0, high, low_open=True, **kw)
+
+
+def _float(meaning, low=-INF, high=INF, **kw):
+    return Setting("float", meaning, low, high, **kw)
+
+
+def _ints(meaning, low=1, **kw):
+    return Setting("int list", meaning, low, INF, **kw)
+
+
+def _floats(meaning, low=-INF, high=INF, **kw):
+    return Setting("float list", meaning, low, high, **kw)
+
+
+def _choice(meaning, *choices, **kw):
+    return Setting("choice", meaning, choices=choices, **kw)
+
+
+_BOOL = Setting("bool", "")
+PORT = (1, 65535)
+
+SETTINGS: dict[str, Setting] = {
+    "name": Setting("str", "run name, the suffix of the run folder"),
+    "seed": _int("seed of the run (env, networks, exploration)", 0, 2**32 - 1),
+    "device": Setting("str", "torch device of the learner: cpu | cuda | cuda:1 ..."),
+    "torch_threads": _int("torch CPU threads per process", 1, 1024),
+    "outputs_dir": Setting("str", "run folders go under this folder"),
+    "cache_dir": Setting("str", "where scripted demonstrations are cached"),
+    "run_dir": Setting("str", "use this run folder instead of a new one", nullable=True),
+    "resume": Setting("str", "a run folder to continue from (its latest checkpoint)", nullable=True),
+    "checkpoint": Setting("str", "eval: a checkpoint file or a run folder", nullable=True),
+    # train
+    "train.total_env_steps": _int("online env steps after which the learner stops the run", 1),
+    "train.learning_starts": _int("online steps collected before the first update", 0),
+    "train.random_steps": _int("first online steps taken with uniform random actions", 0),
+    "train.utd": _pos("critic updates per received env step (update-to-data ratio)", high=1000.0),
+    "train.weights_every_updates": _int("publish the policy to actors every this many updates", 1),
+    "train.checkpoint_every_env_steps": _int("write a checkpoint every this many env steps", 1),
+    # replay
+    "replay.storage": _choice("where batches are sampled from", "ram", "disk"),
+    "replay.capacity": _int("records in the RAM replay ring", 1),
+    "replay.disk_capacity": _int("records sampled from disk (storage=disk)", 1),
+    "replay.persist": Setting("bool", "write every online record to <run>/replay/online/"),
+    "replay.flush_every_s": _pos("how often received records are written to disk, seconds"),
+    "replay.segment_max_mb": _pos("write a segment sooner when this many MB are waiting"),
+    "replay.online_fraction": _float("share of each batch from online data (the rest: prior data)", 0.0, 1.0),
+    "replay.interventions_in_prior": Setting("bool", "human interventions join the prior data"),
+    "replay.verify_on_load": Setting("bool", "check segment checksums when resuming"),
+    # demos
+    "demos.path": Setting("str", "prior data from a dataset instead of the scripted expert", nullable=True),
+    "demos.num_episodes": _int("scripted-expert demonstrations mixed into each batch", 0),
+    "demos.noise_std": _float("std of the Gaussian noise on the expert's actions", 0.0),
+    "demos.seed": _int("first env seed of the demonstrations", 0),
+    # actor
+    "actor.id": Setting("str", "this actor's name (and its CURVE key's)"),
+    "actor.steps_per_message": _int("records batched into one data message", 1),
+    "actor.throttle_to_learner": Setting("bool", "in sim, wait for the learner to keep the UTD"),
+    "actor.max_lead_steps": _int("how far the actor may run ahead of the learner's UTD budget", 0),
+    "actor.heartbeat_every_s": _pos("actor heartbeat period, seconds"),
+    "actor.apply_weights": _choice("when new weights are taken", "step", "episode"),
+    "actor.hello_timeout_s": _pos("how long the actor waits for the learner's reply, seconds"),
+    "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
+    "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
+    # eval
+    "eval.episodes": _int("evaluation episodes", 1),
+    "eval.seed": _int("first evaluation seed (seeds are seed, seed+1, ...)", 0),
+    "eval.video": Setting("bool", "film evaluation episodes to MP4 files"),
+    "eval.video_episodes": _int("episodes filmed (plus the first success and failure)", 0),
+    # logger
+    "logger.progress": Setting("bool", "live progress bars"),
+    "logger.log_every_s": _pos("learner metrics are logged this often, seconds"),
+    "logger.level": _choice("log level", "DEBUG", "INFO", "WARNING", "ERROR"),
+    "logger.backend": Setting("str", "where metrics go besides metrics.jsonl: jsonl | tensorboard | wandb"),
+    "logger.flush_every_s": _pos("TensorBoard event files are written this often, seconds"),
+    "logger.project": Setting("str", "W&B project"),
+    "logger.entity": Setting("str", "W&B user or team", nullable=True),
+    "logger.group": Setting("str", "W&B group", nullable=True),
+    "logger.mode": Setting("str", "W&B mode: online | offline | disabled", nullable=True),
+    # transport
+    "transport.host": Setting("str", "the learner's address, as actors reach it"),
+    "transport.data_port": _int("actor → learner transitions (PUSH/PULL)", *PORT),
+    "transport.weights_port": _int("learner → actor weights (PUB/SUB)", *PORT),
+    "transport.ctrl_port": _int("hello, heartbeat and stats (DEALER/ROUTER)", *PORT),
+    "transport.curve_keys_dir": Setting("str", "a `robo-rl keys generate` folder (required off loopback)",
+                                        nullable=True),  # fmt: skip
+    "transport.actor_timeout_s": _pos("the learner marks an actor lost after this long without a heartbeat, s"),
+    "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
+    "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
+    "transport.shared_memory_weights": Setting("bool", "actors on the learner's machine read weights from /dev/shm"),
+    # algo (sac)
+    "algo.batch_size": _int("samples per gradient update", 1),
+    "algo.n_step": _int("n-step returns", 1),
+    "algo.gamma": _float("discount factor", 0.0, 1.0),
+    "algo.tau": _float("target network Polyak rate", 0.0, 1.0, low_open=True),
+    "algo.lr_actor": _pos("actor learning rate", high=1.0),
+    "algo.lr_critic": _pos("critic learning rate", high=1.0),
+    "algo.lr_alpha": _pos("temperature learning rate", high=1.0),
+    "algo.init_temperature": _pos("initial SAC temperature alpha"),
+    "algo.target_entropy": _float("SAC target entropy (null: -|A|/2)", nullable=True),
+    "algo.num_critics": _int("critics in the ensemble", 1),
+    "algo.critic_subsample": _int("critics the TD target takes the min over (at most num_critics)", 1),
+    "algo.critic_hidden": _ints("critic MLP widths"),
+    "algo.critic_layer_norm": Setting("bool", "LayerNorm in the critics"),
+    "algo.critic_updates_per_actor": _int("critic updates per actor update", 1),
+    "algo.grad_clip_norm": _pos("gradient norm clip", nullable=True),
+    "algo.target_q_clip": _floats("clip TD targets to [low, high]", length=2, nullable=True),
+    "algo.precision": _choice("matrix-product precision", "auto", "float32", "bfloat16"),
+    "algo.gripper_penalty": _float("reward added per gripper change (discrete gripper critic)", high=0.0),
+    "algo.image_augmentation": _choice("image augmentation", "random_shift", nullable=True),
+    "algo.augment_pad": _int("pixels of padding for random_shift", 0, 64),
+    "algo.share_encoder": Setting("bool", "the policy uses the critic's image encoder"),
+    # policy
+    "policy.hidden": _ints("policy MLP widths"),
+    "policy.log_std_min": _float("lower bound of the policy's log std"),
+    "policy.log_std_max": _float("upper bound of the policy's log std"),
+    "policy.gripper_hidden": _ints("gripper critic MLP widths"),
+    "policy.gripper_heads": _int("gripper critic ensemble size", 1),
+    "policy.epsilon": _float("random gripper choice this often while training", 0.0, 1.0),
+    "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),
+    "policy.encoder.features": _int("encoder features per camera", 1),
+    "policy.encoder.pretrained": Setting("str", "resnet10 weights: a local path or a hub id", nullable=True),
+    "policy.encoder.freeze": Setting("bool", "keep the backbone's weights fixed"),
+    "policy.encoder.resize": _ints("[height, width] after the crop", length=2, nullable=True),
+    "policy.encoder.pool": _choice("resnet10 head", "spatial_embedding", "spatial_softmax", "avg", nullable=True),
+    "policy.encoder.channels": _int("cnn: channels of each convolution", 1),
+    "policy.encoder.kernels": _ints("cnn: kernel size of each convolution"),
+    "policy.encoder.strides": _ints("cnn: stride of each convolution"),
+    # env (each env has some of these)
+    "env.task": Setting("str", "the env's task variant"),
+    "env.reward_type": _choice("reward", "dense", "sparse", nullable=True),
+    "env.max_episode_steps": _int("steps before the time limit", 1, nullable=True),
+    "env.terminate_on_success": Setting("bool", "end the episode on success"),
+    "env.control_hz": _pos("control rate, Hz", high=1000.0),
+    "env.physics_dt_s": _pos("physics timestep, seconds", high=0.1),
+    "env.max_ee_step_m": _pos("largest end-effector move per step, metres"),
+    "env.max_ee_rot_rad": _pos("largest end-effector rotation per step, radians"),
+    "env.ee_step_m": _pos("end-effector move per step at action 1, metres"),
+    "env.workspace_low_m": _floats("lower corner of the end-effector workspace box, metres", length=3),
+    "env.workspace_high_m": _floats("upper corner of the end-effector workspace box, metres", length=3),
+    "env.cube_center_xy_m": _floats("centre of the cube's spawn area, metres", length=2),
+    "env.cube_xy_range_m": _floats("half-widths of the cube's uniform spawn box, metres", 0.0, 0.3, length=2),
+    "env.cube_yaw_range_rad": _float("cube yaw uniform in [-r, r], radians", 0.0, math.pi),
+    "env.cube_half_size_m": _float("half the cube's edge, metres (the gripper opens 85 mm)", 0.005, 0.04),
+    "env.cube_mass_kg": _pos("cube mass, kg", high=2.0),
+    "env.ee_start_m": _floats("gripper start position, metres", length=3),
+    "env.ee_start_noise_m": _float("half-width of the uniform gripper start noise, metres", 0.0, 0.2),
+    "env.lift_height_m": _pos("lift success height, metres"),
+    "env.reach_height_m": _float("reach target height above the cube, metres", 0.0),
+    "env.reach_tolerance_m": _pos("reach success distance, metres"),
+    "env.cameras": Setting("str list", "cameras in the observation"),
+    "env.image_size": _int("camera image height and width, pixels", 1, 1024),
+    "env.gripper": _choice("gripper action", "absolute", "discrete"),
+    "env.state": _choice("state: full, or proprio (no object pose)", "full", "proprio"),
+    "env.step_size": _pos("point move per step at action 1"),
+    "env.camera": Setting("bool", "add an 8x8 top camera"),
+    "env.image_obs": Setting("bool", "front and wrist cameras instead of the block position"),
+    "env.random_block_position": Setting("bool", "random block position at reset"),
+    "env.fast_render": Setting("bool", "render without shadows, reflections and anti-aliasing"),
+    "env.scale_state": Setting("bool", "scale every state entry to about [-1, 1]"),
+    "env.observation": _choice("observation", "low_dim", "image"),
+    "env.state_keys": Setting("str list", "robosuite observation keys in the state (null: the task's)", nullable=True),
+    "env.model_seed": _int("seeds what robosuite draws once, at build time", 0),
+}
+
+# Settings whose range depends on another setting: (key, other, test, what it must be).
+RELATIONS = (
+    ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
+    ("policy.log_std_min", "policy.log_std_max", lambda a, b: a < b, "below policy.log_std_max"),
+)
+
+
+def problem(key: str, value: Any) -> str | None:
+    """What is wrong with `value` for `key` (None: fine, or a key without a known range)."""
+    s = SETTINGS.get(key)
+    if s is None or (value is None and s.nullable):
+        return None
+    if s.kind.endswith("list"):
+        if not isinstance(value, (list, tuple)) or (s.length is not None and len(value) != s.length):
+            return f"must be {s.allowed()}"
+        return next((f"must be {s.allowed()}" for v in value if _bad_scalar(s, s.kind.split()[0], v)), None)
+    return f"must be {s.allowed()}" if _bad_scalar(s, s.kind, value) else None
+
+
+def _bad_scalar(s: Setting, kind: str, v: Any) -> bool:
+    if kind == "bool":
+        return not isinstance(v, bool)
+    if kind == "str":
+        return not isinstance(v, str)
+    if kind == "choice":
+        return v not in s.choices
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
+        return True
+    return not (s.low < v if s.low_open else s.low <= v) or not v <= s.high or math.isnan(v)
+
+
+def check_settings(get) -> None:
+    """Raise ValueError naming the first setting out of range; `get(key)` returns a value or `MISSING`."""
+    for key in SETTINGS:
+        value = get(key)
+        if value is MISSING:
+            continue
+        text = problem(key, value)
+        if text:
+            raise ValueError(f"{key}={_show(value)} is not allowed: {text} ({SETTINGS[key].meaning})")
+    for key, other, ok, what in RELATIONS:
+        a, b = get(key), get(other)
+        if a is not MISSING and b is not MISSING and a is not None and b is not None and not ok(a, b):
+            raise ValueError(f"{key}={_show(a)} must be {what} ({other}={_show(b)})")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+MISSING = object()

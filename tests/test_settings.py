@@ -1,0 +1,125 @@
+"""Settings are checked before anything runs: a value out of range, a misspelt key or group option is refused with
+one line naming it; every setting of an env is in its YAML and reaches the env."""
+
+import inspect
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import hydra.utils
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from robo_rl.cli import main
+from robo_rl.config import CONF_DIR, ConfigError, group_options, load_config, load_saved_config, make_env, save_config
+from robo_rl.settings import SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("algo.batch_size=0", "algo.batch_size=0 is not allowed: must be an integer in [1, inf)"),
+        ("train.total_env_steps=0", "train.total_env_steps=0 is not allowed: must be an integer in [1, inf)"),
+        ("train.total_env_steps=-5", "train.total_env_steps=-5 is not allowed"),
+        ("algo.gamma=1.5", "algo.gamma=1.5 is not allowed: must be a number in [0, 1]"),
+        ("algo.lr_critic=0", "algo.lr_critic=0 is not allowed: must be a number in (0, 1]"),
+        ("algo.batch_size=12.5", "algo.batch_size=12.5 is not allowed: must be an integer"),
+        ("replay.online_fraction=nan", "replay.online_fraction=nan is not allowed"),
+        ("replay.storage=dsik", "replay.storage=dsik is not allowed: must be ram | disk"),
+        ("algo.critic_hidden=[256,0]", "algo.critic_hidden=[256,0] is not allowed"),
+        ("transport.data_port=70000", "transport.data_port=70000 is not allowed: must be an integer in [1, 65535]"),
+        ("env.cube_xy_range_m=[0.1]", "env.cube_xy_range_m=[0.1] is not allowed: must be a list of 2 values"),
+        ("algo.critic_subsample=3", "algo.critic_subsample=3 must be at most algo.num_critics"),
+    ],
+)
+def test_a_value_out_of_range_is_refused_with_key_value_and_range(override, expected):
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_bad_value_stops_train_before_anything_starts(tmp_path, capsys):
+    code = main(["train", "algo.batch_size=0", f"outputs_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == (
+        "robo-rl train: error: algo.batch_size=0 is not allowed: must be an integer in [1, inf) "
+        "(samples per gradient update)"
+    )
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()  # no run folder, no demos
+
+
+def test_a_resumed_or_evaluated_run_config_is_checked_too(tmp_path):
+    save_config(load_config([]), tmp_path / "config.yaml")
+    with pytest.raises(ConfigError, match=r"eval.episodes=0 is not allowed"):
+        load_saved_config(tmp_path / "config.yaml", ["eval.episodes=0"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'algo.batch_sise'.*did you mean 'algo.batch_size'"):
+        load_saved_config(tmp_path / "config.yaml", ["algo.batch_sise=3"])
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        ("algo.batch_sise=3", "unknown config key 'algo.batch_sise'; did you mean 'algo.batch_size'?"),
+        ("trian.utd=2", "unknown config key 'trian.utd'; did you mean 'train.utd'?"),
+        ("evn=point_reach", "unknown config key 'evn'; did you mean 'env'?"),
+        ("env=pick_cub", "config group 'env' has no option 'pick_cub'; did you mean 'pick_cube'?"),
+        ("experiment=reach_smok", "did you mean 'reach_smoke'?"),
+    ],
+)
+def test_a_misspelt_key_or_option_gets_a_did_you_mean(override, suggestion):
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    assert suggestion in str(e.value) and "\n" not in str(e.value)
+
+
+def _numeric_leaves(node, prefix=""):
+    """Dotted keys of every number or list of numbers (bools are not numbers here)."""
+    for key, value in node.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _numeric_leaves(value, full + ".")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield full
+        elif isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+            yield full
+
+
+GROUPS = ("env", "algo", "policy", "experiment", "transport", "logger")
+GROUP_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
+
+
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
+def test_every_numeric_setting_has_a_range_and_the_defaults_are_in_it(group, option):
+    cfg = load_config([f"{group}={option}"])  # the defaults pass the check
+    leaves = set(_numeric_leaves(OmegaConf.to_container(cfg, resolve=True)))
+    assert leaves - set(SETTINGS) == set(), "give these settings a range in robo_rl/settings.py"
+
+
+ENV_OPTIONS = sorted(group_options("env"))
+
+
+@pytest.mark.parametrize("option", ENV_OPTIONS)
+def test_every_constructor_argument_of_an_env_is_in_its_yaml(option):
+    spec = OmegaConf.load(CONF_DIR / "env" / f"{option}.yaml")
+    env_class = hydra.utils.get_class(spec._target_)
+    arguments = set(inspect.signature(env_class.__init__).parameters) - {"self"}
+    assert arguments - set(spec) == set(), f"add these to launch/conf/env/{option}.yaml"
+
+
+def test_the_cube_spawn_range_and_size_are_set_from_the_command_line():
+    cfg = load_config(["env.cube_xy_range_m=[0.15,0.15]", "env.cube_half_size_m=0.025", "env.cube_mass_kg=0.1"])
+    env = make_env(cfg)
+    offsets = []
+    for seed in range(20):
+        env.reset(seed=seed)
+        cube = env.unwrapped.data.xpos[env.unwrapped.model.body("cube").id]
+        offsets.append(cube[:2] - np.array(cfg.env.cube_center_xy_m))
+        assert cube[2] == pytest.approx(0.025, abs=1e-6)  # resting on the table: z = half its edge
+    offsets = np.abs(np.array(offsets))
+    assert offsets.max() <= 0.15 + 1e-9
+    assert (offsets > 0.1).any()  # beyond the default 0.1: the setting reached the env
+    cube_geom = env.unwrapped.model.geom("cube")
+    assert cube_geom.size == pytest.approx([0.025] * 3) and env.unwrapped.model.body("cube").mass[0] == 0.1
+    env.close()
