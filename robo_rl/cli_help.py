@@ -1,0 +1,119 @@
+"""`robo-rl <command> --help`: what a command does, its main settings, and the options of every config group.
+
+Settings' meanings and ranges come from `robo_rl.settings`, group options from the YAML files in launch/conf/
+(the first comment line of each is its description), defaults from the composed config.
+"""
+
+from __future__ import annotations
+
+from robo_rl.config import config_groups, group_options
+from robo_rl.settings import SETTINGS
+
+OVERRIDES = "overrides: key=value (e.g. algo.batch_size=128) or group=option (e.g. env=point_reach)"
+
+# command -> (usage line, what it does, its main settings, whether config groups apply)
+COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
+    "train": (
+        "robo-rl train [overrides ...]",
+        "Record (or reuse cached) scripted demonstrations, start a learner and an actor process on this machine,\n"
+        "train until train.total_env_steps online steps, then evaluate the last checkpoint (eval.episodes).\n"
+        "Writes a run folder under outputs_dir: config.yaml, logs, metrics.jsonl, checkpoints/, replay/, eval report.",
+        ("name", "seed", "device", "train.total_env_steps", "train.learning_starts", "train.utd",
+         "demos.num_episodes", "demos.path", "algo.batch_size", "eval.episodes", "resume", "outputs_dir"),
+        True,
+    ),  # fmt: skip
+    "learner": (
+        "robo-rl learner [overrides ...]",
+        "Start the learner alone: it binds the transport ports on transport.host, receives transitions from\n"
+        "actors, updates the algorithm and publishes the policy's weights. Start actors with `robo-rl actor`.",
+        ("run_dir", "resume", "device", "train.total_env_steps", "train.utd", "algo.batch_size",
+         "replay.storage", "transport.host", "transport.data_port", "transport.curve_keys_dir"),
+        True,
+    ),  # fmt: skip
+    "actor": (
+        "robo-rl actor [overrides ...]",
+        "Start one actor alone: it runs the env and the policy, streams transitions to the learner at\n"
+        "transport.host and takes new weights as they arrive. Actor and learner must share env and policy settings.",
+        ("actor.id", "transport.host", "transport.data_port", "transport.curve_keys_dir", "actor.apply_weights",
+         "actor.realtime", "seed"),
+        True,
+    ),  # fmt: skip
+    "eval": (
+        "robo-rl eval checkpoint=<file.pt or run folder> [overrides ...]",
+        "Evaluate a checkpoint on eval.episodes seeded episodes and print the success rate with its 95% interval.\n"
+        "With a run folder, its saved config is the base (the env it was trained on); env.* overrides change the\n"
+        "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder.",
+        ("checkpoint", "eval.episodes", "eval.seed", "env.cube_xy_range_m", "env.max_episode_steps"),
+        True,
+    ),  # fmt: skip
+    "show": (
+        "robo-rl show [overrides ...]",
+        "Print the composed config (YAML) with its config hash, after the overrides; a bad key or value is\n"
+        "reported as it would be by train.",
+        (),
+        True,
+    ),
+    "keys": (
+        "robo-rl keys generate <dir> [actor ids ...]",
+        "Generate CURVE key pairs for links off loopback: <dir>/learner.key(_secret), one pair per actor\n"
+        "(default actor-0) and <dir>/authorized/ with the actors' public keys. Set transport.curve_keys_dir=<dir>\n"
+        "on the learner and on every actor.",
+        (),
+        False,
+    ),
+}
+
+
+def command_help(command: str) -> str:
+    usage, what, keys, groups = COMMANDS[command]
+    lines = [f"usage: {usage}", "", what]
+    defaults, choices = _defaults() if keys or groups else ({}, {})
+    if keys:
+        lines += ["", "main settings (key, default: meaning; allowed values):"]
+        width = max(len(k) for k in keys)
+        for key in keys:
+            s = SETTINGS[key]
+            default = defaults.get(key, "")
+            lines.append(f"  {key:<{width}}  {default}: {s.meaning}; {s.allowed()}")
+        lines.append("  every key: robo-rl show [overrides]")
+    if groups:
+        lines += ["", OVERRIDES, "", "config groups (group=option; * = default):"]
+        for group in config_groups():
+            lines.append(f"  {group}:")
+            options = group_options(group)
+            width = max((len(o) for o in options), default=0)
+            for option, text in options.items():
+                mark = "*" if choices.get(group) == option else " "
+                lines.append(f"   {mark}{option:<{width}}  {text}")
+    return "\n".join(lines)
+
+
+def _defaults() -> tuple[dict[str, str], dict[str, str]]:
+    """Default values of the settings as text, and the default option of each group ({} if the tree is broken)."""
+    try:
+        from omegaconf import OmegaConf
+
+        cfg = _compose_with_choices()
+        choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if "/" not in k}
+        values = {}
+        for key in SETTINGS:
+            value = OmegaConf.select(cfg, key, default=None)
+            values[key] = _text(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+        return values, choices
+    except Exception:  # help still answers with a broken config tree
+        return {}, {}
+
+
+def _compose_with_choices():
+    from hydra import compose, initialize_config_dir
+
+    from robo_rl.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", return_hydra_config=True)
+
+
+def _text(value) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,76 @@
+"""`robo-rl <command> --help` explains the command, its main settings and every config group's options, and the
+commands that need no model answer without importing torch or a simulator."""
+
+import subprocess
+import sys
+
+import pytest
+
+from robo_rl.cli import main
+from robo_rl.config import group_options
+
+CONFIG_COMMANDS = ["train", "learner", "actor", "eval", "show"]
+
+
+@pytest.mark.parametrize("command", [*CONFIG_COMMANDS, "keys"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help(command, flag, capsys):
+    assert main([command, flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: robo-rl {command}")
+    assert len(out.splitlines()) > 3  # what it does, not a bare usage line
+
+
+@pytest.mark.parametrize("command", CONFIG_COMMANDS)
+def test_help_lists_every_option_of_every_config_group_with_a_line_each(command, capsys):
+    main([command, "--help"])
+    out = capsys.readouterr().out
+    for group in ("env", "algo", "policy", "experiment"):
+        assert f"  {group}:" in out
+        for option, text in group_options(group).items():
+            assert text, f"launch/conf/{group}/{option}.yaml needs a first comment line describing it"
+            line = next((ln for ln in out.splitlines() if ln.split()[:1] in ([option], [f"*{option}"])), None)
+            assert line is not None and text in line
+
+
+def test_train_help_names_its_main_settings_with_defaults_and_ranges(capsys):
+    main(["train", "--help"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("train.total_env_steps"))
+    assert "20000" in line and "[1, inf)" in line
+    assert "*pick_cube " in out  # the default option is marked
+
+
+def test_help_after_overrides_and_help_command_and_data_help(capsys):
+    assert main(["eval", "checkpoint=x", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: robo-rl eval")
+    assert main(["help", "actor"]) == 0
+    assert capsys.readouterr().out.startswith("usage: robo-rl actor")
+    assert main(["data", "inspect", "--help"]) == 0
+    assert "robo-rl data" in capsys.readouterr().out
+
+
+def test_a_misspelt_command_gets_a_suggestion(capsys):
+    assert main(["trian"]) == 2
+    assert "did you mean 'train'?" in capsys.readouterr().err
+
+
+HEAVY = ("torch", "mujoco", "zmq", "gym_hil", "robosuite")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "--help"], ["show"], ["show", "algo.batch_size=0"], ["show", "algo.batch_sise=3"], ["keys"],
+     ["data", "--help"]],
+)  # fmt: skip
+def test_commands_that_need_no_model_import_no_torch_or_simulator(argv):
+    code = (
+        "import sys, contextlib, io\n"
+        "from robo_rl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    main({argv!r})\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
