@@ -25,8 +25,17 @@ commands:
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
             datasets and robomimic files (robo-rl data help)
 
-overrides: key=value or group=option, e.g. robo-rl train env.task=reach algo.batch_size=128
+overrides: key=value or group=option, e.g. robo-rl train env=point_reach algo.batch_size=128
+each command's settings and the config groups' options: robo-rl <command> --help
 """
+
+HELP_FLAGS = ("-h", "--help")
+
+# Errors a user can fix, printed as one line: (module, class). Looked up only in modules already imported,
+# so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
+USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
+               ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
+               ("robo_rl.storage", "StorageError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -35,30 +44,50 @@ class UsageError(ValueError):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
+                "keys": cmd_keys, "data": _cmd_data}  # fmt: skip
+    if not argv or argv[0] in (*HELP_FLAGS, "help"):
+        if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
+            return main([argv[1], "--help"])
         print(USAGE)
         return 0 if argv else 2
     command, overrides = argv[0], argv[1:]
-    from robo_rl.data_cli import DataUsageError, cmd_data
-
-    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": cmd_data}  # fmt: skip
     if command not in commands:
-        print(f"robo-rl: error: unknown command '{command}' (one of: {', '.join(commands)})", file=sys.stderr)
-        return 2
-    from robo_rl.config import ConfigError
-    from robo_rl.runs import CheckpointError
-    from robo_rl.storage import StorageError
-    from robo_rl.transport.link import TransportError
+        import difflib
 
+        close = difflib.get_close_matches(command, list(commands), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        print(f"robo-rl: error: unknown command '{command}'{hint} (one of: {', '.join(commands)})", file=sys.stderr)
+        return 2
+    if any(a in HELP_FLAGS for a in overrides):
+        if command == "data":
+            overrides = ["help"]
+        else:
+            from robo_rl.cli_help import command_help
+
+            print(command_help(command))
+            return 0
     try:
         return commands[command](overrides)
-    except (ConfigError, CheckpointError, TransportError, UsageError, DataUsageError, StorageError) as e:
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise
         print(f"robo-rl {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"robo-rl {command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _user_errors() -> tuple[type, ...]:
+    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS if m in sys.modules]
+    return (UsageError, *found)
+
+
+def _cmd_data(args: list[str]) -> int:
+    from robo_rl.data_cli import cmd_data
+
+    return cmd_data(args)
 
 
 def _setup_logging(cfg, log_file: Path | None = None) -> None:
@@ -95,10 +124,10 @@ def _sigterm_as_interrupt() -> None:
 
 
 def cmd_keys(args: list[str]) -> int:
-    from robo_rl.transport.security import generate_keys
-
     if len(args) < 2 or args[0] != "generate":
         raise UsageError("usage: robo-rl keys generate <dir> [actor ids ...] (default actor id: actor-0)")
+    from robo_rl.transport.security import generate_keys
+
     keys_dir, actors = args[1], args[2:] or ["actor-0"]
     try:
         files = generate_keys(keys_dir, actors)
