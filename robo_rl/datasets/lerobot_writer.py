@@ -87,6 +87,29 @@ def _image_stats(frames: np.ndarray) -> dict:
     return {k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in stats.items()}
 
 
+def _batch_stats(values: np.ndarray, lengths: np.ndarray) -> list[dict]:
+    """lerobot's per-episode stats of one feature (min, max, mean, std, count, q01 … q99) for several episodes
+    at once; `values` holds their rows back to back. Quantiles are exact (linear), where lerobot's recorder
+    estimates them from a histogram."""
+    from lerobot.datasets.compute_stats import DEFAULT_QUANTILES
+
+    x = values.reshape(len(values), -1).astype(np.float64)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    episode = np.repeat(np.arange(len(lengths)), lengths)
+    count = lengths[:, None].astype(np.float64)
+    mean = np.add.reduceat(x, starts) / count
+    stats = {"min": np.minimum.reduceat(x, starts), "max": np.maximum.reduceat(x, starts), "mean": mean,
+             "std": np.sqrt(np.add.reduceat((x - mean[episode]) ** 2, starts) / count)}  # fmt: skip
+    ordered = np.stack([x[np.lexsort((x[:, d], episode)), d] for d in range(x.shape[1])], axis=1)
+    last = starts + lengths - 1
+    for q in DEFAULT_QUANTILES:
+        pos = starts + q * (lengths - 1)
+        lo = np.floor(pos).astype(np.int64)
+        frac = (pos - lo)[:, None]
+        stats[f"q{int(q * 100):02d}"] = ordered[lo] * (1 - frac) + ordered[np.minimum(lo + 1, last)] * frac
+    return [{**{k: v[e] for k, v in stats.items()}, "count": np.array([n])} for e, n in enumerate(lengths)]
+
+
 class LeRobotV3Writer:
     """Write episodes (column arrays, one row per frame) as a new LeRobotDataset v3 at `root`.
 
@@ -121,7 +144,6 @@ class LeRobotV3Writer:
     def add(self, columns: dict[str, np.ndarray], videos: dict[str, np.ndarray], task: str) -> None:
         """One episode: `columns` maps every non-video feature of ours to an array with one row per frame;
         `videos` maps each video feature to its frames (n, H, W, 3 uint8)."""
-        from lerobot.datasets.compute_stats import compute_episode_stats
         from lerobot.datasets.utils import update_chunk_file_indices
 
         n = len(next(iter(columns.values())))
@@ -137,8 +159,7 @@ class LeRobotV3Writer:
             self._close_data_file()
             self.data_chunk, self.data_file = update_chunk_file_indices(self.data_chunk, self.data_file,
                                                                         self.meta.chunks_size)  # fmt: skip
-        stats_features = {k: self.meta.features[k] for k in cols}
-        stats = compute_episode_stats(cols, stats_features)
+        stats = {}
         row = {"episode_index": index, "tasks": [task], "length": n,
                "data/chunk_index": self.data_chunk, "data/file_index": self.data_file,
                "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n}  # fmt: skip
@@ -160,6 +181,11 @@ class LeRobotV3Writer:
 
         if not self.pending:
             return
+        lengths = np.array([len(c["index"]) for c in self.pending])
+        first = len(self.stats) - len(self.pending)  # the stats of pending episodes hold only their images yet
+        for key in self.pending[0]:
+            for e, ep_stats in enumerate(_batch_stats(np.concatenate([c[key] for c in self.pending]), lengths)):
+                self.stats[first + e][key] = ep_stats
         arrays = []
         for field in self.schema:
             values = np.concatenate([c[field.name] for c in self.pending])
