@@ -227,3 +227,34 @@ def test_bad_input(exported, tmp_path):
     with pytest.raises(FileExistsError):
         export_lerobot([make_episode(*SPECS[0])], exported, progress=False)
     assert (not_a_dataset / "notes.txt").read_text() == "hello"
+
+
+def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch):
+    """A large export rolls to new parquet and mp4 files at lerobot's size limits; shrunk here to a few frames."""
+    from robo_rl.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
+    from robo_rl.datasets import lerobot_writer
+    from robo_rl.datasets.lerobot_writer import LeRobotV3Writer
+
+    monkeypatch.setattr(lerobot_writer, "MB", 0)  # every size limit is reached at once: a video file per episode
+    root = tmp_path / "split"
+    writer = LeRobotV3Writer(root, "local/split", FPS, _features(episodes[0].records), frames_per_write=3)
+    writer.frames_per_file = 6  # 5, 4 and 6 frames: a data file per episode
+    for ep in episodes:
+        writer.add(*_columns(ep), DEFAULT_TASK)
+    writer.finish()
+    assert len(list((root / "data").rglob("*.parquet"))) == 3
+    assert len(list((root / "videos" / "observation.images.front").rglob("*.mp4"))) == 3
+    ds = LeRobotDataset("local/split", root=root, video_backend="pyav")
+    assert ds.num_episodes == 3 and ds.num_frames == sum(len(e) for e in episodes)
+    i = 0
+    for e_index, ep in enumerate(episodes):
+        r = ep.records
+        for k in range(len(ep)):
+            item = ds[i]
+            assert int(item["episode_index"]) == e_index and int(item["frame_index"]) == k
+            np.testing.assert_array_equal(item["observation.state"].numpy(), r["state"][k])
+            np.testing.assert_array_equal(item["action"].numpy(), r["action_executed"][k + 1])
+            img = item["observation.images.wrist"].numpy().transpose(1, 2, 0) * 255.0
+            assert np.abs(img - r["image/wrist"][k]).mean() < 8, (e_index, k)
+            i += 1
+    assert ds.meta.stats["observation.images.front"]["mean"].shape == (3, 1, 1)

@@ -10,8 +10,9 @@ The files are lerobot's v3 layout, built with lerobot's own helpers where they e
     data/chunk-*/file-*.parquet           the frames, many episodes per write
     videos/<key>/chunk-*/file-*.mp4       one stream per camera; episode e spans [from_timestamp, to_timestamp)
 
-Per-episode stats come from lerobot's `compute_episode_stats` (images: lerobot's sampling and downsampling),
-so a dataset written here and one recorded by lerobot carry the same statistics.
+Per-episode stats are lerobot's (min, max, mean, std, count, quantiles), computed for a whole write batch at
+once; images use lerobot's own sampling and downsampling. Min/max/mean/std/count equal those lerobot's recorder
+writes; quantiles are exact where it estimates them from a histogram.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class _VideoStream:
 
     def __init__(self, root: Path, key: str, meta, fps: int, encoder) -> None:
         self.root, self.key, self.meta, self.fps, self.encoder = root, key, meta, fps, encoder
-        self.chunk, self.file, self.frames = 0, 0, 0
+        self.chunk, self.file, self.frames, self.bytes = 0, 0, 0, 0
         self.container = self.stream = None
 
     def _path(self) -> Path:
@@ -40,14 +41,14 @@ class _VideoStream:
     def _open(self, height: int, width: int) -> None:
         import av
 
-        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per file otherwise: errors only
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its configuration per file otherwise: errors only
         path = self._path()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.container = av.open(str(path), "w")
         self.stream = self.container.add_stream(self.encoder.vcodec, self.fps,
                                                 options=self.encoder.get_codec_options(as_strings=True))  # fmt: skip
         self.stream.pix_fmt, self.stream.height, self.stream.width = self.encoder.pix_fmt, height, width
-        self.frames = 0
+        self.frames = self.bytes = 0
 
     def close(self) -> None:
         if self.container is not None:
@@ -61,8 +62,7 @@ class _VideoStream:
 
         from lerobot.datasets.utils import update_chunk_file_indices
 
-        path = self._path()
-        if self.container is not None and path.exists() and path.stat().st_size >= self.meta.video_files_size_in_mb * MB:
+        if self.container is not None and self.bytes >= self.meta.video_files_size_in_mb * MB:
             self.close()
             self.chunk, self.file = update_chunk_file_indices(self.chunk, self.file, self.meta.chunks_size)
         if self.container is None:
@@ -71,18 +71,22 @@ class _VideoStream:
         for img in frames:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = self.frames  # the stream's time base is 1/fps: pts counts frames
-            self.container.mux(self.stream.encode(frame))
+            packets = self.stream.encode(frame)
+            self.bytes += sum(p.size for p in packets)  # what the file holds (the encoder keeps a few frames back)
+            self.container.mux(packets)
             self.frames += 1
         prefix = f"videos/{self.key}/"
         return {prefix + "chunk_index": self.chunk, prefix + "file_index": self.file,
-                prefix + "from_timestamp": start / self.fps, prefix + "to_timestamp": self.frames / self.fps}  # fmt: skip
+                prefix + "from_timestamp": start / self.fps,
+                prefix + "to_timestamp": self.frames / self.fps}  # fmt: skip
 
 
 def _image_stats(frames: np.ndarray) -> dict:
     """Per-channel stats of an episode's frames, sampled and normalised to [0, 1] as lerobot's recorder does."""
     from lerobot.datasets.compute_stats import auto_downsample_height_width, get_feature_stats, sample_indices
 
-    sampled = np.stack([auto_downsample_height_width(frames[i].transpose(2, 0, 1)) for i in sample_indices(len(frames))])
+    picks = sample_indices(len(frames))
+    sampled = np.stack([auto_downsample_height_width(frames[i].transpose(2, 0, 1)) for i in picks])
     stats = get_feature_stats(sampled, axis=(0, 2, 3), keepdims=True)
     return {k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in stats.items()}
 
@@ -245,6 +249,7 @@ class LeRobotV3Writer:
                                  index=pd.Index(list(self.tasks), name="task")), self.root)  # fmt: skip
         write_stats(aggregate_stats(self.stats), self.root)
         info = self.meta.info
-        info.total_episodes, info.total_frames, info.total_tasks = len(self.episodes), self.total_frames, len(self.tasks)
+        info.total_episodes, info.total_frames = len(self.episodes), self.total_frames
+        info.total_tasks = len(self.tasks)
         info.splits = {"train": f"0:{info.total_episodes}"}
         write_info(info, self.root)
