@@ -48,7 +48,7 @@ def serve(ports: list[int], seconds: float, config_hash: str) -> None:
     link = LearnerLink("127.0.0.1", *ports, config_hash=config_hash)
     steps, version, start, last_push = 0, 0, None, 0.0
     while start is None or time.monotonic() - start < seconds:
-        for _, arrays, _, _ in link.poll(timeout_ms=5):
+        for _, arrays, *_ in link.poll(timeout_ms=5):
             steps += len(arrays["step"])
             start = start or time.monotonic()
         if start and time.monotonic() - last_push > 1.0:

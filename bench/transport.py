@@ -116,7 +116,7 @@ def ours_learner(cfg, stop, ready) -> dict:
 
     def step(phase, measuring):
         n = 0
-        for actor, arrays, _, _ in link.poll(timeout_ms=2):
+        for actor, arrays, _, _, _ in link.poll(timeout_ms=2):
             if phase in ("startup", "wire"):
                 n += len(arrays["reward"])
             else:

@@ -45,6 +45,7 @@ class Actor:
         self.transport = ActorTransport(link, self._load_weights, copy.deepcopy(self.policy),
                                         heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
+        self._waiting_since: float | None = None
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -75,6 +76,24 @@ class Actor:
         if t.stop_reason:
             self.stop_reason = t.stop_reason
 
+    def _holding(self) -> bool:
+        """While no learner is there (it stopped before the end of the run, or went silent), take no steps and
+        keep every record for resend; give up after `actor.learner_wait_s`."""
+        why = self.transport.waiting_for_learner
+        now = time.monotonic()
+        if why is None:
+            if self._waiting_since is not None:
+                log.info("learner back after %.0f s: acting again", now - self._waiting_since)
+            self._waiting_since = None
+            return False
+        if self._waiting_since is None:
+            self._waiting_since = now
+            log.warning("holding: %s; waiting up to %.0f s (actor.learner_wait_s) for a learner, data kept for resend",
+                        why, self.cfg.actor.learner_wait_s)  # fmt: skip
+        elif now - self._waiting_since > self.cfg.actor.learner_wait_s:
+            self.stop_reason = f"no learner for {self.cfg.actor.learner_wait_s:.0f} s ({why})"
+        return True
+
     def _throttled(self) -> bool:
         """In sim, hold back while the learner's UTD budget is spent (steps in flight count as received; this
         holds across a learner restart, which starts its counts afresh)."""
@@ -101,7 +120,10 @@ class Actor:
         try:
             while self.stop_reason is None:
                 self._sync(episode_boundary=recorder.step == 0)
-                if self._throttled():
+                if self._holding():
+                    time.sleep(0.05)
+                    next_tick = time.monotonic()
+                elif self._throttled():
                     time.sleep(0.002)
                 else:
                     self.step_starts.append(time.monotonic())

@@ -79,19 +79,30 @@ class Learner:
         self.steps_base, self.updates_base = (self.env_steps, self.updates) if empty else (0, 0)
         t = cfg.transport
         self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
-                                actor_timeout_s=t.actor_timeout_s, curve=curve_keys(cfg, LEARNER_KEY),
+                                actor_timeout_s=t.actor_timeout_s, max_message_mb=t.max_message_mb,
+                                receive_queue_messages=t.receive_queue_messages, curve=curve_keys(cfg, LEARNER_KEY),
                                 shared_memory_weights=t.shared_memory_weights)  # fmt: skip
         self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
         for actor, (session, seq) in stored_seqs.items():
-            self.link.expect(actor, session, seq)
+            known = self.replay.sessions.get(actor, {})
+            same = known.get("session") == session
+            self.link.expect(actor, session, seq, known.get("token_hash") if same else None,
+                             known.get("digests") if same else None)  # fmt: skip
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
     # --- data ---------------------------------------------------------------------------------
-    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None) -> None:
+    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None, digest: str | None = None) -> None:
+        """Store one received message and count its steps; a batch that cannot be stored is dropped, counted,
+        logged and reported to its actor, and the learner serves on."""
+        info = self.link.actors.get(actor, {})
         try:
-            self.replay.add(actor, arrays, session, seq)
-        except ValueError as e:
+            self.replay.add(actor, arrays, session, seq, digest, info.get("token_hash"))
+        except Exception as e:
+            if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback
+                log.exception("storing message %s of %s failed", seq, actor)
             self.link.reject(f"invalid step batch: {e}", actor)
+            if seq is not None:
+                self.link.report_rejected(actor, seq, f"invalid step batch: {e}")
             return
         self._count(actor, arrays)
 
@@ -166,13 +177,13 @@ class Learner:
                    disable=not self.progress)  # fmt: skip
         last_log = last_status = time.monotonic()
         last_updates, next_ckpt = self.updates, self.env_steps + train.checkpoint_every_env_steps
-        reason, m = "done", {}
+        reason, m, crash = "done", {}, None
         try:
             while self.env_steps < train.total_env_steps:
                 can_update = self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
                 before = self.env_steps
-                for actor, arrays, session, seq in self.link.poll(timeout_ms=0 if can_update else 20):
-                    self.ingest(actor, arrays, session, seq)
+                for actor, arrays, session, seq, digest in self.link.poll(timeout_ms=0 if can_update else 20):
+                    self.ingest(actor, arrays, session, seq, digest)
                 self.acknowledge(self.replay.poll())
                 bar.update(self.env_steps - before)
                 if can_update:
@@ -193,16 +204,30 @@ class Learner:
                     next_ckpt += train.checkpoint_every_env_steps
         except KeyboardInterrupt:
             reason = "interrupted (Ctrl-C)"
+        except BaseException as e:  # recorded as a crash (not "done"), then raised: the process exits non-zero
+            reason, crash = f"crashed: {type(e).__name__}: {e}", e
+            log.exception("the learner crashed")
         finally:
             ignore_further_interrupts()
             bar.close()
-            path = self.checkpoint()
-            self.link.stop_actors(reason)
+            path = self._final_checkpoint()
+            # only a finished run ends the actors; otherwise they hold, keeping their data, for a restarted learner
+            self.link.stop_actors(reason, hold=reason != "done")
             time.sleep(0.2)  # let the stop message leave before the sockets close
             self.close()
-            self.metrics.write({"kind": "end", "reason": reason, "checkpoint": str(path), "env_steps": self.env_steps})
+            self.metrics.write({"kind": "end", "reason": reason, "crashed": crash is not None,
+                                "checkpoint": str(path) if path else None, "env_steps": self.env_steps})  # fmt: skip
             self.metrics.close()
+        if crash is not None:
+            raise crash
         return reason
+
+    def _final_checkpoint(self) -> Path | None:
+        try:
+            return self.checkpoint()
+        except Exception:  # a crash in the replay or the disk may stop this too: the end record is still written
+            log.exception("the final checkpoint failed; resume falls back to the one before")
+            return None
 
     def close(self) -> None:
         self.replay.close()
@@ -239,7 +264,8 @@ class Learner:
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,
             "policy_version": self.version, "bad_messages": dict(self.link.bad_messages),
-            "duplicates": self.link.duplicates, "actors_alive": len(self.link.alive_actors),
+            "duplicates": self.link.duplicates, "internal_errors": self.link.internal_errors,
+            "actors_alive": len(self.link.alive_actors),
             "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}, **stale, **update_metrics,
         })  # fmt: skip
 

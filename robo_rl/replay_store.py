@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from robo_rl.replay import DiskReplay, ReplayBuffer, concat_batches
 from robo_rl.schema import check_step_batch
 from robo_rl.storage import SegmentStore, SegmentWriter, record_nbytes
+from robo_rl.transport.messages import DIGEST_WINDOW
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class LearnerReplay:
         self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
         self._pending_bytes = 0
         self._seqs: dict[str, list] = {}  # actor → [session, seq] of the newest record received
+        self._messages: list[list] = []  # [actor, session, seq, digest, token hash] of the pending messages
+        self.sessions: dict[str, dict] = {}  # after `restore`: actor → its newest stored session (see there)
         self._last_flush = time.monotonic()
         self.total_env_steps = total_env_steps
 
@@ -78,17 +81,22 @@ class LearnerReplay:
         return f"replay: {per:,} B per record ({per - small:,} B of frames); {where}{demo}{disk}"
 
     # --- receiving ------------------------------------------------------------------------------
-    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None) -> None:
-        """Store a validated step batch from `actor` (message `seq` of its `session`)."""
+    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None, digest: str | None = None,
+            token_hash: str | None = None) -> None:  # fmt: skip
+        """Store a step batch from `actor` (message `seq` of its `session`, with its content digest and the
+        hash of its session token, kept in the segment so a restarted learner can check resends); raises
+        ValueError, storing nothing, if the batch does not fit the declared fields."""
         if self.disk:
             check_step_batch(arrays, self.fields)  # the ring validates in RAM mode
         else:
             self.online.add(arrays, source=actor)
+        arrays = {name: arrays[name] for name in self.fields}  # fields nobody declared are not stored
         if self.store is not None:
             self._pending.append((actor, arrays))
             self._pending_bytes += sum(a.nbytes for a in arrays.values())
             if seq is not None:
                 self._seqs[actor] = [session, seq]
+                self._messages.append([actor, session, seq, digest, token_hash])
 
     def poll(self, force: bool = False) -> dict[str, list]:
         """Hand received records to the writer when due; return {actor: [session, seq]} newly on disk."""
@@ -99,8 +107,8 @@ class LearnerReplay:
         if self._pending and (due or force):
             batch = concat_batches([a for _, a in self._pending])
             sources = np.concatenate([np.full(len(a["step"]), actor, dtype=object) for actor, a in self._pending])
-            self.writer.submit(batch, sources, {k: list(v) for k, v in self._seqs.items()})
-            self._pending, self._pending_bytes = [], 0
+            self.writer.submit(batch, sources, {k: list(v) for k, v in self._seqs.items()}, self._messages)
+            self._pending, self._pending_bytes, self._messages = [], 0, []
             self._last_flush = now
         durable: dict[str, list] = {}
         for seg in self.writer.completed(wait=force):
@@ -164,11 +172,23 @@ class LearnerReplay:
             else:
                 self.online.add({k: np.asarray(v) for k, v in batch.items()}, sources)
             seqs.update(seg.seqs)
+            self._note_sessions(seg.messages)
             if position[seg.name] >= upto:
                 later += _runs(batch, sources)
         for problem in self.store.problems:
             log.error("replay: %s", problem)
         return later, seqs
+
+    def _note_sessions(self, messages: list[list]) -> None:
+        """Keep, per actor, its newest stored session: {session, token_hash, digests: {seq: digest}} of the last
+        `DIGEST_WINDOW` messages (an actor resends at most that many after a learner restart)."""
+        for actor, session, seq, digest, token in messages:
+            known = self.sessions.get(actor)
+            if known is None or known["session"] != session:
+                known = self.sessions[actor] = {"session": session, "token_hash": token, "digests": {}}
+            known["digests"][seq] = digest
+            if len(known["digests"]) > DIGEST_WINDOW:
+                del known["digests"][next(iter(known["digests"]))]
 
 
 def _runs(batch: dict, sources: np.ndarray) -> list[tuple[str, dict]]:

@@ -111,8 +111,11 @@ def check_step_batch(batch: dict[str, np.ndarray], fields: dict[str, tuple]) -> 
     n = None
     for name, (shape, dtype) in fields.items():
         a = batch[name]
-        if a.dtype != np.dtype(dtype) or a.shape[1:] != tuple(shape):
-            raise ValueError(f"field '{name}' is {a.dtype}{list(a.shape[1:])}, expected {np.dtype(dtype)}{list(shape)}")
+        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or a.shape[1:] != tuple(shape) or (
+                a.ndim != 1 + len(shape)):  # fmt: skip
+            got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ValueError(f"field '{name}' is {got}, expected {np.dtype(dtype)}[n, {', '.join(map(str, shape))}]"
+                             .replace(", ]", "]"))  # fmt: skip
         if n is None:
             n = a.shape[0]
         elif a.shape[0] != n:

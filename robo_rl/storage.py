@@ -59,6 +59,8 @@ class Segment:
     records: int
     sources: list[str] = field(default_factory=list)
     seqs: dict[str, list] = field(default_factory=dict)  # actor → [session, last seq stored]
+    # the messages whose records it holds: [actor, session, seq, content digest, token hash] (see transport)
+    messages: list[list] = field(default_factory=list)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -69,7 +71,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None) -> Segment:
+def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None,
+                  messages: list | None = None) -> Segment:  # fmt: skip
     """Write records (a step batch) and their per-record source labels atomically to `path`."""
     names, codes = np.unique(np.asarray(sources, dtype=str), return_inverse=True)
     arrays = {**batch, SOURCE_FIELD: codes.astype(np.int16)}
@@ -83,7 +86,7 @@ def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray,
         offset += arr.nbytes
     index = int(_SEG_RE.match(path.name).group(1))
     header = {"format": STORE_FORMAT, "schema_version": SCHEMA_VERSION, "index": index, "records": n,
-              "sources": names.tolist(), "seqs": seqs or {}, "fields": header_fields,
+              "sources": names.tolist(), "seqs": seqs or {}, "messages": messages or [], "fields": header_fields,
               "created": time.time()}  # fmt: skip
     head = json.dumps(header).encode()
     base = -(-(len(MAGIC) + 8 + len(head)) // _ALIGN) * _ALIGN
@@ -97,7 +100,7 @@ def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray,
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-    return Segment(path.name, index, n, header["sources"], header["seqs"])
+    return Segment(path.name, index, n, header["sources"], header["seqs"], header["messages"])
 
 
 def read_segment(path: Path, verify: bool = True, mmap: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
@@ -185,7 +188,8 @@ class SegmentStore:
             try:
                 entry = json.loads(line)
                 listed[entry["name"]] = Segment(entry["name"], entry["index"], entry["records"],
-                                                entry.get("sources", []), entry.get("seqs", {}))  # fmt: skip
+                                                entry.get("sources", []), entry.get("seqs", {}),
+                                                entry.get("messages", []))  # fmt: skip
             except (ValueError, KeyError):
                 continue  # a torn last line from a kill: the segment itself is adopted below if it is whole
         for tmp in self.root.glob("*.tmp"):
@@ -200,7 +204,7 @@ class SegmentStore:
             except StorageError as e:
                 self.problems.append(str(e))
                 continue
-            seg = Segment(name, index, header["records"], header["sources"], header["seqs"])
+            seg = Segment(name, index, header["records"], header["sources"], header["seqs"], header.get("messages", []))
             self._append_manifest(seg)
             self.segments.append(seg)
             log.info("adopted segment %s (written before a kill, not yet in the manifest)", name)
@@ -209,7 +213,7 @@ class SegmentStore:
 
     def _append_manifest(self, seg: Segment) -> None:
         entry = {"kind": "segment", "name": seg.name, "index": seg.index, "records": seg.records,
-                 "sources": seg.sources, "seqs": seg.seqs}  # fmt: skip
+                 "sources": seg.sources, "seqs": seg.seqs, "messages": seg.messages}  # fmt: skip
         with open(self.manifest, "a") as f:
             f.write(json.dumps(entry) + "\n")
             f.flush()
@@ -223,10 +227,11 @@ class SegmentStore:
     def nbytes(self) -> int:
         return sum((self.root / s.name).stat().st_size for s in self.segments if (self.root / s.name).exists())
 
-    def write(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None) -> Segment:
+    def write(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None,
+              messages: list | None = None) -> Segment:  # fmt: skip
         """Append one segment (synchronously); returns it once it is on disk and in the manifest."""
         index = self.segments[-1].index + 1 if self.segments else 1
-        seg = write_segment(self.root / f"seg_{index:06d}.rrs", batch, sources, seqs)
+        seg = write_segment(self.root / f"seg_{index:06d}.rrs", batch, sources, seqs, messages)
         self._append_manifest(seg)
         self.segments.append(seg)
         return seg
@@ -264,8 +269,8 @@ class SegmentWriter:
         self._thread = threading.Thread(target=self._work, name="segment-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict) -> None:
-        self._todo.put((batch, sources, seqs))
+    def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict, messages: list | None = None) -> None:
+        self._todo.put((batch, sources, seqs, messages))
 
     def _work(self) -> None:
         while True:

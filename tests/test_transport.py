@@ -7,10 +7,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from robo_rl.schema import SCHEMA_VERSION
+from robo_rl.transport.codec import PROTOCOL_VERSION
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.link import LearnerLink, TransportError, free_ports
+from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash
 
 
 def test_round_trip_keeps_dtypes_shapes_and_values():
@@ -32,10 +32,10 @@ def test_garbage_truncated_and_mismatched_messages_are_refused_with_the_reason()
     with pytest.raises(MessageError, match="data frames"):
         decode(good[:1])
     header = msgpack.unpackb(good[0])
-    header["v"] = SCHEMA_VERSION + 1
-    with pytest.raises(MessageError, match=f"schema version {SCHEMA_VERSION + 1}.*speaks {SCHEMA_VERSION}"):
+    header["v"] = PROTOCOL_VERSION + 1
+    with pytest.raises(MessageError, match=f"schema version {PROTOCOL_VERSION + 1}.*speaks {PROTOCOL_VERSION}"):
         decode([msgpack.packb(header), good[1]])
-    header["v"], header["arrays"] = SCHEMA_VERSION, [["x", "|O", [1]]]
+    header["v"], header["arrays"] = PROTOCOL_VERSION, [["x", "|O", [1]]]
     with pytest.raises(MessageError, match="disallowed dtype"):
         decode([msgpack.packb(header), b"\0" * 8])
 
@@ -175,20 +175,22 @@ def test_a_restarted_learner_drops_the_resend_of_what_it_stored_before_its_ack_w
         deadline = time.monotonic() + 5
         while len(stored) < 5 and time.monotonic() < deadline:
             stored += first.poll(20)
-        assert [int(a["i"][0]) for _, a, _, _ in stored] == [0, 1, 2, 3, 4]
+        assert [int(a["i"][0]) for _, a, *_ in stored] == [0, 1, 2, 3, 4]
         session, last_seq = stored[-1][2], stored[-1][3]
+        digests = {seq: digest for *_, seq, digest in stored}
+        held = token_hash(first.actors["actor-0"]["token"])
         first.close()  # gone without an ack: the actor still holds all five
         assert len(actor.unacked) == 5
         second = LearnerLink("127.0.0.1", *ports, config_hash="abc")
         second.auto_ack = False
-        second.expect("actor-0", stored_as(session), last_seq)
+        second.expect("actor-0", stored_as(session), last_seq, held, digests)
         actor.send_steps({}, {"i": np.array([5])})
         taken = []
         deadline = time.monotonic() + 10
         while (actor.unacked or not taken) and time.monotonic() < deadline:
             actor.poll(10)
             actor.heartbeat()
-            for who, arrays, _, seq in second.poll(10):
+            for who, arrays, _, seq, _ in second.poll(10):
                 taken.append(int(arrays["i"][0]))
                 second.ack(who, seq)
         assert taken == [5], f"the restarted learner took {taken}: stored messages came in twice"

@@ -100,7 +100,7 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
             received += learner.poll(20)
         assert [a for a, *_ in received] == ["actor-0"] and received[0][1]["payload"].tolist() == [7]
         assert learner.bad_messages["undecodable"] == 1 and learner.bad_messages["oversized"] == 1
-        assert learner.bad_messages["wrong kind"] == 1 and learner.bad_messages["no sequence number"] == 1
+        assert learner.bad_messages["invalid"] == 2, "a kind with no place on this channel, a text sequence number"
     finally:
         ctx.destroy(linger=0)
         actor.close(0)
@@ -110,7 +110,7 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
 def test_an_actor_speaking_another_schema_version_is_refused_naming_both_versions():
     import msgpack
 
-    from robo_rl.schema import SCHEMA_VERSION
+    from robo_rl.transport.codec import PROTOCOL_VERSION
     from robo_rl.transport.codec import decode
 
     ports = free_ports(3)
@@ -121,13 +121,13 @@ def test_an_actor_speaking_another_schema_version_is_refused_naming_both_version
     newer.connect(f"tcp://127.0.0.1:{ports[2]}")
     try:
         t, _ = serve(learner, 1.0)
-        header = {"v": SCHEMA_VERSION + 1, "kind": "hello", "meta": {"config_hash": "test"}, "arrays": []}
+        header = {"v": PROTOCOL_VERSION + 1, "kind": "hello", "meta": {"config_hash": "test"}, "arrays": []}
         newer.send_multipart([msgpack.packb(header)])
         assert newer.poll(2000)
         kind, meta, _ = decode(newer.recv_multipart())
         t.join()
         assert kind == "refused"
-        assert f"schema version {SCHEMA_VERSION + 1} received, this process speaks {SCHEMA_VERSION}" in meta["reason"]
+        assert f"schema version {PROTOCOL_VERSION + 1} received, this process speaks {PROTOCOL_VERSION}" in meta["reason"]
         assert learner.bad_messages["undecodable ctrl"] == 1 and "actor-9" not in learner.actors
     finally:
         ctx.destroy(linger=0)

@@ -32,7 +32,7 @@ def sink(args) -> None:
             link.expect(actor, session, seq)
     with open(args.out, "a") as f:
         while True:
-            for actor, arrays, session, seq in link.poll(timeout_ms=10):
+            for actor, arrays, session, seq, _ in link.poll(timeout_ms=10):
                 f.write(f"{actor} {int(arrays['payload'][0])} {session} {seq}\n")
                 f.flush()
                 os.fsync(f.fileno())

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 
 import numpy as np
 import zmq
 
-from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.codec import MessageError, content_digest, decode, encode
 from robo_rl.transport.link import (
     LEARNER_KINDS,
     TOPIC_STATUS,
@@ -21,6 +22,7 @@ from robo_rl.transport.link import (
     endpoint,
     new_id,
 )
+from robo_rl.transport.messages import ACTOR_CTRL_KINDS, ACTOR_SUB_KINDS
 from robo_rl.transport.security import CurveKeys, is_loopback
 from robo_rl.transport.shm_weights import shm_available
 
@@ -37,6 +39,7 @@ class ActorLink:
         self.actor_id = actor_id
         self.host, self.ctrl_port = host, ctrl_port
         self.session = new_id()  # this actor process; the learner numbers our messages within it
+        self.token = os.urandom(16).hex()  # proves to the learner that data for this session comes from us
         self.learner_timeout_s = learner_timeout_s
         self.max_unacked = max_unacked_messages
         self.ctx = zmq.Context()
@@ -46,7 +49,10 @@ class ActorLink:
         self.shm_weights = shared_memory_weights and is_loopback(host) and shm_available()
         for topic in (TOPIC_STATUS, TOPIC_STOP, TOPIC_WEIGHTS_SHM if self.shm_weights else TOPIC_WEIGHTS):
             self.sub.setsockopt(zmq.SUBSCRIBE, topic)
-        self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=actor_id.encode())
+        # a routing id of its own per process, so a second process under the same actor id reaches the
+        # learner (and is refused by name) instead of being dropped by ZeroMQ as a duplicate connection
+        identity = f"{actor_id[:100]}#{self.session:x}".encode()
+        self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=identity)
         self.seq = 0
         self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
         self.unacked_steps = 0  # env steps in unacknowledged messages (not yet stored by the learner)
@@ -54,6 +60,8 @@ class ActorLink:
         self.unreceived_steps = 0  # env steps in messages past `received`: what the learner has not counted yet
         self.next_to_send = 1
         self.dropped_messages = 0
+        self.rejected_messages = 0  # reached the learner but could not be stored (it said why)
+        self.bad_messages = 0  # from the learner, malformed: dropped
         self.connected = False
         self.incarnation: int | None = None
         self.config_hash = ""
@@ -81,7 +89,7 @@ class ActorLink:
     def _send_hello(self) -> None:
         first_unacked = next(iter(self.unacked), self.seq + 1)
         meta = {"config_hash": self.config_hash, "actor": self.actor_id, "session": self.session,
-                "first_unacked": first_unacked}  # fmt: skip
+                "token": self.token, "first_unacked": first_unacked}  # fmt: skip
         self._ctrl_send(encode("hello", meta))
         self._last_hello = time.monotonic()
 
@@ -111,7 +119,8 @@ class ActorLink:
     def _on_welcome(self, meta: dict) -> None:
         self.incarnation = meta["incarnation"]
         self._drop_acked(meta["acked"])
-        self.received = meta.get("received", meta["acked"])  # a restarted learner has taken less than the last one
+        # a restarted learner has taken less than the last one; none can have taken what was never sent
+        self.received = min(meta.get("received", meta["acked"]), self.seq)
         self.unreceived_steps = sum(steps for seq, (_, steps) in self.unacked.items() if seq > self.received)
         self.next_to_send = next(iter(self.unacked), self.seq + 1)  # resend all the learner has not taken
         self.connected = True
@@ -135,6 +144,7 @@ class ActorLink:
             self.unreceived_steps -= steps
 
     def _on_received(self, received: int) -> None:
+        received = min(received, self.seq)  # a learner cannot have taken what was never sent
         for seq in range(self.received + 1, received + 1):
             entry = self.unacked.get(seq)
             if entry is not None:
@@ -146,7 +156,8 @@ class ActorLink:
         """Number and queue a step batch (holding `env_steps` env steps) and send what the socket takes now.
         When the bounded buffer is full, the oldest unacknowledged message is dropped and counted."""
         self.seq += 1
-        header = {"actor": self.actor_id, "session": self.session, "seq": self.seq, **meta}
+        header = {**meta, "actor": self.actor_id, "session": self.session, "seq": self.seq, "token": self.token,
+                  "digest": content_digest(arrays)}  # fmt: skip
         if len(self.unacked) >= self.max_unacked:
             self._forget_oldest()
             self.dropped_messages += 1
@@ -166,45 +177,27 @@ class ActorLink:
             self.next_to_send += 1
 
     def heartbeat(self, stats: dict | None = None) -> None:
-        stats = {"unacked": len(self.unacked), "dropped": self.dropped_messages, **(stats or {})}
+        stats = {"unacked": len(self.unacked), "dropped": self.dropped_messages, "rejected": self.rejected_messages,
+                 "bad_from_learner": self.bad_messages, **(stats or {})}  # fmt: skip
         self._ctrl_send(encode("heartbeat", {"actor": self.actor_id, "stats": stats}))
 
     # --- receiving ----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, dict]]:
         """Weights, status and stop messages from the learner, oldest first. Acks, welcomes and learner
-        restarts are handled here."""
+        restarts are handled here. A malformed message is dropped and counted; only a refusal raises."""
         out = []
         if timeout_ms:
             zmq.select([self.dealer, self.sub], [], [], timeout_ms / 1000)
-        for sock in (self.dealer, self.sub):
+        for sock, accepted in ((self.dealer, ACTOR_CTRL_KINDS), (self.sub, ACTOR_SUB_KINDS)):
             while True:
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                frames = [f.buffer for f in (frames[1:] if sock is self.sub else frames)]  # drop the topic
-                try:
-                    kind, meta, arrays = decode(frames)
-                except MessageError as e:
-                    if "schema version" in str(e):
-                        raise TransportError(f"the learner speaks another message schema ({e}): "
-                                             "install the same robo_rl version on both sides") from None
-                    log.warning("dropped a message from the learner: %s", e)
-                    continue
-                self._last_heard = time.monotonic()
-                if kind == "refused":
-                    raise TransportError(f"the learner refused this actor: {meta.get('reason')}")
-                if kind == "welcome":
-                    self._on_welcome(meta)
-                elif kind in LEARNER_KINDS and self.connected and meta.get("incarnation", self.incarnation) != (
-                    self.incarnation):  # fmt: skip
-                    self._lost_learner("it restarted")
-                elif kind == "ack":
-                    if meta.get("session") == self.session:
-                        self._on_received(meta.get("received", meta["acked"]))
-                        self._drop_acked(meta["acked"])
-                else:
-                    out.append((kind, meta, arrays))
+                body = frames[1:] if sock is self.sub else frames  # the weights channel's first frame is its topic
+                message = self.receive([f.buffer for f in body], accepted)
+                if message is not None:
+                    out.append(message)
         now = time.monotonic()
         if self.connected and now - self._last_heard > self.learner_timeout_s:
             self._lost_learner(f"nothing heard for {now - self._last_heard:.1f} s")
@@ -212,6 +205,41 @@ class ActorLink:
             self._send_hello()
         self.flush()
         return out
+
+    def receive(self, frames: list, accepted: tuple[str, ...]) -> tuple[str, dict, dict] | None:
+        """Decode and handle one message from the learner; return it if it is for the caller (weights, status,
+        stop). A malformed one is dropped and counted; only a refusal or another schema raises."""
+        try:
+            kind, meta, arrays = decode(frames, accepted)
+        except MessageError as e:
+            if "schema version" in str(e):
+                raise TransportError(f"the learner speaks another message schema ({e}): "
+                                     "install the same robo_rl version on both sides") from None
+            self.bad_messages += 1
+            log.warning("dropped a message from the learner: %s", e)
+            return None
+        self._last_heard = time.monotonic()
+        return self._on_message(kind, meta, arrays)
+
+    def _on_message(self, kind: str, meta: dict, arrays: dict) -> tuple[str, dict, dict] | None:
+        if kind == "refused":
+            raise TransportError(f"the learner refused this actor: {meta['reason']}")
+        if kind == "welcome":
+            if meta["session"] == self.session:
+                self._on_welcome(meta)
+        elif kind in LEARNER_KINDS and self.connected and meta["incarnation"] != self.incarnation:
+            self._lost_learner("it restarted")
+        elif kind == "ack":
+            if meta["session"] == self.session:
+                self._on_received(meta.get("received", meta["acked"]))
+                self._drop_acked(meta["acked"])
+        elif kind == "rejected":
+            if meta["session"] == self.session:
+                self.rejected_messages += 1
+                log.error("the learner could not store message %d of this actor: %s", meta["seq"], meta["reason"])
+        else:
+            return kind, meta, arrays
+        return None
 
     def bye(self, reason: str) -> None:
         self._ctrl_send(encode("bye", {"actor": self.actor_id, "reason": reason}))

@@ -15,6 +15,7 @@ This file: the protocol's shared names and the learner's side; `actor_link.py`: 
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import socket
@@ -24,7 +25,8 @@ import numpy as np
 import zmq
 
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.security import CurveKeys, check_bind_allowed
+from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, DIGEST_WINDOW, MAX_TEXT, InvalidMessage
+from robo_rl.transport.security import CurveKeys, check_bind_allowed, key_speaks_for
 from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
 
 # PUB/SUB topics (a first frame before the message): subscribers filter at the publisher, so an actor that
@@ -59,12 +61,33 @@ def new_id() -> int:
     return int.from_bytes(os.urandom(6), "little")
 
 
+def _printable(ident: bytes) -> str:
+    """A connection's routing id as text for a log line (it is whatever the peer chose)."""
+    return ident[:80].decode("utf-8", errors="replace").encode("unicode_escape").decode()
+
+
+SENDER_UNKNOWN = "?"
+
+
+def token_hash(token: str) -> str:
+    """What the learner stores of an actor session's token: enough to recognise the process, useless to forge it."""
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
 class LearnerLink:
-    """The learner's side: binds all three channels."""
+    """The learner's side: binds all three channels.
+
+    Identity: an actor process opens a session with a hello that carries a random token; the learner takes data
+    for that session only with that token, and only from the connection (and with CURVE, the key) that said
+    hello. A second live process under the same actor id is refused by name. A message number seen before is
+    acknowledged again only if its content digest matches the one stored; otherwise the conflict is reported and
+    the session refused, so an actor never forgets data that was not stored.
+    """
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, config_hash: str,
-                 max_messages_per_poll: int = 64, actor_timeout_s: float = 3.0, max_message_mb: float = 512.0,
-                 curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
+                 max_messages_per_poll: int = 64, actor_timeout_s: float = 3.0, max_message_mb: float = 64.0,
+                 receive_queue_messages: int = 16, curve: CurveKeys | None = None,
+                 shared_memory_weights: bool = True) -> None:  # fmt: skip
         check_bind_allowed(host, curve)
         self.config_hash = config_hash
         self.incarnation = new_id()  # tells actors that this learner is a new process
@@ -72,31 +95,36 @@ class LearnerLink:
         self.actor_timeout_s = actor_timeout_s
         self.ctx = zmq.Context()
         self.curve = curve
+        self._key_names = curve.authorized_names() if curve else {}  # ZAP user id (z85 public key) → key name
         self._shm: SharedWeightsWriter | None = None
         self._auth = curve.start_authenticator(self.ctx) if curve else None
         self.max_message_bytes = int(max_message_mb * 2**20)
-        hard_cap = 4 * self.max_message_bytes  # beyond this ZeroMQ drops the connection before we see the message
-        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", hard_cap)
-        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", hard_cap)
-        self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port", 1 << 20)
+        # Memory held by queued messages is at most peers × receive_queue_messages × the frame cap: ZeroMQ stops
+        # reading a peer whose queue is full. Frames between the limit and the cap are counted and dropped by us;
+        # beyond the cap ZeroMQ drops the connection before we see the message.
+        frame_cap = 2 * self.max_message_bytes
+        self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", frame_cap, receive_queue_messages)
+        self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", frame_cap, 0)
+        self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port", 1 << 20, 256)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
-        # actor id → session, acked seq, last_seen, alive, its last reported stats
+        # actor id → its session: token, acked/durable seq, digests, connection, liveness, last stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
-        self.duplicates = self.unannounced = 0
+        self.duplicates = self.unannounced = self.internal_errors = 0
         self.auto_ack = True
         self._weights: list | None = None
-        self._last_ack_sent: dict[str, int] = {}
+        self._last_ack_sent: dict[str, tuple] = {}
         if shared_memory_weights and shm_available():
             self._shm = SharedWeightsWriter(f"{os.getpid()}_{self.incarnation:x}")
 
-    def _bind(self, kind: int, host: str, port: int, key: str, max_bytes: int) -> zmq.Socket:
+    def _bind(self, kind: int, host: str, port: int, key: str, max_bytes: int, rcv_hwm: int) -> zmq.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         if kind != zmq.PUB:
             sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # an oversized frame drops the sender's connection
+            sock.setsockopt(zmq.RCVHWM, rcv_hwm)
         if self.curve:
             self.curve.make_server(sock)
         try:
@@ -112,106 +140,155 @@ class LearnerLink:
         return sock
 
     # --- receiving ----------------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, int, int]]:
+    def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, int, int, str]]:
         """Wait up to `timeout_ms` for traffic; answer ctrl messages; return new step batches in order,
-        as (actor, arrays, session, seq)."""
+        as (actor, arrays, session, seq, digest). No message, however malformed, raises out of here."""
         received = []
         events = dict(self.poller.poll(timeout_ms))
         if self.router in events:
-            self._drain_ctrl()
+            self._drain(self.router, self._handle_ctrl)
         if self.pull in events:
-            for _ in range(self.max_messages_per_poll):
-                try:
-                    frames = self.pull.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                accepted = self._accept_data([f.buffer for f in frames])
-                if accepted is not None:
-                    received.append(accepted)
+            self._drain(self.pull, lambda frames: received.append(self._accept_data(frames)), self.max_messages_per_poll)
         self.send_acks()
         self._check_liveness()
-        return received
+        return [r for r in received if r is not None]
 
-    def reject(self, reason: str, sender: str = "?") -> None:
+    def _drain(self, sock: zmq.Socket, handle, limit: int | None = None) -> None:
+        n = 0
+        while limit is None or n < limit:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            n += 1
+            try:
+                handle(frames)
+            except Exception as e:  # the last line of defence: one bad message never stops the learner
+                self.internal_errors += 1
+                sender = _printable(frames[0].bytes) if sock is self.router and frames else SENDER_UNKNOWN
+                log.exception("error handling a message from %s (dropped, learner serving on): %s", sender, e)
+
+    def reject(self, reason: str, sender: str = SENDER_UNKNOWN) -> None:
         self.bad_messages[reason.split(":")[0]] += 1
         log.warning("dropped a message from %s: %s", sender, reason)
 
-    def _accept_data(self, frames: list) -> tuple[str, dict, int, int] | None:
-        size = sum(memoryview(f).nbytes for f in frames)
+    def _accept_data(self, frames: list[zmq.Frame]) -> tuple[str, dict, int, int, str] | None:
+        size = sum(f.buffer.nbytes for f in frames)
         if size > self.max_message_bytes:
             self.reject(f"oversized: {size / 2**20:.1f} MB over the {self.max_message_bytes / 2**20:.0f} MB limit")
             return None
         try:
-            kind, meta, arrays = decode(frames)
+            _, meta, arrays = decode([f.buffer for f in frames], DATA_KINDS)
         except MessageError as e:
-            self.reject(f"undecodable: {e}")
+            self.reject(f"{'invalid' if isinstance(e, InvalidMessage) else 'undecodable'}: {e}")
             return None
-        actor = str(meta.get("actor", "?"))
+        actor, session, seq = meta["actor"], meta["session"], meta["seq"]
         info = self.actors.get(actor)
-        if kind != "steps":
-            self.reject(f"wrong kind: '{kind}' on the data channel", actor)
-            return None
-        if info is None or info["session"] != meta.get("session"):
+        if info is None or info["session"] != session or info["token"] is None:
             self.unannounced += 1  # queued for a learner that has since restarted; resent after the hello
             return None
-        seq = meta.get("seq")
-        if not isinstance(seq, int):
-            self.reject("no sequence number", actor)
+        if meta["token"] != info["token"] or (self.curve and frames[0].get("User-Id") != info["user_id"]):
+            self.reject(f"forged: data for {actor}'s session without the token of the process that opened it", actor)
+            return None
+        if info["refused"]:
             return None
         if seq <= info["acked"]:
-            self.duplicates += 1  # resent after a reconnect, but this learner already has it
+            stored = info["digests"].get(seq)
+            if stored is not None and stored != meta["digest"]:
+                self._refuse_session(actor, f"message {seq} of session {session:x} came again with other content "
+                                            "than the stored one (two processes share this session?)")  # fmt: skip
+            else:
+                self.duplicates += 1  # resent after a reconnect, and this learner already has it
             return None
         if seq != info["acked"] + 1:
             self.reject(f"gap: seq {seq} after {info['acked']}", actor)
             return None
         info["acked"] = seq
         info["last_seen"] = time.monotonic()
-        return actor, arrays, info["session"], seq
+        digests = info["digests"]
+        digests[seq] = meta["digest"]
+        if len(digests) > DIGEST_WINDOW:
+            digests.popitem(last=False)
+        return actor, arrays, session, seq, meta["digest"]
 
-    def _drain_ctrl(self) -> None:
-        while True:
-            try:
-                ident, *frames = self.router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            actor = ident.decode(errors="replace")
-            try:
-                kind, meta, _ = decode(frames)
-            except MessageError as e:
-                self.reject(f"undecodable ctrl: {e}", actor)
-                if "schema version" in str(e):  # tell the actor, so it stops with a clear error instead of waiting
-                    self.router.send_multipart([ident, *encode("refused", {"reason": str(e)})])
-                continue
-            if kind == "hello":
-                self._welcome(ident, actor, meta)
-            elif kind == "heartbeat" and actor in self.actors:
-                info = self.actors[actor]
-                info["last_seen"] = time.monotonic()
-                info["stats"] = meta.get("stats", {})
-                if not info["alive"]:
-                    info["alive"] = True
-                    log.info("actor %s is back", actor)
-                self.router.send_multipart([ident, *encode("ack", self._ack_meta(actor))])
-            elif kind == "bye" and actor in self.actors:
-                self.actors[actor]["alive"] = False
-                log.info("actor %s left: %s", actor, meta.get("reason", ""))
-
-    def _welcome(self, ident: bytes, actor: str, meta: dict) -> None:
-        if meta.get("config_hash") != self.config_hash:
-            reason = (f"config hash {meta.get('config_hash')} differs from the learner's {self.config_hash}: "
-                      "start both from the same config")  # fmt: skip
-            self.router.send_multipart([ident, *encode("refused", {"reason": reason})])
+    def _handle_ctrl(self, frames: list[zmq.Frame]) -> None:
+        ident, body = frames[0].bytes, frames[1:]
+        sender = _printable(ident)
+        try:
+            kind, meta, _ = decode([f.buffer for f in body], CTRL_KINDS)
+        except MessageError as e:
+            self.reject(f"{'invalid' if isinstance(e, InvalidMessage) else 'undecodable'} ctrl: {e}", sender)
+            if "schema version" in str(e):  # tell the actor, so it stops with a clear error instead of waiting
+                self._send(ident, encode("refused", {"reason": str(e)}))
             return
+        if kind == "hello":
+            self._welcome(ident, meta, body[0].get("User-Id") if self.curve else None)
+            return
+        info = self.actors.get(meta["actor"])
+        if info is None or info["ident"] != ident:
+            self.reject(f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session", sender)
+            return
+        if kind == "heartbeat":
+            info["last_seen"] = time.monotonic()
+            info["stats"] = meta.get("stats", {})
+            if not info["alive"]:
+                info["alive"] = True
+                log.info("actor %s is back", meta["actor"])
+            self._send(ident, encode("ack", self._ack_meta(meta["actor"])))
+        elif kind == "bye":
+            info["alive"] = False
+            log.info("actor %s left: %s", meta["actor"], meta.get("reason", ""))
+
+    def _welcome(self, ident: bytes, meta: dict, user_id: str | None) -> None:
+        actor, session, token = meta["actor"], meta["session"], meta["token"]
+        if meta["config_hash"] != self.config_hash:
+            return self._send(ident, encode("refused", {"reason": (
+                f"config hash {meta['config_hash'][:64]} differs from the learner's {self.config_hash}: "
+                "start both from the same config")}))  # fmt: skip
+        if self.curve and not key_speaks_for(self._key_names.get(user_id), actor):
+            return self._send(ident, encode("refused", {"reason": (
+                f"the key '{self._key_names.get(user_id)}' may not speak for actor id '{actor}': an actor id must be "
+                "its key's name, or start with it and a dot (robo-rl keys generate <dir> <actor id>)")}))  # fmt: skip
         info = self.actors.get(actor)
-        if info is None or info["session"] != meta.get("session"):
-            # a new actor process, or one this learner has not met: take its stream from its first unacked message
-            acked = int(meta.get("first_unacked", 1)) - 1
-            info = {"session": meta.get("session"), "acked": acked, "durable": acked, "stats": {}}
+        if info is not None and info["session"] == session:
+            claimed = info["token"] or info["token_hash"]
+            if claimed is not None and claimed not in (token, token_hash(token)):
+                return self._send(ident, encode("refused", {"reason": (
+                    f"session {session:x} of actor id '{actor}' belongs to another process")}))  # fmt: skip
+            if info["refused"]:
+                return self._send(ident, encode("refused", {"reason": info["refused"]}))
+        elif info is not None and info["alive"]:
+            quiet = time.monotonic() - info["last_seen"]
+            return self._send(ident, encode("refused", {"reason": (
+                f"actor id '{actor}' is in use by another running actor (heard {quiet:.1f} s ago): give each "
+                f"actor its own id with actor.id=<name> (or, if that actor was just stopped, start again in "
+                f"{self.actor_timeout_s:.0f} s)")}))  # fmt: skip
+        else:  # a new actor process, or one this learner has not met: its stream starts at its first unacked message
+            acked = meta["first_unacked"] - 1
+            info = self._new_session(session, acked, None)
             self.actors[actor] = info
-        info.update(last_seen=time.monotonic(), alive=True)
-        self.router.send_multipart([ident, *encode("welcome", self._ack_meta(actor))])
+        info.update(token=token, token_hash=token_hash(token), ident=ident, user_id=user_id,
+                    last_seen=time.monotonic(), alive=True)  # fmt: skip
+        self._send(ident, encode("welcome", self._ack_meta(actor)))
         if self._weights is not None:
-            self.router.send_multipart([ident, *self._weights])  # a late joiner gets weights at once
+            self._send(ident, self._weights)  # a late joiner gets weights at once
+
+    @staticmethod
+    def _new_session(session: int, acked: int, token_hash_: str | None, digests: dict | None = None) -> dict:
+        return {"session": session, "token": None, "token_hash": token_hash_, "acked": acked, "durable": acked,
+                "digests": collections.OrderedDict(sorted((digests or {}).items())), "stats": {}, "ident": None,
+                "user_id": None, "alive": False, "refused": None, "last_seen": time.monotonic()}  # fmt: skip
+
+    def _refuse_session(self, actor: str, reason: str) -> None:
+        info = self.actors[actor]
+        info["refused"] = reason
+        self.bad_messages["conflict"] += 1
+        log.error("refused actor %s: %s", actor, reason)
+        self._send(info["ident"], encode("refused", {"reason": reason}))
+
+    def _send(self, ident: bytes | None, frames: list) -> None:
+        if ident is not None:
+            self.router.send_multipart([ident, *frames], copy=False)
 
     def _ack_meta(self, actor: str) -> dict:
         """`acked`: what the actor may forget (durably stored, or just received with auto_ack);
@@ -223,25 +300,33 @@ class LearnerLink:
     def ack(self, actor: str, seq: int) -> None:
         """Acknowledge messages up to `seq` (with auto_ack off, call this once they are stored durably)."""
         info = self.actors.get(actor)
-        if info is None:
+        if info is None or info["refused"]:
             return
         info["durable"] = max(info["durable"], seq)
         key = (info["acked"], info["durable"])
-        if self._last_ack_sent.get(actor) != key:
+        if self._last_ack_sent.get(actor) != key and info["ident"] is not None:
             self._last_ack_sent[actor] = key
-            self.router.send_multipart([actor.encode(), *encode("ack", self._ack_meta(actor))])
+            self._send(info["ident"], encode("ack", self._ack_meta(actor)))
 
     def send_acks(self) -> None:
         for actor, info in self.actors.items():
             if info.get("alive"):
                 self.ack(actor, info["acked"] if self.auto_ack else info["durable"])
 
-    def expect(self, actor: str, session, seq: int) -> None:
+    def report_rejected(self, actor: str, seq: int, reason: str) -> None:
+        """Tell an actor that message `seq` reached the learner but could not be stored (and why)."""
+        info = self.actors.get(actor)
+        if info is not None:
+            self._send(info["ident"], encode("rejected", {"session": info["session"], "seq": seq,
+                                                          "reason": reason[:MAX_TEXT]}))  # fmt: skip
+
+    def expect(self, actor: str, session, seq: int, token_hash: str | None = None,
+               digests: dict[int, str] | None = None) -> None:  # fmt: skip
         """A restarted learner already holds `actor`'s messages up to `seq` of `session` (from its stored
-        replay): when that actor process says hello again, its stream continues after `seq`."""
+        replay): when that actor process says hello again (with the token whose hash is `token_hash`), its
+        stream continues after `seq`; a resend of a stored message is checked against its stored digest."""
         session, seq = int(session), int(seq)  # as the actor sends them: a str or numpy session would never match
-        self.actors[actor] = {"session": session, "acked": seq, "durable": seq, "stats": {}, "alive": False,
-                              "last_seen": time.monotonic()}  # fmt: skip
+        self.actors[actor] = self._new_session(session, seq, token_hash, digests)
 
     def _check_liveness(self) -> None:
         now = time.monotonic()
@@ -265,11 +350,13 @@ class LearnerLink:
     def publish_status(self, meta: dict) -> None:
         self.pub.send_multipart([TOPIC_STATUS, *encode("status", {**meta, "incarnation": self.incarnation})])
 
-    def stop_actors(self, reason: str) -> None:
-        msg = encode("stop", {"reason": reason})
+    def stop_actors(self, reason: str, hold: bool = False) -> None:
+        """Tell actors the run is over (`hold=False`), or that this learner is going away before the end of
+        the run and they should hold and wait for a new one (`hold=True`)."""
+        msg = encode("stop", {"reason": reason, "hold": hold})
         self.pub.send_multipart([TOPIC_STOP, *msg])
-        for actor in self.actors:
-            self.router.send_multipart([actor.encode(), *msg])
+        for info in self.actors.values():
+            self._send(info["ident"], msg)
 
     def close(self) -> None:
         if self._auth is not None:

@@ -39,6 +39,11 @@ def check_bind_allowed(host: str, curve: CurveKeys | None) -> None:
         )
 
 
+def key_speaks_for(key_name: str | None, actor_id: str) -> bool:
+    """With CURVE, the key named `arm1` may speak for actor ids `arm1` and `arm1.<anything>`, and no others."""
+    return key_name is not None and (actor_id == key_name or actor_id.startswith(key_name + "."))
+
+
 def generate_keys(keys_dir: str | Path, actor_ids: list[str]) -> list[Path]:
     """Write a learner keypair and one per actor; authorise the actors' public keys. Returns the files."""
     keys_dir = Path(keys_dir)
@@ -73,6 +78,17 @@ class CurveKeys:
         public, secret = zmq.auth.load_certificate(str(secret_file))
         server_public, _ = zmq.auth.load_certificate(str(keys_dir / f"{LEARNER_KEY}.key"))
         return cls(public, secret, server_public, keys_dir / AUTHORIZED_DIR)
+
+    def authorized_names(self) -> dict[str, str]:
+        """ZAP user id (the z85 text of a public key, as pyzmq's authenticator reports it) → the key's name."""
+        names = {}
+        for public_file in sorted(self.authorized_dir.glob("*.key")):
+            try:
+                public, _ = zmq.auth.load_certificate(str(public_file))
+            except (OSError, ValueError):
+                continue  # the authenticator skips it too
+            names[public.decode("ascii")] = public_file.stem
+        return names
 
     def start_authenticator(self, ctx: zmq.Context) -> ThreadAuthenticator:
         auth = ThreadAuthenticator(ctx)

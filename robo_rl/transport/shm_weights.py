@@ -9,7 +9,9 @@ a half-written or overwritten copy is never used. Remote actors keep the TCP pat
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +61,22 @@ class SharedWeightsWriter:
         self._maps.clear()
 
 
+def check_notice(notice: dict) -> None:
+    """A notice names one of the learner's slot files and arrays that lie inside it (it came over the network)."""
+    from robo_rl.transport.codec import ALLOWED_DTYPES
+
+    path = Path(notice["path"])
+    if path.parent != SHM_DIR or not re.fullmatch(r"robo_rl_\w+_[01]\.weights", path.name):
+        raise ValueError(f"weights notice names {str(path)[:100]}, not a robo_rl weights slot in {SHM_DIR}")
+    if not path.is_file() or path.stat().st_size < notice["nbytes"]:
+        raise ValueError(f"weights slot {path} is missing or shorter than the {notice['nbytes']} bytes announced")
+    for name, dtype, shape, offset in notice["layout"]:
+        if dtype not in ALLOWED_DTYPES or offset < ALIGN:
+            raise ValueError(f"weights notice entry '{name[:100]}' has dtype {dtype[:20]} at offset {offset}")
+        if offset + np.dtype(dtype).itemsize * math.prod(shape) > notice["nbytes"]:
+            raise ValueError(f"weights notice entry '{name[:100]}' ends past the slot's {notice['nbytes']} bytes")
+
+
 class SharedWeightsReader:
     """The actor's side: zero-copy views of a notice's slot, and a check that they are still that version."""
 
@@ -66,8 +84,10 @@ class SharedWeightsReader:
         self._maps: dict[str, np.memmap] = {}
 
     def arrays(self, notice: dict) -> dict[str, np.ndarray] | None:
-        """Views of the weights the notice announces, or None if that slot no longer holds its version."""
+        """Views of the weights the notice announces, or None if that slot no longer holds its version.
+        Raises ValueError for a notice that points outside the learner's slots or past the slot's end."""
         path = notice["path"]
+        check_notice(notice)
         mm = self._maps.get(path)
         if mm is None or mm.shape[0] != notice["nbytes"]:
             mm = self._maps[path] = np.memmap(path, np.uint8, mode="r", shape=(notice["nbytes"],))
@@ -76,8 +96,7 @@ class SharedWeightsReader:
         out = {}
         for name, dtype, shape, offset in notice["layout"]:
             dt = np.dtype(dtype)
-            n = dt.itemsize * int(np.prod(shape))
-            out[name] = mm[offset : offset + n].view(dt).reshape(shape)
+            out[name] = mm[offset : offset + dt.itemsize * math.prod(shape)].view(dt).reshape(shape)
         return out
 
     def still_valid(self, notice: dict) -> bool:

@@ -38,6 +38,9 @@ class ActorTransport:
         self.dropped_batches = 0  # the outbox was full: the learner cannot keep up and the actor's buffer is full
         self.status: dict = {}
         self.stop_reason: str | None = None
+        self.hold_reason: str | None = None  # the learner went away before the end of the run: wait for a new one
+        self._hold_incarnation: int | None = None
+        self.bad_weights = 0
         self.error: Exception | None = None
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{link.actor_id}-transport", daemon=True)
@@ -69,10 +72,19 @@ class ActorTransport:
             except OSError as e:
                 self.link.use_tcp_weights(str(e))
                 return
+            except ValueError as e:  # a notice that points elsewhere: keep the policy we have
+                self.bad_weights += 1
+                log.error("ignored weights version %d: %s", version, e)
+                return
             if source is None:
                 return  # that slot already holds a newer version, whose notice is on its way
+        try:
+            self.load_weights(self._spare, source)
+        except Exception as e:  # names or shapes that do not fit this policy: keep acting with the current one
+            self.bad_weights += 1
+            log.error("ignored weights version %d that do not fit this policy: %s", version, str(e)[:300])
+            return
         policy, self._spare = self._spare, None
-        self.load_weights(policy, source)
         if notice is not None and not self._shm_reader.still_valid(notice):
             self._spare = policy  # the learner overwrote the slot while we read it: wait for the next notice
             return
@@ -91,6 +103,13 @@ class ActorTransport:
         return self._steps_put - self._steps_moved + self.link.unreceived_steps
 
     @property
+    def waiting_for_learner(self) -> str | None:
+        """Why the actor should hold (the robot at rest, data kept): the learner said so, or none is connected."""
+        if self.hold_reason:
+            return f"the learner stopped ({self.hold_reason})"
+        return None if self.link.connected else "no learner connected"
+
+    @property
     def fill(self) -> float:
         return self.outbox.qsize() / self.outbox.maxsize
 
@@ -102,8 +121,10 @@ class ActorTransport:
                     self._pending = (self.version, kind, arrays if kind == "weights" else meta)
             elif kind == "status":
                 self.status = meta
+            elif kind == "stop" and meta.get("hold"):
+                self.hold_reason, self._hold_incarnation = meta["reason"], self.link.incarnation
             elif kind == "stop":
-                self.stop_reason = meta.get("reason", "stopped by the learner")
+                self.stop_reason = meta["reason"]
 
     def _run(self) -> None:
         last_beat = 0.0
@@ -117,6 +138,9 @@ class ActorTransport:
                     self.link.send_steps(meta, arrays, env_steps)
                     self._steps_moved += env_steps
                 self._handle(self.link.poll(timeout_ms=2))
+                if self.hold_reason and self.link.connected and self.link.incarnation != self._hold_incarnation:
+                    log.info("a new learner is here: carrying on")
+                    self.hold_reason = None
                 self._load_pending()
                 now = time.monotonic()
                 if now - last_beat > self.heartbeat_every_s:
