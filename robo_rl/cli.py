@@ -157,13 +157,66 @@ def cmd_learner(overrides: list[str]) -> int:
     from robo_rl.learner import Learner
 
     cfg = load_config(overrides)
+    fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = _run_dir_for(cfg)
-    _setup_logging(cfg)
+    alone = os.environ.get(STARTED_BY_ENV) != "train"  # `train` already sends this process's output to learner.log
+    log_copy = _copy_stdout_to(run_dir / "learner.log") if alone else None
+    _setup_logging(cfg, run_dir / "learner.log" if alone else None)
     print(f"learner: run folder {run_dir}", flush=True)
     _sigterm_as_interrupt()
-    reason = Learner(cfg, run_dir, progress=cfg.logger.progress).run()
+    try:
+        learner = Learner(cfg, run_dir, progress=cfg.logger.progress)
+    except BaseException:
+        if fresh:
+            import shutil
+
+            _close_log_copy(log_copy)
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    try:
+        reason = learner.run()
+    finally:
+        pid_file = run_dir / "learner.pid"
+        if pid_file.exists() and pid_file.read_text() == str(os.getpid()):
+            pid_file.unlink()  # a pid file left behind would name a process that is gone
     print(f"learner: {reason}; checkpoints in {run_dir / 'checkpoints'}", flush=True)
+    try:
+        if reason == "done" and alone:  # `train` evaluates after stopping its actor; a learner alone does it here
+            cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
+    finally:
+        _close_log_copy(log_copy)
     return 0 if reason == "done" else 130
+
+
+STARTED_BY_ENV = "ROBO_RL_STARTED_BY"  # set to "train" for the learner and actor processes `train` starts
+
+
+class _Tee:
+    """A text stream that writes to a terminal stream and a log file (what a learner started alone prints)."""
+
+    def __init__(self, stream, file) -> None:
+        self.stream, self.file = stream, file
+
+    def write(self, text: str) -> int:
+        if not self.file.closed:
+            self.file.write(text)
+            self.file.flush()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _copy_stdout_to(path: Path) -> _Tee:
+    sys.stdout = _Tee(sys.stdout, open(path, "a"))
+    return sys.stdout
+
+
+def _close_log_copy(tee: _Tee | None) -> None:
+    if tee is not None:
+        if sys.stdout is tee:
+            sys.stdout = tee.stream
+        tee.file.close()
 
 
 def cmd_actor(overrides: list[str]) -> int:
@@ -178,64 +231,91 @@ def cmd_actor(overrides: list[str]) -> int:
     return 0 if reason == "done" else 130
 
 
-def cmd_eval(overrides: list[str]) -> int:
+def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
+    """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
+    report of the training run itself, written by `train` and by a learner started alone)."""
     from robo_rl.config import load_config, load_saved_config, make_env, make_policy, override_value
     from robo_rl.evaluate import evaluate_policy, write_report
-    from robo_rl.runs import find_checkpoint, load_checkpoint
+    from robo_rl.runs import CheckpointError, load_newest_readable
 
     ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
         raise UsageError("eval needs checkpoint=<file.pt or run folder>")
-    path = find_checkpoint(ckpt_arg)
+    payload, skipped = load_newest_readable(ckpt_arg)
+    for problem in skipped:
+        print(f"warning: {problem}: skipped, evaluating the checkpoint before it", file=sys.stderr)
+    path = Path(payload["path"])
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     rest = [o for o in overrides if not o.startswith("checkpoint=")]
     if run_dir is not None and (run_dir / "config.yaml").exists():
         cfg = load_saved_config(run_dir / "config.yaml", rest)  # the env the checkpoint was trained on
     else:
         cfg = load_config(rest)
-    payload = load_checkpoint(path)
+    if run_dir is not None:
+        out_dir = run_dir / "eval" if training_report else run_dir / "eval" / path.stem
+    else:
+        out_dir = path.parent / "eval" / path.stem
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
     env = make_env(cfg)
-    policy = make_policy(cfg, env)
     try:
-        policy.load_state_dict(payload["algo"]["policy"])
-    except (KeyError, RuntimeError) as e:
-        from robo_rl.runs import CheckpointError
-
-        raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
-    result = evaluate_policy(env, policy.eval(), cfg.eval.episodes, cfg.eval.seed, progress=True)
+        policy = make_policy(cfg, env)
+        try:
+            policy.load_state_dict(payload["algo"]["policy"])
+        except (KeyError, RuntimeError) as e:
+            raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
+        video = bool(cfg.eval.get("video", False))
+        result = evaluate_policy(env, policy.eval(), cfg.eval.episodes, cfg.eval.seed, progress=cfg.logger.progress,
+                                 video_dir=out_dir / "videos" if video else None,
+                                 video_episodes=int(cfg.eval.get("video_episodes", 0)))  # fmt: skip
+    finally:
+        env.close()
     env_steps = int(payload["counters"]["env_steps"])
     low, high = result["success_ci95"]
     print(f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
           f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}")  # fmt: skip
-    if run_dir is not None:
-        print(f"report: {write_report(run_dir, result, str(path), env_steps)}")
+    metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
+    print(f"report: {write_report(out_dir, result, str(path), env_steps, metrics)}")
     return 0
 
 
 def cmd_train(overrides: list[str]) -> int:
     from robo_rl.config import load_config
     from robo_rl.demos import load_or_make_demos
+    from robo_rl.progress import TrainingBar
 
     cfg = load_config(overrides)
+    fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
+    bar = TrainingBar(cfg, run_dir, enabled=cfg.logger.progress)  # shown from the start, with the total
+    bar.phase("demonstrations")
     demos, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
     episodes = int((demos["step"] == 0).sum())
-    print(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
+    bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
+    child_env = {**os.environ, STARTED_BY_ENV: "train"}
     procs = {}
     try:
         for role in ("learner", "actor"):
+            bar.phase(f"starting the {role}")
             log = open(run_dir / f"{role}.log", "w")
             procs[role] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", role, *child_args],
-                                           stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                                           stdout=log, stderr=subprocess.STDOUT, env=child_env)  # fmt: skip
             if role == "learner":
-                _wait_for_learner(procs["learner"], run_dir)
-        _follow_progress(cfg, run_dir, procs)
+                try:
+                    _wait_for_learner(procs["learner"], run_dir)
+                except UsageError:
+                    if fresh:
+                        _stop(procs)
+                        bar.finish(done=False)
+                        _discard_run_dir(run_dir)
+                    raise
+        bar.phase("waiting for the actor")
+        _follow_progress(cfg, run_dir, procs, bar)
     except KeyboardInterrupt:
+        bar.finish(done=False)
         print("\ninterrupted: stopping the learner and the actor (the learner writes a checkpoint) ...")
         _stop(procs)
         return 130
@@ -246,7 +326,14 @@ def cmd_train(overrides: list[str]) -> int:
         tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
         code = procs[role].returncode
         raise UsageError(f"the {role} process exited with code {code}: {tail[0]} (see {run_dir / role}.log)")
-    return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]])
+    return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
+
+
+def _discard_run_dir(run_dir: Path) -> None:
+    """Remove a run folder this command made whose learner never started: it holds no run, only clutter."""
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:
@@ -262,16 +349,12 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
         time.sleep(0.1)
 
 
-def _follow_progress(cfg, run_dir: Path, procs: dict) -> None:
-    """One progress bar for the whole run, fed by the learner's metrics file."""
+def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
+    """Feed the training bar from the learner's metrics file until both processes have ended."""
     import json
 
-    from tqdm import tqdm
-
-    bar = tqdm(total=cfg.train.total_env_steps, desc="training", unit="step", disable=not cfg.logger.progress)
-    offset = 0
     with open(run_dir / "metrics.jsonl") as f:
-        f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history
+        f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history (the bar starts at its step count)
         while procs["learner"].poll() is None or procs["actor"].poll() is None:
             for line in f.readlines():
                 try:
@@ -279,18 +362,14 @@ def _follow_progress(cfg, run_dir: Path, procs: dict) -> None:
                 except json.JSONDecodeError:
                     continue
                 if m.get("kind") == "learner":
-                    bar.update(m["env_steps"] - offset)
-                    offset = m["env_steps"]
-                    bar.set_postfix(episodes=m["episodes"], success=f"{m['success_rate']:.2f}",
-                                    updates_s=f"{m['updates_per_s']:.0f}", utd=f"{m['realised_utd']:.2f}")  # fmt: skip
+                    bar.learner_line(m)
             if procs["learner"].poll() is not None and procs["actor"].poll() is None:
                 time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
                 _stop({"actor": procs["actor"]})
             if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
                 _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint
             time.sleep(0.5)
-        bar.update(cfg.train.total_env_steps - offset if procs["learner"].returncode == 0 else 0)
-    bar.close()
+    bar.finish(done=procs["learner"].returncode == 0)
 
 
 def _stop(procs: dict, timeout_s: float = 30.0) -> None:

@@ -12,6 +12,7 @@ from tqdm import tqdm
 from robo_rl.demos import rollout_episode
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
+from robo_rl.video import render_frame, write_mp4
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -25,16 +26,32 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = False) -> dict:
-    """Success rate (with a Wilson 95% interval) and episode lengths over seeds seed..seed+episodes-1."""
-    results = []
+def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = False,
+                    video_dir: Path | None = None, video_episodes: int = 0) -> dict:  # fmt: skip
+    """Success rate (with a Wilson 95% interval) and episode lengths over seeds seed..seed+episodes-1.
+
+    With `video_dir`, the first `video_episodes` episodes are filmed (an MP4 each, one frame per step plus the
+    reset frame), and the first success and first failure among the rest too when the filmed ones lack one:
+    those are replayed from their seed (policy and env are deterministic) rather than filming every episode."""
+    act = lambda o: policy_action(policy, o, True)  # noqa: E731
+    results, videos = [], []
     for i in tqdm(range(episodes), desc="evaluation", unit="ep", disable=not progress):
-        records, success = rollout_episode(env, lambda o: policy_action(policy, o, True), seed + i, i)
-        results.append({"seed": seed + i, "success": success, "length": len(records) - 1,
-                        "return": float(sum(r["reward"] for r in records[1:]))})  # fmt: skip
+        filmed = video_dir is not None and i < video_episodes
+        result, frames = _run_episode(env, act, seed + i, i, film=filmed)
+        results.append(result)
+        if filmed:
+            videos.append(_save_video(env, video_dir, result, frames))
+    if video_dir is not None:
+        for outcome in (True, False):  # one success and one failure kept, where there is one
+            if any(v["success"] == outcome for v in videos):
+                continue
+            i = next((j for j, r in enumerate(results) if r["success"] == outcome), None)
+            if i is not None:
+                result, frames = _run_episode(env, act, seed + i, i, film=True)
+                videos.append(_save_video(env, video_dir, {**result, "replayed": True}, frames))
     k = sum(r["success"] for r in results)
     low, high = wilson_interval(k, episodes)
-    return {
+    out = {
         "episodes": episodes,
         "successes": k,
         "success_rate": k / episodes,
@@ -43,6 +60,34 @@ def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = Fals
         "mean_return": float(np.mean([r["return"] for r in results])),
         "per_episode": results,
     }
+    if video_dir is not None:
+        out["videos"] = sorted(videos, key=lambda v: v["episode"])
+    return out
+
+
+def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, list[np.ndarray]]:
+    """One deterministic episode; with `film`, a frame before every action and one after the last step."""
+    frames: list[np.ndarray] = []
+    if film:
+        filmed_act = act
+
+        def act(obs):
+            frames.append(render_frame(env))
+            return filmed_act(obs)
+
+    records, success = rollout_episode(env, act, seed, index)
+    if film:
+        frames.append(render_frame(env))
+    result = {"episode": index, "seed": seed, "success": success, "length": len(records) - 1,
+              "return": float(sum(r["reward"] for r in records[1:]))}  # fmt: skip
+    return result, frames
+
+
+def _save_video(env, video_dir: Path, result: dict, frames: list[np.ndarray]) -> dict:
+    name = f"episode_{result['episode']:03d}_seed{result['seed']}_{'success' if result['success'] else 'failure'}.mp4"
+    fps = float(getattr(getattr(env, "unwrapped", env), "control_hz", 10.0))
+    write_mp4(Path(video_dir) / name, frames, fps)
+    return {**result, "path": f"{Path(video_dir).name}/{name}", "frames": len(frames)}
 
 
 def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = None) -> None:
@@ -76,18 +121,25 @@ def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = No
     plt.close(fig)
 
 
-def write_report(run_dir: Path, result: dict, checkpoint: str, env_steps: int) -> Path:
-    """eval/report.json, eval/report.md and eval/learning_curve.png in the run folder."""
-    out = Path(run_dir) / "eval"
-    out.mkdir(exist_ok=True)
+def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, metrics_path: Path | None) -> Path:
+    """report.json, report.md (linking any videos) and learning_curve.png in `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     result = {**result, "checkpoint": checkpoint, "env_steps": env_steps}
     (out / "report.json").write_text(json.dumps(result, indent=2))
     low, high = result["success_ci95"]
-    (out / "report.md").write_text(
+    text = (
         f"# Evaluation\n\ncheckpoint: `{checkpoint}` (after {env_steps} env steps)\n\n"
         f"| episodes | success rate | Wilson 95% CI | mean length | mean return |\n|---|---|---|---|---|\n"
         f"| {result['episodes']} | {result['success_rate']:.2f} | [{low:.2f}, {high:.2f}] "
         f"| {result['mean_length']:.1f} | {result['mean_return']:.2f} |\n\n![learning curve](learning_curve.png)\n"
     )
-    plot_learning_curve(read_metrics(Path(run_dir) / "metrics.jsonl"), out / "learning_curve.png", result)
+    if result.get("videos"):
+        text += "\n## Videos\n\n| episode | seed | outcome | steps | video |\n|---|---|---|---|---|\n"
+        for v in result["videos"]:
+            outcome = "success" if v["success"] else "failure"
+            text += f"| {v['episode']} | {v['seed']} | {outcome} | {v['length']} | [{Path(v['path']).name}]({v['path']}) |\n"
+    (out / "report.md").write_text(text)
+    metrics = read_metrics(Path(metrics_path)) if metrics_path is not None else []
+    plot_learning_curve(metrics, out / "learning_curve.png", result)
     return out / "report.md"

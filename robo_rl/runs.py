@@ -184,3 +184,21 @@ def load_resume_checkpoint(run: str | Path) -> tuple[dict | None, list[str]]:
     if found:
         raise CheckpointError("no readable checkpoint in " + str(ckpt_dir) + ": " + "; ".join(skipped))
     return None, []
+
+
+def load_newest_readable(path: str | Path) -> tuple[dict, list[str]]:
+    """For eval: a checkpoint file as given (refused if corrupt), or a run folder's newest readable checkpoint
+    and what was skipped on the way (as resume does)."""
+    path = Path(path)
+    if not path.is_dir():
+        return load_checkpoint(find_checkpoint(path)), []
+    ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    skipped = []
+    for candidate in reversed(_checkpoints_in(ckpt_dir)):
+        try:
+            return load_checkpoint(candidate), skipped
+        except CheckpointError as e:
+            skipped.append(str(e))
+    if skipped:
+        raise CheckpointError("no readable checkpoint in " + str(ckpt_dir) + ": " + "; ".join(skipped))
+    raise CheckpointError(f"no checkpoint (step_*.pt) in {ckpt_dir}")

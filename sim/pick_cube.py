@@ -164,6 +164,7 @@ class PickCubeEnv(RobotEnv):
     """Pick up a randomly placed cube with a Panda (`task="lift"`), or move above it (`task="reach"`)."""
 
     task_description = "pick up the cube and lift it"
+    metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(
         self,
@@ -390,6 +391,12 @@ class PickCubeEnv(RobotEnv):
         if self._renderer is None:  # created lazily: state-only envs never touch OpenGL
             self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
         return render_cameras(self._renderer, self.data, self.camera_names)
+
+    def render(self) -> np.ndarray:
+        """The front camera, uint8 HxWx3 of `image_size` (Gymnasium's rgb_array): what eval videos show."""
+        if self._renderer is None:
+            self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
+        return render_cameras(self._renderer, self.data, ("front",))["front"]
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -1,0 +1,113 @@
+"""Run folders that do not surprise, and a training bar whose ETA holds."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from robo_rl import cli
+from robo_rl.config import load_config, make_env, make_policy, save_config
+from robo_rl.progress import EtaEstimator, TrainingBar
+from robo_rl.runs import save_checkpoint
+from robo_rl.transport.link import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toy_args(tmp_path) -> list[str]:
+    p = free_ports(3)
+    return ["env=point_reach", f"outputs_dir={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}",
+            f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}", f"transport.ctrl_port={p[2]}",
+            "logger.progress=false", "demos.num_episodes=3", "algo.batch_size=32"]  # fmt: skip
+
+
+def test_eval_writes_beside_the_training_report_and_skips_a_corrupt_newest_checkpoint(tmp_path, capsys):
+    cfg = load_config(["env=point_reach"])
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    save_config(cfg, run / "config.yaml")
+    policy = make_policy(cfg, make_env(cfg)).state_dict()
+    save_checkpoint(run, 100, {"algo": {"policy": policy}, "counters": {"env_steps": 100}})
+    save_checkpoint(run, 200, {"algo": {"policy": policy}, "counters": {"env_steps": 200}})
+    (run / "checkpoints" / "step_000000200.pt").write_bytes(b"half a checkpoint")  # killed while writing
+    (run / "eval" / "report.md").write_text("the training run's report")
+    code = cli.main(["eval", f"checkpoint={run}", "eval.episodes=3", "eval.video=true", "eval.video_episodes=1",
+                     "logger.progress=false"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "step_000000200.pt is corrupt" in err and "evaluating the checkpoint before it" in err
+    assert (run / "eval" / "report.md").read_text() == "the training run's report"
+    report = (run / "eval" / "step_000000100" / "report.md").read_text()
+    assert "after 100 env steps" in report and "](videos/episode_000_" in report
+    assert (run / "eval" / "step_000000100" / "learning_curve.png").exists()
+
+
+def test_a_learner_that_cannot_bind_its_port_leaves_no_run_folder(tmp_path, capsys):
+    import zmq
+
+    args = toy_args(tmp_path)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.bind(f"tcp://127.0.0.1:{args[3].split('=')[1]}")
+    try:
+        code = cli.main(["learner", *args])
+    finally:
+        ctx.destroy(linger=0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert code == 2 and "already in use" in capsys.readouterr().err
+    assert not list((tmp_path / "outputs").glob("*/*")), "no run folder left behind"
+
+
+def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_path):
+    run = tmp_path / "run"
+    args = [*toy_args(tmp_path), f"run_dir={run}", "train.total_env_steps=300", "train.learning_starts=100",
+            "eval.episodes=2", "actor.hello_timeout_s=60"]  # fmt: skip
+    env = {**os.environ, "MUJOCO_GL": "egl"}
+    env.pop(cli.STARTED_BY_ENV, None)
+    start = [sys.executable, "-m", "robo_rl.cli"]
+    learner = subprocess.Popen([*start, "learner", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    actor = subprocess.Popen([*start, "actor", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        _, err = learner.communicate(timeout=180)
+    finally:
+        learner.kill()
+        actor.kill()
+        out, _ = actor.communicate()
+    assert learner.returncode == 0, (err[-2000:], out[-2000:])
+    log = (run / "learner.log").read_text()
+    assert "learner: run folder" in log and "learner: done" in log and "success" in log, log
+    assert not (run / "learner.pid").exists()
+    assert (run / "eval" / "report.json").exists() and (run / "eval" / "learning_curve.png").exists()
+
+
+def test_the_eta_follows_the_rate_of_training_proper_not_the_fast_start():
+    eta = EtaEstimator(total=10_000, steady_from=1_000, window_s=120.0)
+    t = 0.0
+    for steps in range(0, 1_001, 100):  # learning_starts: 1000 steps in 10 s, no updates
+        eta.update(steps, now=t)
+        t += 1.0
+    assert eta.seconds_left() is None, "no ETA from the update-free start"
+    steps = 1_000
+    for _ in range(300):  # training proper: 20 steps/s
+        t += 1.0
+        steps += 20
+        eta.update(steps, now=t)
+    assert abs(eta.seconds_left() - (10_000 - steps) / 20) < 1.0
+
+
+def test_the_training_bar_shows_its_total_from_the_start_and_continues_a_resumed_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config(["env=point_reach", "train.total_env_steps=5000"]), run / "config.yaml")
+    lines = ['{"kind": "episode", "env_steps": 1150}', '{"kind": "learner", "env_steps": 1200}',
+             '{"kind": "end", "env_steps": 1234, "reason": "interrupted"}', '{"kind": "lear']  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(lines))
+    bar = TrainingBar(load_config([f"resume={run}"]), run, enabled=False)
+    assert (bar.env_steps, bar.total) == (1234, 5000)
+    bar.learner_line({"kind": "learner", "env_steps": 1300, "episodes": 30, "success_rate": 0.5})
+    assert bar.env_steps == 1300 and "success=0.50" in bar.postfix
+    fresh = TrainingBar(load_config(["env=point_reach", "train.total_env_steps=5000"]), None, enabled=False)
+    assert (fresh.env_steps, fresh.total) == (0, 5000)
