@@ -47,10 +47,10 @@ def scalars(record: dict, prefix: str = "") -> dict[str, float]:
 
 
 def _tagged(record: dict) -> tuple[int | None, dict[str, float]]:
-    """(env step, scalars named `<kind>/<key>`) of a record; the wall-clock time and the step itself left out."""
+    """(env step, scalars named `<kind>/<key>`) of a record; the wall-clock time, the step and ids left out."""
     kind = record.get("kind", "metrics")
     step = record.get("env_steps")
-    values = scalars({k: v for k, v in record.items() if k not in ("time", "kind", "env_steps")})
+    values = scalars({k: v for k, v in record.items() if k not in ("time", "kind", "env_steps", "episode_id")})
     return (int(step) if isinstance(step, (int, float)) else None), {f"{kind}/{k}": v for k, v in values.items()}
 
 
