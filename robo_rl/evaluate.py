@@ -138,7 +138,8 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
         text += "\n## Videos\n\n| episode | seed | outcome | steps | video |\n|---|---|---|---|---|\n"
         for v in result["videos"]:
             outcome = "success" if v["success"] else "failure"
-            text += f"| {v['episode']} | {v['seed']} | {outcome} | {v['length']} | [{Path(v['path']).name}]({v['path']}) |\n"
+            link = f"[{Path(v['path']).name}]({v['path']})"
+            text += f"| {v['episode']} | {v['seed']} | {outcome} | {v['length']} | {link} |\n"
     (out / "report.md").write_text(text)
     metrics = read_metrics(Path(metrics_path)) if metrics_path is not None else []
     plot_learning_curve(metrics, out / "learning_curve.png", result)

@@ -73,9 +73,9 @@ class TrainingBar:
         self.total = int(train.total_env_steps)
         self.env_steps = min(self.start, self.total)  # kept here: a disabled tqdm counts nothing
         self.eta = EtaEstimator(train.total_env_steps, self.start + train.learning_starts)
-        self.bar = tqdm(total=train.total_env_steps, initial=self.env_steps, unit="step",
-                        desc="starting", disable=not enabled, dynamic_ncols=True,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")  # fmt: skip
+        layout = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's ETA left out
+        self.bar = tqdm(total=self.total, initial=self.env_steps, unit="step", desc="starting", disable=not enabled,
+                        dynamic_ncols=True, bar_format=layout)  # fmt: skip
         self.bar.set_postfix_str("ETA ?")
         self.postfix = ""
 
