@@ -182,6 +182,10 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
 
     if not path.exists():
         raise ConfigError(f"{path} does not exist: is this a run folder made by robo-rl?")
+    groups = [o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0].lstrip("+~") in config_groups()]
+    if groups:
+        raise ConfigError(f"{path.parent} has its config resolved in config.yaml: a group option ({', '.join(groups)}="
+                          "...) cannot change it; leave it out, or override single keys such as env.<key>=<value>")
     cfg = OmegaConf.load(path)
     OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:

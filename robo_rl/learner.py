@@ -21,7 +21,8 @@ from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
-from robo_rl.runs import CheckpointError, MetricsWriter, load_resume_checkpoint, save_checkpoint
+from robo_rl.loggers import metrics_writer
+from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
 from robo_rl.schema import fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
@@ -61,7 +62,7 @@ class Learner:
         self.sac = SAC(actor, env.observation_space, sac_config(cfg.algo))
         env.close()
         self.rng = np.random.default_rng(cfg.seed)
-        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
         demos, _, _ = load_or_make_demos(cfg, progress=False)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
         print(self.replay.usage(), flush=True)
@@ -299,11 +300,13 @@ class Learner:
             log.warning("no checkpoint in %s (killed before the first one): fresh weights, the stored replay", run)
         else:
             self._restore(payload)
+        at_checkpoint = self.env_steps
         later, seqs = self.replay.restore(payload.get("replay") if payload else None)
         for actor, arrays in later:
             self._count(actor, arrays, log_episodes=False)  # logged before the kill
-        log.info("resumed: %d online records restored (%d received after the checkpoint), %d env steps",
-                 self.replay.online.writes, sum(len(a["step"]) for _, a in later), self.env_steps)  # fmt: skip
+        log.info("resumed at %d env steps: %d from the checkpoint + %d stored after it; the replay holds %d records "
+                 "(each episode's first record is its reset observation, not an env step)", self.env_steps,
+                 at_checkpoint, self.env_steps - at_checkpoint, self.replay.online.writes)  # fmt: skip
         return seqs
 
     def _restore(self, payload: dict) -> None:

@@ -71,7 +71,7 @@ def test_training_takes_demonstrations_from_a_dataset_and_refuses_one_of_another
     assert path == store and (batch["step"] == 0).sum() == 4
     with pytest.raises(ConfigError, match="holds state 4-d, action 2-d, cameras: none; this env needs state 4-d, "
                                           "action 2-d, cameras: top 8×8"):  # fmt: skip
-        load_or_make_demos(toy_config(tmp_path, f"demos.path={store}", "+env.camera=true"), progress=False)
+        load_or_make_demos(toy_config(tmp_path, f"demos.path={store}", "env.camera=true"), progress=False)
 
 
 def state_only_run(run_dir, episodes=40, seed=0):

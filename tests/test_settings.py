@@ -56,6 +56,8 @@ def test_a_resumed_or_evaluated_run_config_is_checked_too(tmp_path):
         load_saved_config(tmp_path / "config.yaml", ["eval.episodes=0"])
     with pytest.raises(ConfigError, match=r"unknown config key 'algo.batch_sise'.*did you mean 'algo.batch_size'"):
         load_saved_config(tmp_path / "config.yaml", ["algo.batch_sise=3"])
+    with pytest.raises(ConfigError, match=r"a group option \(env=\.\.\.\) cannot change it"):
+        load_saved_config(tmp_path / "config.yaml", ["env=point_reach"])  # was a traceback from make_env
 
 
 @pytest.mark.parametrize(

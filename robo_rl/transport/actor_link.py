@@ -244,11 +244,15 @@ class ActorLink:
     def bye(self, reason: str) -> None:
         self._ctrl_send(encode("bye", {"actor": self.actor_id, "reason": reason}))
 
-    def close(self, linger_s: float = 2.0) -> None:
-        """Give unacknowledged messages up to `linger_s` to be taken, then close."""
+    def close(self, linger_s: float = 2.0, run_finished: bool = False) -> None:
+        """Give unacknowledged messages up to `linger_s` to be taken, then close, saying what became of the rest."""
         deadline = time.monotonic() + linger_s
         while self.unacked and self.connected and time.monotonic() < deadline:
             self.poll(timeout_ms=20)
-        if self.unacked:
-            log.warning("closing with %d unacknowledged messages", len(self.unacked))
+        if self.unacked and run_finished:
+            log.info("%d messages (%d env steps) sent after the learner finished were not stored: the run already "
+                     "had all its env steps", len(self.unacked), self.unacked_steps)  # fmt: skip
+        elif self.unacked:
+            log.warning("%d messages (%d env steps) were never confirmed stored by the learner and are lost with this "
+                        "actor; a resumed learner has everything before them", len(self.unacked), self.unacked_steps)
         self.ctx.destroy(linger=0)

@@ -163,4 +163,4 @@ class ActorTransport:
             self.link.bye(reason)
         except Exception:  # the socket may already be gone; closing must not fail
             pass
-        self.link.close(max(0.0, deadline - time.monotonic()))
+        self.link.close(max(0.0, deadline - time.monotonic()), run_finished=self.stop_reason is not None)
