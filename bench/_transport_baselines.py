@@ -43,8 +43,11 @@ def measure_phases(step, cfg: dict, ready) -> dict[str, float]:
         t0 = time.monotonic()
         while time.monotonic() - t0 < warm_s:
             step(name, False)
+        # at least `secs`; on a loaded machine longer, until `min_transitions` came in (or `max_phase_s`), so a
+        # short run never reports zero for a transport whose processes were merely not scheduled yet
+        least, cap = cfg.get("min_transitions", 0), max(secs, cfg.get("max_phase_s", secs))
         n, t0 = 0, time.monotonic()
-        while time.monotonic() - t0 < secs:
+        while (elapsed := time.monotonic() - t0) < secs or (n < least and elapsed < cap):
             n += step(name, True)
         rates[name] = n / (time.monotonic() - t0)
     return rates

@@ -196,7 +196,7 @@ def run_group(learner_fn, actor_fn, cfg: dict) -> dict:
         procs[f"actor{i}"] = ctx.Process(target=_worker, args=(actor_fn, f"actor{i}", (i, cfg, stop, ready), results))
     out: dict = {}
     t0 = time.monotonic()
-    budget = cfg["startup_s"] + sum(w + s for _, w, s in cfg["phases"]) + 10
+    budget = cfg["startup_s"] + sum(w + max(s, cfg.get("max_phase_s", s)) for _, w, s in cfg["phases"]) + 10
 
     def collect(until: float, done) -> None:
         while not done() and time.monotonic() < until:
@@ -287,9 +287,13 @@ def main() -> None:
     print(f"{args.actors} actors -> 1 learner on {HOST}, {os.cpu_count()} CPUs, load {load0[0]:.2f} {load0[1]:.2f}; "
           f"{UNIQUE_BYTES:,} unique bytes per transition; {secs:g} s per measurement, {rounds} round(s)")  # fmt: skip
 
+    # --quick on a loaded machine: each measurement runs on until 16 messages per actor came in (at most 20 s),
+    # and the processes get twice as long to start
+    least = {"min_transitions": 16 * 64 * args.actors, "max_phase_s": 20.0} if args.quick else {}
+
     def cfg(phases, n_ports=1, startup_s=30.0, **extra):
-        return {"actors": args.actors, "ports": free_ports(n_ports), "phases": phases, "startup_s": startup_s,
-                "replay_capacity": 8192, **extra}  # fmt: skip
+        return {"actors": args.actors, "ports": free_ports(n_ports), "phases": phases,
+                "startup_s": startup_s * (2 if args.quick else 1), "replay_capacity": 8192, **least, **extra}  # fmt: skip
 
     def rate(name, out, phase):
         value = (learner_rates(name, out) or {}).get(phase)

@@ -60,14 +60,14 @@ def _bool(v):
 
 
 def _stats(v):
-    """A heartbeat's stats: a small map of names to numbers, short texts, booleans or null (they go to the
-    metrics file as they are)."""
+    """A heartbeat's stats: a small map of names to numbers (NaN too: the metrics file writes it as null), short
+    texts, booleans or null. A heartbeat that fails this is dropped, so its actor soon counts as lost."""
     if not isinstance(v, dict) or len(v) > MAX_STATS:
         return f"a map of at most {MAX_STATS} entries"
     for key, value in v.items():
         if not isinstance(key, str) or len(key) > MAX_ID:
             return "a map with short text keys"
-        if value is not None and _bool(value) and _number(value) and _text(200)(value):
+        if value is not None and not isinstance(value, bool | float) and _int()(value) and _text(200)(value):
             return f"a map of numbers, booleans or short texts (entry '{key}' is {type(value).__name__})"
     return None
 
