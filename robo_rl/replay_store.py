@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 from robo_rl.replay import DiskReplay, ReplayBuffer, concat_batches
 from robo_rl.schema import check_step_batch
 from robo_rl.storage import SegmentStore, SegmentWriter, record_nbytes
-from robo_rl.transport.messages import DIGEST_WINDOW
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class LearnerReplay:
         self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
         self._pending_bytes = 0
         self._seqs: dict[str, list] = {}  # actor → [session, seq] of the newest record received
-        self._messages: list[list] = []  # [actor, session, seq, digest, token hash] of the pending messages
+        self._messages: list[list] = []  # [actor, session, seq, session token hash] of the pending messages
         self.sessions: dict[str, dict] = {}  # after `restore`: actor → its newest stored session (see there)
         self._last_flush = time.monotonic()
         self.total_env_steps = total_env_steps
@@ -81,11 +80,10 @@ class LearnerReplay:
         return f"replay: {per:,} B per record ({per - small:,} B of frames); {where}{demo}{disk}"
 
     # --- receiving ------------------------------------------------------------------------------
-    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None, digest: str | None = None,
-            token_hash: str | None = None) -> None:  # fmt: skip
-        """Store a step batch from `actor` (message `seq` of its `session`, with its content digest and the
-        hash of its session token, kept in the segment so a restarted learner can check resends); raises
-        ValueError, storing nothing, if the batch does not fit the declared fields."""
+    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None) -> None:
+        """Store a step batch from `actor` (message `seq` of its `session`, with the hash of the session's token,
+        kept in the segment so a restarted learner knows the actor process again); raises ValueError, storing
+        nothing, if the batch does not fit the declared fields."""
         if self.disk:
             check_step_batch(arrays, self.fields)  # the ring validates in RAM mode
         else:
@@ -96,7 +94,7 @@ class LearnerReplay:
             self._pending_bytes += sum(a.nbytes for a in arrays.values())
             if seq is not None:
                 self._seqs[actor] = [session, seq]
-                self._messages.append([actor, session, seq, digest, token_hash])
+                self._messages.append([actor, session, seq, token_hash])
 
     def poll(self, force: bool = False) -> dict[str, list]:
         """Hand received records to the writer when due; return {actor: [session, seq]} newly on disk."""
@@ -180,15 +178,9 @@ class LearnerReplay:
         return later, seqs
 
     def _note_sessions(self, messages: list[list]) -> None:
-        """Keep, per actor, its newest stored session: {session, token_hash, digests: {seq: digest}} of the last
-        `DIGEST_WINDOW` messages (an actor resends at most that many after a learner restart)."""
-        for actor, session, seq, digest, token in messages:
-            known = self.sessions.get(actor)
-            if known is None or known["session"] != session:
-                known = self.sessions[actor] = {"session": session, "token_hash": token, "digests": {}}
-            known["digests"][seq] = digest
-            if len(known["digests"]) > DIGEST_WINDOW:
-                del known["digests"][next(iter(known["digests"]))]
+        """Keep, per actor, its newest stored session and the hash of that session's token."""
+        for actor, session, _seq, token in messages:
+            self.sessions[actor] = {"session": session, "token_hash": token}
 
 
 def _runs(batch: dict, sources: np.ndarray) -> list[tuple[str, dict]]:

@@ -59,7 +59,7 @@ class Segment:
     records: int
     sources: list[str] = field(default_factory=list)
     seqs: dict[str, list] = field(default_factory=dict)  # actor → [session, last seq stored]
-    # the messages whose records it holds: [actor, session, seq, content digest, token hash] (see transport)
+    # the messages whose records it holds: [actor, session, seq, session token hash] (see transport/link.py)
     messages: list[list] = field(default_factory=list)
 
 

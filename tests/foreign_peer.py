@@ -58,7 +58,7 @@ def forged_batch(n: int, state_dim: int, action_dim: int) -> list[tuple[list, by
 def data_messages(actor: str, session: int, seq: int, state_dim: int, action_dim: int) -> list[list[bytes]]:
     good = forged_batch(3, state_dim, action_dim)
     specs, frames = [s for s, _ in good], [f for _, f in good]
-    steps = {"actor": actor, "session": session, "seq": seq + 1, "token": "f" * 32, "digest": "0" * 32}
+    steps = {"actor": actor, "session": session, "seq": seq + 1, "token": "f" * 32}
     msgs = [
         [b""], [b"\xc1"], [b"\x00" * 100], [msgpack.packb([1, 2, 3])], [msgpack.packb(None)],
         [header("steps", [])] + frames, [header("steps", None)] + frames, [header("steps", 5)] + frames,
@@ -88,9 +88,9 @@ def data_messages(actor: str, session: int, seq: int, state_dim: int, action_dim
     for key, bad in [("seq", "7"), ("seq", 1.0), ("seq", -5), ("seq", 0), ("seq", [1]), ("seq", None),
                      ("session", "x"), ("session", [session]), ("session", 2.5), ("actor", ["a"]), ("actor", b"a"),
                      ("actor", ""), ("actor", "x" * 500), ("actor", 5), ("token", 5), ("token", None),
-                     ("digest", ["d"]), ("policy_version", "v")]:  # fmt: skip
+                     ("token", "t" * 100), ("policy_version", "v")]:  # fmt: skip
         msgs.append([header("steps", {**steps, key: bad}, specs)] + frames)
-    for key in ("actor", "session", "seq", "token", "digest"):
+    for key in ("actor", "session", "seq", "token"):
         msgs.append([header("steps", {k: v for k, v in steps.items() if k != key}, specs)] + frames)
     # scalar fields sent as 0-d arrays: the counts of records disagree with the shapes the replay expects
     zero_d = [([s[0], s[1], []], f[: np.dtype(s[1]).itemsize]) for s, f in good]

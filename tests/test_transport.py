@@ -177,13 +177,12 @@ def test_a_restarted_learner_drops_the_resend_of_what_it_stored_before_its_ack_w
             stored += first.poll(20)
         assert [int(a["i"][0]) for _, a, *_ in stored] == [0, 1, 2, 3, 4]
         session, last_seq = stored[-1][2], stored[-1][3]
-        digests = {seq: digest for *_, seq, digest in stored}
         held = token_hash(first.actors["actor-0"]["token"])
         first.close()  # gone without an ack: the actor still holds all five
         assert len(actor.unacked) == 5
         second = LearnerLink("127.0.0.1", *ports, config_hash="abc")
         second.auto_ack = False
-        second.expect("actor-0", stored_as(session), last_seq, held, digests)
+        second.expect("actor-0", stored_as(session), last_seq, held)
         actor.send_steps({}, {"i": np.array([5])})
         taken = []
         deadline = time.monotonic() + 10

@@ -2,7 +2,7 @@
 counted drop with its reason; no exception from a message reaches the learner's or the actor's loop.
 
 Messages are generated near the valid ones (a real session's actor id, session and token, a real step batch)
-with a few fields broken at a time, so the checks deep inside (sequence numbers, tokens, digests, the replay's
+with a few fields broken at a time, so the checks deep inside (sequence numbers, tokens, resends, the replay's
 field layout, weights that do not fit the policy) are reached, not only the msgpack parser. The fast suite runs
 a few hundred examples per property; `-m slow` runs many thousands (ROBO_RL_FUZZ_EXAMPLES overrides both).
 """
@@ -23,7 +23,7 @@ from robo_rl.replay_store import LearnerReplay
 from robo_rl.runs import MetricsWriter
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.transport.actor_link import ActorLink
-from robo_rl.transport.codec import ALLOWED_DTYPES, PROTOCOL_VERSION, content_digest
+from robo_rl.transport.codec import ALLOWED_DTYPES, PROTOCOL_VERSION
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 from robo_rl.transport.messages import ACTOR_CTRL_KINDS, ACTOR_SUB_KINDS, SCHEMAS
 from robo_rl.transport.threaded import ActorTransport
@@ -172,8 +172,7 @@ def learner_property(examples: int):
         _hello(link)
         info = link.actors[ACTOR]
         seq = info["acked"] + data.draw(st.sampled_from([1, 1, 1, 0, 2]))
-        steps = {"steps": {"actor": ACTOR, "session": SESSION, "seq": seq, "token": TOKEN,
-                           "digest": content_digest(batch), "policy_version": 0}}
+        steps = {"steps": {"actor": ACTOR, "session": SESSION, "seq": seq, "token": TOKEN, "policy_version": 0}}
         ctrl = {"hello": {"actor": data.draw(st.sampled_from([ACTOR, "actor-1"])), "session": SESSION,
                           "token": TOKEN, "first_unacked": 1, "config_hash": CONFIG_HASH},
                 "heartbeat": {"actor": ACTOR, "stats": {"unacked": 1, "jitter_ms_p99": 0.5}},
@@ -181,10 +180,10 @@ def learner_property(examples: int):
         frames = data.draw(messages(steps, {"steps": batch}))
         accepted = link._accept_data([zmq.Frame(f) for f in frames])
         if accepted is not None:
-            actor, arrays, session, got_seq, digest = accepted
+            actor, arrays, session, got_seq, held_hash = accepted
             assert actor == ACTOR and session == SESSION and got_seq == link.actors[ACTOR]["acked"]
             try:  # the learner's ingest: the replay takes it whole or refuses it with the reason
-                replay.add(actor, arrays, session, got_seq, digest, info["token_hash"])
+                replay.add(actor, arrays, session, got_seq, held_hash)
             except ValueError:
                 pass
         ident = data.draw(st.sampled_from([IDENT, IDENT, b"", b"\xff\xfe", b"other#1"]))

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import zmq
 
-from robo_rl.transport.codec import MessageError, content_digest, decode, encode
+from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import (
     LEARNER_KINDS,
     TOPIC_STATUS,
@@ -156,8 +156,7 @@ class ActorLink:
         """Number and queue a step batch (holding `env_steps` env steps) and send what the socket takes now.
         When the bounded buffer is full, the oldest unacknowledged message is dropped and counted."""
         self.seq += 1
-        header = {**meta, "actor": self.actor_id, "session": self.session, "seq": self.seq, "token": self.token,
-                  "digest": content_digest(arrays)}  # fmt: skip
+        header = {**meta, "actor": self.actor_id, "session": self.session, "seq": self.seq, "token": self.token}
         if len(self.unacked) >= self.max_unacked:
             self._forget_oldest()
             self.dropped_messages += 1

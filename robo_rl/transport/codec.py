@@ -18,7 +18,7 @@ MAX_ARRAYS = 1024  # arrays in one message (a policy's state dict has a few hund
 MAX_NDIM = 8
 MAX_DIM = 2**40  # elements along one axis; the frame's byte count is the real bound
 # The wire protocol's version (the step record's layout has its own, `schema.SCHEMA_VERSION`): 2 added the
-# per-session token and per-message digest, and checked meta fields.
+# per-session token, and checked meta fields.
 PROTOCOL_VERSION = 2
 
 
@@ -113,15 +113,3 @@ def arrays_to_state_dict(arrays: dict[str, np.ndarray]) -> dict:
         warnings.simplefilter("ignore", UserWarning)  # the buffers are read-only; nothing writes through them
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
-
-def content_digest(arrays: dict[str, np.ndarray]) -> str:
-    """A 128-bit digest of a step batch's arrays (names, dtypes, shapes and bytes): the learner compares it
-    when a message number comes again, and acknowledges the resend only if the content is the same."""
-    import xxhash
-
-    h = xxhash.xxh3_128()
-    for name, a in arrays.items():
-        a = np.ascontiguousarray(a)
-        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(memoryview(a).cast("B"))
-    return h.hexdigest()

@@ -25,7 +25,7 @@ import numpy as np
 import zmq
 
 from robo_rl.transport.codec import MessageError, decode, encode
-from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, DIGEST_WINDOW, MAX_TEXT, InvalidMessage
+from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, MAX_TEXT, InvalidMessage
 from robo_rl.transport.security import CurveKeys, check_bind_allowed, key_speaks_for
 from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
 
@@ -61,6 +61,12 @@ def new_id() -> int:
     return int.from_bytes(os.urandom(6), "little")
 
 
+def _same_bytes(first: list, frames: list) -> bool:
+    """Whether a resent message is byte for byte the first copy (compared only when a number comes again)."""
+    return len(first) == len(frames) and all(
+        np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b.buffer, np.uint8)) for a, b in zip(first, frames))
+
+
 def _printable(ident: bytes) -> str:
     """A connection's routing id as text for a log line (it is whatever the peer chose)."""
     return ident[:80].decode("utf-8", errors="replace").encode("unicode_escape").decode()
@@ -79,9 +85,11 @@ class LearnerLink:
 
     Identity: an actor process opens a session with a hello that carries a random token; the learner takes data
     for that session only with that token, and only from the connection (and with CURVE, the key) that said
-    hello. A second live process under the same actor id is refused by name. A message number seen before is
-    acknowledged again only if its content digest matches the one stored; otherwise the conflict is reported and
-    the session refused, so an actor never forgets data that was not stored.
+    hello. A second live process under the same actor id is refused by name. A message number that comes again
+    before its first copy is on disk is compared byte for byte with that copy (held until then, the same buffers
+    the replay holds): if they differ, the conflict is reported and the session refused, so an actor never
+    forgets data that was not stored. (One that comes again after it is on disk carries the session's token:
+    it is the same process's resend of bytes already stored.)
     """
 
     def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, config_hash: str,
@@ -109,7 +117,7 @@ class LearnerLink:
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
-        # actor id → its session: token, acked/durable seq, digests, connection, liveness, last stats
+        # actor id → its session: token, acked/durable seq, held frames, connection, liveness, last stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
         self.duplicates = self.unannounced = self.internal_errors = 0
@@ -142,7 +150,7 @@ class LearnerLink:
     # --- receiving ----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> list[tuple[str, dict, int, int, str]]:
         """Wait up to `timeout_ms` for traffic; answer ctrl messages; return new step batches in order,
-        as (actor, arrays, session, seq, digest). No message, however malformed, raises out of here."""
+        as (actor, arrays, session, seq, session token hash). No message, however malformed, raises out of here."""
         received = []
         events = dict(self.poller.poll(timeout_ms))
         if self.router in events:
@@ -193,10 +201,10 @@ class LearnerLink:
         if info["refused"]:
             return None
         if seq <= info["acked"]:
-            stored = info["digests"].get(seq)
-            if stored is not None and stored != meta["digest"]:
+            first = info["held"].get(seq)
+            if first is not None and not _same_bytes(first, frames):
                 self._refuse_session(actor, f"message {seq} of session {session:x} came again with other content "
-                                            "than the stored one (two processes share this session?)")  # fmt: skip
+                                            "than the first copy (two processes share this session?)")  # fmt: skip
             else:
                 self.duplicates += 1  # resent after a reconnect, and this learner already has it
             return None
@@ -205,11 +213,9 @@ class LearnerLink:
             return None
         info["acked"] = seq
         info["last_seen"] = time.monotonic()
-        digests = info["digests"]
-        digests[seq] = meta["digest"]
-        if len(digests) > DIGEST_WINDOW:
-            digests.popitem(last=False)
-        return actor, arrays, session, seq, meta["digest"]
+        if not self.auto_ack:  # kept (no copy) until durable, to compare a resend with
+            info["held"][seq] = [f.buffer for f in frames]
+        return actor, arrays, session, seq, info["token_hash"]
 
     def _handle_ctrl(self, frames: list[zmq.Frame]) -> None:
         ident, body = frames[0].bytes, frames[1:]
@@ -274,14 +280,14 @@ class LearnerLink:
             self._send(ident, self._weights)  # a late joiner gets weights at once
 
     @staticmethod
-    def _new_session(session: int, acked: int, token_hash_: str | None, digests: dict | None = None) -> dict:
+    def _new_session(session: int, acked: int, token_hash_: str | None) -> dict:
         return {"session": session, "token": None, "token_hash": token_hash_, "acked": acked, "durable": acked,
-                "digests": collections.OrderedDict(sorted((digests or {}).items())), "stats": {}, "ident": None,
-                "user_id": None, "alive": False, "refused": None, "last_seen": time.monotonic()}  # fmt: skip
+                "held": {}, "stats": {}, "ident": None, "user_id": None, "alive": False, "refused": None,
+                "last_seen": time.monotonic()}  # fmt: skip
 
     def _refuse_session(self, actor: str, reason: str) -> None:
         info = self.actors[actor]
-        info["refused"] = reason
+        info["refused"], info["held"] = reason, {}
         self.bad_messages["conflict"] += 1
         log.error("refused actor %s: %s", actor, reason)
         self._send(info["ident"], encode("refused", {"reason": reason}))
@@ -303,6 +309,9 @@ class LearnerLink:
         if info is None or info["refused"]:
             return
         info["durable"] = max(info["durable"], seq)
+        held = info["held"]
+        while held and next(iter(held)) <= info["durable"]:  # on disk now: a resend needs no comparison
+            del held[next(iter(held))]
         key = (info["acked"], info["durable"])
         if self._last_ack_sent.get(actor) != key and info["ident"] is not None:
             self._last_ack_sent[actor] = key
@@ -320,13 +329,12 @@ class LearnerLink:
             self._send(info["ident"], encode("rejected", {"session": info["session"], "seq": seq,
                                                           "reason": reason[:MAX_TEXT]}))  # fmt: skip
 
-    def expect(self, actor: str, session, seq: int, token_hash: str | None = None,
-               digests: dict[int, str] | None = None) -> None:  # fmt: skip
+    def expect(self, actor: str, session, seq: int, token_hash: str | None = None) -> None:
         """A restarted learner already holds `actor`'s messages up to `seq` of `session` (from its stored
         replay): when that actor process says hello again (with the token whose hash is `token_hash`), its
-        stream continues after `seq`; a resend of a stored message is checked against its stored digest."""
+        stream continues after `seq`."""
         session, seq = int(session), int(seq)  # as the actor sends them: a str or numpy session would never match
-        self.actors[actor] = self._new_session(session, seq, token_hash, digests)
+        self.actors[actor] = self._new_session(session, seq, token_hash)
 
     def _check_liveness(self) -> None:
         now = time.monotonic()

@@ -22,7 +22,6 @@ MAX_ID = 128  # characters in an actor id
 MAX_STATS = 64  # entries in a heartbeat's stats
 MAX_LAYOUT = 10_000  # arrays in a shared-memory weights notice
 INT64 = 2**63
-DIGEST_WINDOW = 4096  # message digests kept per actor session: an actor resends at most its unacked window
 
 
 def _int(low: int | None = None):
@@ -90,7 +89,7 @@ _ACK = {"incarnation": (_int(), True), "session": (_int(), True), "acked": (_int
 SCHEMAS: dict[str, dict[str, tuple]] = {
     # actor → learner, data channel
     "steps": {"actor": (_actor_id, True), "session": (_int(), True), "seq": (_int(1), True),
-              "token": (_text(64), True), "digest": (_text(64), True), "policy_version": (_int(), False)},
+              "token": (_text(64), True), "policy_version": (_int(), False)},
     # actor → learner, ctrl channel
     "hello": {"actor": (_actor_id, True), "session": (_int(), True), "token": (_text(64), True),
               "first_unacked": (_int(1), True), "config_hash": (_text(), True)},
