@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.policy_io import policy_action
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
@@ -62,7 +63,7 @@ class Actor:
     @staticmethod
     def _load_weights(policy, arrays: dict) -> None:
         """On the transport thread, into the spare policy: the control loop then only swaps a reference."""
-        policy.load_state_dict(arrays_to_state_dict(arrays))
+        load_trainable_state(policy, arrays_to_state_dict(arrays))  # frozen backbones are built here, never sent
 
     def _sync(self, episode_boundary: bool) -> None:
         """Between steps: take the newest policy (or only at episode ends, if so configured), see a stop."""

@@ -169,6 +169,22 @@ def make_policy(cfg: DictConfig, env):
     )
 
 
+def make_algorithm(cfg: DictConfig, policy, env):
+    """The learner's algorithm: `cfg.algo`'s `_target_` builder, given the policy and the env's spaces."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(cfg.algo, policy=policy, observation_space=env.observation_space,
+                           action_dim=env.action_space.shape[0], state_names=tuple(getattr(env, "state_names", ())),
+                           _convert_="all")  # fmt: skip
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, ValueError | TypeError):  # a setting the builder refuses: say which, in one line
+            raise ConfigError(f"algo={cfg.algo.get('name', '?')}: {cause}") from None
+        raise
+
+
 def save_config(cfg: DictConfig, path: Path) -> None:
     from omegaconf import OmegaConf
 

@@ -1,5 +1,6 @@
-"""The learner process: receives step records, keeps the replay, runs SAC at an enforced UTD,
-publishes the policy, writes metrics and checkpoints."""
+"""The learner process: receives step records, keeps the replay, runs the configured algorithm (see
+`robo_rl/algos/base.py`; it knows no algorithm by name) at an enforced UTD, publishes the acting policy's
+trainable weights, writes metrics and checkpoints."""
 
 from __future__ import annotations
 
@@ -14,10 +15,8 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from policies.hybrid import HybridGripperPolicy
-from robo_rl.algos.gripper import GripperConfig, GripperLearner
-from robo_rl.algos.sac import SAC, SACConfig
-from robo_rl.config import config_hash, make_env, make_policy
+from robo_rl.algos.base import resolve_device
+from robo_rl.config import config_hash, make_algorithm, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
@@ -32,34 +31,16 @@ from robo_rl.transport.security import LEARNER_KEY, curve_keys
 log = logging.getLogger(__name__)
 
 
-def sac_config(algo: DictConfig) -> SACConfig:
-    keys = SACConfig.__dataclass_fields__
-    tuples = ("critic_hidden", "target_q_clip")
-    cfg = SACConfig(**{k: (tuple(v) if k in tuples and v is not None else v) for k, v in algo.items() if k in keys})
-    if cfg.target_q_clip is not None and (len(cfg.target_q_clip) != 2 or cfg.target_q_clip[0] >= cfg.target_q_clip[1]):
-        raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(cfg.target_q_clip)}")
-    return cfg
-
-
 class Learner:
     def __init__(self, cfg: DictConfig, run_dir: Path, progress: bool = True) -> None:
         torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.device = resolve_device(cfg.device)
         env = make_env(cfg)
         self.fields = fields_for_env(env)
-        self.policy = make_policy(cfg, env)
-        self.gripper = None  # with a hybrid policy: SAC moves the arm, a discrete critic picks the gripper command
-        actor = self.policy
-        if isinstance(self.policy, HybridGripperPolicy):
-            names = list(getattr(env, "state_names", ()))
-            a = cfg.algo
-            self.gripper = GripperLearner(self.policy.gripper, GripperConfig(
-                lr=a.lr_critic, tau=a.tau, penalty=a.gripper_penalty, grad_clip_norm=a.grad_clip_norm,
-                precision=a.get("precision", "auto"),
-                gripper_state_index=names.index("gripper_pos") if "gripper_pos" in names else None))  # fmt: skip
-            actor = self.policy.arm
-        self.sac = SAC(actor, env.observation_space, sac_config(cfg.algo))
+        self.policy = make_policy(cfg, env).to(self.device)
+        self.algo = make_algorithm(cfg, self.policy, env)
         env.close()
         self.rng = np.random.default_rng(cfg.seed)
         self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
@@ -87,17 +68,15 @@ class Learner:
         for actor, (session, seq) in stored_seqs.items():
             known = self.replay.sessions.get(actor, {})
             same = known.get("session") == session
-            self.link.expect(actor, session, seq, known.get("token_hash") if same else None,
-                             known.get("digests") if same else None)  # fmt: skip
+            self.link.expect(actor, session, seq, known.get("token_hash") if same else None)
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
     # --- data ---------------------------------------------------------------------------------
-    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None, digest: str | None = None) -> None:
+    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None) -> None:
         """Store one received message and count its steps; a batch that cannot be stored is dropped, counted,
         logged and reported to its actor, and the learner serves on."""
-        info = self.link.actors.get(actor, {})
         try:
-            self.replay.add(actor, arrays, session, seq, digest, info.get("token_hash"))
+            self.replay.add(actor, arrays, session, seq, token_hash)
         except Exception as e:
             if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback
                 log.exception("storing message %s of %s failed", seq, actor)
@@ -143,22 +122,16 @@ class Learner:
                 self.link.ack(actor, seq)
 
     def sample(self) -> dict:
-        a = self.cfg.algo
-        return batch_to_torch(self.replay.sample(a.batch_size, self.rng, a.gamma, n_step=a.get("n_step", 1)))
+        spec = self.algo.batch_spec
+        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, n_step=spec.n_step, chunk=spec.chunk)
+        return batch_to_torch(batch, self.device)
 
     def update(self) -> dict:
-        """One round of `critic_updates_per_actor` critic updates and an actor update (and as many updates
-        of the gripper critic, when there is one)."""
-        n = self.cfg.algo.critic_updates_per_actor
-        batches = [self.sample() for _ in range(n)]
-        if self.gripper is None:
-            m = self.sac.update(batches)
-        else:
-            for b in batches:
-                g = self.gripper.update(b)
-            m = {**self.sac.update([{**b, "action": b["action"][:, :-1]} for b in batches]), **g}
+        """One round of the algorithm's update on the fresh batches it asks for (counted as that many updates)."""
+        n = self.algo.batch_spec.batches
+        metrics = self.algo.update([self.sample() for _ in range(n)])
         self.updates += n
-        return m
+        return metrics
 
     # --- the loop -----------------------------------------------------------------------------
     @property
@@ -183,13 +156,13 @@ class Learner:
             while self.env_steps < train.total_env_steps:
                 can_update = self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
                 before = self.env_steps
-                for actor, arrays, session, seq, digest in self.link.poll(timeout_ms=0 if can_update else 20):
-                    self.ingest(actor, arrays, session, seq, digest)
+                for actor, arrays, session, seq, token_hash in self.link.poll(timeout_ms=0 if can_update else 20):
+                    self.ingest(actor, arrays, session, seq, token_hash)
                 self.acknowledge(self.replay.poll())
                 bar.update(self.env_steps - before)
                 if can_update:
                     m = self.update()
-                    if self.updates % train.weights_every_updates < cfg.algo.critic_updates_per_actor:
+                    if self.updates % train.weights_every_updates < self.algo.batch_spec.batches:
                         self.publish_weights()
                 now = time.monotonic()
                 if now - last_status > 0.02:
@@ -240,7 +213,7 @@ class Learner:
 
     def publish_weights(self) -> None:
         self.version += 1
-        self.link.publish_weights(self.version, state_dict_to_arrays(self.policy.state_dict()))
+        self.link.publish_weights(self.version, state_dict_to_arrays(self.algo.actor_weights()))
         self._published[self.version] = time.monotonic()
         self._published.pop(self.version - 10_000, None)
 
@@ -274,11 +247,8 @@ class Learner:
     def checkpoint(self) -> Path:
         """Flush the replay to disk, then write a checkpoint that names the segments it goes with."""
         self.acknowledge(self.replay.flush())
-        algo = self.sac.state_dict()
-        if self.gripper is not None:  # "policy" is what the actors run: the whole hybrid policy
-            algo = {**algo, "policy": self.policy.state_dict(), "gripper": self.gripper.state_dict()}
         return save_checkpoint(self.run_dir, self.env_steps, {
-            "algo": algo,
+            "algo": self.algo.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
                          "version": self.version},
             "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state},
@@ -310,12 +280,7 @@ class Learner:
         return seqs
 
     def _restore(self, payload: dict) -> None:
-        algo = payload["algo"]
-        if self.gripper is not None:
-            self.policy.load_state_dict(algo["policy"])
-            self.gripper.load_state_dict(algo["gripper"])
-            algo = {**algo, "policy": self.policy.arm.state_dict()}
-        self.sac.load_state_dict(algo)
+        self.algo.load_state_dict(payload["algo"])
         c = payload["counters"]
         self.env_steps, self.updates, self.episodes, self.version = (
             c["env_steps"], c["updates"], c["episodes"], c["version"])  # fmt: skip

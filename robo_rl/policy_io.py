@@ -12,11 +12,15 @@ def obs_to_torch(obs: dict, batch: bool = True) -> dict:
     return {"state": wrap(obs["state"]), "images": {k: wrap(v) for k, v in obs["images"].items()}}
 
 
-def batch_to_torch(batch: dict) -> dict:
-    """A replay batch (nested numpy dicts) → tensors, without copying."""
+def batch_to_torch(batch: dict, device: torch.device | None = None) -> dict:
+    """A replay batch (nested numpy dicts) → tensors: on the CPU without copying; on a GPU through pinned host
+    memory with non-blocking copies (the next batch is gathered while this one travels)."""
     if isinstance(batch, dict):
-        return {k: batch_to_torch(v) for k, v in batch.items()}
-    return torch.from_numpy(np.ascontiguousarray(batch))
+        return {k: batch_to_torch(v, device) for k, v in batch.items()}
+    tensor = torch.from_numpy(np.ascontiguousarray(batch))
+    if device is None or device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def policy_action(policy, obs: dict, deterministic: bool) -> np.ndarray:

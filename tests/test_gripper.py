@@ -79,7 +79,7 @@ def test_the_learner_trains_checkpoints_and_resumes_a_hybrid_policy(tmp_path):
     run.mkdir()
     save_config(cfg, run / "config.yaml")
     learner = Learner(cfg, run, progress=False)
-    assert learner.gripper is not None and learner.gripper.cfg.gripper_state_index == 3
+    assert learner.algo.gripper.cfg.gripper_state_index == 3, "sac_gripper: SAC for the arm + the gripper critic"
     demos = learner.replay.demos.data
     learner.ingest("actor-0", {k: v[:40].copy() for k, v in demos.items()}, 1, 1)
     before = [p.clone() for p in learner.policy.gripper.parameters()]
@@ -91,7 +91,8 @@ def test_the_learner_trains_checkpoints_and_resumes_a_hybrid_policy(tmp_path):
     resumed = Learner(load_config([f"resume={run}", *[o for o in toy_config_ports(tmp_path)]]), run, progress=False)
     for name, p in learner.policy.state_dict().items():
         assert torch.equal(p, resumed.policy.state_dict()[name]), name
-    assert torch.equal(next(iter(resumed.gripper.target.parameters())), next(iter(learner.gripper.target.parameters())))
+    assert torch.equal(next(iter(resumed.algo.gripper.target.parameters())),
+                       next(iter(learner.algo.gripper.target.parameters())))
     resumed.close()
     np.testing.assert_array_equal(learner.rng.random(3), resumed.rng.random(3))
 

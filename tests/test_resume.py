@@ -74,7 +74,7 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
     feed(resumed, msgs[half:], half + 1)
 
     assert straight.updates == resumed.updates > 0
-    a, b = straight.sac.state_dict(), resumed.sac.state_dict()
+    a, b = straight.algo.state_dict(), resumed.algo.state_dict()
     for net in ("policy", "critic", "target_critic"):
         for name, tensor in a[net].items():
             assert torch.equal(tensor, b[net][name]), f"{net}.{name} differs"

@@ -5,9 +5,8 @@ import torch
 from omegaconf import OmegaConf
 
 from policies.gaussian import TanhGaussianPolicy
-from robo_rl.algos.sac import SAC, SACConfig
+from robo_rl.algos.sac import SAC, SACConfig, build_sac
 from robo_rl.envs import make_observation_space
-from robo_rl.learner import sac_config
 
 
 @pytest.mark.parametrize("clip, expected", [(None, 3.0), ((0.0, 1.0), 1.0)])
@@ -28,7 +27,10 @@ def test_td_targets_are_clipped_to_the_configured_range(clip, expected):
 
 @pytest.mark.parametrize("bad", [[1.0, 0.0], [0.0], [0.0, 1.0, 2.0]])
 def test_a_malformed_target_clip_is_refused_by_name(bad):
-    algo = OmegaConf.merge(OmegaConf.load("launch/conf/algo/sac.yaml"), {"target_q_clip": bad})
+    keys = OmegaConf.to_container(OmegaConf.load("launch/conf/algo/sac.yaml"))
+    keys.pop("_target_")
+    space = make_observation_space(3, {})
+    policy = TanhGaussianPolicy(space, 2, hidden=[32])
     with pytest.raises(ValueError, match=r"algo.target_q_clip must be \[low, high\] with low < high"):
-        sac_config(algo)
-    assert sac_config(OmegaConf.merge(algo, {"target_q_clip": [0, 1]})).target_q_clip == (0, 1)
+        build_sac(policy, space, 2, **{**keys, "target_q_clip": bad})
+    assert build_sac(policy, space, 2, **{**keys, "target_q_clip": [0, 1]}).cfg.target_q_clip == (0, 1)

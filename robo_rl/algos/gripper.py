@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from policies.hybrid import GripperQ, gripper_choice
-from robo_rl.algos.sac import soft_update
+from policies.hybrid import GripperQ, HybridGripperPolicy, gripper_choice
+from robo_rl.algos.base import Algorithm
+from robo_rl.algos.sac import SAC, build_sac, soft_update
 from robo_rl.precision import autocast, resolve_precision
 
 
@@ -72,3 +73,40 @@ class GripperLearner:
         self.q.load_state_dict(state["q"])
         self.target.load_state_dict(state["target"])
         self.optim.load_state_dict(state["optim"])
+
+
+class SACWithGripper(Algorithm):
+    """`algo=sac_gripper`: SAC moves the arm (every action dimension but the last), the discrete critic above
+    picks the gripper command; both learn from the same batches. The acting policy is the hybrid one."""
+
+    def __init__(self, policy: HybridGripperPolicy, arm: SAC, gripper: GripperLearner) -> None:
+        self.policy, self.arm, self.gripper = policy, arm, gripper
+        self.batch_spec = arm.batch_spec
+
+    def update(self, batches: list[dict]) -> dict:
+        for batch in batches:
+            gripper_metrics = self.gripper.update(batch)
+        arm_batches = [{**b, "action": b["action"][:, :-1]} for b in batches]
+        return {**self.arm.update(arm_batches), **gripper_metrics}
+
+    def state_dict(self) -> dict:
+        # the arm's SAC state with "policy" the whole hybrid policy (what actors run and `eval` loads)
+        return {**self.arm.state_dict(), "policy": self.policy.state_dict(), "gripper": self.gripper.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.gripper.load_state_dict(state["gripper"])
+        self.arm.load_state_dict({**state, "policy": self.policy.arm.state_dict()})
+
+
+def build_sac_gripper(policy: HybridGripperPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
+                      gripper_penalty: float = -0.02, **sac_keys) -> SACWithGripper:  # fmt: skip
+    if not isinstance(policy, HybridGripperPolicy):
+        raise ValueError("algo=sac_gripper needs policy=hybrid_gripper (an arm policy and a discrete gripper critic)")
+    arm = build_sac(policy.arm, observation_space, action_dim - 1, **sac_keys)
+    names = list(state_names)
+    gripper = GripperLearner(policy.gripper, GripperConfig(
+        lr=sac_keys.get("lr_critic", 3e-4), tau=sac_keys.get("tau", 0.005), penalty=gripper_penalty,
+        grad_clip_norm=sac_keys.get("grad_clip_norm", 10.0), precision=sac_keys.get("precision", "auto"),
+        gripper_state_index=names.index("gripper_pos") if "gripper_pos" in names else None))  # fmt: skip
+    return SACWithGripper(policy, arm, gripper)

@@ -23,6 +23,7 @@ from policies.encoders import (
 )
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
+from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.precision import autocast, resolve_precision
 
 
@@ -75,15 +76,20 @@ class CriticEnsemble(nn.Module):
         return self.q(torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)
 
 
-class SAC:
+class SAC(Algorithm):
     """One update step reads top to bottom like the paper: critic, then actor, then temperature."""
 
-    def __init__(self, policy: TanhGaussianPolicy, observation_space, cfg: SACConfig) -> None:
+    def __init__(self, policy: TanhGaussianPolicy, observation_space, cfg: SACConfig,
+                 batch_spec: BatchSpec | None = None) -> None:  # fmt: skip
         self.cfg = cfg
         self.policy = policy
+        self.batch_spec = batch_spec or BatchSpec(batch_size=256, gamma=cfg.gamma)
         action_dim = policy.action_dim
         if cfg.image_augmentation not in AUGMENTATIONS:
             raise ValueError(f"algo.image_augmentation must be random_shift or null, got '{cfg.image_augmentation}'")
+        clip = cfg.target_q_clip
+        if clip is not None and (len(clip) != 2 or clip[0] >= clip[1]):
+            raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(clip)}")
         self.critic = CriticEnsemble(observation_space, action_dim, cfg, getattr(policy, "encoder_config", None),
                                      share_frozen_from=policy.encoder)  # fmt: skip
         if cfg.share_encoder:  # one encoder module: the critic's loss trains it, the actor reads it detached
@@ -197,3 +203,16 @@ class SAC:
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.alpha_optim.load_state_dict(state["alpha_optim"])
+
+
+def build_sac(policy: nn.Module, observation_space, action_dim: int, state_names: tuple = (), *, batch_size: int,
+              n_step: int = 1, critic_updates_per_actor: int = 1, **keys) -> SAC:  # fmt: skip
+    """`algo=sac`: SAC/RLPD from the YAML's keys (those SACConfig does not know, e.g. `name`, are ignored)."""
+    from policies.hybrid import HybridGripperPolicy
+
+    if isinstance(policy, HybridGripperPolicy):
+        raise ValueError("policy=hybrid_gripper learns its gripper with a discrete critic: use algo=sac_gripper")
+    known = SACConfig.__dataclass_fields__
+    cfg = SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
+    spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma)
+    return SAC(policy, observation_space, cfg, spec)

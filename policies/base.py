@@ -1,0 +1,62 @@
+"""Frozen base policies: what a residual learner corrects, or what acts alone (our behaviour cloning, a LeRobot
+policy through an adapter). One interface, so the actor and the residual algorithm never ask which it is.
+
+A base predicts a *chunk* of actions for an observation (a chunk of one is closed-loop control). `ChunkedBase`
+runs chunks open-loop from a queue that is emptied at every episode start, and times each inference.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class BasePolicy(Protocol):
+    """Observation `{"state": float32[D], "images": {camera: uint8[H, W, 3]}}` in; actions in the task's normalised
+    action space `[-1, 1]^A` out."""
+
+    action_dim: int
+    chunk_size: int  # actions per inference; 1 for closed-loop control
+
+    def reset(self) -> None:
+        """A new episode starts: forget any internal state (observation history, a model's own queue)."""
+
+    def predict_chunk(self, obs: dict) -> np.ndarray:
+        """float32 [chunk_size, action_dim]: the next actions from this observation."""
+
+
+class ChunkedBase:
+    """Acts one step at a time from a base's chunks: a queue refilled when empty, emptied at `reset`."""
+
+    def __init__(self, base: BasePolicy, execute_steps: int | None = None, timing_window: int = 1000) -> None:
+        self.base = base
+        # how many of each chunk run before the next inference (ACT runs all, others fewer)
+        self.execute_steps = min(execute_steps or base.chunk_size, base.chunk_size)
+        self.queue: collections.deque = collections.deque()
+        self.inference_ms: collections.deque = collections.deque(maxlen=timing_window)
+
+    def reset(self) -> None:
+        self.queue.clear()
+        self.base.reset()
+
+    def act(self, obs: dict) -> np.ndarray:
+        if not self.queue:
+            start = time.perf_counter()
+            chunk = np.asarray(self.base.predict_chunk(obs), np.float32)
+            self.inference_ms.append((time.perf_counter() - start) * 1e3)
+            if chunk.ndim != 2 or chunk.shape[1] != self.base.action_dim or not len(chunk):
+                raise ValueError(f"the base policy returned actions of shape {chunk.shape}, expected "
+                                 f"[{self.base.chunk_size}, {self.base.action_dim}]")  # fmt: skip
+            self.queue.extend(chunk[: self.execute_steps])
+        return self.queue.popleft()
+
+    def timing(self) -> dict:
+        """Inference time in ms (p50, p99) over the recent inferences; empty before the first."""
+        if not self.inference_ms:
+            return {}
+        p50, p99 = np.percentile(np.asarray(self.inference_ms), [50, 99])
+        return {"base_inference_ms_p50": float(p50), "base_inference_ms_p99": float(p99)}

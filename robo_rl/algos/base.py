@@ -1,0 +1,84 @@
+"""The interface every learner algorithm implements; the learner loop knows nothing else about it.
+
+An algorithm is chosen by the `_target_` of `launch/conf/algo/<name>.yaml`: a builder called with the acting
+policy, the observation space, the action dimension, the env's state names and the torch device, plus the
+YAML's own keys. It owns its networks and optimisers, says what its batches need (`BatchSpec`), updates from
+them, hands over the acting policy's *trainable* weights for actors (frozen parts are built by each actor from
+the same config and never sent), and saves and restores its whole state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from policies.encoders import frozen_backbones
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What one update asks of the replay."""
+
+    batch_size: int
+    batches: int = 1  # fresh batches per `update` call (e.g. several critic steps per actor step)
+    n_step: int = 1  # n-step returns
+    gamma: float = 0.99  # the replay discounts n-step returns with it
+    chunk: int = 1  # action chunks of this length (an algorithm for chunked policies)
+    extras: tuple[str, ...] = field(default=())  # policy extras gathered with obs and next_obs (`obs["extras"]`)
+
+
+class Algorithm(ABC):
+    policy: nn.Module  # what actors run
+    batch_spec: BatchSpec
+
+    @abstractmethod
+    def update(self, batches: list[dict]) -> dict:
+        """One round of learning from `batch_spec.batches` batches (torch tensors on the algorithm's device);
+        returns metrics (floats) for the log."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything needed to resume exactly. `"policy"` holds the acting policy's full state dict (what
+        `robo-rl eval` loads)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        """The acting policy's weights that learning changes: its state dict without frozen backbones."""
+        return trainable_state(self.policy)
+
+
+def frozen_prefixes(module: nn.Module) -> tuple[str, ...]:
+    """State-dict prefixes of the frozen backbones inside `module` (built by the actor from its config)."""
+    frozen = {id(m) for m in frozen_backbones(module)}
+    return tuple(f"{name}." for name, m in module.named_modules() if id(m) in frozen and name)
+
+
+def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    prefixes = frozen_prefixes(module)
+    return {k: v for k, v in module.state_dict().items() if not k.startswith(prefixes)} if prefixes else (
+        module.state_dict())  # fmt: skip
+
+
+def load_trainable_state(module: nn.Module, state: dict) -> None:
+    """Load what `trainable_state` sent: every key but the frozen backbones' must be there, nothing unknown."""
+    result = module.load_state_dict(state, strict=False)
+    prefixes = frozen_prefixes(module)
+    missing = [k for k in result.missing_keys if not k.startswith(prefixes)] if prefixes else result.missing_keys
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"weights do not fit this policy: missing {missing[:5]}, unexpected "
+                           f"{result.unexpected_keys[:5]}")  # fmt: skip
+
+
+def resolve_device(name: str) -> torch.device:
+    """`cpu`, `cuda[:i]` or `auto` (CUDA when there is one)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but torch sees no CUDA device here: use device=cpu or device=auto")
+    return device
