@@ -78,7 +78,12 @@ def resolve_device(name: str) -> torch.device:
     """`cpu`, `cuda[:i]` or `auto` (CUDA when there is one)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    from robo_rl.config import ConfigError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name} is not a torch device: cpu | cuda | cuda:<i> | auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name} but torch sees no CUDA device here: use device=cpu or device=auto")
+        raise ConfigError(f"device={name} but torch sees no CUDA device here: use device=cpu or device=auto")
     return device
