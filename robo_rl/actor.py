@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import config_hash, make_env, make_policy
-from robo_rl.policy_io import policy_action
+from robo_rl.policy_io import policy_step
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.actor_link import ActorLink
@@ -36,7 +36,7 @@ class Actor:
         self.progress = progress
         self.env = make_env(cfg)
         self.policy = make_policy(cfg, self.env).eval()
-        self.fields = fields_for_env(self.env)
+        self.fields = fields_for_env(self.env, self.policy)
         self.policy_version = -1  # -1: still the untrained initial policy
         self.stop_reason: str | None = None
         self.sent_steps = 0
@@ -111,7 +111,7 @@ class Actor:
         self._sync(episode_boundary=True)
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
-        recorder = EpisodeRecorder(self.env.action_space.shape[0])
+        recorder = EpisodeRecorder(self.env.action_space.shape[0], getattr(self.policy, "extras_spec", None))
         episode = 0
         obs, _ = self.env.reset(seed=cfg.seed)
         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
@@ -128,13 +128,14 @@ class Actor:
                     time.sleep(0.002)
                 else:
                     self.step_starts.append(time.monotonic())
+                    extras = {}
                     if self.sent_steps < cfg.train.random_steps:
                         action = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32)
                     else:
-                        action = policy_action(self.policy, obs, deterministic=False)
+                        action, extras = policy_step(self.policy, obs, deterministic=False)
                     obs, reward, terminated, truncated, info = self.env.step(action)
                     pending.append(recorder.record_step(obs, reward, terminated, truncated, info,
-                                                        self.policy_version, time.time()))  # fmt: skip
+                                                        self.policy_version, time.time(), extras))  # fmt: skip
                     self.sent_steps += 1
                     bar.update(1)
                     if terminated or truncated:

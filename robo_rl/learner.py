@@ -38,8 +38,8 @@ class Learner:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.device = resolve_device(cfg.device)
         env = make_env(cfg)
-        self.fields = fields_for_env(env)
         self.policy = make_policy(cfg, env).to(self.device)
+        self.fields = fields_for_env(env, self.policy)
         self.algo = make_algorithm(cfg, self.policy, env)
         env.close()
         self.rng = np.random.default_rng(cfg.seed)
@@ -123,7 +123,7 @@ class Learner:
 
     def sample(self) -> dict:
         spec = self.algo.batch_spec
-        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, n_step=spec.n_step, chunk=spec.chunk)
+        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras)
         return batch_to_torch(batch, self.device)
 
     def update(self) -> dict:

@@ -25,3 +25,12 @@ def batch_to_torch(batch: dict, device: torch.device | None = None) -> dict:
 
 def policy_action(policy, obs: dict, deterministic: bool) -> np.ndarray:
     return policy.act(obs_to_torch(obs), deterministic=deterministic)[0].numpy()
+
+
+def policy_step(policy, obs: dict, deterministic: bool) -> tuple[np.ndarray, dict]:
+    """(action, extras) for one observation: a policy that declares `extras_spec` says, in `act_with_extras`,
+    what else it decided (its base action, its noise...); the record carries them as `extra/<name>`."""
+    if not getattr(policy, "extras_spec", None):
+        return policy_action(policy, obs, deterministic), {}
+    action, extras = policy.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
+    return action[0].numpy(), {k: v[0].numpy() for k, v in extras.items()}

@@ -109,9 +109,9 @@ class ReplayBuffer:
         return np.flatnonzero(self.data["intervention"][: self.size])
 
     def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1, chunk: int = 1,
-               among: np.ndarray | None = None) -> dict:  # fmt: skip
+               extras: tuple[str, ...] = (), among: np.ndarray | None = None) -> dict:  # fmt: skip
         """A batch of transitions as numpy arrays (see `gather`)."""
-        return self.gather(self.sample_rows(batch_size, rng, among), gamma, n_step, chunk)
+        return self.gather(self.sample_rows(batch_size, rng, among), gamma, n_step, chunk, extras)
 
     def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
         return self.data[name][rows]
@@ -120,7 +120,8 @@ class ReplayBuffer:
         images = {c: self._field(f"image/{c}", rows) for c in self.cameras}
         return {"state": self._field("state", rows), "images": images}
 
-    def gather(self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1) -> dict:
+    def gather(self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1,
+               extras: tuple[str, ...] = ()) -> dict:  # fmt: skip
         """Transitions that end at `rows` (their first step), extended to n-step returns or action chunks.
 
         From obs_t, up to h = max(n_step, chunk) steps are followed inside the episode, stopping after a
@@ -128,6 +129,9 @@ class ReplayBuffer:
         reward = Σ_{k<m} γ^k r_{t+k}, discount = γ^m · (1 − terminated at the last step), next_obs = obs_{t+m}.
         With chunk > 1, `action` is (batch, chunk, action_dim), padded with the last executed action past
         the episode's end, and `action_mask` marks the real ones.
+        With `extras` (names of policy extras): `extras` holds those of the decision at obs_t (that chose
+        `action`), `next_extras` those of the decision at next_obs, where one was taken (`next_extras_valid`;
+        not after the episode's last step, where they are zero).
         """
         if n_step < 1 or chunk < 1 or (n_step > 1 and chunk > 1 and n_step != chunk):
             raise ValueError(f"n_step ({n_step}) and chunk ({chunk}) must be ≥ 1, and equal if both exceed 1")
@@ -157,6 +161,16 @@ class ReplayBuffer:
         }
         if chunk > 1:
             out["action_mask"] = np.stack(mask, axis=1)
+        if extras:
+            after = ~(self._field("terminated", end) | self._field("truncated", end)) & self._has_next(end)
+            nxt = np.where(after, self.next[end], end)
+            out["extras"], out["next_extras"] = {}, {}
+            for name in extras:
+                out["extras"][name] = self._field(f"extra/{name}", rows)
+                following = self._field(f"extra/{name}", nxt)
+                following[~after] = 0
+                out["next_extras"][name] = following
+            out["next_extras_valid"] = after
         return out
 
 

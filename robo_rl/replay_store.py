@@ -50,7 +50,10 @@ class LearnerReplay:
         self.demos = None
         if demos is not None and len(demos["step"]):
             self.demos = ReplayBuffer(len(demos["step"]), fields)
-            self.demos.add(demos, source="demos")
+            # recorded without this policy: its extras are zero (an algorithm that needs them recomputes them)
+            zero = {k: np.zeros((len(demos["step"]), *shape), dtype) for k, (shape, dtype) in fields.items()
+                    if k.startswith("extra/") and k not in demos}  # fmt: skip
+            self.demos.add({**demos, **zero}, source="demos")
         self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
         self.writer = SegmentWriter(self.store) if self.store else None
         self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
@@ -130,18 +133,18 @@ class LearnerReplay:
         return self.online.size > 0
 
     def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1,
-               chunk: int = 1) -> dict:  # fmt: skip
+               chunk: int = 1, extras: tuple[str, ...] = ()) -> dict:  # fmt: skip
         """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
         (by their sizes); all online when there is no prior data yet."""
         interventions = self.online.intervention_rows() if self.cfg.interventions_in_prior else np.empty(0, np.int64)
         n_demo_rows = self.demos.size if self.demos else 0
         n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + len(interventions) else 0
         n_int = int(rng.binomial(n_prior, len(interventions) / (n_demo_rows + len(interventions)))) if n_prior else 0
-        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk)]
+        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras)]
         if n_int:
-            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, among=interventions))
+            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions))
         if n_prior - n_int:
-            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk))
+            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras))
         return concat_batches(parts)
 
     # --- checkpoints ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ observation with zero actions). The learner rebuilds (obs, action, reward, next_
 consecutive records of an episode, so each frame travels and is stored once.
 
 A *step batch* is a dict `field name → array` whose first axis indexes records; images use the
-field names `image/<camera>`.
+field names `image/<camera>`, and an acting policy's extras (its base action, a DSRL noise, a log-probability:
+whatever it says about the decision that chose this record's action) `extra/<name>`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ SCHEMA_VERSION = 1
 
 # ended_by travels as a small integer: 0 while the episode runs, else 1 + its index in ENDED_BY
 ENDED_BY_CODES = {name: i + 1 for i, name in enumerate(ENDED_BY)}
+EXTRA = "extra/"
 
 
-def step_fields(state_dim: int, action_dim: int, cameras: dict[str, tuple[int, int]]) -> dict[str, tuple]:
-    """`field → (per-record shape, dtype)` for an env with these observation and action sizes."""
+def step_fields(state_dim: int, action_dim: int, cameras: dict[str, tuple[int, int]],
+                extras: dict[str, tuple] | None = None) -> dict[str, tuple]:  # fmt: skip
+    """`field → (per-record shape, dtype)` for an env with these observation and action sizes, and a policy with
+    these extras (`name → (shape, dtype)`)."""
     fields = {
         "episode_id": ((), np.int64),
         "step": ((), np.int32),
@@ -41,20 +45,30 @@ def step_fields(state_dim: int, action_dim: int, cameras: dict[str, tuple[int, i
     }
     for name, (h, w) in cameras.items():
         fields[f"image/{name}"] = ((h, w, 3), np.uint8)
+    for name, (shape, dtype) in (extras or {}).items():
+        fields[f"{EXTRA}{name}"] = (tuple(shape), dtype)
     return fields
 
 
-def fields_for_env(env) -> dict[str, tuple]:
+def fields_for_env(env, policy=None) -> dict[str, tuple]:
+    """The record layout of an env, with the extras the acting `policy` declares (`policy.extras_spec`)."""
     space = env.observation_space
     cams = {name: s.shape[:2] for name, s in space["images"].spaces.items()}
-    return step_fields(space["state"].shape[0], env.action_space.shape[0], cams)
+    extras = getattr(policy, "extras_spec", None) or {}
+    return step_fields(space["state"].shape[0], env.action_space.shape[0], cams, extras)
+
+
+def extras_of(fields: dict[str, tuple]) -> dict[str, tuple]:
+    """`name → (shape, dtype)` of the policy extras in a record layout."""
+    return {k[len(EXTRA) :]: v for k, v in fields.items() if k.startswith(EXTRA)}
 
 
 class EpisodeRecorder:
     """Turns env resets and steps into step records, one dict of scalars/arrays per record."""
 
-    def __init__(self, action_dim: int) -> None:
+    def __init__(self, action_dim: int, extras_spec: dict[str, tuple] | None = None) -> None:
         self.zero_action = np.zeros(action_dim, np.float32)
+        self.zero_extras = {name: np.zeros(shape, dtype) for name, (shape, dtype) in (extras_spec or {}).items()}
         self.episode_id = -1
         self.step = 0
 
@@ -63,7 +77,18 @@ class EpisodeRecorder:
         z = self.zero_action
         return self._record(obs, z, z, z, 0.0, False, False, False, False, None, policy_version, timestamp)
 
-    def record_step(self, obs, reward, terminated, truncated, info, policy_version: int = 0, timestamp=0.0) -> dict:
+    def record_step(self, obs, reward, terminated, truncated, info, policy_version: int = 0, timestamp=0.0,
+                    extras: dict | None = None) -> dict:  # fmt: skip
+        """The record of a step; `extras` are what the policy said about the decision that chose its action
+        (declared extras it does not give are zero, as on a reset record or a random step)."""
+        rec = self._step_record(obs, reward, terminated, truncated, info, policy_version, timestamp)
+        for name, value in (extras or {}).items():
+            if name not in self.zero_extras:
+                raise ValueError(f"the policy gave extra '{name}' it does not declare in extras_spec")
+            rec[f"{EXTRA}{name}"] = np.asarray(value, self.zero_extras[name].dtype).reshape(self.zero_extras[name].shape)
+        return rec
+
+    def _step_record(self, obs, reward, terminated, truncated, info, policy_version, timestamp) -> dict:
         self.step += 1
         executed = np.asarray(info["action_executed"], np.float32)
         proposed = np.asarray(info["action_policy"], np.float32)
@@ -95,6 +120,8 @@ class EpisodeRecorder:
         }
         for name, img in obs["images"].items():
             rec[f"image/{name}"] = img
+        for name, zero in self.zero_extras.items():
+            rec[f"{EXTRA}{name}"] = zero
         return rec
 
 
