@@ -20,6 +20,7 @@ commands:
   learner   start the learner alone (binds transport.* ports on loopback)
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
+  bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
@@ -35,7 +36,7 @@ HELP_FLAGS = ("-h", "--help")
 # so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
 USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
                ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
-               ("robo_rl.storage", "StorageError"))  # fmt: skip
+               ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -45,7 +46,7 @@ class UsageError(ValueError):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data}  # fmt: skip
+                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -235,22 +236,30 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
     report of the training run itself, written by `train` and by a learner started alone)."""
     from robo_rl.config import load_config, load_saved_config, make_env, make_policy, override_value
-    from robo_rl.evaluate import evaluate_policy, write_report
-    from robo_rl.runs import CheckpointError, load_newest_readable
 
     ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
         raise UsageError("eval needs checkpoint=<file.pt or run folder>")
+    rest = [o for o in overrides if not o.startswith("checkpoint=")]
+
+    def config_of(run_dir: Path | None):  # the env the checkpoint was trained on, when its run folder says
+        if run_dir is not None and (run_dir / "config.yaml").exists():
+            return load_saved_config(run_dir / "config.yaml", rest)
+        return load_config(rest)
+
+    given = Path(ckpt_arg)
+    guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
+    cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
+    from robo_rl.evaluate import evaluate_policy, write_report
+    from robo_rl.runs import CheckpointError, load_newest_readable
+
     payload, skipped = load_newest_readable(ckpt_arg)
     for problem in skipped:
         print(f"warning: {problem}: skipped, evaluating the checkpoint before it", file=sys.stderr)
     path = Path(payload["path"])
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-    rest = [o for o in overrides if not o.startswith("checkpoint=")]
-    if run_dir is not None and (run_dir / "config.yaml").exists():
-        cfg = load_saved_config(run_dir / "config.yaml", rest)  # the env the checkpoint was trained on
-    else:
-        cfg = load_config(rest)
+    if run_dir != guessed:
+        cfg = config_of(run_dir)
     if run_dir is not None:
         out_dir = run_dir / "eval" if training_report else run_dir / "eval" / path.stem
     else:
@@ -277,6 +286,29 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
           f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}")  # fmt: skip
     metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
     print(f"report: {write_report(out_dir, result, str(path), env_steps, metrics)}")
+    return 0
+
+
+def cmd_bc(overrides: list[str]) -> int:
+    """Behaviour-clone a base policy: demonstrations first (a bad dataset stops before a run folder exists)."""
+    from robo_rl.bc import load_bc_data, train_bc
+    from robo_rl.config import load_config
+
+    cfg = load_config(overrides)
+    data = load_bc_data(cfg, progress=cfg.logger.progress)
+    run_dir = _run_dir_for(cfg)
+    print(f"run folder: {run_dir}\ndemonstrations: {data.episodes} episodes ({data.val_episodes} held out) "
+          f"from {data.source}")  # fmt: skip
+    s = train_bc(cfg, run_dir, data, progress=cfg.logger.progress)
+    val = "n/a" if s["val_loss"] is None else f"{s['val_loss']:.4f}"
+    print(f"trained {s['epochs']} epochs in {s['train_s']:.0f} s: train loss {s['train_loss']:.4f}, "
+          f"validation loss {val} (best epoch {s['best_epoch']})")  # fmt: skip
+    if "eval" in s:
+        e = s["eval"]
+        print(f"success {e['successes']}/{e['episodes']} = {e['success_rate']:.2f} (Wilson 95% CI "
+              f"[{e['success_ci95'][0]:.2f}, {e['success_ci95'][1]:.2f}]), base inference "
+              f"{e.get('base_inference_ms_p50', float('nan')):.2f} ms (p50)")  # fmt: skip
+    print(f"checkpoint: {s['checkpoint']}")
     return 0
 
 

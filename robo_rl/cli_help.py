@@ -46,6 +46,15 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         ("checkpoint", "eval.episodes", "eval.seed", "env.cube_xy_range_m", "env.max_episode_steps"),
         True,
     ),  # fmt: skip
+    "bc": (
+        "robo-rl bc [overrides ...]",
+        "Behaviour-clone a base policy: record (or reuse cached) scripted demonstrations, or read demos.path, train\n"
+        "an MLP that predicts bc.chunk_size actions (early-stopped on held-out episodes), write <run>/bc/policy.pt\n"
+        "(the base a residual learner or an actor loads) and evaluate it on bc.eval_episodes sim episodes.",
+        ("demos.num_episodes", "demos.noise_std", "demos.path", "bc.chunk_size", "bc.hidden", "bc.epochs",
+         "bc.batch_size", "bc.lr", "bc.val_fraction", "bc.images", "bc.eval_episodes", "device"),
+        True,
+    ),  # fmt: skip
     "show": (
         "robo-rl show [overrides ...]",
         "Print the composed config (YAML) with its config hash, after the overrides; a bad key or value is\n"

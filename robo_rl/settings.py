@@ -118,6 +118,18 @@ SETTINGS: dict[str, Setting] = {
     "eval.seed": _int("first evaluation seed (seeds are seed, seed+1, ...)", 0),
     "eval.video": Setting("bool", "film evaluation episodes to MP4 files"),
     "eval.video_episodes": _int("episodes filmed (plus the first success and failure)", 0),
+    # bc (behaviour cloning of a base policy)
+    "bc.chunk_size": _int("actions the BC policy predicts per inference", 1, 1000),
+    "bc.execute_steps": _int("actions of each BC chunk run open-loop (null: the whole chunk)", 1, nullable=True),
+    "bc.hidden": _ints("BC policy MLP widths"),
+    "bc.epochs": _int("BC passes over the training episodes", 1),
+    "bc.patience": _int("BC stops after this many epochs without a better validation loss", 1),
+    "bc.batch_size": _int("BC samples per gradient step", 1),
+    "bc.lr": _pos("BC Adam learning rate", high=1.0),
+    "bc.weight_decay": _float("BC Adam weight decay", 0.0),
+    "bc.val_fraction": _float("share of demonstration episodes held out for validation", 0.0, 1.0),
+    "bc.images": Setting("bool", "BC uses camera features (policy.encoder) besides the state"),
+    "bc.eval_episodes": _int("sim episodes that evaluate the BC policy after training", 0),
     # logger
     "logger.progress": Setting("bool", "live progress bars"),
     "logger.log_every_s": _pos("learner metrics are logged this often, seconds"),
