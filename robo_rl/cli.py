@@ -301,7 +301,7 @@ def cmd_bc(overrides: list[str]) -> int:
           f"from {data.source}")  # fmt: skip
     s = train_bc(cfg, run_dir, data, progress=cfg.logger.progress)
     val = "n/a" if s["val_loss"] is None else f"{s['val_loss']:.4f}"
-    print(f"trained {s['epochs']} epochs in {s['train_s']:.0f} s: train loss {s['train_loss']:.4f}, "
+    print(f"trained {s['epochs']} epochs in {s['train_s']:.1f} s: train loss {s['train_loss']:.4f}, "
           f"validation loss {val} (best epoch {s['best_epoch']})")  # fmt: skip
     if "eval" in s:
         e = s["eval"]

@@ -111,3 +111,64 @@ def test_the_training_bar_shows_its_total_from_the_start_and_continues_a_resumed
     assert bar.env_steps == 1300 and "success=0.50" in bar.postfix
     fresh = TrainingBar(load_config(["env=point_reach", "train.total_env_steps=5000"]), None, enabled=False)
     assert (fresh.env_steps, fresh.total) == (0, 5000)
+
+
+def test_a_config_error_in_eval_answers_before_torch_is_imported(tmp_path):
+    from robo_rl.config import load_config, save_config
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    save_config(load_config(["env=point_reach"]), run / "config.yaml")
+    code = ("import sys, contextlib, io\nfrom robo_rl.cli import main\nerr = io.StringIO()\n"
+            "with contextlib.redirect_stderr(err):\n"
+            f"    rc = main(['eval', 'checkpoint={run}', 'algo.batch_sise=3'])\n"
+            "print(rc, 'torch' in sys.modules, err.getvalue().strip())\n")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    rc, torch_loaded, message = out.stdout.strip().split(" ", 2)
+    assert rc == "2" and torch_loaded == "False", out.stdout + out.stderr
+    assert "did you mean 'algo.batch_size'" in message
+
+
+def test_an_actor_closing_says_what_became_of_unacknowledged_messages(caplog):
+    import numpy as np
+
+    from robo_rl.transport.actor_link import ActorLink
+    from robo_rl.transport.link import free_ports
+
+    for finished, level, words in [(True, "INFO", "sent after the learner finished were not stored"),
+                                   (False, "WARNING", "never confirmed stored by the learner and are lost")]:  # fmt: skip
+        link = ActorLink("127.0.0.1", *free_ports(3), "actor-0")
+        link.send_steps({}, {"x": np.zeros(3)}, env_steps=3)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="robo_rl.transport.actor_link"):
+            link.close(0, run_finished=finished)
+        (record,) = [r for r in caplog.records if "messages (3 env steps)" in r.getMessage()]
+        assert record.levelname == level and words in record.getMessage()
+
+
+def test_the_resume_log_line_adds_up(tmp_path, caplog):
+    from robo_rl.config import save_config
+    from robo_rl.learner import Learner
+    from tests.test_pipeline import toy_config
+    from tests.test_resume import messages, toy_config_ports
+
+    cfg = toy_config(tmp_path, "replay.flush_every_s=0.01")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(cfg, run / "config.yaml")
+    learner = Learner(cfg, run, progress=False)
+    msgs = messages(6)
+    for i, msg in enumerate(msgs):
+        learner.ingest("actor-0", msg, session=5, seq=i + 1)
+        if i == 2:
+            learner.checkpoint()
+    learner.acknowledge(learner.replay.flush())
+    total, records = learner.env_steps, learner.replay.online.writes
+    learner.close()
+    with caplog.at_level("INFO", logger="robo_rl.learner"):
+        again = Learner(load_config([f"resume={run}", *toy_config_ports(tmp_path)]), run, progress=False)
+    again.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed at")]
+    at_ckpt = sum(int((m["step"] > 0).sum()) for m in msgs[:3])
+    assert line.startswith(f"resumed at {total} env steps: {at_ckpt} from the checkpoint + {total - at_ckpt} stored")
+    assert f"the replay holds {records} records" in line
