@@ -204,6 +204,7 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
     encoder = OmegaConf.to_container(cfg.policy.encoder, resolve=True) if cfg.bc.images else None
     env = make_env(cfg)
     try:
+        torch.manual_seed(int(cfg.seed))  # the initial weights too: one config, one policy
         policy = build_policy(cfg.bc, env, encoder)
         if policy.state_dim != data.buffer.fields["state"][0][0] or (
                 policy.action_dim != data.buffer.fields["action_executed"][0][0]):  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from policies.bc import BCBase, BCCheckpointError, BCPolicy, load_bc_base
-from robo_rl.bc import demos_dataset, evaluate_base, train_bc
+from robo_rl.bc import demos_dataset, evaluate_base, load_bc_data, train_bc
 from robo_rl.cli import main
 from robo_rl.config import load_config, make_env
 from robo_rl.demos import load_or_make_demos
@@ -160,3 +160,19 @@ def test_bc_help_needs_no_torch():
             "print(sorted(m for m in ('torch', 'mujoco') if m in sys.modules))\n")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_demonstrations_can_come_from_a_dataset_file(trained, tmp_path):
+    cfg, _, _ = trained
+    _, cache, _ = load_or_make_demos(cfg, progress=False)
+    data = load_bc_data(_cfg(tmp_path, f"demos.path={cache}", "bc.val_fraction=0.25"))
+    assert data.episodes == 20 and data.val_episodes == 5 and data.source == str(cache)
+
+
+def test_one_config_trains_one_policy(tmp_path):
+    cfg = _cfg(tmp_path, "bc.epochs=2", "bc.eval_episodes=0", "demos.num_episodes=4")
+    weights = []
+    for run in ("a", "b"):
+        train_bc(cfg, tmp_path / run, progress=False)
+        weights.append(torch.load(tmp_path / run / "bc" / "policy.pt", weights_only=True)["weights"])
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
