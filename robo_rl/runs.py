@@ -173,15 +173,19 @@ def load_resume_checkpoint(run: str | Path) -> tuple[dict | None, list[str]]:
     path = Path(run)
     if path.is_file():
         return load_checkpoint(path), []
-    ckpt_dir = path / "checkpoints"
-    found = _checkpoints_in(ckpt_dir)
+    return _newest_readable(path / "checkpoints")
+
+
+def _newest_readable(ckpt_dir: Path) -> tuple[dict | None, list[str]]:
+    """The newest checkpoint in `ckpt_dir` that loads and the ones skipped on the way (None if there is none;
+    raises if there are some and none loads)."""
     skipped = []
-    for candidate in reversed(found):
+    for candidate in reversed(_checkpoints_in(ckpt_dir)):
         try:
             return load_checkpoint(candidate), skipped
         except CheckpointError as e:
             skipped.append(str(e))
-    if found:
+    if skipped:
         raise CheckpointError("no readable checkpoint in " + str(ckpt_dir) + ": " + "; ".join(skipped))
     return None, []
 
@@ -193,12 +197,7 @@ def load_newest_readable(path: str | Path) -> tuple[dict, list[str]]:
     if not path.is_dir():
         return load_checkpoint(find_checkpoint(path)), []
     ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    skipped = []
-    for candidate in reversed(_checkpoints_in(ckpt_dir)):
-        try:
-            return load_checkpoint(candidate), skipped
-        except CheckpointError as e:
-            skipped.append(str(e))
-    if skipped:
-        raise CheckpointError("no readable checkpoint in " + str(ckpt_dir) + ": " + "; ".join(skipped))
-    raise CheckpointError(f"no checkpoint (step_*.pt) in {ckpt_dir}")
+    payload, skipped = _newest_readable(ckpt_dir)
+    if payload is None:
+        raise CheckpointError(f"no checkpoint (step_*.pt) in {ckpt_dir}")
+    return payload, skipped
