@@ -292,8 +292,8 @@ def main() -> None:
     least = {"min_transitions": 16 * 64 * args.actors, "max_phase_s": 20.0} if args.quick else {}
 
     def cfg(phases, n_ports=1, startup_s=30.0, **extra):
-        return {"actors": args.actors, "ports": free_ports(n_ports), "phases": phases,
-                "startup_s": startup_s * (2 if args.quick else 1), "replay_capacity": 8192, **least, **extra}  # fmt: skip
+        return {"actors": args.actors, "ports": free_ports(n_ports), "phases": phases, "replay_capacity": 8192,
+                "startup_s": startup_s * (2 if args.quick else 1), **least, **extra}  # fmt: skip
 
     def rate(name, out, phase):
         value = (learner_rates(name, out) or {}).get(phase)

@@ -55,8 +55,8 @@ def demos_dataset(batch: dict[str, np.ndarray], val_fraction: float, seed: int, 
         raise ConfigError(f"demonstrations {source}: no records to learn from")
     labels = episode_index(batch)
     episodes = int(labels[-1]) + 1
-    fields = step_fields(batch["state"].shape[1], batch["action_executed"].shape[1],
-                         {k[len("image/"):]: v.shape[1:3] for k, v in batch.items() if k.startswith("image/")})  # fmt: skip
+    cameras = {k[len("image/") :]: v.shape[1:3] for k, v in batch.items() if k.startswith("image/")}
+    fields = step_fields(batch["state"].shape[1], batch["action_executed"].shape[1], cameras)
     buffer = ReplayBuffer(len(labels), fields)
     try:
         buffer.add({k: batch[k] for k in fields}, source=labels)
@@ -72,7 +72,7 @@ def demos_dataset(batch: dict[str, np.ndarray], val_fraction: float, seed: int, 
     return BCData(buffer, rows[~held_out], rows[held_out], episodes, n_val, source)
 
 
-def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device: torch.device) -> tuple[dict, torch.Tensor, torch.Tensor]:
+def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(obs, actions [B, K, A], mask [B, K]) as tensors on `device`."""
     b = data.buffer.gather(rows, gamma=1.0, chunk=chunk)
     action = b["action"] if chunk > 1 else b["action"][:, None]

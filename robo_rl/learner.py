@@ -18,9 +18,9 @@ from tqdm import tqdm
 from robo_rl.algos.base import resolve_device
 from robo_rl.config import config_hash, make_algorithm, make_env, make_policy
 from robo_rl.demos import load_or_make_demos
+from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
-from robo_rl.loggers import metrics_writer
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
 from robo_rl.schema import fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
@@ -72,7 +72,8 @@ class Learner:
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
 
     # --- data ---------------------------------------------------------------------------------
-    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None) -> None:
+    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None,
+               token_hash: str | None = None) -> None:  # fmt: skip
         """Store one received message and count its steps; a batch that cannot be stored is dropped, counted,
         logged and reported to its actor, and the learner serves on."""
         try:

@@ -83,7 +83,8 @@ class LearnerReplay:
         return f"replay: {per:,} B per record ({per - small:,} B of frames); {where}{demo}{disk}"
 
     # --- receiving ------------------------------------------------------------------------------
-    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None) -> None:
+    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None,
+            token_hash: str | None = None) -> None:  # fmt: skip
         """Store a step batch from `actor` (message `seq` of its `session`, with the hash of the session's token,
         kept in the segment so a restarted learner knows the actor process again); raises ValueError, storing
         nothing, if the batch does not fit the declared fields."""

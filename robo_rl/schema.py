@@ -85,7 +85,8 @@ class EpisodeRecorder:
         for name, value in (extras or {}).items():
             if name not in self.zero_extras:
                 raise ValueError(f"the policy gave extra '{name}' it does not declare in extras_spec")
-            rec[f"{EXTRA}{name}"] = np.asarray(value, self.zero_extras[name].dtype).reshape(self.zero_extras[name].shape)
+            zero = self.zero_extras[name]
+            rec[f"{EXTRA}{name}"] = np.asarray(value, zero.dtype).reshape(zero.shape)
         return rec
 
     def _step_record(self, obs, reward, terminated, truncated, info, policy_version, timestamp) -> dict:

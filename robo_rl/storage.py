@@ -269,7 +269,8 @@ class SegmentWriter:
         self._thread = threading.Thread(target=self._work, name="segment-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict, messages: list | None = None) -> None:
+    def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict,
+               messages: list | None = None) -> None:  # fmt: skip
         self._todo.put((batch, sources, seqs, messages))
 
     def _work(self) -> None:

@@ -135,8 +135,9 @@ def test_an_actor_closing_says_what_became_of_unacknowledged_messages(caplog):
     from robo_rl.transport.actor_link import ActorLink
     from robo_rl.transport.link import free_ports
 
-    for finished, level, words in [(True, "INFO", "sent after the learner finished were not stored"),
-                                   (False, "WARNING", "never confirmed stored by the learner and are lost")]:  # fmt: skip
+    cases = [(True, "INFO", "sent after the learner finished were not stored"),
+             (False, "WARNING", "never confirmed stored by the learner and are lost")]
+    for finished, level, words in cases:
         link = ActorLink("127.0.0.1", *free_ports(3), "actor-0")
         link.send_steps({}, {"x": np.zeros(3)}, env_steps=3)
         caplog.clear()

@@ -7,9 +7,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from robo_rl.transport.codec import PROTOCOL_VERSION
 from robo_rl.transport.actor_link import ActorLink
-from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.codec import PROTOCOL_VERSION, MessageError, decode, encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash
 
 

@@ -110,8 +110,7 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
 def test_an_actor_speaking_another_schema_version_is_refused_naming_both_versions():
     import msgpack
 
-    from robo_rl.transport.codec import PROTOCOL_VERSION
-    from robo_rl.transport.codec import decode
+    from robo_rl.transport.codec import PROTOCOL_VERSION, decode
 
     ports = free_ports(3)
     learner = LearnerLink("127.0.0.1", *ports, config_hash="test")

@@ -112,7 +112,7 @@ def test_data_without_the_session_token_is_dropped_and_a_resend_with_other_conte
         pump(learner, actor, bool)
         twin = {"actor": "actor-0", "session": actor.session, "seq": 2, "token": actor.token}
         raw.send_multipart(encode("steps", twin, {"x": np.full(1, 3.0)}))
-        with pytest.raises(TransportError, match="message 2 of session .* came again with other content than the first"):
+        with pytest.raises(TransportError, match="message 2 of session .* with other content than the first copy"):
             pump(learner, actor, lambda _: False, seconds=3)
         assert learner.bad_messages["conflict"] == 1
         learner.ack("actor-0", 2)
@@ -175,7 +175,8 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
     store = SegmentStore.open(run / "replay" / "online")
     for _, batch, sources in store.iter_segments():
         assert set(sources) == {"actor-0"} and not np.any(batch["state"] == FORGED_STATE), "a forged record was stored"
-    metrics = [json.loads(line, parse_constant=pytest.fail) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line, parse_constant=pytest.fail) for line in lines]  # strict JSON
     assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done" and not metrics[-1]["crashed"]
 
 
@@ -297,5 +298,5 @@ def test_memory_under_a_flood_of_large_messages_stays_bounded():
         learner.close()
     growth_mb = (peak - before) / 2**20
     bound_mb = 2 * (4 + 4) * 2  # connections × (receive queue + kernel and I/O-thread slack) × message size
-    print(f"\nflood: {sum(sent)} sends of 2 MB accepted by ZeroMQ on the senders' side; learner RSS +{growth_mb:.0f} MB")
+    print(f"\nflood: {sum(sent)} sends of 2 MB taken by the senders' sockets; learner RSS +{growth_mb:.0f} MB")
     assert growth_mb < bound_mb + 20, f"the learner grew by {growth_mb:.0f} MB under the flood"

@@ -63,8 +63,10 @@ def new_id() -> int:
 
 def _same_bytes(first: list, frames: list) -> bool:
     """Whether a resent message is byte for byte the first copy (compared only when a number comes again)."""
-    return len(first) == len(frames) and all(
-        np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b.buffer, np.uint8)) for a, b in zip(first, frames))
+    if len(first) != len(frames):
+        return False
+    return all(np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b.buffer, np.uint8))
+               for a, b in zip(first, frames, strict=True))  # fmt: skip
 
 
 def _printable(ident: bytes) -> str:
@@ -156,7 +158,8 @@ class LearnerLink:
         if self.router in events:
             self._drain(self.router, self._handle_ctrl)
         if self.pull in events:
-            self._drain(self.pull, lambda frames: received.append(self._accept_data(frames)), self.max_messages_per_poll)
+            take = self.max_messages_per_poll
+            self._drain(self.pull, lambda frames: received.append(self._accept_data(frames)), take)
         self.send_acks()
         self._check_liveness()
         return [r for r in received if r is not None]
@@ -232,7 +235,8 @@ class LearnerLink:
             return
         info = self.actors.get(meta["actor"])
         if info is None or info["ident"] != ident:
-            self.reject(f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session", sender)
+            self.reject(f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session",
+                        sender)  # fmt: skip
             return
         if kind == "heartbeat":
             info["last_seen"] = time.monotonic()
