@@ -1,0 +1,175 @@
+"""Any LeRobot pretrained policy as a frozen base (`policies.base.BasePolicy`), through lerobot's own loading.
+
+A `pretrained_model` folder (what `lerobot-train` saves) or a hub id is loaded the way `lerobot-eval` does it:
+the config, then the policy class registered for its type (`from_pretrained`), then its saved pre- and
+post-processor pipelines. Our observation is mapped onto the policy's input features:
+
+    observation.state, observation.environment_state   our state vector (the whole of it)
+    observation.images.<camera>, observation.image      our uint8 HWC image of that camera, as float CHW in [0, 1]
+    task                                               the task text, for policies that tokenise one (VLAs)
+
+Its actions, un-normalised by its post-processor, are in the action space of the dataset it was trained on;
+for a dataset robo_rl exported that is our normalised action space, so they are clipped to [-1, 1].
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ACTION = "action"
+STATE_INPUTS = ("observation.state", "observation.environment_state")
+IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
+CONFIG_FILE = "config.json"
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class LeRobotBase:
+    """A LeRobot policy predicting chunks of actions for our observations; frozen (eval mode, no gradients)."""
+
+    def __init__(self, policy, preprocessor, postprocessor, inputs: dict[str, str], action_dim: int,
+                 task: str | None = None, name: str = "") -> None:  # fmt: skip
+        self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
+        self.inputs = inputs  # policy input feature -> "state" or "images/<camera>"
+        self.action_dim, self.task, self.name = action_dim, task, name
+        cfg = policy.config
+        # a policy that stacks past observations (n_obs_steps > 1) or ensembles chunks over time must see every
+        # step: it runs closed-loop through its own select_action and queues; the others run open-loop chunks
+        history = cfg.observation_delta_indices  # the past frames a policy sees; None: the current one, no time axis
+        self.closed_loop = len(history or [0]) > 1 or getattr(cfg, "temporal_ensemble_coeff", None) is not None
+        self.chunk_size = 1 if self.closed_loop else int(getattr(cfg, "n_action_steps", 1) or 1)
+        self.time_axis = history is not None  # its inputs are [batch, time, ...] outside select_action (Diffusion)
+        self.device = torch.device(cfg.device or "cpu")
+
+    @classmethod
+    def load(cls, path_or_hub_id: str | Path, observation_space, action_dim: int, device: str = "cpu",
+             task: str | None = None, camera_map: dict[str, str] | None = None) -> LeRobotBase:  # fmt: skip
+        """Load a LeRobot policy and its processors; refuse, in one line, one whose features do not fit the task.
+
+        `observation_space`: our observation space (`{"state": Box, "images": Dict}`); `camera_map`: the policy's
+        camera name -> ours, where they differ."""
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        folder = resolve_pretrained(path_or_hub_id)
+        cfg = PreTrainedConfig.from_pretrained(folder)
+        cfg.device, cfg.pretrained_path = device, folder
+        inputs = match_features(cfg, observation_space, action_dim, camera_map or {}, str(path_or_hub_id))
+        policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg)
+        policy.to(device).eval()
+        policy.requires_grad_(False)
+        try:
+            overrides = {"device_processor": {"device": device}}  # run where the policy runs, not where it trained
+            pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
+        except FileNotFoundError as e:
+            raise ValueError(f"base checkpoint '{path_or_hub_id}' has no saved processors ({e}); save it with a "
+                             "lerobot that writes policy_preprocessor.json, or migrate it with lerobot's "
+                             "processor migration script") from None  # fmt: skip
+        if task is None and any(type(s).__name__ == "TokenizerProcessorStep" for s in pre.steps):
+            raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
+        return cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def predict_chunk(self, obs: dict) -> np.ndarray:
+        with torch.inference_mode():
+            batch = self.preprocessor(self._batch(obs))
+            if self.closed_loop:
+                actions = self.policy.select_action(batch)[:, None]  # [1, 1, A]
+            else:
+                if self.time_axis:
+                    batch = {k: v[:, None] if k in self.inputs else v for k, v in batch.items()}
+                actions = self.policy.predict_action_chunk(batch)[:, : self.chunk_size]  # [1, chunk, A]
+            actions = self.postprocessor(actions)
+        chunk = actions[0].to("cpu", torch.float32).numpy()
+        return np.clip(chunk, -1.0, 1.0)
+
+    def _batch(self, obs: dict) -> dict:
+        """Our observation as the policy's preprocessor expects it: tensors with a batch dim, images float CHW."""
+        batch: dict = {}
+        state = torch.as_tensor(np.asarray(obs["state"], np.float32))[None]
+        for key, source in self.inputs.items():
+            if source == "state":
+                batch[key] = state
+            else:
+                image = torch.from_numpy(np.ascontiguousarray(obs["images"][source[7:]]))
+                batch[key] = image.permute(2, 0, 1)[None].to(torch.float32).div_(255.0)
+        batch["task"] = [self.task or ""]
+        return batch
+
+
+def resolve_pretrained(path_or_hub_id: str | Path) -> Path:
+    """The local `pretrained_model` folder of a path or hub id (from the hub cache, else downloaded)."""
+    text = str(path_or_hub_id)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / CONFIG_FILE).is_file():
+            raise ValueError(f"base checkpoint '{text}' is not a LeRobot pretrained_model folder: it has no "
+                             f"{CONFIG_FILE}")  # fmt: skip
+        return path.resolve()
+    if path.exists() or not HUB_ID.match(text) or text.startswith(".") or os.sep + os.sep in text:
+        raise ValueError(f"base checkpoint '{text}' does not exist (a pretrained_model folder or a hub id)")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(text, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    try:
+        return Path(snapshot_download(text))
+    except (LocalEntryNotFoundError, OSError) as e:
+        reason = str(e).splitlines()[0][:120]
+        raise ValueError(f"base checkpoint '{text}' is not in the local Hugging Face cache and the network is not "
+                         f"reachable ({reason}): pass a local pretrained_model folder") from None  # fmt: skip
+    except HfHubHTTPError as e:
+        raise ValueError(f"base checkpoint '{text}' could not be downloaded from the hub ({e.response.status_code}): "
+                         "check the id, or pass a local pretrained_model folder") from None  # fmt: skip
+
+
+def match_features(cfg, observation_space, action_dim: int, camera_map: dict[str, str], name: str) -> dict[str, str]:
+    """Each policy input feature -> where it comes from in our observation ("state", "images/<camera>");
+    one-line ValueError naming the first feature that the task cannot provide or provides in another shape."""
+    state_shape = tuple(observation_space["state"].shape)
+    cameras = {cam: tuple(space.shape) for cam, space in observation_space["images"].spaces.items()}
+    out = (cfg.output_features or {}).get(ACTION)
+    if out is None:
+        raise ValueError(f"base checkpoint '{name}' has no '{ACTION}' output feature")
+    if tuple(out.shape) != (action_dim,):
+        raise ValueError(f"base checkpoint '{name}' predicts '{ACTION}' of shape {tuple(out.shape)}, the task's "
+                         f"action dimension is {action_dim}")  # fmt: skip
+    inputs = {}
+    for key, feature in (cfg.input_features or {}).items():
+        shape = tuple(feature.shape)
+        if key in STATE_INPUTS:
+            if shape != state_shape:
+                raise ValueError(f"base checkpoint '{name}' expects '{key}' of shape {shape}, the task's state has "
+                                 f"shape {state_shape}")  # fmt: skip
+            inputs[key] = "state"
+        elif key.startswith(IMAGE_PREFIX) or key == SINGLE_IMAGE:
+            single = key == SINGLE_IMAGE
+            policy_cam = "image" if single else key[len(IMAGE_PREFIX) :]
+            cam = camera_map.get(policy_cam) or (_only_camera(cameras, key, name) if single else policy_cam)
+            if cam not in cameras:
+                raise ValueError(f"base checkpoint '{name}' needs camera '{cam}' for '{key}', the task's cameras "
+                                 f"are {sorted(cameras)}")  # fmt: skip
+            h, w, c = cameras[cam]
+            if shape != (c, h, w):
+                raise ValueError(f"base checkpoint '{name}' expects '{key}' of shape {shape} (CHW), the task's "
+                                 f"camera '{cam}' gives {(c, h, w)}")  # fmt: skip
+            inputs[key] = f"images/{cam}"
+        else:
+            raise ValueError(f"base checkpoint '{name}' needs input '{key}', which robo_rl observations do not have")
+    return inputs
+
+
+def _only_camera(cameras: dict, key: str, name: str) -> str:
+    if len(cameras) != 1:
+        raise ValueError(f"base checkpoint '{name}' needs '{key}' (one unnamed camera), the task's cameras are "
+                         f"{sorted(cameras)}: name one with camera_map")  # fmt: skip
+    return next(iter(cameras))
