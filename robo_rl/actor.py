@@ -77,6 +77,11 @@ class Actor:
         if t.stop_reason:
             self.stop_reason = t.stop_reason
 
+    def _new_episode(self) -> None:
+        """A policy with per-episode state (a base's chunk queue) starts afresh."""
+        if hasattr(self.policy, "reset"):
+            self.policy.reset()
+
     def _holding(self) -> bool:
         """While no learner is there (it stopped before the end of the run, or went silent), take no steps and
         keep every record for resend; give up after `actor.learner_wait_s`."""
@@ -129,7 +134,9 @@ class Actor:
                 else:
                     self.step_starts.append(time.monotonic())
                     extras = {}
-                    if self.sent_steps < cfg.train.random_steps:
+                    if self.sent_steps < cfg.train.random_steps and hasattr(self.policy, "explore_step"):
+                        action, extras = policy_step(self.policy, obs, deterministic=False, explore=True)
+                    elif self.sent_steps < cfg.train.random_steps:
                         action = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32)
                     else:
                         action, extras = policy_step(self.policy, obs, deterministic=False)
@@ -142,6 +149,7 @@ class Actor:
                         episode += 1
                         self._send(pending)
                         obs, _ = self.env.reset()
+                        self._new_episode()
                         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
                     elif len(pending) >= cfg.actor.steps_per_message:
                         self._send(pending)

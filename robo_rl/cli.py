@@ -327,6 +327,8 @@ def cmd_train(overrides: list[str]) -> int:
     episodes = int((demos["step"] == 0).sum())
     bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
+    if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
+        child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar)}")
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
     procs = {}
     try:
@@ -366,6 +368,27 @@ def _discard_run_dir(run_dir: Path) -> None:
     import shutil
 
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _ensure_base(cfg, run_dir: Path, bar) -> str:
+    """The residual policy's base: the one configured, or a BC base trained here from the demonstrations (its
+    path then goes into the run's config.yaml, so a resume finds it). Checked against the task in one line."""
+    from robo_rl.config import make_env, make_policy, save_config
+
+    if not cfg.policy.base.path:
+        from robo_rl.bc import train_bc
+
+        bar.phase("behaviour-cloning a base")
+        summary = train_bc(cfg, run_dir, progress=cfg.logger.progress)
+        cfg.policy.base.path = summary["checkpoint"]
+        bar.bar.write(f"base: {summary['checkpoint']} (success {summary.get('eval', {}).get('success_rate', '?')})")
+        save_config(cfg, run_dir / "config.yaml")
+    env = make_env(cfg)
+    try:
+        make_policy(cfg, env)  # a missing base or one for another task: ConfigError, one line
+    finally:
+        env.close()
+    return str(cfg.policy.base.path)
 
 
 def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:

@@ -159,14 +159,16 @@ def make_expert(cfg: DictConfig, env, **kwargs):
 
 
 def make_policy(cfg: DictConfig, env):
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    return instantiate(
-        cfg.policy,
-        observation_space=env.observation_space,
-        action_dim=env.action_space.shape[0],
-        _convert_="all",
-    )
+    try:
+        return instantiate(cfg.policy, observation_space=env.observation_space, action_dim=env.action_space.shape[0],
+                           _convert_="all")  # fmt: skip
+    except InstantiationException as e:
+        if isinstance(e.__cause__, ValueError | FileNotFoundError):  # a base that is missing or does not fit
+            raise ConfigError(f"policy: {e.__cause__}") from None
+        raise
 
 
 def make_algorithm(cfg: DictConfig, policy, env):

@@ -34,9 +34,11 @@ def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = Fals
     reset frame), and the first success and first failure among the rest too when the filmed ones lack one:
     those are replayed from their seed (policy and env are deterministic) rather than filming every episode."""
     act = lambda o: policy_action(policy, o, True)  # noqa: E731
+    new_episode = getattr(policy, "reset", lambda: None)  # a policy with per-episode state (a base's chunk queue)
     results, videos = [], []
     for i in tqdm(range(episodes), desc="evaluation", unit="ep", disable=not progress):
         filmed = video_dir is not None and i < video_episodes
+        new_episode()
         result, frames = _run_episode(env, act, seed + i, i, film=filmed)
         results.append(result)
         if filmed:
@@ -47,6 +49,7 @@ def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = Fals
                 continue
             i = next((j for j, r in enumerate(results) if r["success"] == outcome), None)
             if i is not None:
+                new_episode()
                 result, frames = _run_episode(env, act, seed + i, i, film=True)
                 videos.append(_save_video(env, video_dir, {**result, "replayed": True}, frames))
     k = sum(r["success"] for r in results)

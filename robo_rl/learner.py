@@ -45,6 +45,8 @@ class Learner:
         self.rng = np.random.default_rng(cfg.seed)
         self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
         demos, _, _ = load_or_make_demos(cfg, progress=False)
+        if demos is not None:
+            demos = self.algo.relabel_prior(demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
         print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0

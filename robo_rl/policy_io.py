@@ -27,10 +27,14 @@ def policy_action(policy, obs: dict, deterministic: bool) -> np.ndarray:
     return policy.act(obs_to_torch(obs), deterministic=deterministic)[0].numpy()
 
 
-def policy_step(policy, obs: dict, deterministic: bool) -> tuple[np.ndarray, dict]:
+def policy_step(policy, obs: dict, deterministic: bool, explore: bool = False) -> tuple[np.ndarray, dict]:
     """(action, extras) for one observation: a policy that declares `extras_spec` says, in `act_with_extras`,
-    what else it decided (its base action, its noise...); the record carries them as `extra/<name>`."""
-    if not getattr(policy, "extras_spec", None):
+    what else it decided (its base action, its noise...); the record carries them as `extra/<name>`. With
+    `explore`, the policy's own warm-up exploration (`explore_step`) instead."""
+    if explore:
+        action, extras = policy.explore_step(obs_to_torch(obs))
+    elif not getattr(policy, "extras_spec", None):
         return policy_action(policy, obs, deterministic), {}
-    action, extras = policy.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
+    else:
+        action, extras = policy.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
     return action[0].numpy(), {k: v[0].numpy() for k, v in extras.items()}

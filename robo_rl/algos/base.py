@@ -47,6 +47,11 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None: ...
 
+    def relabel_prior(self, batch: dict) -> dict:
+        """Prior data (demonstrations) before it enters the replay, e.g. with the policy extras recomputed that
+        its recorder could not know. As it is, by default."""
+        return batch
+
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """The acting policy's weights that learning changes: its state dict without frozen backbones."""
         return trainable_state(self.policy)

@@ -1,0 +1,106 @@
+"""Residual policy (ResFiT): a frozen base acts, a small residual corrects it every step.
+
+    executed = clamp(base(s) + s · tanh(MLP(features(s), base(s))), -1, 1)
+
+The residual's last layer starts at exactly zero, so training starts at the base policy. The base (our behaviour
+cloning or any LeRobot policy, `policies/base.py`) is frozen and stateful within an episode (an open-loop chunk
+queue): it is built from the config by every process that needs it and is never part of the state dict, so
+actors receive only the residual's weights.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.base import BasePolicy, ChunkedBase
+from policies.encoders import EncoderConfig, encoder_for_space
+from policies.mlp import mlp
+
+
+def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> BasePolicy:
+    """A base from its config: `{kind: bc, path}` (our behaviour cloning) or `{kind: lerobot, path}` (a local
+    pretrained_model folder or a hub id); a BasePolicy object is taken as it is."""
+    if not isinstance(spec, dict):
+        return spec
+    kind, path = spec.get("kind", "bc"), spec.get("path")
+    if not path:
+        raise ValueError("the residual policy needs a base: set policy.base.path to a `robo-rl bc` checkpoint "
+                         "(<run>/bc/policy.pt) or a LeRobot pretrained_model folder")  # fmt: skip
+    if kind == "bc":
+        from policies.bc import load_bc_base
+
+        return load_bc_base(path, observation_space, action_dim)
+    if kind == "lerobot":
+        from policies.lerobot_base import LeRobotBase
+
+        return LeRobotBase.load(path, observation_space, action_dim, task=spec.get("task"))
+    raise ValueError(f"policy.base.kind must be bc or lerobot, got '{kind}'")
+
+
+class ResidualPolicy(nn.Module):
+    def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
+                 hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
+                 encoder: dict | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.action_dim, self.scale = action_dim, scale
+        self.exploration_std, self.warmup_noise = exploration_std, warmup_noise
+        self.encoder_config = EncoderConfig.parse(encoder)  # the critics build theirs from it
+        self.encoder = encoder_for_space(observation_space, config=self.encoder_config)
+        self.head = mlp(self.encoder.out_dim + action_dim, list(hidden), action_dim)
+        last = [m for m in self.head.modules() if isinstance(m, nn.Linear)][-1]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        base_spec = base if isinstance(base, dict) else {}
+        self.base = ChunkedBase(load_base(base, observation_space, action_dim), base_spec.get("execute_steps"))
+        if self.base.base.action_dim != action_dim:
+            raise ValueError(f"the base acts in {self.base.base.action_dim} dimensions, the task in {action_dim}")
+        self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
+        self.nan_base_steps = 0
+
+    def __deepcopy__(self, memo):
+        memo[id(self.base)] = self.base  # frozen, and its chunk queue belongs to the episode: one for all copies
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
+    def residual(self, features: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
+        """s · tanh(MLP(features, base action)), in [-s, s]."""
+        return self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
+
+    def reset(self) -> None:
+        """A new episode: the base's chunk queue starts afresh."""
+        self.base.reset()
+
+    def base_action(self, obs: dict) -> torch.Tensor:
+        """The base's action for a batch of one observation (tensors as the actor passes them)."""
+        single = {"state": obs["state"][0].cpu().numpy(), "images": {k: v[0].cpu().numpy() for k, v in obs["images"].items()}}
+        action = self.base.act(single)
+        if not np.all(np.isfinite(action)):
+            self.nan_base_steps += 1
+            raise FloatingPointError("the base policy produced a non-finite action")
+        return torch.from_numpy(np.asarray(action, np.float32))[None]
+
+    @torch.no_grad()
+    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
+        base = self.base_action(obs)
+        res = self.residual(self.encoder(obs), base)
+        if not deterministic:
+            res = (res + self.exploration_std * torch.randn_like(res)).clamp(-self.scale, self.scale)
+        return (base + res).clamp(-1.0, 1.0), {"base_action": base}
+
+    @torch.no_grad()
+    def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
+        return self.act_with_extras(obs, deterministic)[0]
+
+    @torch.no_grad()
+    def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict]:
+        """Warm-up (before learning starts): the base plus uniform noise of ±warmup_noise."""
+        base = self.base_action(obs)
+        noise = (torch.rand_like(base) * 2 - 1) * self.warmup_noise
+        return (base + noise).clamp(-1.0, 1.0), {"base_action": base}

@@ -1,0 +1,173 @@
+"""Residual off-policy RL on a frozen base (ResFiT): a critic ensemble scores the executed action; a deterministic
+residual actor, zero at the start, learns the correction that raises it.
+
+  critic:  Q_i(s, a_executed), target = r_n + γ^n · min_{random pair} Q'_j(s', clamp(b' + clip(ρ'(s', b') + ε)))
+           with b' the base's action at s' (as the actor recorded it), ρ' the target residual, ε clipped noise
+  actor:   maximise mean_i Q_i(s, clamp(b + ρ(s, b))), after `actor_start_updates` critic-only updates
+  humans:  an intervention step's executed action is what the critic scores; optionally the residual is also
+           regressed towards (executed − base), clipped to the residual's bound
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from policies.encoders import frozen_backbones
+from policies.residual import ResidualPolicy
+from robo_rl.algos.base import Algorithm, BatchSpec
+from robo_rl.algos.sac import CriticEnsemble, SACConfig, soft_update
+from robo_rl.precision import autocast, resolve_precision
+
+
+@dataclass
+class ResidualConfig:
+    gamma: float = 0.99
+    tau: float = 0.005
+    lr_actor: float = 1e-4
+    lr_critic: float = 3e-4
+    num_critics: int = 2
+    critic_subsample: int = 2
+    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_layer_norm: bool = True
+    grad_clip_norm: float = 1.0
+    target_noise_std: float = 0.2  # target smoothing noise, in units of the residual's bound
+    target_noise_clip: float = 0.5
+    actor_start_updates: int = 0  # critic updates before the residual actor moves
+    intervention_bc_weight: float = 0.0  # pull the residual towards (executed − base) on human steps
+    target_q_clip: tuple[float, float] | None = None
+    precision: str = "auto"
+
+
+class ResidualAlgorithm(Algorithm):
+    def __init__(self, policy: ResidualPolicy, observation_space, cfg: ResidualConfig, spec: BatchSpec) -> None:
+        self.policy, self.cfg, self.batch_spec = policy, cfg, spec
+        critic_cfg = SACConfig(num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden,
+                               critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
+        self.critic = CriticEnsemble(observation_space, policy.action_dim, critic_cfg, policy.encoder_config,
+                                     share_frozen_from=policy.encoder)  # fmt: skip
+        shared = {id(m): m for m in frozen_backbones(self.critic, policy)}
+        self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
+        self.target_policy = copy.deepcopy(policy, shared).requires_grad_(False)
+        self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
+        self.device = next(policy.parameters()).device
+        self.compute_dtype = resolve_precision(cfg.precision, self.device)
+        self.critic_updates = 0
+
+    # --- the update ---------------------------------------------------------------------------
+    def update(self, batches: list[dict]) -> dict:
+        metrics = {}
+        for batch in batches:
+            with autocast(self.compute_dtype, self.device):
+                metrics = self.update_critic(batch)
+        self.critic_updates += len(batches)
+        if self.critic_updates > self.cfg.actor_start_updates:
+            with autocast(self.compute_dtype, self.device):
+                metrics.update(self.update_actor(batches[-1]))
+        return metrics
+
+    def next_base(self, batch: dict) -> torch.Tensor:
+        """b': the base's action at next_obs as the actor recorded it; where none was recorded (the step after
+        an episode's last one), the learner's copy of the base predicts it."""
+        base = batch["next_extras"]["base_action"].clone()
+        missing = torch.nonzero(~batch["next_extras_valid"]).flatten().tolist()
+        for i in missing:
+            obs = {"state": batch["next_obs"]["state"][i].cpu().numpy(),
+                   "images": {k: v[i].cpu().numpy() for k, v in batch["next_obs"]["images"].items()}}  # fmt: skip
+            base[i] = torch.from_numpy(np.asarray(self.policy.base.base.predict_chunk(obs)[0], np.float32))
+        return base
+
+    def update_critic(self, batch: dict) -> dict:
+        s = self.policy.scale
+        with torch.no_grad():
+            next_base = self.next_base(batch)
+            residual = self.target_policy.residual(self.target_policy.encoder(batch["next_obs"]), next_base)
+            noise = (torch.randn_like(residual) * self.cfg.target_noise_std).clamp(-self.cfg.target_noise_clip,
+                                                                                  self.cfg.target_noise_clip)
+            next_action = (next_base + (residual + noise * s).clamp(-s, s)).clamp(-1.0, 1.0)
+            target_qs = self.target_critic(batch["next_obs"], next_action)
+            pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
+            target_q = batch["reward"] + batch["discount"] * target_qs[pair].min(dim=0).values
+            if self.cfg.target_q_clip is not None:
+                target_q = target_q.clamp(*self.cfg.target_q_clip)
+        qs = self.critic(batch["obs"], batch["action"])  # the executed action: the base's, corrected, or a human's
+        td_error = qs - target_q.unsqueeze(0)
+        critic_loss = 0.5 * (td_error**2).mean(dim=1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip_norm)
+        self.critic_optim.step()
+        soft_update(self.target_critic, self.critic, self.cfg.tau)
+        return {"critic_loss": critic_loss.item(), "q_mean": qs.mean().item(), "critic_grad_norm": grad_norm.item()}
+
+    def update_actor(self, batch: dict) -> dict:
+        base = batch["extras"]["base_action"]
+        residual = self.policy.residual(self.policy.encoder(batch["obs"]), base)
+        action = (base + residual).clamp(-1.0, 1.0)
+        self.critic.requires_grad_(False)  # the actor step must not move the critic
+        q = self.critic(batch["obs"], action).mean(dim=0)
+        self.critic.requires_grad_(True)
+        actor_loss = -q.mean()
+        human = batch["intervention"].bool()
+        if self.cfg.intervention_bc_weight > 0 and human.any():
+            s = self.policy.scale
+            wanted = (batch["action"][human] - base[human]).clamp(-s, s)
+            actor_loss = actor_loss + self.cfg.intervention_bc_weight * F.mse_loss(residual[human], wanted)
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
+        self.actor_optim.step()
+        soft_update(self.target_policy, self.policy, self.cfg.tau)
+        return {"actor_loss": actor_loss.item(), "residual_abs_mean": residual.detach().abs().mean().item()}
+
+    # --- prior data -----------------------------------------------------------------------------
+    def relabel_prior(self, batch: dict) -> dict:
+        """Demonstrations carry no base actions: the frozen base recomputes them, episode by episode in order
+        (its chunk queue reset at each episode start), as an actor running it would have recorded them."""
+        base = np.zeros_like(batch["action_executed"])
+        self.policy.base.reset()
+        n = len(batch["step"])
+        for i in range(n - 1):
+            if batch["step"][i] == 0:
+                self.policy.base.reset()
+            if batch["terminated"][i] or batch["truncated"][i] or batch["step"][i + 1] != batch["step"][i] + 1:
+                continue  # the episode ends here: no decision at this observation
+            obs = {"state": np.asarray(batch["state"][i]),
+                   "images": {k[len("image/"):]: np.asarray(v[i]) for k, v in batch.items() if k.startswith("image/")}}
+            base[i + 1] = self.policy.base.act(obs)  # the decision at obs_i chose record i + 1's action
+        self.policy.base.reset()
+        return {**batch, "extra/base_action": base}
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "target_policy": self.target_policy.state_dict(),
+                "critic": self.critic.state_dict(), "target_critic": self.target_critic.state_dict(),
+                "actor_optim": self.actor_optim.state_dict(), "critic_optim": self.critic_optim.state_dict(),
+                "critic_updates": self.critic_updates}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.target_policy.load_state_dict(state["target_policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.critic_updates = int(state["critic_updates"])
+
+
+def build_residual(policy: ResidualPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
+                   batch_size: int, n_step: int = 3, critic_updates_per_actor: int = 4, **keys) -> ResidualAlgorithm:  # fmt: skip
+    """`algo=residual`: needs `policy=residual` (a frozen base and a residual head)."""
+    if not isinstance(policy, ResidualPolicy):
+        raise ValueError("algo=residual needs policy=residual (a frozen base and a residual head)")
+    known = ResidualConfig.__dataclass_fields__
+    cfg = ResidualConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
+    spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma,
+                     extras=("base_action",))  # fmt: skip
+    return ResidualAlgorithm(policy, observation_space, cfg, spec)

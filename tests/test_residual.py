@@ -1,0 +1,186 @@
+"""Residual RL on a frozen base: it starts exactly at the base, learns a bounded correction that raises Q,
+sends actors only the residual, and relabels demonstrations with the base's actions."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from policies.base import ChunkedBase
+from policies.bc import BCPolicy
+from policies.residual import ResidualPolicy
+from robo_rl.algos.base import trainable_state
+from robo_rl.algos.residual import build_residual
+from robo_rl.bc import save_atomic
+from robo_rl.config import ConfigError, load_config
+from robo_rl.envs import make_observation_space
+from robo_rl.learner import Learner
+from robo_rl.policy_io import obs_to_torch, policy_step
+from tests.test_pipeline import toy_config
+
+
+class LinearBase:
+    """A frozen base: action = W·state (clipped), in chunks of `chunk_size` (the same action repeated)."""
+
+    def __init__(self, weight: np.ndarray, chunk_size: int = 1):
+        self.weight, self.chunk_size, self.action_dim = weight, chunk_size, weight.shape[0]
+        self.resets = self.calls = 0
+
+    def reset(self):
+        self.resets += 1
+
+    def predict_chunk(self, obs):
+        self.calls += 1
+        return np.repeat(np.clip(self.weight @ obs["state"], -1, 1)[None], self.chunk_size, 0).astype(np.float32)
+
+
+def residual_policy(base, scale=0.3, state_dim=3):
+    return ResidualPolicy(make_observation_space(state_dim, {}), base.action_dim, base, scale=scale, hidden=[64, 64],
+                          exploration_std=0.0)  # fmt: skip
+
+
+def test_training_starts_exactly_at_the_base_and_the_record_carries_its_action():
+    base = LinearBase(np.array([[0.5, 0.0, 0.0], [0.0, -0.5, 0.0]], np.float32))
+    policy = residual_policy(base)
+    obs = {"state": np.array([0.4, 0.2, 0.9], np.float32), "images": {}}
+    action, extras = policy_step(policy, obs, deterministic=False)
+    np.testing.assert_allclose(action, [0.2, -0.1], atol=1e-6)
+    np.testing.assert_allclose(extras["base_action"], [0.2, -0.1], atol=1e-6)
+    assert set(trainable_state(policy)) == set(policy.state_dict()) and not any("base" in k for k in policy.state_dict())
+
+
+def test_a_chunked_base_runs_open_loop_and_starts_afresh_each_episode_in_every_copy():
+    base = LinearBase(np.eye(2, 3, dtype=np.float32), chunk_size=4)
+    policy = residual_policy(base)
+    spare = copy.deepcopy(policy)  # the actor's double buffer
+    assert spare.base is policy.base, "one chunk queue for the episode, whichever copy acts"
+    obs = obs_to_torch({"state": np.ones(3, np.float32), "images": {}})
+    for _ in range(6):
+        policy.act(obs)
+    assert base.calls == 2, "a new chunk every 4 steps"
+    spare.reset()
+    spare.act(obs)
+    assert base.calls == 3 and base.resets == 1
+
+
+def test_the_residual_learns_a_bounded_correction_towards_higher_return():
+    """A one-step task: reward −|a − a*(s)|², the base always says 0. The residual must move each action towards
+    a*(s), and stay within its bound where a* lies beyond it."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # small networks: a second thread only waits on a loaded 2-core machine
+    base = LinearBase(np.zeros((2, 3), np.float32))
+    policy = residual_policy(base, scale=0.3)
+    space = make_observation_space(3, {})
+    algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
+                          lr_critic=3e-3, critic_hidden=[64, 64], precision="float32")  # fmt: skip
+    target = torch.tensor([[0.2, -0.1, 0.0], [0.0, 0.0, 0.9]])  # a*(s) = target · s: the second one saturates
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        s = torch.rand(128, 3, generator=gen) * 2 - 1
+        a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
+        r = -((a - s @ target.T) ** 2).sum(-1)
+        obs = {"state": s, "images": {}}
+        zeros = torch.zeros(128, 2)
+        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
+                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
+                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+
+    for _ in range(400):
+        algo.update([batch(), batch()])
+    s = torch.tensor([[1.0, 0.0, 0.5], [-1.0, 0.0, -1.0]])
+    with torch.no_grad():
+        residual = policy.residual(policy.encoder({"state": s, "images": {}}), torch.zeros(2, 2))
+    wanted = (s @ target.T).clamp(-0.3, 0.3)
+    assert torch.allclose(residual, wanted, atol=0.08), (residual, wanted)
+    assert residual.abs().max() <= 0.3 + 1e-6
+
+
+def test_demonstrations_get_the_base_action_of_each_decision():
+    base = LinearBase(np.array([[1.0, 0.0, 0.0]], np.float32))
+    policy = residual_policy(base, state_dim=3)
+    algo = build_residual(policy, make_observation_space(3, {}), 1, batch_size=8, precision="float32")
+    steps = np.array([0, 1, 2, 0, 1])
+    batch = {"step": steps, "state": np.arange(15, dtype=np.float32).reshape(5, 3) / 20,
+             "action_executed": np.zeros((5, 1), np.float32), "terminated": np.array([0, 0, 1, 0, 0], bool),
+             "truncated": np.zeros(5, bool)}  # fmt: skip
+    out = algo.relabel_prior(batch)["extra/base_action"][:, 0]
+    # record i + 1 holds the decision at obs_i: base = state[0] of obs_i; records 0 and 3 start episodes
+    np.testing.assert_allclose(out, [0.0, batch["state"][0, 0], batch["state"][1, 0], 0.0, batch["state"][3, 0]])
+
+
+def bc_checkpoint(tmp_path, state_dim, action_dim):
+    policy = BCPolicy(state_dim, action_dim, chunk_size=2, hidden=[16])
+    return save_atomic(policy.checkpoint(), tmp_path / "bc" / "policy.pt")
+
+
+def test_the_learner_runs_residual_rl_on_a_bc_base_and_resumes_it(tmp_path):
+    path = bc_checkpoint(tmp_path, 4, 2)
+    overrides = ["policy=residual", "algo=residual", f"policy.base.path={path}", "algo.batch_size=16",
+                 "train.learning_starts=10", "algo.critic_hidden=[32,32]", "policy.hidden=[32]"]  # fmt: skip
+    cfg = toy_config(tmp_path, *overrides)
+    run = tmp_path / "run"
+    run.mkdir()
+    learner = Learner(cfg, run, progress=False)
+    try:
+        demos = learner.replay.demos.data
+        assert np.abs(demos["extra/base_action"][: learner.replay.demos.size]).sum() > 0, "demos relabelled"
+        learner.ingest("actor-0", {k: v[:30].copy() for k, v in demos.items()}, 1, 1)
+        metrics = learner.update()
+        assert np.isfinite(metrics["critic_loss"]) and learner.updates == 4
+        sent = learner.algo.actor_weights()
+        assert all(k.startswith(("encoder.", "head.")) for k in sent), "only the residual travels"
+    finally:
+        learner.close()
+
+
+def test_a_base_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
+    from robo_rl.config import make_env, make_policy
+
+    path = bc_checkpoint(tmp_path, 7, 2)  # point_reach has a 4-d state
+    cfg = load_config(["env=point_reach", "policy=residual", "algo=residual", f"policy.base.path={path}"])
+    with pytest.raises(ConfigError, match="does not fit this task: its state"):
+        make_policy(cfg, make_env(cfg))
+    cfg = load_config(["env=point_reach", "policy=residual", "algo=residual", f"policy.base.path={tmp_path / 'no'}"])
+    with pytest.raises(ConfigError, match="no"):
+        make_policy(cfg, make_env(cfg))
+
+
+def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_resume(tmp_path):
+    from types import SimpleNamespace
+
+    from robo_rl.cli import _ensure_base
+    from robo_rl.config import load_saved_config, save_config
+
+    cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(cfg, run / "config.yaml")
+    quiet = SimpleNamespace(phase=lambda *_: None, bar=SimpleNamespace(write=lambda *_: None))
+    path = _ensure_base(cfg, run, quiet)
+    assert path == str(run / "bc" / "policy.pt") and (run / "bc" / "policy.pt").exists()
+    assert load_saved_config(run / "config.yaml").policy.base.path == path, "a resumed run finds the same base"
+
+
+def test_the_residual_experiment_composes():
+    cfg = load_config(["experiment=residual_pick_cube"])
+    assert cfg.algo.name == "residual" and cfg.policy._target_.endswith("ResidualPolicy")
+
+
+def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
+    from tests.test_pipeline import run_pair
+
+    path = bc_checkpoint(tmp_path, 4, 2)
+    cfg = toy_config(tmp_path, "policy=residual", "algo=residual", f"policy.base.path={path}", "algo.batch_size=16",
+                     "train.total_env_steps=300", "train.random_steps=50", "train.learning_starts=50",
+                     "algo.critic_hidden=[32,32]", "policy.hidden=[32]")  # fmt: skip
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0
+    online = learner.replay.online
+    live = online.data["step"][: online.size] > 0
+    base = online.data["extra/base_action"][: online.size][live]
+    executed = online.data["action_executed"][: online.size][live]
+    assert np.abs(base).sum() > 0, "every step carries the base's action"
+    assert np.all(np.abs(executed - base) <= 0.2 + 1e-5), "warm-up noise ±0.2, then a residual within ±0.1"
