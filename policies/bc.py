@@ -26,7 +26,7 @@ class BCCheckpointError(ValueError):
 
 
 class BCPolicy(nn.Module):
-    """obs → a chunk of `chunk_size` actions in [-1, 1]: normalised state (+ camera features) → LayerNorm MLP → tanh.
+    """obs → `chunk_size` actions in [-1, 1]: normalised state (+ camera features) → LayerNorm MLP → tanh.
 
     The per-dimension state mean and std are buffers, so they travel with the weights."""
 

@@ -123,7 +123,7 @@ def test_robo_rl_bc_trains_writes_a_loadable_base_and_reports(tmp_path, capsys):
     assert "validation loss" in text and "success " in text and "Wilson 95% CI" in text
     (policy,) = out.glob("*/*/bc/policy.pt")
     env = make_env(_cfg(tmp_path))
-    assert load_bc_base(policy, env.observation_space, 2).chunk_size == 4  # bc.chunk_size's default
+    assert load_bc_base(policy, env.observation_space, 2).chunk_size == _cfg(tmp_path).bc.chunk_size
 
 
 def test_bad_bc_input_is_one_line_before_any_run_folder(tmp_path, capsys):
