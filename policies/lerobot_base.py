@@ -14,7 +14,6 @@ for a dataset robo_rl exported that is our normalised action space, so they are 
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def resolve_pretrained(path_or_hub_id: str | Path) -> Path:
             raise ValueError(f"base checkpoint '{text}' is not a LeRobot pretrained_model folder: it has no "
                              f"{CONFIG_FILE}")  # fmt: skip
         return path.resolve()
-    if path.exists() or not HUB_ID.match(text) or text.startswith(".") or os.sep + os.sep in text:
+    if path.exists() or not HUB_ID.match(text):
         raise ValueError(f"base checkpoint '{text}' does not exist (a pretrained_model folder or a hub id)")
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -125,8 +124,9 @@ def resolve_pretrained(path_or_hub_id: str | Path) -> Path:
         return Path(snapshot_download(text))
     except (LocalEntryNotFoundError, OSError) as e:
         reason = str(e).splitlines()[0][:120]
-        raise ValueError(f"base checkpoint '{text}' is not in the local Hugging Face cache and the network is not "
-                         f"reachable ({reason}): pass a local pretrained_model folder") from None  # fmt: skip
+        raise ValueError(f"base checkpoint '{text}' is no folder here, nor a hub id in the local Hugging Face cache, "
+                         f"and the network is not reachable ({reason}): pass a local pretrained_model folder"
+                         ) from None  # fmt: skip
     except HfHubHTTPError as e:
         raise ValueError(f"base checkpoint '{text}' could not be downloaded from the hub ({e.response.status_code}): "
                          "check the id, or pass a local pretrained_model folder") from None  # fmt: skip

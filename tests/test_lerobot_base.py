@@ -169,6 +169,20 @@ def test_a_checkpoint_that_does_not_exist_is_refused_in_one_line(tmp_path):
     assert "pass a local pretrained_model folder" in refusal("robo-rl-tests/no-such-policy-a1b2c3", space)
 
 
+def test_a_hub_id_in_the_local_cache_loads_without_network(tiny_act, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--someone--act_point_reach"
+    shutil.copytree(tiny_act, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    base = LeRobotBase.load("someone/act_point_reach", make_observation_space(STATE_DIM, {}), ACTION_DIM)
+    obs = {"state": np.zeros(STATE_DIM, np.float32), "images": {}}
+    assert base.predict_chunk(obs).shape == (CHUNK, ACTION_DIM)
+
+
 class UpscaledCamera(gym.ObservationWrapper):
     """PointReach's 8x8 camera at 32x32 (the video encoder refuses frames below 32 px)."""
 
