@@ -19,7 +19,7 @@ from tqdm import tqdm
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import config_hash, make_env, make_policy
 from robo_rl.policy_io import policy_step
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict
@@ -47,6 +47,7 @@ class Actor:
                                         heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
         self._waiting_since: float | None = None
+        self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -58,7 +59,8 @@ class Actor:
             return {}
         jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
         return {"period_ms_p50": float(np.median(t) * 1e3), "jitter_ms_p50": float(np.percentile(jitter, 50)),
-                "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version}  # fmt: skip
+                "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version,
+                "refused_steps": self.refused_steps}  # fmt: skip
 
     @staticmethod
     def _load_weights(policy, arrays: dict) -> None:
@@ -76,6 +78,18 @@ class Actor:
                 self.policy_version, self.policy = newer
         if t.stop_reason:
             self.stop_reason = t.stop_reason
+
+    def _decide(self, obs: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+        """The action for `obs` (and the policy's extras); FloatingPointError if it is not finite."""
+        if self.sent_steps < self.cfg.train.random_steps and hasattr(self.policy, "explore_step"):
+            action, extras = policy_step(self.policy, obs, deterministic=False, explore=True)
+        elif self.sent_steps < self.cfg.train.random_steps:
+            action, extras = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32), {}
+        else:
+            action, extras = policy_step(self.policy, obs, deterministic=False)
+        if not np.all(np.isfinite(action)):
+            raise FloatingPointError("the policy gave a non-finite action")
+        return action, extras
 
     def _new_episode(self) -> None:
         """A policy with per-episode state (a base's chunk queue) starts afresh."""
@@ -133,27 +147,28 @@ class Actor:
                     time.sleep(0.002)
                 else:
                     self.step_starts.append(time.monotonic())
-                    extras = {}
-                    if self.sent_steps < cfg.train.random_steps and hasattr(self.policy, "explore_step"):
-                        action, extras = policy_step(self.policy, obs, deterministic=False, explore=True)
-                    elif self.sent_steps < cfg.train.random_steps:
-                        action = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32)
+                    try:
+                        action, extras = self._decide(obs, rng)
+                    except FloatingPointError as e:  # refused: the episode ends here, by the safety rule
+                        self.refused_steps += 1
+                        log.warning("refused a step (%s); the episode ends (ended_by=safety)", e)
+                        pending[-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
+                        terminated, truncated = False, True
                     else:
-                        action, extras = policy_step(self.policy, obs, deterministic=False)
-                    obs, reward, terminated, truncated, info = self.env.step(action)
-                    pending.append(recorder.record_step(obs, reward, terminated, truncated, info,
-                                                        self.policy_version, time.time(), extras))  # fmt: skip
-                    self.sent_steps += 1
-                    bar.update(1)
+                        obs, reward, terminated, truncated, info = self.env.step(action)
+                        pending.append(recorder.record_step(obs, reward, terminated, truncated, info,
+                                                            self.policy_version, time.time(), extras))  # fmt: skip
+                        self.sent_steps += 1
+                        bar.update(1)
                     if terminated or truncated:
                         episode += 1
                         self._send(pending)
                         obs, _ = self.env.reset()
                         self._new_episode()
                         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
-                    elif len(pending) >= cfg.actor.steps_per_message:
-                        self._send(pending)
-                        pending = []
+                    elif len(pending) > cfg.actor.steps_per_message:
+                        self._send(pending[:-1])  # the newest stays until its decision is made: a refused one
+                        pending = pending[-1:]  # ends the episode in that record
                     if cfg.actor.realtime:
                         next_tick += period
                         time.sleep(max(0.0, next_tick - time.monotonic()))

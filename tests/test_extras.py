@@ -62,3 +62,27 @@ def test_extras_declared_by_the_acting_policy_reach_the_learners_replay_over_the
     assert np.all(np.abs(stored[live]) <= 1) and not np.allclose(stored[live], executed), "the mean, not the sample"
     batch = learner.replay.sample(16, np.random.default_rng(0), 0.99, extras=("mean_action",))
     assert batch["extras"]["mean_action"].shape == (16, 2) and batch["next_extras"]["mean_action"].shape == (16, 2)
+
+
+def test_a_non_finite_action_is_refused_counted_and_ends_the_episode_by_safety(tmp_path, monkeypatch):
+    from robo_rl.schema import ENDED_BY_CODES
+
+    calls = {"n": 0}
+    act = TanhGaussianPolicy.act
+
+    def sometimes_nan(self, obs, deterministic=False):
+        calls["n"] += 1
+        out = act(self, obs, deterministic)
+        return out * float("nan") if calls["n"] % 7 == 0 else out
+
+    monkeypatch.setattr(TanhGaussianPolicy, "act", sometimes_nan)
+    cfg = toy_config(tmp_path, "train.total_env_steps=300", "actor.steps_per_message=3")
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages, "no NaN reached the wire"
+    online = learner.replay.online
+    ended = online.data["ended_by"][: online.size]
+    assert (ended == ENDED_BY_CODES["safety"]).sum() >= 300 // 7 - 5, "each refused step ended its episode"
+    assert np.all(np.isfinite(online.data["action_executed"][: online.size]))
+    stats = [s for s in (i["stats"] for i in learner.link.actors.values()) if "refused_steps" in s]
+    assert stats and stats[-1]["refused_steps"] > 0
