@@ -138,7 +138,7 @@ def test_bad_bc_input_is_one_line_before_any_run_folder(tmp_path, capsys):
 
 
 def test_the_image_variant_trains_on_a_pixel_env_and_needs_its_camera(tmp_path):
-    cfg = _cfg(tmp_path, "env.camera=true", "bc.images=true", "bc.epochs=1", "bc.eval_episodes=2",
+    cfg = _cfg(tmp_path, "env.camera=true", "bc.images=true", "bc.epochs=1", "bc.eval_episodes=2", "bc.chunk_size=3",
                "demos.num_episodes=4", "policy.encoder.channels=8", "policy.encoder.features=8",
                "policy.encoder.kernels=[3,3]", "policy.encoder.strides=[1,1]")  # fmt: skip
     summary = train_bc(cfg, tmp_path / "run", progress=False)
@@ -147,7 +147,7 @@ def test_the_image_variant_trains_on_a_pixel_env_and_needs_its_camera(tmp_path):
     base = load_bc_base(tmp_path / "run", env.observation_space, 2)
     obs, _ = env.reset(seed=0)
     env.close()
-    assert base.cameras == ["top"] and base.predict_chunk(obs).shape == (4, 2)
+    assert base.cameras == ["top"] and base.predict_chunk(obs).shape == (3, 2)
     with pytest.raises(BCCheckpointError, match=r"camera 'top' is not in the task \(it has no cameras\)"):
         load_bc_base(tmp_path / "run", make_observation_space(4, {}), 2)
     with pytest.raises(BCCheckpointError, match=r"camera 'top' is 8x8, the task's is 16x16"):
