@@ -24,6 +24,7 @@ ACTION = "action"
 STATE_INPUTS = ("observation.state", "observation.environment_state")
 IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
 CONFIG_FILE = "config.json"
+PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -42,7 +43,6 @@ class LeRobotBase:
         self.closed_loop = len(history or [0]) > 1 or getattr(cfg, "temporal_ensemble_coeff", None) is not None
         self.chunk_size = 1 if self.closed_loop else int(getattr(cfg, "n_action_steps", 1) or 1)
         self.time_axis = history is not None  # its inputs are [batch, time, ...] outside select_action (Diffusion)
-        self.device = torch.device(cfg.device or "cpu")
 
     @classmethod
     def load(cls, path_or_hub_id: str | Path, observation_space, action_dim: int, device: str = "cpu",
@@ -58,16 +58,16 @@ class LeRobotBase:
         cfg = PreTrainedConfig.from_pretrained(folder)
         cfg.device, cfg.pretrained_path = device, folder
         inputs = match_features(cfg, observation_space, action_dim, camera_map or {}, str(path_or_hub_id))
+        missing = [f for f in PROCESSOR_FILES if not (folder / f).is_file()]
+        if missing:
+            raise ValueError(f"base checkpoint '{path_or_hub_id}' has no saved processors ({', '.join(missing)}): "
+                             "save them with its policy, or migrate it with lerobot's processor migration "
+                             "script")  # fmt: skip
         policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg)
         policy.to(device).eval()
         policy.requires_grad_(False)
-        try:
-            overrides = {"device_processor": {"device": device}}  # run where the policy runs, not where it trained
-            pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
-        except FileNotFoundError as e:
-            raise ValueError(f"base checkpoint '{path_or_hub_id}' has no saved processors ({e}); save it with a "
-                             "lerobot that writes policy_preprocessor.json, or migrate it with lerobot's "
-                             "processor migration script") from None  # fmt: skip
+        overrides = {"device_processor": {"device": device}}  # run where the policy runs, not where it trained
+        pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
         if task is None and any(type(s).__name__ == "TokenizerProcessorStep" for s in pre.steps):
             raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
         return cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")

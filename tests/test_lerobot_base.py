@@ -169,6 +169,14 @@ def test_a_checkpoint_that_does_not_exist_is_refused_in_one_line(tmp_path):
     assert "pass a local pretrained_model folder" in refusal("robo-rl-tests/no-such-policy-a1b2c3", space)
 
 
+def test_a_checkpoint_without_its_processors_is_refused_in_one_line(tiny_act, tmp_path):
+    weights_only = shutil.copytree(tiny_act, tmp_path / "weights_only")
+    for saved in weights_only.glob("policy_*processor*"):
+        saved.unlink()
+    msg = refusal(weights_only, make_observation_space(STATE_DIM, {}))
+    assert "no saved processors (policy_preprocessor.json, policy_postprocessor.json)" in msg
+
+
 def test_a_hub_id_in_the_local_cache_loads_without_network(tiny_act, tmp_path, monkeypatch):
     import huggingface_hub.constants
 
