@@ -48,6 +48,8 @@ class Actor:
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
+        self.decide_ms: collections.deque = collections.deque(maxlen=2000)  # policy (base + residual) inference
+        self._warned_slow = False
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -58,9 +60,13 @@ class Actor:
         if len(t) < 2:
             return {}
         jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
-        return {"period_ms_p50": float(np.median(t) * 1e3), "jitter_ms_p50": float(np.percentile(jitter, 50)),
-                "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version,
-                "refused_steps": self.refused_steps}  # fmt: skip
+        stats = {"period_ms_p50": float(np.median(t) * 1e3), "jitter_ms_p50": float(np.percentile(jitter, 50)),
+                 "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version,
+                 "refused_steps": self.refused_steps}  # fmt: skip
+        if self.decide_ms:
+            p50, p99 = np.percentile(np.array(self.decide_ms), [50, 99])
+            stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
+        return stats
 
     @staticmethod
     def _load_weights(policy, arrays: dict) -> None:
@@ -80,15 +86,26 @@ class Actor:
             self.stop_reason = t.stop_reason
 
     def _decide(self, obs: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-        """The action for `obs` (and the policy's extras); FloatingPointError if it is not finite."""
+        """The action for `obs` (and the policy's extras), timed; FloatingPointError if it is not finite."""
+        start = time.perf_counter()
+        action, extras = self._choose(obs, rng)
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        self.decide_ms.append(elapsed_ms)
+        if elapsed_ms > 1e3 / self.env.control_hz and len(self.decide_ms) > 10 and not self._warned_slow:
+            self._warned_slow = True  # once: the heartbeat stats carry the figures from then on
+            log.warning("policy inference took %.1f ms, longer than the %.1f ms control period (%s Hz): the robot "
+                        "waits on the policy", elapsed_ms, 1e3 / self.env.control_hz, self.env.control_hz)  # fmt: skip
+        if not np.all(np.isfinite(action)):
+            raise FloatingPointError("the policy gave a non-finite action")
+        return action, extras
+
+    def _choose(self, obs: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
         if self.sent_steps < self.cfg.train.random_steps and hasattr(self.policy, "explore_step"):
             action, extras = policy_step(self.policy, obs, deterministic=False, explore=True)
         elif self.sent_steps < self.cfg.train.random_steps:
             action, extras = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32), {}
         else:
             action, extras = policy_step(self.policy, obs, deterministic=False)
-        if not np.all(np.isfinite(action)):
-            raise FloatingPointError("the policy gave a non-finite action")
         return action, extras
 
     def _new_episode(self) -> None:

@@ -85,4 +85,4 @@ def test_a_non_finite_action_is_refused_counted_and_ends_the_episode_by_safety(t
     assert (ended == ENDED_BY_CODES["safety"]).sum() >= 300 // 7 - 5, "each refused step ended its episode"
     assert np.all(np.isfinite(online.data["action_executed"][: online.size]))
     stats = [s for s in (i["stats"] for i in learner.link.actors.values()) if "refused_steps" in s]
-    assert stats and stats[-1]["refused_steps"] > 0
+    assert stats and stats[-1]["refused_steps"] > 0 and stats[-1]["inference_ms_p99"] > 0
