@@ -258,3 +258,13 @@ def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(
             assert np.abs(img - r["image/wrist"][k]).mean() < 8, (e_index, k)
             i += 1
     assert ds.meta.stats["observation.images.front"]["mean"].shape == (3, 1, 1)
+
+
+def test_a_camera_too_small_for_video_is_refused_in_one_line(tmp_path):
+    """8x8 frames killed the whole process inside the AV1 encoder (exit 136, no Python error)."""
+    from robo_rl.datasets.lerobot_v3 import _features
+
+    records = {"action_executed": np.zeros((2, 2), np.float32), "state": np.zeros((2, 4), np.float32),
+               "image/top": np.zeros((2, 8, 8, 3), np.uint8)}  # fmt: skip
+    with pytest.raises(ValueError, match="camera 'top' is 8x8: .* at least 32x32"):
+        _features(records)

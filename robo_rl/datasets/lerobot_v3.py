@@ -51,6 +51,9 @@ IMAGES = "observation.images."
 INTERVENTION_KEYS = (INTERVENTION, "intervention", "is_intervention", "complementary_info.intervention")
 
 
+MIN_VIDEO_SIDE = 32  # pixels: SVT-AV1 kills the process on 8x8 and 16x16 frames
+
+
 def _vec(dtype: str, n: int) -> dict:
     return {"dtype": dtype, "shape": (n,), "names": None}
 
@@ -61,6 +64,9 @@ def _features(records: dict[str, np.ndarray]) -> dict[str, dict]:
     for name, arr in records.items():
         if name.startswith("image/"):
             h, w = arr.shape[1:3]
+            if min(h, w) < MIN_VIDEO_SIDE:  # smaller frames crash the AV1 encoder inside the process (SIGFPE)
+                raise ValueError(f"camera '{name[6:]}' is {h}x{w}: LeRobot's video encoding needs at least "
+                                 f"{MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE} pixels; record larger images to export it")  # fmt: skip
             feats[IMAGES + name[6:]] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     feats.update({REWARD: _vec("float32", 1), DONE: _vec("bool", 1), TERMINATED: _vec("bool", 1),
                   TRUNCATED: _vec("bool", 1), SUCCESS: _vec("bool", 1), INTERVENTION: _vec("bool", 1),
