@@ -25,12 +25,16 @@ def test_every_command_has_help(command, flag, capsys):
 def test_help_lists_every_option_of_every_config_group_with_a_line_each(command, capsys):
     main([command, "--help"])
     out = capsys.readouterr().out
+    lines = out.splitlines()
     for group in ("env", "algo", "policy", "experiment"):
         assert f"  {group}:" in out
+        start = lines.index(f"  {group}:")  # options of one group may share a name with another's (residual)
+        section = lines[start + 1 :]
+        section = section[: next((i for i, ln in enumerate(section) if not ln.startswith("   ")), len(section))]
         for option, text in group_options(group).items():
             assert text, f"launch/conf/{group}/{option}.yaml needs a first comment line describing it"
-            line = next((ln for ln in out.splitlines() if ln.split()[:1] in ([option], [f"*{option}"])), None)
-            assert line is not None and text in line
+            line = next((ln for ln in section if ln.split()[:1] in ([option], [f"*{option}"])), None)
+            assert line is not None and text in line, (group, option)
 
 
 def test_train_help_names_its_main_settings_with_defaults_and_ranges(capsys):

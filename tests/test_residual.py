@@ -150,7 +150,7 @@ def test_a_base_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
 def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_resume(tmp_path):
     from types import SimpleNamespace
 
-    from robo_rl.cli import _ensure_base
+    from robo_rl.train_local import _ensure_base
     from robo_rl.config import load_saved_config, save_config
 
     cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")

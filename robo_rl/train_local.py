@@ -1,0 +1,144 @@
+"""`robo-rl train` on one machine: demonstrations, a learner and an actor process under one progress bar, the
+training run's evaluation report; a failed start removes the run folder it made."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from robo_rl.cli import STARTED_BY_ENV, UsageError, _run_dir_for, cmd_eval
+
+
+def train(overrides: list[str]) -> int:
+    """`robo-rl train`: demonstrations (and a BC base for a residual policy), a learner and an actor process,
+    one progress bar, then the evaluation report."""
+    from robo_rl.config import load_config
+    from robo_rl.demos import load_or_make_demos
+    from robo_rl.progress import TrainingBar
+
+    cfg = load_config(overrides)
+    fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
+    run_dir = _run_dir_for(cfg)
+    print(f"run folder: {run_dir}")
+    bar = TrainingBar(cfg, run_dir, enabled=cfg.logger.progress)  # shown from the start, with the total
+    bar.phase("demonstrations")
+    demos, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
+    episodes = int((demos["step"] == 0).sum())
+    bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
+    child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
+    if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
+        child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar)}")
+    child_env = {**os.environ, STARTED_BY_ENV: "train"}
+    procs = {}
+    try:
+        for role in ("learner", "actor"):
+            bar.phase(f"starting the {role}")
+            log = open(run_dir / f"{role}.log", "w")
+            procs[role] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", role, *child_args],
+                                           stdout=log, stderr=subprocess.STDOUT, env=child_env)  # fmt: skip
+            if role == "learner":
+                try:
+                    _wait_for_learner(procs["learner"], run_dir)
+                except UsageError:
+                    if fresh:
+                        _stop(procs)
+                        bar.finish(done=False)
+                        _discard_run_dir(run_dir)
+                    raise
+        bar.phase("waiting for the actor")
+        _follow_progress(cfg, run_dir, procs, bar)
+    except KeyboardInterrupt:
+        bar.finish(done=False)
+        print("\ninterrupted: stopping the learner and the actor (the learner writes a checkpoint) ...")
+        _stop(procs)
+        return 130
+    finally:
+        _stop(procs)
+    if procs["learner"].returncode != 0:  # the learner's result decides; an actor failure is the likelier cause
+        role = "actor" if procs["actor"].returncode not in (0, None) else "learner"
+        tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
+        code = procs[role].returncode
+        raise UsageError(f"the {role} process exited with code {code}: {tail[0]} (see {run_dir / role}.log)")
+    return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
+
+
+def _discard_run_dir(run_dir: Path) -> None:
+    """Remove a run folder this command made whose learner never started: it holds no run, only clutter."""
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _ensure_base(cfg, run_dir: Path, bar) -> str:
+    """The residual policy's base: the one configured, or a BC base trained here from the demonstrations (its
+    path then goes into the run's config.yaml, so a resume finds it). Checked against the task in one line."""
+    from robo_rl.config import make_env, make_policy, save_config
+
+    if not cfg.policy.base.path:
+        from robo_rl.bc import train_bc
+
+        bar.phase("behaviour-cloning a base")
+        summary = train_bc(cfg, run_dir, progress=cfg.logger.progress)
+        cfg.policy.base.path = summary["checkpoint"]
+        bar.bar.write(f"base: {summary['checkpoint']} (success {summary.get('eval', {}).get('success_rate', '?')})")
+        save_config(cfg, run_dir / "config.yaml")
+    env = make_env(cfg)
+    try:
+        make_policy(cfg, env)  # a missing base or one for another task: ConfigError, one line
+    finally:
+        env.close()
+    return str(cfg.policy.base.path)
+
+
+def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:
+    """Wait until the learner writes its pid file (its sockets are bound by then) or dies."""
+    deadline = time.monotonic() + timeout_s
+    pid_file = run_dir / "learner.pid"
+    while not (pid_file.exists() and pid_file.read_text() == str(proc.pid)):
+        if proc.poll() is not None:
+            lines = (run_dir / "learner.log").read_text().strip().splitlines()
+            raise UsageError(f"the learner failed to start: {lines[-1] if lines else 'no output'}")
+        if time.monotonic() > deadline:
+            raise UsageError(f"the learner did not start within {timeout_s:.0f} s (see {run_dir}/learner.log)")
+        time.sleep(0.1)
+
+
+def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
+    """Feed the training bar from the learner's metrics file until both processes have ended."""
+    import json
+
+    with open(run_dir / "metrics.jsonl") as f:
+        f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history (the bar starts at its step count)
+        while procs["learner"].poll() is None or procs["actor"].poll() is None:
+            for line in f.readlines():
+                try:
+                    m = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if m.get("kind") == "learner":
+                    bar.learner_line(m)
+            if procs["learner"].poll() is not None and procs["actor"].poll() is None:
+                time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
+                _stop({"actor": procs["actor"]})
+            if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
+                _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint
+            time.sleep(0.5)
+    bar.finish(done=procs["learner"].returncode == 0)
+
+
+def _stop(procs: dict, timeout_s: float = 30.0) -> None:
+    """SIGINT (the learner checkpoints on it), then SIGKILL whatever is still running after the timeout."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
