@@ -50,7 +50,7 @@ def test_gather_returns_the_extras_of_the_decision_at_obs_and_at_next_obs():
 
 
 def test_extras_declared_by_the_acting_policy_reach_the_learners_replay_over_the_wire(tmp_path):
-    cfg = toy_config(tmp_path, "policy._target_=tests.test_extras.MeanReportingPolicy", "train.total_env_steps=300")
+    cfg = toy_config(tmp_path, "policy._target_=tests.test_extras.MeanReportingPolicy", "train.total_env_steps=150")
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and not learner.link.bad_messages, dict(learner.link.bad_messages)
