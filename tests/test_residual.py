@@ -163,8 +163,9 @@ def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_res
     assert load_saved_config(run / "config.yaml").policy.base.path == path, "a resumed run finds the same base"
 
 
-def test_the_residual_experiment_composes():
-    cfg = load_config(["experiment=residual_pick_cube"])
+@pytest.mark.parametrize("experiment", ["residual_pick_cube", "residual_lift", "residual_can"])
+def test_the_residual_experiments_compose(experiment):
+    cfg = load_config([f"experiment={experiment}"])
     assert cfg.algo.name == "residual" and cfg.policy._target_.endswith("ResidualPolicy")
 
 
