@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -114,12 +113,11 @@ def _run_dir_for(cfg) -> Path:
 
 
 def _sigterm_as_interrupt() -> None:
-    """`kill` (SIGTERM) shuts a process down like Ctrl-C: the learner still writes its checkpoint."""
+    """`kill` (SIGTERM) shuts a process down like Ctrl-C: the learner still writes its checkpoint; only the first
+    of several signals interrupts."""
+    from robo_rl.shutdown import interrupt_once
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+    interrupt_once()
 
 
 def cmd_keys(args: list[str]) -> int:

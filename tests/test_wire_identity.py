@@ -300,3 +300,23 @@ def test_memory_under_a_flood_of_large_messages_stays_bounded():
     bound_mb = 2 * (4 + 4) * 2  # connections × (receive queue + kernel and I/O-thread slack) × message size
     print(f"\nflood: {sum(sent)} sends of 2 MB taken by the senders' sockets; learner RSS +{growth_mb:.0f} MB")
     assert growth_mb < bound_mb + 20, f"the learner grew by {growth_mb:.0f} MB under the flood"
+
+
+
+def test_only_the_first_of_several_interrupts_interrupts():
+    """A terminal's Ctrl-C reaches the whole process group and `train` passes its own on: a second SIGINT arriving
+    while the learner starts saving its checkpoint must not cut that short (a CI run lost the end record so)."""
+    from robo_rl.shutdown import interrupt_once
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        interrupt_once()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs on the main thread between bytecodes
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # neither raises now
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
