@@ -41,6 +41,11 @@ def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> Ba
     raise ValueError(f"policy.base.kind must be bc or lerobot, got '{kind}'")
 
 
+def observation_row(obs: dict, i: int) -> dict:
+    """Row `i` of a batch of observations (tensors) as one contract observation (numpy), as a base takes it."""
+    return {"state": obs["state"][i].cpu().numpy(), "images": {k: v[i].cpu().numpy() for k, v in obs["images"].items()}}
+
+
 class ResidualPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
                  hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
@@ -79,8 +84,7 @@ class ResidualPolicy(nn.Module):
 
     def base_action(self, obs: dict) -> torch.Tensor:
         """The base's action for a batch of one observation (tensors as the actor passes them)."""
-        single = {"state": obs["state"][0].cpu().numpy(), "images": {k: v[0].cpu().numpy() for k, v in obs["images"].items()}}
-        action = self.base.act(single)
+        action = self.base.act(observation_row(obs, 0))
         if not np.all(np.isfinite(action)):
             self.nan_base_steps += 1
             raise FloatingPointError("the base policy produced a non-finite action")

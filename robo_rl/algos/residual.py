@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from policies.encoders import frozen_backbones
-from policies.residual import ResidualPolicy
+from policies.residual import ResidualPolicy, observation_row
 from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.sac import CriticEnsemble, SACConfig, soft_update
 from robo_rl.precision import autocast, resolve_precision
@@ -78,9 +78,8 @@ class ResidualAlgorithm(Algorithm):
         base = batch["next_extras"]["base_action"].clone()
         missing = torch.nonzero(~batch["next_extras_valid"]).flatten().tolist()
         for i in missing:
-            obs = {"state": batch["next_obs"]["state"][i].cpu().numpy(),
-                   "images": {k: v[i].cpu().numpy() for k, v in batch["next_obs"]["images"].items()}}  # fmt: skip
-            base[i] = torch.from_numpy(np.asarray(self.policy.base.base.predict_chunk(obs)[0], np.float32))
+            chunk = self.policy.base.base.predict_chunk(observation_row(batch["next_obs"], i))
+            base[i] = torch.from_numpy(np.asarray(chunk[0], np.float32))
         return base
 
     def update_critic(self, batch: dict) -> dict:
@@ -162,7 +161,8 @@ class ResidualAlgorithm(Algorithm):
 
 
 def build_residual(policy: ResidualPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
-                   batch_size: int, n_step: int = 3, critic_updates_per_actor: int = 4, **keys) -> ResidualAlgorithm:  # fmt: skip
+                   batch_size: int, n_step: int = 3, critic_updates_per_actor: int = 4,
+                   **keys) -> ResidualAlgorithm:  # fmt: skip
     """`algo=residual`: needs `policy=residual` (a frozen base and a residual head)."""
     if not isinstance(policy, ResidualPolicy):
         raise ValueError("algo=residual needs policy=residual (a frozen base and a residual head)")
