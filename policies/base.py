@@ -21,6 +21,8 @@ class BasePolicy(Protocol):
 
     action_dim: int
     chunk_size: int  # actions per inference; 1 for closed-loop control
+    # optional: `action_range` (low, high), float32 [action_dim] each: the range of the actions it was trained on
+    # (a residual normalises its correction by it); a base without one is taken to span the whole [-1, 1]
 
     def reset(self) -> None:
         """A new episode starts: forget any internal state (observation history, a model's own queue)."""
@@ -60,3 +62,16 @@ class ChunkedBase:
             return {}
         p50, p99 = np.percentile(np.asarray(self.inference_ms), [50, 99])
         return {"base_inference_ms_p50": float(p50), "base_inference_ms_p99": float(p99)}
+
+
+def action_range(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
+    """The base's training action range, checked (finite, low ≤ high, one entry per dimension), or None."""
+    rng = getattr(base, "action_range", None)
+    if rng is None:
+        return None
+    low, high = (np.asarray(v, np.float32).reshape(-1) for v in rng)
+    if low.shape != (base.action_dim,) or high.shape != (base.action_dim,) or not (
+            np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low <= high)):  # fmt: skip
+        raise ValueError(f"the base's action range does not fit its {base.action_dim} action dimensions "
+                         f"(low {low.tolist()}, high {high.tolist()})")  # fmt: skip
+    return low, high

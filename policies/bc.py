@@ -71,8 +71,10 @@ class BCPolicy(nn.Module):
 class BCBase:
     """A loaded BCPolicy as a frozen base (`policies.base.BasePolicy`): no gradients, CPU unless told."""
 
-    def __init__(self, policy: BCPolicy, device: str | torch.device = "cpu", execute_steps: int | None = None) -> None:
+    def __init__(self, policy: BCPolicy, device: str | torch.device = "cpu", execute_steps: int | None = None,
+                 action_range: tuple[list[float], list[float]] | None = None) -> None:  # fmt: skip
         self.device = torch.device(device)
+        self.action_range = action_range  # of its training actions (checkpoints from before it was kept: None)
         self.policy = policy.to(self.device).eval().requires_grad_(False)
         self.action_dim = policy.action_dim
         self.chunk_size = policy.chunk_size
@@ -142,4 +144,5 @@ def load_bc_base(path: str | Path, observation_space, action_dim: int, state_nam
     except (KeyError, RuntimeError) as e:
         raise BCCheckpointError(f"base checkpoint {payload['path']} has weights that do not fit its own config "
                                 f"({str(e).splitlines()[0][:120]})") from None  # fmt: skip
-    return BCBase(policy, device, payload.get("execute_steps"))
+    rng = payload.get("action_range")
+    return BCBase(policy, device, payload.get("execute_steps"), (rng["low"], rng["high"]) if rng else None)

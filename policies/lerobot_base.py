@@ -36,6 +36,7 @@ class LeRobotBase:
         self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
         self.inputs = inputs  # policy input feature -> "state" or "images/<camera>"
         self.action_dim, self.task, self.name = action_dim, task, name
+        self.action_range = None  # set by `load` from its dataset statistics, where it kept them
         cfg = policy.config
         # a policy that stacks past observations (n_obs_steps > 1) or ensembles chunks over time must see every
         # step: it runs closed-loop through its own select_action and queues; the others run open-loop chunks
@@ -70,7 +71,9 @@ class LeRobotBase:
         pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
         if task is None and any(type(s).__name__ == "TokenizerProcessorStep" for s in pre.steps):
             raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
-        return cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")
+        base = cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")
+        base.action_range = dataset_action_range(post, action_dim)
+        return base
 
     def reset(self) -> None:
         self.policy.reset()
@@ -100,6 +103,19 @@ class LeRobotBase:
                 batch[key] = image.permute(2, 0, 1)[None].to(torch.float32).div_(255.0)
         batch["task"] = [self.task or ""]
         return batch
+
+
+def dataset_action_range(postprocessor, action_dim: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The action min/max of the dataset the policy was trained on, from its post-processor's saved statistics
+    (clipped to our [-1, 1]); None where it kept none (e.g. a policy normalised by mean/std alone)."""
+    for step in getattr(postprocessor, "steps", ()):
+        stats = (getattr(step, "_tensor_stats", None) or {}).get(ACTION) or {}
+        if "min" in stats and "max" in stats:
+            low, high = (np.clip(stats[k].detach().to("cpu", torch.float32).numpy().reshape(-1), -1, 1)
+                         for k in ("min", "max"))  # fmt: skip
+            if low.shape == high.shape == (action_dim,):
+                return low, high
+    return None
 
 
 def resolve_pretrained(path_or_hub_id: str | Path) -> Path:

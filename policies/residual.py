@@ -1,6 +1,12 @@
 """Residual policy (ResFiT): a frozen base acts, a small residual corrects it every step.
 
-    executed = clamp(base(s) + s · tanh(MLP(features(s), base(s))), -1, 1)
+    r = s · tanh(MLP(features(obs), base(obs)))                      in [-s, s], normalised units
+    executed = clamp(base(obs) + h · r, max(-1, c - h), min(1, c + h))
+
+Per dimension, c and h are the centre and half-width of the actions the base was trained on, the half-width
+widened by (1 + s) (ResFiT's normalisation): a dimension the demonstrations moved little is corrected little, and
+the base's own actions lie inside ±1/(1 + s) of the widened range. `action_range: full` (or a base that kept no
+range) uses c = 0, h = 1: the correction is s in the task's own units.
 
 The residual's last layer starts at exactly zero, so training starts at the base policy. The base (our behaviour
 cloning or any LeRobot policy, `policies/base.py`) is frozen and stateful within an episode (an open-loop chunk
@@ -16,9 +22,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import BasePolicy, ChunkedBase
+from policies.base import BasePolicy, ChunkedBase, action_range
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
+
+MIN_HALF_RANGE = 0.05  # a dimension the demonstrations never moved can still be corrected a little
 
 
 def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> BasePolicy:
@@ -49,7 +57,7 @@ def observation_row(obs: dict, i: int) -> dict:
 class ResidualPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
                  hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
-                 encoder: dict | None = None) -> None:  # fmt: skip
+                 encoder: dict | None = None, action_range: str = "data") -> None:  # fmt: skip
         super().__init__()
         self.action_dim, self.scale = action_dim, scale
         self.exploration_std, self.warmup_noise = exploration_std, warmup_noise
@@ -63,6 +71,7 @@ class ResidualPolicy(nn.Module):
         self.base = ChunkedBase(load_base(base, observation_space, action_dim), base_spec.get("execute_steps"))
         if self.base.base.action_dim != action_dim:
             raise ValueError(f"the base acts in {self.base.base.action_dim} dimensions, the task in {action_dim}")
+        self.set_action_range(action_range)
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
         self.nan_base_steps = 0
 
@@ -73,6 +82,29 @@ class ResidualPolicy(nn.Module):
         for key, value in self.__dict__.items():
             new.__dict__[key] = copy.deepcopy(value, memo)
         return new
+
+    def set_action_range(self, mode: str) -> None:
+        """Centre c and widened half-width h per dimension (buffers: they follow `.to(device)`, but are not in the
+        state dict: every process derives them from the same base)."""
+        if mode not in ("data", "full"):
+            raise ValueError(f"policy.action_range must be data or full, got '{mode}'")
+        rng = action_range(self.base.base) if mode == "data" else None
+        self.action_range_source = "base" if rng is not None else "full"
+        low, high = rng if rng is not None else (-np.ones(self.action_dim), np.ones(self.action_dim))
+        centre = (np.asarray(high) + np.asarray(low)) / 2
+        half = np.maximum((np.asarray(high) - np.asarray(low)) / 2, MIN_HALF_RANGE)
+        half = half * (1 + self.scale) if rng is not None else half  # widened by (1 + s)
+        lo, hi = np.maximum(-1.0, centre - half), np.minimum(1.0, centre + half)
+        for name, value in (("action_half", half), ("action_low", lo), ("action_high", hi)):
+            self.register_buffer(name, torch.as_tensor(np.asarray(value, np.float32)), persistent=False)
+
+    def compose(self, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """The executed action: base + h · residual, inside the widened data range and [-1, 1]."""
+        return torch.maximum(torch.minimum(base + self.action_half * residual, self.action_high), self.action_low)
+
+    def residual_of(self, executed: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """The residual (normalised units, clipped to ±s) that would turn `base` into `executed`."""
+        return ((executed - base) / self.action_half).clamp(-self.scale, self.scale)
 
     def residual(self, features: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
         """s · tanh(MLP(features, base action)), in [-s, s]."""
@@ -96,7 +128,7 @@ class ResidualPolicy(nn.Module):
         res = self.residual(self.encoder(obs), base)
         if not deterministic:
             res = (res + self.exploration_std * torch.randn_like(res)).clamp(-self.scale, self.scale)
-        return (base + res).clamp(-1.0, 1.0), {"base_action": base}
+        return self.compose(base, res), {"base_action": base}
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
@@ -104,7 +136,7 @@ class ResidualPolicy(nn.Module):
 
     @torch.no_grad()
     def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict]:
-        """Warm-up (before learning starts): the base plus uniform noise of ±warmup_noise."""
+        """Warm-up (before learning starts): the base plus uniform noise of ±warmup_noise (normalised units)."""
         base = self.base_action(obs)
         noise = (torch.rand_like(base) * 2 - 1) * self.warmup_noise
-        return (base + noise).clamp(-1.0, 1.0), {"base_action": base}
+        return self.compose(base, noise), {"base_action": base}

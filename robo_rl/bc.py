@@ -218,7 +218,10 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
             log.close()
         execute_steps = cfg.bc.execute_steps
         summary["demonstrations"] = data.source
-        save_atomic(policy.cpu().checkpoint(execute_steps=execute_steps, train=summary), out / "policy.pt")
+        actions = data.buffer.data["action_executed"][data.train_rows]
+        action_range = {"low": actions.min(0).tolist(), "high": actions.max(0).tolist()}  # a residual's units
+        save_atomic(policy.cpu().checkpoint(execute_steps=execute_steps, action_range=action_range, train=summary),
+                    out / "policy.pt")  # fmt: skip
         if int(cfg.bc.eval_episodes) > 0:
             result = evaluate_base(env, BCBase(policy), int(cfg.bc.eval_episodes), int(cfg.eval.seed),
                                    execute_steps, progress)  # fmt: skip

@@ -31,9 +31,9 @@ STATE_INPUTS = {"observation.state": PolicyFeature(FeatureType.STATE, (STATE_DIM
 ACTION_OUTPUT = {"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))}
 
 
-def stats(dim: int, mean: float = 0.0, std: float = 1.0) -> dict[str, torch.Tensor]:
-    return {"mean": torch.full((dim,), mean), "std": torch.full((dim,), std), "min": torch.full((dim,), -1.0),
-            "max": torch.full((dim,), 1.0)}  # fmt: skip
+def stats(dim: int, mean: float = 0.0, std: float = 1.0, low: float = -1.0, high: float = 1.0) -> dict:
+    return {"mean": torch.full((dim,), mean), "std": torch.full((dim,), std), "min": torch.full((dim,), low),
+            "max": torch.full((dim,), high)}  # fmt: skip
 
 
 def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
@@ -57,7 +57,7 @@ def tiny_act(tmp_path_factory) -> Path:
                     chunk_size=CHUNK, n_action_steps=CHUNK, pretrained_backbone_weights=None, device="cpu",
                     push_to_hub=False)  # fmt: skip
     # wide action stats: un-normalised actions overshoot [-1, 1], so clipping is visible
-    return save_tiny(cfg, tmp_path_factory.mktemp("act") / "pretrained_model", stats(ACTION_DIM, 0.5, 1.5))
+    return save_tiny(cfg, tmp_path_factory.mktemp("act") / "pretrained_model", stats(ACTION_DIM, 0.5, 1.5, -0.5, 0.8))
 
 
 def run_episode(env, chunked: ChunkedBase, seed: int = 0):
@@ -77,6 +77,8 @@ def test_act_checkpoint_acts_in_our_env_as_lerobot_runs_it(tiny_act):
     env = PointReachEnv(max_episode_steps=12, step_size=0.05)
     base = LeRobotBase.load(tiny_act, env.observation_space, ACTION_DIM)
     assert (base.action_dim, base.chunk_size) == (ACTION_DIM, CHUNK)
+    # the dataset's action range, from its saved statistics: what a residual on this base is normalised by
+    np.testing.assert_allclose(np.stack(base.action_range), [[-0.5] * ACTION_DIM, [0.8] * ACTION_DIM])
     chunked = ChunkedBase(base)
     observations, actions = run_episode(env, chunked)
     assert actions.shape == (12, ACTION_DIM) and actions.dtype == np.float32

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from policies.base import ChunkedBase
 from policies.bc import BCPolicy
 from policies.residual import ResidualPolicy
 from robo_rl.algos.base import trainable_state
@@ -48,6 +47,40 @@ def test_training_starts_exactly_at_the_base_and_the_record_carries_its_action()
     np.testing.assert_allclose(action, [0.2, -0.1], atol=1e-6)
     np.testing.assert_allclose(extras["base_action"], [0.2, -0.1], atol=1e-6)
     assert set(trainable_state(policy)) == set(policy.state_dict()) and not any("base" in k for k in policy.state_dict())
+
+
+def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plus_s():
+    """ResFiT's normalisation: a dimension the demonstrations moved over [-0.2, 0.2] is corrected by at most
+    s · 0.2 · (1 + s) and kept inside that widened range; `action_range=full` corrects by s in the task's units."""
+    base = LinearBase(np.zeros((2, 3), np.float32))
+    base.action_range = (np.array([-0.2, -1.0]), np.array([0.2, 1.0]))
+    policy = residual_policy(base, scale=0.5)
+    np.testing.assert_allclose(policy.action_half.numpy(), [0.3, 1.0 * 1.5])
+    full_push = torch.full((1, 2), 0.5)  # the residual at its bound s
+    np.testing.assert_allclose(policy.compose(torch.zeros(1, 2), full_push).numpy(), [[0.15, 0.75]], atol=1e-6)
+    edge = torch.tensor([[0.2, 0.9]])  # the base at the top of its data range: clamped to widened range and [-1, 1]
+    np.testing.assert_allclose(policy.compose(edge, full_push).numpy(), [[0.3, 1.0]], atol=1e-6)
+    np.testing.assert_allclose(policy.residual_of(torch.tensor([[0.06, -0.3]]), torch.zeros(1, 2)).numpy(),
+                               [[0.2, -0.2]], atol=1e-6)  # fmt: skip
+    assert "action_half" not in policy.state_dict(), "each process derives it from the same base"
+    full = ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.5, hidden=[8], action_range="full")
+    np.testing.assert_allclose(full.compose(torch.zeros(1, 2), full_push).numpy(), [[0.5, 0.5]], atol=1e-6)
+    with pytest.raises(ValueError, match="action_range must be data or full"):
+        ResidualPolicy(make_observation_space(3, {}), 2, base, hidden=[8], action_range="dataset")
+
+
+def test_a_bc_checkpoint_keeps_the_action_range_of_its_demonstrations(tmp_path):
+    from policies.bc import load_bc_base
+    from robo_rl.bc import train_bc
+    from robo_rl.config import make_env
+
+    cfg = toy_config(tmp_path, "bc.epochs=1", "bc.eval_episodes=0", "demos.num_episodes=3")
+    summary = train_bc(cfg, tmp_path / "run", progress=False)
+    env = make_env(cfg)
+    base = load_bc_base(summary["checkpoint"], env.observation_space, env.action_space.shape[0])
+    low, high = np.asarray(base.action_range[0]), np.asarray(base.action_range[1])
+    assert low.shape == (2,) and np.all(low < high) and np.all(low >= -1) and np.all(high <= 1)
+    assert np.all(high - low > 0.1), "the scripted demonstrations move both dimensions"
 
 
 def test_a_chunked_base_runs_open_loop_and_starts_afresh_each_episode_in_every_copy():
@@ -150,8 +183,8 @@ def test_a_base_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
 def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_resume(tmp_path):
     from types import SimpleNamespace
 
-    from robo_rl.train_local import _ensure_base
     from robo_rl.config import load_saved_config, save_config
+    from robo_rl.train_local import _ensure_base
 
     cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")
     run = tmp_path / "run"

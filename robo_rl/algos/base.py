@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from policies.encoders import frozen_backbones
+from policies.augment import shift_images
+from policies.encoders import PreparedImages, frozen_backbones
+
+AUGMENTATIONS = (None, "none", "random_shift")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,26 @@ class Algorithm(ABC):
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """The acting policy's weights that learning changes: its state dict without frozen backbones."""
         return trainable_state(self.policy)
+
+
+def check_augmentation(name: str | None) -> None:
+    if name not in AUGMENTATIONS:
+        raise ValueError(f"algo.image_augmentation must be random_shift or null, got '{name}'")
+
+
+def prepare_images(batch: dict, encoder, augmentation: str | None, pad: int) -> dict:
+    """Crop/resize a batch's images once for every network reading them (`encoder.prepare`), then augment obs and
+    next_obs independently. A batch without images passes through untouched (no RNG drawn)."""
+    out = dict(batch)
+    for key in ("obs", "next_obs"):
+        obs = batch.get(key)
+        if obs is None or not obs["images"]:
+            continue
+        images = encoder.prepare(obs["images"])
+        if augmentation == "random_shift":
+            images = PreparedImages(shift_images(images, pad))
+        out[key] = {**obs, "images": images}
+    return out
 
 
 def frozen_prefixes(module: nn.Module) -> tuple[str, ...]:

@@ -1,9 +1,10 @@
 """Residual off-policy RL on a frozen base (ResFiT): a critic ensemble scores the executed action; a deterministic
 residual actor, zero at the start, learns the correction that raises it.
 
-  critic:  Q_i(s, a_executed), target = r_n + γ^n · min_{random pair} Q'_j(s', clamp(b' + clip(ρ'(s', b') + ε)))
-           with b' the base's action at s' (as the actor recorded it), ρ' the target residual, ε clipped noise
-  actor:   maximise mean_i Q_i(s, clamp(b + ρ(s, b))), after `actor_start_updates` critic-only updates
+  critic:  Q_i(s, a_executed), target = r_n + γ^n · min_{random pair} Q'_j(s', clamp(b' + h·clip(ρ'(s', b') + ε)))
+           with b' the base's action at s' (as the actor recorded it), ρ' the target residual, ε clipped noise,
+           h the per-dimension half-width of the base's action range (`ResidualPolicy.compose`)
+  actor:   maximise mean_i Q_i(s, clamp(b + h·ρ(s, b))), after `actor_start_updates` critic-only updates
   humans:  an intervention step's executed action is what the critic scores; optionally the residual is also
            regressed towards (executed − base), clipped to the residual's bound
 """
@@ -18,9 +19,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policies.encoders import frozen_backbones
+from policies.encoders import frozen_backbones, frozen_feature_cache
 from policies.residual import ResidualPolicy, observation_row
-from robo_rl.algos.base import Algorithm, BatchSpec
+from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, SACConfig, soft_update
 from robo_rl.precision import autocast, resolve_precision
 
@@ -41,12 +42,15 @@ class ResidualConfig:
     actor_start_updates: int = 0  # critic updates before the residual actor moves
     intervention_bc_weight: float = 0.0  # pull the residual towards (executed − base) on human steps
     target_q_clip: tuple[float, float] | None = None
+    image_augmentation: str | None = "random_shift"  # or null; on every batch that has images
+    augment_pad: int = 4  # pixels, for random_shift
     precision: str = "auto"
 
 
 class ResidualAlgorithm(Algorithm):
     def __init__(self, policy: ResidualPolicy, observation_space, cfg: ResidualConfig, spec: BatchSpec) -> None:
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
+        check_augmentation(cfg.image_augmentation)
         critic_cfg = SACConfig(num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden,
                                critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
         self.critic = CriticEnsemble(observation_space, policy.action_dim, critic_cfg, policy.encoder_config,
@@ -62,14 +66,21 @@ class ResidualAlgorithm(Algorithm):
 
     # --- the update ---------------------------------------------------------------------------
     def update(self, batches: list[dict]) -> dict:
+        """Critic steps (one per batch), then, past `actor_start_updates`, one actor step on the last batch."""
         metrics = {}
-        for batch in batches:
-            with autocast(self.compute_dtype, self.device):
-                metrics = self.update_critic(batch)
-        self.critic_updates += len(batches)
-        if self.critic_updates > self.cfg.actor_start_updates:
-            with autocast(self.compute_dtype, self.device):
-                metrics.update(self.update_actor(batches[-1]))
+        with frozen_feature_cache(self.policy, self.critic, self.target_critic):
+            prepared = []
+            for batch in batches:  # b' from the raw next observation (a fallback runs the base on it), then images
+                batch = {**batch, "next_base": self.next_base(batch)}
+                prepared.append(prepare_images(batch, self.policy.encoder, self.cfg.image_augmentation,
+                                               self.cfg.augment_pad))  # fmt: skip
+            for batch in prepared:
+                with autocast(self.compute_dtype, self.device):
+                    metrics = self.update_critic(batch)
+            self.critic_updates += len(batches)
+            if self.critic_updates > self.cfg.actor_start_updates:
+                with autocast(self.compute_dtype, self.device):
+                    metrics.update(self.update_actor(prepared[-1]))
         return metrics
 
     def next_base(self, batch: dict) -> torch.Tensor:
@@ -85,11 +96,11 @@ class ResidualAlgorithm(Algorithm):
     def update_critic(self, batch: dict) -> dict:
         s = self.policy.scale
         with torch.no_grad():
-            next_base = self.next_base(batch)
+            next_base = batch["next_base"]
             residual = self.target_policy.residual(self.target_policy.encoder(batch["next_obs"]), next_base)
             noise = (torch.randn_like(residual) * self.cfg.target_noise_std).clamp(-self.cfg.target_noise_clip,
                                                                                   self.cfg.target_noise_clip)
-            next_action = (next_base + (residual + noise * s).clamp(-s, s)).clamp(-1.0, 1.0)
+            next_action = self.policy.compose(next_base, (residual + noise * s).clamp(-s, s))
             target_qs = self.target_critic(batch["next_obs"], next_action)
             pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
             target_q = batch["reward"] + batch["discount"] * target_qs[pair].min(dim=0).values
@@ -108,15 +119,14 @@ class ResidualAlgorithm(Algorithm):
     def update_actor(self, batch: dict) -> dict:
         base = batch["extras"]["base_action"]
         residual = self.policy.residual(self.policy.encoder(batch["obs"]), base)
-        action = (base + residual).clamp(-1.0, 1.0)
+        action = self.policy.compose(base, residual)
         self.critic.requires_grad_(False)  # the actor step must not move the critic
         q = self.critic(batch["obs"], action).mean(dim=0)
         self.critic.requires_grad_(True)
         actor_loss = -q.mean()
         human = batch["intervention"].bool()
         if self.cfg.intervention_bc_weight > 0 and human.any():
-            s = self.policy.scale
-            wanted = (batch["action"][human] - base[human]).clamp(-s, s)
+            wanted = self.policy.residual_of(batch["action"][human], base[human])
             actor_loss = actor_loss + self.cfg.intervention_bc_weight * F.mse_loss(residual[human], wanted)
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()

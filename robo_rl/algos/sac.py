@@ -12,18 +12,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from policies.augment import shift_images
 from policies.encoders import (
     EncoderConfig,
     ObservationEncoder,
-    PreparedImages,
     encoder_for_space,
     frozen_backbones,
     frozen_feature_cache,
 )
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
-from robo_rl.algos.base import Algorithm, BatchSpec
+from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.precision import autocast, resolve_precision
 
 
@@ -48,7 +46,6 @@ class SACConfig:
     precision: str = "auto"  # matrix products: auto | float32 | bfloat16 (mixed; see robo_rl/precision.py)
 
 
-AUGMENTATIONS = (None, "none", "random_shift")
 
 
 @torch.no_grad()
@@ -85,8 +82,7 @@ class SAC(Algorithm):
         self.policy = policy
         self.batch_spec = batch_spec or BatchSpec(batch_size=256, gamma=cfg.gamma)
         action_dim = policy.action_dim
-        if cfg.image_augmentation not in AUGMENTATIONS:
-            raise ValueError(f"algo.image_augmentation must be random_shift or null, got '{cfg.image_augmentation}'")
+        check_augmentation(cfg.image_augmentation)
         clip = cfg.target_q_clip
         if clip is not None and (len(clip) != 2 or clip[0] >= clip[1]):
             raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(clip)}")
@@ -163,20 +159,9 @@ class SAC(Algorithm):
         return metrics
 
     def prepare_batch(self, batch: dict) -> dict:
-        """Crop/resize the images once for every network, then augment obs and next_obs independently.
-
-        The actor step reuses the last critic batch as prepared here, so a frozen backbone's features of it
-        are computed once per update. A batch without images passes through untouched (no RNG drawn)."""
-        out = dict(batch)
-        for key in ("obs", "next_obs"):
-            obs = batch.get(key)
-            if obs is None or not obs["images"]:
-                continue
-            images = self.policy.encoder.prepare(obs["images"])
-            if self.cfg.image_augmentation == "random_shift":
-                images = PreparedImages(shift_images(images, self.cfg.augment_pad))
-            out[key] = {**obs, "images": images}
-        return out
+        """Images cropped/resized once and augmented (`prepare_images`); the actor step reuses the last critic
+        batch as prepared here, so a frozen backbone's features of it are computed once per update."""
+        return prepare_images(batch, self.policy.encoder, self.cfg.image_augmentation, self.cfg.augment_pad)
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:
