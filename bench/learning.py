@@ -108,6 +108,64 @@ def evaluate_run(run: Path, episodes_mid: int, episodes_final: int) -> list[dict
     return points
 
 
+def rolling(values: np.ndarray, window: int) -> np.ndarray:
+    return np.convolve(values, np.ones(window) / window, "valid") if len(values) >= window else np.array([])
+
+
+def base_on_training_stream(run: Path, episodes: int) -> np.ndarray:
+    """Successes of the frozen base alone (deterministic) on the first `episodes` initial states the run's actor
+    saw: its env reset with the run's seed once, then without one, as the actor does."""
+    from robo_rl.config import load_saved_config, make_env, make_policy
+    from robo_rl.policy_io import policy_step
+
+    cfg = load_saved_config(run / "config.yaml")
+    env = make_env(cfg)
+    policy = make_policy(cfg, env)  # a fresh residual policy: zero correction, the base alone
+    obs, _ = env.reset(seed=int(cfg.seed))
+    policy.reset()
+    out = []
+    while len(out) < episodes:
+        obs, _, terminated, truncated, info = env.step(policy_step(policy, obs, deterministic=True)[0])
+        if terminated or truncated:
+            out.append(bool(info.get("success", False)))
+            policy.reset()
+            obs, _ = env.reset()
+    env.close()
+    return np.asarray(out, float)
+
+
+def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> dict:
+    """From the run's episode log: training success per 1k env steps, the env steps at which the rolling-20
+    success first reached 0.8, and for a run on a frozen base the safety of learning: the lowest rolling-`window`
+    success in the first `early_steps` env steps, against the base alone on the same initial states."""
+    episodes = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"episode"' in line]
+    episodes = [e for e in episodes if e.get("kind") == "episode"]
+    success = np.array([e["success"] for e in episodes], float)
+    steps = np.array([e["env_steps"] for e in episodes])
+    out = {"episodes": len(episodes), "success_per_1k": [
+        round(float(success[(steps > a) & (steps <= a + 1000)].mean()), 3) for a in range(0, int(steps.max()), 1000)
+        if ((steps > a) & (steps <= a + 1000)).any()]}  # fmt: skip
+    reached = np.flatnonzero(rolling(success, 20) >= 0.8)
+    out["steps_to_rolling_0.8"] = int(steps[reached[0] + 19]) if len(reached) else None
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import load_saved_config
+
+    if OmegaConf.select(load_saved_config(run / "config.yaml"), "policy.base.path"):
+        early = success[steps <= early_steps]
+        base = base_on_training_stream(run, len(early))
+        run_min, base_mean = float(rolling(early, window).min()), float(base.mean())
+        out["safety"] = {"window": window, "early_env_steps": early_steps, "episodes": len(early),
+                         "min_rolling_success": round(run_min, 3), "base_success_same_states": round(base_mean, 3),
+                         "base_min_rolling_same_states": round(float(rolling(base, window).min()), 3),
+                         "drop_points": round(100 * (base_mean - run_min), 1),
+                         "met": bool(base_mean - run_min <= 0.10)}  # fmt: skip
+        eval_path = run / "bc" / "eval.json"
+        if eval_path.exists():
+            out["safety"]["base_success_eval"] = json.loads(eval_path.read_text())["success_rate"]
+    return out
+
+
 def plot(name: str, curves: list[list[dict]], path: Path, target: float | None) -> None:
     import matplotlib
 
@@ -197,7 +255,7 @@ def main() -> None:
         final = points[-1]
         print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
               f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
-        runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points})
+        runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points, "training": training_summary(run)})
     if args.add:  # read again now: another --add run of other seeds may have finished meanwhile
         runs = sorted(kept_runs(result_path, overrides, args.seeds) + runs, key=lambda r: r["seed"])
     args.seeds = [r["seed"] for r in runs]
