@@ -50,7 +50,7 @@ EXPERIMENTS = {
     # residual RL on a BC base (issue 12), each beside RLPD with the same demonstrations and budget
     "residual_pick": (["experiment=residual_pick_cube", "train.total_env_steps=30000",
                        "train.checkpoint_every_env_steps=2000"], 0.9, "required: ≥ 0.9 by 30k env steps"),
-    "rlpd_pick30": (["experiment=pick_cube_lift", "demos.num_episodes=30", "train.total_env_steps=30000",
+    "rlpd_pick30": (["experiment=pick_cube_lift", "demos.num_episodes=30", "train.utd=2", "train.total_env_steps=30000",
                      "train.checkpoint_every_env_steps=2000"], None, "RLPD with residual_pick's demonstrations"),
     "residual_lift": (["experiment=residual_lift", "train.checkpoint_every_env_steps=3000"], 0.9,
                       "required: ≥ 0.9 by 30k env steps"),
