@@ -8,6 +8,7 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
     python bench/learning.py residual_pick / rlpd_pick30 / residual_lift / rlpd_lift10 / residual_can
                                              # residual RL on a BC base, and RLPD with the same demonstrations
+    python bench/learning.py residual_pixels  # residual RL from two 64² cameras on an image BC base
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -50,8 +51,8 @@ EXPERIMENTS = {
     # residual RL on a BC base (issue 12), each beside RLPD with the same demonstrations and budget
     "residual_pick": (["experiment=residual_pick_cube", "train.total_env_steps=30000",
                        "train.checkpoint_every_env_steps=2000"], 0.9, "required: ≥ 0.9 by 30k env steps"),
-    "rlpd_pick30": (["experiment=pick_cube_lift", "demos.num_episodes=30", "train.utd=2", "train.total_env_steps=30000",
-                     "train.checkpoint_every_env_steps=2000"], None, "RLPD with residual_pick's demonstrations"),
+    "rlpd_pick30": (["experiment=pick_cube_lift", "demos.num_episodes=30", "train.utd=2",
+                     "train.total_env_steps=30000", "train.checkpoint_every_env_steps=2000"], None, "RLPD with residual_pick's demonstrations"),
     "residual_lift": (["experiment=residual_lift", "train.checkpoint_every_env_steps=3000"], 0.9,
                       "required: ≥ 0.9 by 30k env steps"),
     "rlpd_lift10": (["env=robosuite_lift", "demos.num_episodes=10", "algo.init_temperature=0.01", "algo.n_step=3",
@@ -59,6 +60,8 @@ EXPERIMENTS = {
                      "train.checkpoint_every_env_steps=3000"], None, "RLPD with residual_lift's demonstrations"),
     "residual_can": (["experiment=residual_can", "train.checkpoint_every_env_steps=5000"], None,
                      "required: ≥ the BC base + 30 points at 50k env steps (published RLPD from scratch: 0.08 at 100k)"),
+    "residual_pixels": (["experiment=residual_pick_cube_pixels", "train.total_env_steps=10000"], None,
+                        "the state variant (residual_pick) and SAC from the same pixels (pixels)"),
     "residual_smoke": (["env=point_reach", "policy=residual", "algo=residual", "demos.num_episodes=10",
                         "bc.eval_episodes=10", "train.learning_starts=100", "train.total_env_steps=600",
                         "train.checkpoint_every_env_steps=200"], None, "a toy residual run (checks the path)"),
