@@ -1,7 +1,7 @@
 """Residual policy (ResFiT): a frozen base acts, a small residual corrects it every step.
 
     r = s · tanh(MLP(features(obs), base(obs)))                      in [-s, s], normalised units
-    executed = clamp(base(obs) + h · r, max(-1, c - h), min(1, c + h))
+    executed = clamp(base(obs) + h · r, max(-1, c - h), min(1, c + h))   (never clamping the base's own action)
 
 Per dimension, c and h are the centre and half-width of the actions the base was trained on, the half-width
 widened by (1 + s) (ResFiT's normalisation): a dimension the demonstrations moved little is corrected little, and
@@ -99,8 +99,11 @@ class ResidualPolicy(nn.Module):
             self.register_buffer(name, torch.as_tensor(np.asarray(value, np.float32)), persistent=False)
 
     def compose(self, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """The executed action: base + h · residual, inside the widened data range and [-1, 1]."""
-        return torch.maximum(torch.minimum(base + self.action_half * residual, self.action_high), self.action_low)
+        """The executed action: base + h · residual, kept inside the widened data range (and [-1, 1]); a base
+        action outside that range is left as it is (a zero residual executes the base exactly), but the
+        correction cannot push it further out."""
+        high, low = torch.maximum(self.action_high, base), torch.minimum(self.action_low, base)
+        return torch.maximum(torch.minimum(base + self.action_half * residual, high), low)
 
     def residual_of(self, executed: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         """The residual (normalised units, clipped to ±s) that would turn `base` into `executed`."""

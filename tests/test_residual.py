@@ -60,6 +60,10 @@ def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plu
     np.testing.assert_allclose(policy.compose(torch.zeros(1, 2), full_push).numpy(), [[0.15, 0.75]], atol=1e-6)
     edge = torch.tensor([[0.2, 0.9]])  # the base at the top of its data range: clamped to widened range and [-1, 1]
     np.testing.assert_allclose(policy.compose(edge, full_push).numpy(), [[0.3, 1.0]], atol=1e-6)
+    outside = torch.tensor([[0.5, -0.2]])  # the base beyond its data's widened range: executed as it is at zero
+    np.testing.assert_allclose(policy.compose(outside, torch.zeros(1, 2)).numpy(), outside.numpy())
+    np.testing.assert_allclose(policy.compose(outside, full_push).numpy(), [[0.5, 0.55]], atol=1e-6)
+    np.testing.assert_allclose(policy.compose(outside, -full_push).numpy(), [[0.35, -0.95]], atol=1e-6)
     np.testing.assert_allclose(policy.residual_of(torch.tensor([[0.06, -0.3]]), torch.zeros(1, 2)).numpy(),
                                [[0.2, -0.2]], atol=1e-6)  # fmt: skip
     assert "action_half" not in policy.state_dict(), "each process derives it from the same base"
