@@ -222,3 +222,39 @@ def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
     executed = online.data["action_executed"][: online.size][live]
     assert np.abs(base).sum() > 0, "every step carries the base's action"
     assert np.all(np.abs(executed - base) <= 0.2 + 1e-5), "warm-up noise ±0.2, then a residual within ±0.1"
+
+
+def test_human_interventions_pull_the_residual_towards_what_the_human_did():
+    """With algo.intervention_bc_weight, an intervention step's (executed − base), in normalised units and clipped
+    to the bound, is what the residual is regressed on; without it, human steps teach only through the critic."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    space = make_observation_space(3, {})
+    base = LinearBase(np.zeros((2, 3), np.float32))
+    base.action_range = (np.array([-0.5, -1.0]), np.array([0.5, 1.0]))  # half-widths 0.5·1.2 and 1.0·1.2
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        s = torch.rand(64, 3, generator=gen) * 2 - 1
+        human = torch.arange(64) % 2 == 0
+        executed = torch.rand(64, 2, generator=gen) * 2 - 1  # reward 0 for every action: a flat critic
+        executed[human] = torch.tensor([0.06, 0.6])  # a human corrected the (zero) base by this much
+        return {"obs": {"state": s, "images": {}}, "next_obs": {"state": s, "images": {}}, "action": executed,
+                "reward": torch.zeros(64), "discount": torch.zeros(64), "extras": {"base_action": torch.zeros(64, 2)},
+                "next_extras": {"base_action": torch.zeros(64, 2)}, "next_extras_valid": torch.ones(64, dtype=bool),
+                "intervention": human}  # fmt: skip
+
+    moved = {}
+    for weight in (0.0, 10.0):
+        policy = residual_policy(base, scale=0.2)
+        algo = build_residual(policy, space, 2, batch_size=64, n_step=1, critic_updates_per_actor=1, lr_actor=3e-3,
+                              critic_hidden=[32], intervention_bc_weight=weight, precision="float32")  # fmt: skip
+        for _ in range(150):
+            algo.update([batch()])
+        with torch.no_grad():
+            moved[weight] = policy.residual(policy.encoder({"state": torch.zeros(1, 3), "images": {}}),
+                                            torch.zeros(1, 2))[0]  # fmt: skip
+    # wanted: 0.06 / 0.6 = 0.1 on the first dimension; 0.6 / 1.2 = 0.5, clipped to the bound 0.2, on the second
+    wanted = torch.tensor([0.1, 0.2])
+    assert torch.allclose(moved[10.0], wanted, atol=0.03), moved[10.0]
+    assert (moved[0.0] - wanted).abs().max() > 0.05, "without the weight, human steps teach only through the critic"
