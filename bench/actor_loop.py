@@ -29,7 +29,7 @@ def config(hz: float, ports: list[int], seconds: float):
     from robo_rl.config import load_config
 
     return load_config([
-        "env=point_reach", f"env.control_hz={hz}", f"policy.hidden={HIDDEN}", "actor.realtime=true",
+        "env=point_reach", "experiment=rlpd", f"env.control_hz={hz}", f"policy.hidden={HIDDEN}", "actor.realtime=true",
         "actor.throttle_to_learner=false", "logger.progress=false", f"transport.data_port={ports[0]}",
         f"transport.weights_port={ports[1]}", f"transport.ctrl_port={ports[2]}",
     ])  # fmt: skip

@@ -116,8 +116,8 @@ def random_batch(state_dim: int, action_dim: int, size: int, gen: torch.Generato
     return {"obs": obs, "next_obs": nxt, "action": (torch.rand(size, action_dim, generator=gen) * 2 - 1),
             "reward": torch.rand(size, generator=gen), "discount": torch.full((size,), 0.97),
             "extras": {"base_action": base}, "next_extras": {"base_action": base},
-            "next_extras_valid": torch.ones(size, dtype=torch.bool), "intervention": torch.zeros(size, dtype=torch.bool),
-            "done": torch.zeros(size)}  # fmt: skip
+            "next_extras_valid": torch.ones(size, dtype=torch.bool),
+            "intervention": torch.zeros(size, dtype=torch.bool)}  # fmt: skip
 
 
 def updates(seconds: float, tmp: Path) -> dict:

@@ -59,7 +59,7 @@ def test_an_algorithm_named_by_target_plugs_into_the_learner_loop_unchanged(tmp_
 
 def test_frozen_backbones_never_travel_and_the_actor_builds_them_from_its_config(tmp_path):
     save_resnet10(ResNet10(), tmp_path / "w")
-    overrides = ["env=point_reach", "env.camera=true", "policy=resnet10", f"policy.encoder.pretrained={tmp_path / 'w'}",
+    overrides = ["env=point_reach", "experiment=rlpd", "env.camera=true", "policy=resnet10", f"policy.encoder.pretrained={tmp_path / 'w'}",
                  "policy.encoder.resize=[32,32]"]  # fmt: skip
     from sim.point_reach import PointReachEnv
 

@@ -19,7 +19,7 @@ from robo_rl.envs import make_observation_space
 
 
 def _cfg(tmp_path, *overrides):
-    return load_config(["env=point_reach", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false",
+    return load_config(["env=point_reach", "experiment=rlpd", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false",
                         "bc.eval_episodes=30", *overrides])  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def test_chunks_run_open_loop_from_a_queue_emptied_at_each_episode_start(tmp_pat
 
 def test_robo_rl_bc_trains_writes_a_loadable_base_and_reports(tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["bc", "env=point_reach", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}",
+    code = main(["bc", "env=point_reach", "experiment=rlpd", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}",
                  "logger.progress=false", "bc.epochs=3", "bc.eval_episodes=3"])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0
@@ -128,7 +128,7 @@ def test_robo_rl_bc_trains_writes_a_loadable_base_and_reports(tmp_path, capsys):
 
 def test_bad_bc_input_is_one_line_before_any_run_folder(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["env=point_reach", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false"]
+    args = ["env=point_reach", "experiment=rlpd", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false"]
     assert main(["bc", *args, "bc.chunk_size=0"]) == 2
     assert "bc.chunk_size=0 is not allowed" in capsys.readouterr().err
     assert main(["bc", *args, f"demos.path={tmp_path / 'missing'}"]) == 2

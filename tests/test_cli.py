@@ -21,10 +21,11 @@ def robo_rl(*args, cwd, timeout=300):
                           timeout=timeout, env={**os.environ, "MUJOCO_GL": "egl"})  # fmt: skip
 
 
-def isolated(tmp_path) -> list[str]:
-    """Overrides that keep a test's run folder, cache and ports to itself."""
+def isolated(tmp_path, experiment: str | None = "rlpd") -> list[str]:
+    """Overrides that keep a test's run folder, cache and ports to itself (and SAC/RLPD unless told otherwise)."""
     p = free_ports(3)
-    return [f"outputs_dir={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}",
+    return [*([f"experiment={experiment}"] if experiment else []), f"outputs_dir={tmp_path / 'outputs'}",
+            f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}",
             f"transport.weights_port={p[1]}", f"transport.ctrl_port={p[2]}", "logger.progress=false"]  # fmt: skip
 
 
@@ -34,8 +35,8 @@ def only_run_dir(tmp_path) -> Path:
 
 
 def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrained_one(tmp_path):
-    args = isolated(tmp_path)
-    out = robo_rl("train", "experiment=reach_smoke", *args, cwd=ROOT)
+    args = isolated(tmp_path, "reach_smoke")
+    out = robo_rl("train", *args, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     run_dir = only_run_dir(tmp_path)
     for f in ("config.yaml", "metrics.jsonl", "learner.log", "actor.log", "eval/report.md", "eval/learning_curve.png"):
@@ -48,7 +49,7 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
     assert any(m["kind"] == "learner" and m["updates"] > 0 for m in metrics)
 
     # the untrained policy: a checkpoint of step 0, evaluated on the same seeds
-    out = robo_rl("train", "experiment=reach_smoke", "train.total_env_steps=1", "train.learning_starts=10",
+    out = robo_rl("train", "train.total_env_steps=1", "train.learning_starts=10",
                   *args, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     untrained_dir = max((tmp_path / "outputs").glob("*/*"), key=lambda p: p.stat().st_mtime)
@@ -57,8 +58,8 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
 
 
 def test_ctrl_c_leaves_a_usable_checkpoint(tmp_path):
-    args = isolated(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train", "experiment=reach_smoke",
+    args = isolated(tmp_path, "reach_smoke")
+    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train",
                              "train.total_env_steps=100000", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 120
@@ -111,7 +112,7 @@ def test_an_actor_with_no_learner_and_a_busy_port_get_one_line_errors(tmp_path):
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
-    port = int(args[2].split("=")[1])
+    port = int(next(a for a in args if a.startswith("transport.data_port=")).split("=")[1])
     sock.bind(f"tcp://127.0.0.1:{port}")
     try:
         out = robo_rl("learner", *args, cwd=tmp_path, timeout=60)
@@ -124,7 +125,7 @@ def test_an_actor_with_no_learner_and_a_busy_port_get_one_line_errors(tmp_path):
 @pytest.mark.slow
 def test_the_default_experiment_reaches_80_percent_within_15_minutes(tmp_path):
     start = time.monotonic()
-    out = robo_rl("train", *isolated(tmp_path), cwd=ROOT, timeout=15 * 60)
+    out = robo_rl("train", *isolated(tmp_path, experiment=None), cwd=ROOT, timeout=15 * 60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert time.monotonic() - start < 15 * 60
     report = json.loads((only_run_dir(tmp_path) / "eval/report.json").read_text())

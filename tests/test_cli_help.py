@@ -41,7 +41,7 @@ def test_train_help_names_its_main_settings_with_defaults_and_ranges(capsys):
     main(["train", "--help"])
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("train.total_env_steps"))
-    assert "20000" in line and "[1, inf)" in line
+    assert "10000" in line and "[1, inf)" in line  # the default experiment's (residual_pick_cube)
     assert "*pick_cube " in out  # the default option is marked
 
 

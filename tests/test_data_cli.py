@@ -20,7 +20,7 @@ def run(capsys, *args):
 
 def test_record_inspect_and_convert_through_lerobot_and_back(tmp_path, capsys):
     store, lerobot, back = tmp_path / "store", tmp_path / "lerobot", tmp_path / "back"
-    code, out, _ = run(capsys, "data", "record", str(store), "env=point_reach", "demos.num_episodes=6",
+    code, out, _ = run(capsys, "data", "record", str(store), "env=point_reach", "experiment=rlpd", "demos.num_episodes=6",
                        f"cache_dir={tmp_path}", "logger.progress=false")  # fmt: skip
     assert code == 0 and "recorded 6 episodes" in out
     code, out, _ = run(capsys, "data", "inspect", str(store), "json=true")
@@ -65,7 +65,7 @@ def test_bad_data_commands_get_one_line_errors(capsys, args, message):
 
 def test_training_takes_demonstrations_from_a_dataset_and_refuses_one_of_another_layout(tmp_path, capsys):
     store = tmp_path / "demos"
-    run(capsys, "data", "record", str(store), "env=point_reach", "demos.num_episodes=4", f"cache_dir={tmp_path}",
+    run(capsys, "data", "record", str(store), "env=point_reach", "experiment=rlpd", "demos.num_episodes=4", f"cache_dir={tmp_path}",
         "logger.progress=false")  # fmt: skip
     batch, path, _ = load_or_make_demos(toy_config(tmp_path, f"demos.path={store}"), progress=False)
     assert path == store and (batch["step"] == 0).sum() == 4

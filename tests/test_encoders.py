@@ -265,7 +265,7 @@ def test_the_resnet10_policy_config_builds_from_a_local_copy(tmp_path):
     from sim.point_reach import PointReachEnv
 
     save_resnet10(ResNet10(), tmp_path / "w")
-    cfg = load_config(["env=point_reach", "env.camera=true", "policy=resnet10",
+    cfg = load_config(["env=point_reach", "experiment=rlpd", "env.camera=true", "policy=resnet10",
                        f"policy.encoder.pretrained={tmp_path / 'w'}", "policy.encoder.resize=[32,32]"])  # fmt: skip
     env = PointReachEnv(camera=True)
     policy = make_policy(cfg, env)

@@ -17,13 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def toy_args(tmp_path) -> list[str]:
     p = free_ports(3)
-    return ["env=point_reach", f"outputs_dir={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}",
-            f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}", f"transport.ctrl_port={p[2]}",
+    return ["env=point_reach", "experiment=rlpd", f"outputs_dir={tmp_path / 'outputs'}",
+            f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}",
+            f"transport.ctrl_port={p[2]}",
             "logger.progress=false", "demos.num_episodes=3", "algo.batch_size=32"]  # fmt: skip
 
 
 def test_eval_writes_beside_the_training_report_and_skips_a_corrupt_newest_checkpoint(tmp_path, capsys):
-    cfg = load_config(["env=point_reach"])
+    cfg = load_config(["env=point_reach", "experiment=rlpd", "experiment=rlpd"])
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
     save_config(cfg, run / "config.yaml")
@@ -49,7 +50,7 @@ def test_a_learner_that_cannot_bind_its_port_leaves_no_run_folder(tmp_path, caps
     args = toy_args(tmp_path)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
-    sock.bind(f"tcp://127.0.0.1:{args[3].split('=')[1]}")
+    sock.bind(f"tcp://127.0.0.1:{next(a for a in args if a.startswith('transport.data_port=')).split('=')[1]}")
     try:
         code = cli.main(["learner", *args])
     finally:
@@ -101,7 +102,7 @@ def test_the_eta_follows_the_rate_of_training_proper_not_the_fast_start():
 def test_the_training_bar_shows_its_total_from_the_start_and_continues_a_resumed_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    save_config(load_config(["env=point_reach", "train.total_env_steps=5000"]), run / "config.yaml")
+    save_config(load_config(["env=point_reach", "experiment=rlpd", "train.total_env_steps=5000"]), run / "config.yaml")
     lines = ['{"kind": "episode", "env_steps": 1150}', '{"kind": "learner", "env_steps": 1200}',
              '{"kind": "end", "env_steps": 1234, "reason": "interrupted"}', '{"kind": "lear']  # fmt: skip
     (run / "metrics.jsonl").write_text("\n".join(lines))
@@ -109,7 +110,8 @@ def test_the_training_bar_shows_its_total_from_the_start_and_continues_a_resumed
     assert (bar.env_steps, bar.total) == (1234, 5000)
     bar.learner_line({"kind": "learner", "env_steps": 1300, "episodes": 30, "success_rate": 0.5})
     assert bar.env_steps == 1300 and "success=0.50" in bar.postfix
-    fresh = TrainingBar(load_config(["env=point_reach", "train.total_env_steps=5000"]), None, enabled=False)
+    fresh_cfg = load_config(["env=point_reach", "experiment=rlpd", "train.total_env_steps=5000"])
+    fresh = TrainingBar(fresh_cfg, None, enabled=False)
     assert (fresh.env_steps, fresh.total) == (0, 5000)
 
 
@@ -118,7 +120,7 @@ def test_a_config_error_in_eval_answers_before_torch_is_imported(tmp_path):
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    save_config(load_config(["env=point_reach"]), run / "config.yaml")
+    save_config(load_config(["env=point_reach", "experiment=rlpd", "experiment=rlpd"]), run / "config.yaml")
     code = ("import sys, contextlib, io\nfrom robo_rl.cli import main\nerr = io.StringIO()\n"
             "with contextlib.redirect_stderr(err):\n"
             f"    rc = main(['eval', 'checkpoint={run}', 'algo.batch_sise=3'])\n"
