@@ -58,6 +58,10 @@ def train(overrides: list[str]) -> int:
         return 130
     finally:
         _stop(procs)
+    if procs["learner"].returncode == 130 and procs["actor"].returncode == 130:
+        # a Ctrl-C reached both children (our process group) and they stopped before this process saw its own
+        print("\ninterrupted: the learner wrote a checkpoint on the way out")
+        return 130
     if procs["learner"].returncode != 0:  # the learner's result decides; an actor failure is the likelier cause
         role = "actor" if procs["actor"].returncode not in (0, None) else "learner"
         tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
