@@ -124,7 +124,6 @@ def updates(seconds: float, tmp: Path) -> dict:
     """Updates/s of the residual algorithm and of SAC (RLPD) on the same batches: 256 samples, 4 critic steps and
     one actor step per update, 2 critics of 256x256 with LayerNorm, state 18, action 4 (our pick task's sizes)."""
     from policies.gaussian import TanhGaussianPolicy
-    from policies.residual import ResidualPolicy
     from robo_rl.algos.residual import build_residual
     from robo_rl.algos.sac import build_sac
 

@@ -89,11 +89,12 @@ class ResidualPolicy(nn.Module):
         if mode not in ("data", "full"):
             raise ValueError(f"policy.action_range must be data or full, got '{mode}'")
         rng = action_range(self.base.base) if mode == "data" else None
-        self.action_range_source = "base" if rng is not None else "full"
-        low, high = rng if rng is not None else (-np.ones(self.action_dim), np.ones(self.action_dim))
-        centre = (np.asarray(high) + np.asarray(low)) / 2
-        half = np.maximum((np.asarray(high) - np.asarray(low)) / 2, MIN_HALF_RANGE)
-        half = half * (1 + self.scale) if rng is not None else half  # widened by (1 + s)
+        if rng is None:  # the task's own [-1, 1], not widened
+            centre, half = np.zeros(self.action_dim), np.ones(self.action_dim)
+        else:
+            low, high = rng
+            centre = (high + low) / 2
+            half = np.maximum((high - low) / 2, MIN_HALF_RANGE) * (1 + self.scale)  # widened by (1 + s)
         lo, hi = np.maximum(-1.0, centre - half), np.minimum(1.0, centre + half)
         for name, value in (("action_half", half), ("action_low", lo), ("action_high", hi)):
             self.register_buffer(name, torch.as_tensor(np.asarray(value, np.float32)), persistent=False)
