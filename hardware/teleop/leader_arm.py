@@ -1,0 +1,159 @@
+"""A leader arm (SO-100/SO-101/Koch, any lerobot teleoperator) as a teleop device: it commands the whole env action.
+
+A daemon thread calls the teleoperator's `get_action()` at `rate_hz` (a bus read takes milliseconds, too long to do
+in `read()`) and maps the values named by `action_keys`, in the order of the env's action vector, linearly from
+their `ranges` onto [-1, 1]. The default factory builds the lerobot config with `use_degrees=False` where the config
+has it, so calibrated joints read -100..100 and grippers 0..100, which are the default ranges.
+
+Whether the human is in control is decided by the arbitration wrapper from the arm's motion; an explicit toggle is
+another device's job. The arm is connected without calibrating (lerobot's calibration prompts on the terminal, which
+would hang the actor): an uncalibrated arm is reported, with the command that calibrates it. Repeated read failures
+(the arm unplugged) read `connected=False` and hand control back; reads that succeed again reconnect it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hardware.teleop.base import DeviceUnavailable, TeleopDevice
+
+# lerobot registers a teleoperator's config when its package is imported; these types live in a shared package.
+_CONFIG_PACKAGES = {"so100_leader": "so_leader", "so101_leader": "so_leader", "bi_so_leader": "bi_so_leader"}
+
+
+def lerobot_teleoperator(teleop_type: str, port: str, id: str | None = None, **options: Any) -> Any:  # noqa: A002
+    """A lerobot teleoperator of `teleop_type` on `port` (not connected), through lerobot's own config registry."""
+    from lerobot.teleoperators import TeleoperatorConfig, make_teleoperator_from_config
+
+    try:
+        importlib.import_module(f"lerobot.teleoperators.{_CONFIG_PACKAGES.get(teleop_type, teleop_type)}")
+    except ImportError:
+        pass  # an out-of-tree type may register itself by other means; get_choice_class says if it did not
+    try:
+        config_cls = TeleoperatorConfig.get_choice_class(teleop_type)
+    except KeyError as exc:
+        known = ", ".join(sorted(TeleoperatorConfig.get_known_choices()))
+        raise ValueError(f"unknown lerobot teleoperator type {teleop_type!r} (registered: {known})") from exc
+    fields = {field.name for field in dataclasses.fields(config_cls)}
+    if "use_degrees" in fields:
+        options.setdefault("use_degrees", False)
+    return make_teleoperator_from_config(config_cls(port=port, id=id, **options))
+
+
+class LeaderArmDevice(TeleopDevice):
+    """A lerobot leader arm; `factory(teleop_type=, port=, id=)` builds the teleoperator (tests pass a fake)."""
+
+    name = "leader_arm"
+    needs_env = False
+
+    def __init__(
+        self,
+        name: str | None = None,
+        teleop_type: str = "so101_leader",
+        port: str | None = None,
+        id: str | None = None,  # noqa: A002 - lerobot's name for the calibration id
+        action_keys: Sequence[str] | None = None,
+        ranges: dict[str, Sequence[float]] | None = None,
+        rate_hz: float = 50.0,
+        max_failures: int = 3,
+        factory: Callable[..., Any] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.teleop_type, self.port, self.id = teleop_type, port, id
+        self.action_keys = list(action_keys) if action_keys is not None else None
+        self.ranges = {key: (float(lo), float(hi)) for key, (lo, hi) in (ranges or {}).items()}
+        for key, (lo, hi) in self.ranges.items():
+            if hi == lo:
+                raise ValueError(f"leader_arm ranges: {key!r} has an empty range [{lo}, {hi}]")
+        self.rate_hz = rate_hz
+        self.max_failures = max_failures
+        self._factory = factory or lerobot_teleoperator
+        self._teleop: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lo = self._hi = np.zeros(0, np.float32)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.teleop_type} on {self.port})"
+
+    def _range(self, key: str) -> tuple[float, float]:
+        if key in self.ranges:
+            return self.ranges[key]
+        return (0.0, 100.0) if "gripper" in key else (-100.0, 100.0)
+
+    def _to_action(self, values: dict[str, Any]) -> np.ndarray:
+        raw = np.array([float(values[key]) for key in self.action_keys or ()], np.float32)
+        return (raw - self._lo) / (self._hi - self._lo) * 2.0 - 1.0
+
+    def _open(self) -> None:
+        if not self.port:
+            raise DeviceUnavailable(f"{self.label}: no port given (set `port`; `lerobot-find-port` finds it)")
+        teleop = None
+        try:
+            teleop = self._factory(teleop_type=self.teleop_type, port=self.port, id=self.id)
+            teleop.connect(calibrate=False)
+            if not getattr(teleop, "is_calibrated", True):
+                raise DeviceUnavailable(
+                    f"{self.label}: not calibrated; run `lerobot-calibrate --teleop.type={self.teleop_type} "
+                    f"--teleop.port={self.port} --teleop.id={self.id}`"
+                )
+            first = teleop.get_action()
+        except Exception as exc:
+            if teleop is not None:
+                _disconnect(teleop)
+            if isinstance(exc, DeviceUnavailable):
+                raise
+            raise DeviceUnavailable(f"{self.label}: {type(exc).__name__}: {exc}") from exc
+        if self.action_keys is None:
+            self.action_keys = list(first)  # lerobot's own order: the motors' order on the bus
+        missing = [key for key in self.action_keys if key not in first]
+        if missing:
+            _disconnect(teleop)
+            raise DeviceUnavailable(f"{self.label}: the arm has no {missing}; its action keys are {list(first)}")
+        bounds = np.array([self._range(key) for key in self.action_keys], np.float32).reshape(-1, 2)
+        self._lo, self._hi = bounds[:, 0], bounds[:, 1]
+        self._teleop = teleop
+        self._update(action=self._to_action(first), connected=True)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        period, failures = 1.0 / self.rate_hz, 0
+        next_at = time.monotonic()
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += period
+            try:
+                action = self._to_action(self._teleop.get_action())
+            except Exception:  # noqa: BLE001 - a bus glitch or an unplugged arm; counted, not fatal
+                failures += 1
+                if failures == self.max_failures:
+                    self._update(connected=False, is_intervention=False)
+                continue
+            failures = 0
+            self._update(action=action, connected=True)
+            next_at = max(next_at, time.monotonic())  # after a slow read, do not try to catch up in a burst
+
+    def _close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self._thread = None
+        if self._teleop is not None:
+            _disconnect(self._teleop)
+            self._teleop = None
+
+
+def _disconnect(teleop: Any) -> None:
+    try:
+        teleop.disconnect()
+    except Exception:  # noqa: BLE001 - closing a device that may already be gone
+        pass
