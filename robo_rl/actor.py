@@ -17,7 +17,10 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from robo_rl.algos.base import load_trainable_state
-from robo_rl.config import config_hash, make_env, make_policy
+from robo_rl.config import ConfigError, config_hash, make_policy
+from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.envs.spec import spec_of, write_spec
+from robo_rl.envs.wrappers import find_wrapper, make_actor_env
 from robo_rl.policy_io import policy_step
 from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
@@ -34,7 +37,15 @@ class Actor:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.progress = progress
-        self.env = make_env(cfg)
+        self.env = make_actor_env(cfg)  # the task's env inside `actor.wrappers` (the human's arbitration, ...)
+        self.human: InterventionWrapper | None = find_wrapper(self.env, InterventionWrapper)
+        run_dir = cfg.run_dir or cfg.resume
+        if run_dir:  # the learner reads the spaces from here; an env that differs from the run's is refused
+            try:
+                write_spec(spec_of(self.env), run_dir)
+            except ValueError as e:
+                self.env.close()
+                raise ConfigError(str(e)) from None
         self.policy = make_policy(cfg, self.env).eval()
         self.fields = fields_for_env(self.env, self.policy)
         self.policy_version = -1  # -1: still the untrained initial policy
@@ -66,6 +77,8 @@ class Actor:
         if self.decide_ms:
             p50, p99 = np.percentile(np.array(self.decide_ms), [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
+        if self.human is not None:
+            stats.update({f"human_{k}": v for k, v in self.human.stats().items()})
         return stats
 
     @staticmethod
@@ -160,6 +173,12 @@ class Actor:
                 if self._holding():
                     time.sleep(0.05)
                     next_tick = time.monotonic()
+                elif self.human is not None and self.human.paused:  # the robot holds still until unpaused
+                    self.human.poll()
+                    if self.human.estopped:
+                        self.stop_reason = f"e-stop from {self.human.estopped}"
+                    time.sleep(1.0 / self.env.control_hz)
+                    next_tick = time.monotonic()
                 elif self._throttled():
                     time.sleep(0.002)
                 else:
@@ -177,6 +196,8 @@ class Actor:
                                                             self.policy_version, time.time(), extras))  # fmt: skip
                         self.sent_steps += 1
                         bar.update(1)
+                    if self.human is not None and self.human.estopped:
+                        self.stop_reason = f"e-stop from {self.human.estopped}"
                     if terminated or truncated:
                         episode += 1
                         self._send(pending)

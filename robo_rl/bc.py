@@ -186,6 +186,8 @@ def save_atomic(payload: dict, path: Path) -> Path:
 def load_bc_data(cfg, progress: bool = True) -> BCData:
     """The demonstrations of this config (scripted and cached, or `demos.path`), split for training."""
     batch, path, cached = load_or_make_demos(cfg, progress=progress)
+    if batch is None:
+        raise ConfigError("behaviour cloning needs demonstrations: demos.num_episodes > 0 or demos.path")
     return demos_dataset(batch, float(cfg.bc.val_fraction), int(cfg.seed), str(path))
 
 

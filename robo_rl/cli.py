@@ -18,6 +18,7 @@ commands:
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
   bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
+  record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
@@ -33,7 +34,8 @@ HELP_FLAGS = ("-h", "--help")
 # so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
 USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
                ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
-               ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"))  # fmt: skip
+               ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
+               ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -43,7 +45,7 @@ class UsageError(ValueError):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc}  # fmt: skip
+                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -86,6 +88,13 @@ def _cmd_data(args: list[str]) -> int:
     from robo_rl.data_cli import cmd_data
 
     return cmd_data(args)
+
+
+def _cmd_record(args: list[str]) -> int:
+    from robo_rl.record import cmd_record
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # device errors show
+    return cmd_record(args)
 
 
 def _setup_logging(cfg, log_file: Path | None = None) -> None:

@@ -55,6 +55,15 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
          "bc.batch_size", "bc.lr", "bc.val_fraction", "bc.images", "bc.eval_episodes", "device"),
         True,
     ),  # fmt: skip
+    "record": (
+        "robo-rl record <dst> [human=keyboard] [episodes=20] [keep=success|all] [format=store|lerobot] [overrides]",
+        "Drive the env with a teleop device (human=keyboard | gamepad | spacemouse | web | leader_arm | sim) at its\n"
+        "control rate and record demonstrations into a replay store (use it with demos.path=<dst>) or a LeRobot\n"
+        "dataset. The device's labels: success / failure end an episode, re-record discards and repeats it, abort\n"
+        "ends the session. Each kept episode is on disk before the next starts.",
+        ("human.takeover", "human.handback_steps", "actor.realtime", "demos.seed"),
+        True,
+    ),  # fmt: skip
     "show": (
         "robo-rl show [overrides ...]",
         "Print the composed config (YAML) with its config hash, after the overrides; a bad key or value is\n"

@@ -55,13 +55,17 @@ def load_step_batch(path: Path) -> dict[str, np.ndarray]:
         return {k.replace("__", "/"): f[k] for k in f.files}
 
 
-def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict[str, np.ndarray], Path, bool]:
+def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | None, Path | None, bool]:
     """The cached demonstrations for this env and demo config, generating them first if needed.
 
-    Returns (step batch, cache path, whether they came from the cache). Only successful episodes are kept.
+    Returns (step batch, cache path, whether they came from the cache); (None, None, False) with
+    `demos.num_episodes=0` and no `demos.path` (learning from online data and interventions alone). Only successful
+    episodes are kept.
     """
     if cfg.demos.get("path"):
         return load_demo_dataset(cfg), Path(cfg.demos.path), True
+    if cfg.demos.num_episodes == 0:
+        return None, None, False
     path = demos_path(cfg)
     if path.exists():
         try:

@@ -16,8 +16,9 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from robo_rl.algos.base import resolve_device
-from robo_rl.config import config_hash, make_algorithm, make_env, make_policy
+from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.demos import load_or_make_demos
+from robo_rl.envs.spec import learner_spec
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
@@ -37,11 +38,13 @@ class Learner:
         torch.manual_seed(cfg.seed)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.device = resolve_device(cfg.device)
-        env = make_env(cfg)
-        self.policy = make_policy(cfg, env).to(self.device)
-        self.fields = fields_for_env(env, self.policy)
-        self.algo = make_algorithm(cfg, self.policy, env)
-        env.close()
+        try:  # the task's spaces, never by opening the env (on a robot that would open the hardware)
+            spec = learner_spec(cfg, self.run_dir, wait_s=cfg.actor.learner_wait_s)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+        self.policy = make_policy(cfg, spec).to(self.device)
+        self.fields = fields_for_env(spec, self.policy)
+        self.algo = make_algorithm(cfg, self.policy, spec)
         self.rng = np.random.default_rng(cfg.seed)
         self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
         demos, _, _ = load_or_make_demos(cfg, progress=False)
@@ -52,6 +55,7 @@ class Learner:
         self.env_steps = self.updates = self.episodes = self.version = 0
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
         self._returns: dict[tuple, float] = {}
+        self._human: dict[tuple, int] = {}  # intervention steps of each running episode
         self._published: dict[int, float] = {}  # policy version → when it was published (monotonic)
         self._stale_versions: list[int] = []  # per env step received since the last log line
         self._stale_seconds: list[float] = []
@@ -97,6 +101,7 @@ class Learner:
         for i in np.flatnonzero(live):
             key = (actor, int(arrays["episode_id"][i]))
             self._returns[key] = self._returns.get(key, 0.0) + float(arrays["reward"][i])
+            self._human[key] = self._human.get(key, 0) + int(arrays["intervention"][i])
             if arrays["terminated"][i] or arrays["truncated"][i]:
                 self.episodes += 1
                 success = bool(arrays["success"][i])
@@ -104,7 +109,11 @@ class Learner:
                 if log_episodes:
                     self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
                                        "actor": actor, "episode_id": key[1], "success": success,
-                                       "return": self._returns.pop(key), "length": int(arrays["step"][i])})  # fmt: skip
+                                       "return": self._returns.pop(key), "length": int(arrays["step"][i]),
+                                       "intervention_steps": self._human.pop(key, 0)})  # fmt: skip
+                else:
+                    self._returns.pop(key, None)
+                    self._human.pop(key, None)
 
     def _note_staleness(self, versions: np.ndarray) -> None:
         """How far behind the current policy the weights that acted were: in versions, and in seconds

@@ -113,6 +113,12 @@ SETTINGS: dict[str, Setting] = {
     "actor.hello_timeout_s": _pos("how long the actor waits for the learner's reply, seconds"),
     "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
     "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
+    "env_spec": Setting("str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces",
+                        nullable=True),
+    "human.takeover": _choice("how a device takes control", "explicit", "implicit", "both"),
+    "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
+    "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
+    "human.success_reward": _float("reward of a step the human labels a success", nullable=True),
     # eval
     "eval.episodes": _int("evaluation episodes", 1),
     "eval.seed": _int("first evaluation seed (seeds are seed, seed+1, ...)", 0),
@@ -177,6 +183,7 @@ SETTINGS: dict[str, Setting] = {
     "algo.target_noise_clip": _float("residual: clip of the target noise, in units of policy.scale", 0.0),
     "algo.actor_start_updates": _int("residual: critic-only updates before the residual moves", 0),
     "algo.intervention_bc_weight": _float("residual: pull towards (executed - base) on human steps", 0.0),
+    "algo.residual_l2": _float("residual: weight of the pull towards the base (r = 0) in the actor loss", 0.0),
     # policy
     "policy.hidden": _ints("policy MLP widths"),
     "policy.log_std_min": _float("lower bound of the policy's log std"),

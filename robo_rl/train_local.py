@@ -27,9 +27,13 @@ def train(overrides: list[str]) -> int:
     bar = TrainingBar(cfg, run_dir, enabled=cfg.logger.progress)  # shown from the start, with the total
     bar.phase("demonstrations")
     demos, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
-    episodes = int((demos["step"] == 0).sum())
-    bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
+    if demos is None:
+        bar.bar.write("demonstrations: none (demos.num_episodes=0): online data and interventions only")
+    else:
+        episodes = int((demos["step"] == 0).sum())
+        bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
+    _ensure_env_spec(cfg, run_dir)
     if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
         child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar)}")
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
@@ -75,6 +79,26 @@ def _discard_run_dir(run_dir: Path) -> None:
     import shutil
 
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _ensure_env_spec(cfg, run_dir: Path) -> None:
+    """The run folder's env spec, which the learner reads instead of opening the env: from the env's config when
+    its class can tell (`spec_from_config`), else from the simulated env built here once."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import make_env
+    from robo_rl.envs.spec import SPEC_FILE, spec_of, static_spec, write_spec
+
+    if (run_dir / SPEC_FILE).exists() or cfg.env_spec:
+        return
+    spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True))
+    if spec is None:
+        env = make_env(cfg)
+        try:
+            spec = spec_of(env)
+        finally:
+            env.close()
+    write_spec(spec, run_dir)
 
 
 def _ensure_base(cfg, run_dir: Path, bar) -> str:

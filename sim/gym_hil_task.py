@@ -93,6 +93,7 @@ class GymHilPickCubeEnv(RobotEnv):
             len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_names = ("x", "y", "z", "gripper")
 
     def _make_fast_renderer(self) -> None:
         """Rebuild gym-hil's renderer without multisampling and with the costly scene effects off."""

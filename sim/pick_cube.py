@@ -25,6 +25,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs.spec import EnvSpec
 from sim.render import fast_renderer, render_cameras
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
@@ -36,6 +37,16 @@ ARM_DAMPING_RATIO = 1.0  # critically damped at REST_QPOS: no overshoot, settles
 ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth motion without per-substep Python
 STIFF_CONTACT_SOLIMP = [0.95, 0.99, 0.001, 0.5, 2.0]  # cube and table: millimetre penetration even when the arm presses
 PROPRIO_DIM = 7  # end-effector position, gripper opening, end-effector velocity: what state="proprio" keeps
+STATE_NAMES = (
+    "ee_x", "ee_y", "ee_z",  # pinch point, workspace box mapped to [-1, 1]
+    "gripper_pos",  # -1 open .. +1 fully closed (same convention as the action)
+    "ee_vx", "ee_vy", "ee_vz",  # in units of the largest commanded speed
+    "cube_x", "cube_y", "cube_z",  # workspace box mapped to [-1, 1]
+    "cube_rel_x", "cube_rel_y", "cube_rel_z",  # cube minus pinch point, in POS_SCALE_M
+    "cube_yaw_sin4", "cube_yaw_cos4",  # a cube looks the same every quarter turn
+    "cube_lift",  # height above its resting height, in units of lift_height_m
+)  # fmt: skip
+ACTION_NAMES = ("x", "y", "z", "gripper")
 GRIPPER_CTRL_MAX = 255.0  # the 2F-85 actuator's command range is [0, 255]
 GRIPPER_DRIVER_CLOSED_RAD = 0.8  # driver joint angle when fully closed
 IK_DAMPING = 0.02  # DLS damping; keeps joint steps bounded near singular poses
@@ -166,6 +177,14 @@ class PickCubeEnv(RobotEnv):
     task_description = "pick up the cube and lift it"
     metadata = {"render_modes": ["rgb_array"]}
 
+    @classmethod
+    def spec_from_config(cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0,
+                         **_) -> EnvSpec:  # fmt: skip
+        """The spaces this config gives, without building the simulator (the learner's view)."""
+        names = STATE_NAMES if state == "full" else STATE_NAMES[:PROPRIO_DIM]
+        return EnvSpec(len(names), len(ACTION_NAMES), {c: (int(image_size), int(image_size)) for c in cameras}, names,
+                       ACTION_NAMES, float(control_hz))  # fmt: skip
+
     def __init__(
         self,
         task: str = "lift",
@@ -245,15 +264,7 @@ class PickCubeEnv(RobotEnv):
         self._right_pads = [m.geom(n).id for n in ("right_pad1", "right_pad2")]
         self._jac_pos, self._jac_rot = np.zeros((3, m.nv)), np.zeros((3, m.nv))
 
-        self.state_names = (
-            "ee_x", "ee_y", "ee_z",  # pinch point, workspace box mapped to [-1, 1]
-            "gripper_pos",  # -1 open .. +1 fully closed (same convention as the action)
-            "ee_vx", "ee_vy", "ee_vz",  # in units of the largest commanded speed
-            "cube_x", "cube_y", "cube_z",  # workspace box mapped to [-1, 1]
-            "cube_rel_x", "cube_rel_y", "cube_rel_z",  # cube minus pinch point, in POS_SCALE_M
-            "cube_yaw_sin4", "cube_yaw_cos4",  # a cube looks the same every quarter turn
-            "cube_lift",  # height above its resting height, in units of lift_height_m
-        )  # fmt: skip
+        self.state_names = STATE_NAMES
         self.full_state_names = self.state_names
         if state == "proprio":
             self.state_names = self.state_names[:PROPRIO_DIM]
@@ -264,6 +275,7 @@ class PickCubeEnv(RobotEnv):
             len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_names = ACTION_NAMES
         self._ee_target = np.zeros(3)
         self._q_target = REST_QPOS.copy()
 

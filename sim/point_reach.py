@@ -7,12 +7,19 @@ import gymnasium as gym
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs.spec import EnvSpec
 
 
 class PointReachEnv(RobotEnv):
     metadata = {"render_modes": ["rgb_array"]}
     control_hz = 10.0
     state_names = ("x", "y", "goal_x", "goal_y")
+    action_names = ("x", "y")
+
+    @classmethod
+    def spec_from_config(cls, camera: bool = False, control_hz: float = 10.0, **_) -> EnvSpec:
+        """The spaces this config gives, without building the env (the learner's view)."""
+        return EnvSpec(4, 2, {"top": (8, 8)} if camera else {}, cls.state_names, cls.action_names, float(control_hz))
 
     def __init__(self, max_episode_steps: int = 20, step_size: float = 0.2, camera: bool = False,
                  control_hz: float = 10.0) -> None:  # fmt: skip

@@ -164,6 +164,7 @@ class RobosuiteEnv(RobotEnv):
             len(self.state_names), {c: (self.image_size, self.image_size) for c in cameras}
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
+        self.action_names = ("x", "y", "z", "roll", "pitch", "yaw", "gripper")
 
     def _names(self, key: str, size: int) -> list[str]:
         if key == "object":

@@ -615,6 +615,7 @@ def keyboard_scenario() -> None:
     """Real key presses (xdotool) into a KeyboardDevice on $DISPLAY; asserts on what read() gives."""
 
     def xdotool(*args: str) -> None:
+        time.sleep(0.05)  # no person presses a key again within the device's 20 ms auto-repeat grace
         subprocess.run(["xdotool", *args], check=True, timeout=10)
 
     device = KeyboardDevice().start()
@@ -644,6 +645,23 @@ def keyboard_scenario() -> None:
         device.close()
     listener.join(2.0)
     assert not listener.is_alive()  # close() really ends the listener thread (not at the next key event)
+
+
+def test_keyboard_auto_repeat_release_press_pairs_keep_a_held_key_moving():
+    """X sends a release and a press together for every auto-repeat of a held key: the motion must not flicker."""
+    device = KeyboardDevice(repeat_grace_s=0.05)
+    device.started = True  # the listener's callbacks, fed by hand
+    device._on_press("up")
+    for _ in range(3):
+        device._release_soon("up")
+        device._on_press("up")  # the auto-repeat pair
+        assert device.read().motion[0] == 1.0
+    time.sleep(0.1)
+    assert device.read().motion[0] == 1.0, "still held: no release took effect"
+    device._release_soon("up")
+    assert device.read().motion[0] == 1.0  # a real release takes effect after the grace ...
+    time.sleep(0.1)
+    assert device.read().motion[0] == 0.0  # ... and then stops the motion
 
 
 def test_keyboard_for_real_under_xvfb(xvfb, monkeypatch):

@@ -190,10 +190,14 @@ class KeyboardDevice(KeyTableDevice):
         speed: float = 1.0,
         gripper_mode: str = "toggle",
         ready_timeout_s: float = 2.0,
+        repeat_grace_s: float = 0.02,
     ) -> None:
         super().__init__(name, keys, speed, gripper_mode)
         self.ready_timeout_s = ready_timeout_s
+        self.repeat_grace_s = repeat_grace_s  # X auto-repeat sends release+press pairs while a key is held
         self._listener: Any = None
+        self._pending_up: dict[str, threading.Timer] = {}
+        self._pending_lock = threading.Lock()
 
     def _open(self) -> None:
         display = os.environ.get("DISPLAY", "")
@@ -207,11 +211,11 @@ class KeyboardDevice(KeyTableDevice):
 
         def on_press(key: Any) -> None:
             if (name := _pynput_key_name(key)) is not None:
-                self._key_down(name)
+                self._on_press(name)
 
         def on_release(key: Any) -> None:
             if (name := _pynput_key_name(key)) is not None:
-                self._key_up(name)
+                self._release_soon(name)
 
         listener = keyboard.Listener(on_press=on_press, on_release=on_release)
         listener.start()
@@ -226,6 +230,33 @@ class KeyboardDevice(KeyTableDevice):
             )
         self._listener = listener
 
+    def _on_press(self, name: str) -> None:
+        with self._pending_lock:
+            repeat = self._pending_up.pop(name, None)
+        if repeat is not None:
+            repeat.cancel()  # the release was half of an auto-repeat pair: the key is still held
+        else:
+            self._key_down(name)
+
+    def _release_soon(self, name: str) -> None:
+        """A key-up takes effect after `repeat_grace_s` unless the same key goes down again first (auto-repeat)."""
+
+        def release() -> None:
+            with self._pending_lock:
+                if self._pending_up.get(name) is not timer:
+                    return
+                del self._pending_up[name]
+            self._key_up(name)
+
+        timer = threading.Timer(self.repeat_grace_s, release)
+        timer.daemon = True
+        with self._pending_lock:
+            old = self._pending_up.pop(name, None)
+            self._pending_up[name] = timer
+        if old is not None:
+            old.cancel()
+        timer.start()
+
     def _poll(self) -> None:
         if self._listener is not None and not self._listener.is_alive() and self._state.connected:
             self._release_all(connected=False, is_intervention=False)  # the X connection went away
@@ -234,11 +265,14 @@ class KeyboardDevice(KeyTableDevice):
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-            _wake_xorg_listener(listener)
-            try:
-                listener.join(1.0)
-            except Exception:  # noqa: BLE001 - join re-raises the listener's own failure; closing anyway
-                pass
+            for _ in range(20):  # a wake sent before the thread blocks in its RECORD loop is lost: send again
+                _wake_xorg_listener(listener)
+                try:
+                    listener.join(0.1)
+                except Exception:  # noqa: BLE001 - join re-raises the listener's own failure; closing anyway
+                    break
+                if not listener.is_alive():
+                    break
         self._release_all()
 
 

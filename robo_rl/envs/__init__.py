@@ -4,9 +4,11 @@ from robo_rl.envs.base import (
     ENDED_BY,
     INFO_KEYS,
     RobotEnv,
+    RobotWrapper,
     check_action,
     check_observation,
     make_observation_space,
 )
 
-__all__ = ["make_observation_space", "ENDED_BY", "INFO_KEYS", "RobotEnv", "check_action", "check_observation"]
+__all__ = ["make_observation_space", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper", "check_action",
+           "check_observation"]

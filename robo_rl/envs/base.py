@@ -13,8 +13,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-# What ended an episode; `None` while it runs.
-ENDED_BY = ("env", "time_limit", "human_success", "human_failure", "estop", "safety")
+# What ended an episode; `None` while it runs. New reasons go at the end: records carry 1 + the index.
+ENDED_BY = ("env", "time_limit", "human_success", "human_failure", "estop", "safety", "human_rerecord", "human_abort")
 
 INFO_KEYS = (
     "action_executed",  # the action actually applied, after intervention and safety clipping
@@ -34,6 +34,7 @@ class RobotEnv(gym.Env):
     metadata = {"render_modes": []}
     control_hz: float = 10.0
     state_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()  # per action dimension: x y z roll pitch yaw gripper (teleop maps onto these)
     camera_names: tuple[str, ...] = ()
     max_episode_steps: int = 100
 
@@ -74,6 +75,16 @@ class RobotEnv(gym.Env):
         else:
             info.setdefault("ended_by", None)
         return obs, float(reward), bool(terminated), bool(truncated), info
+
+
+class RobotWrapper(gym.Wrapper):
+    """A wrapper in the actor's chain (robo_rl/envs/wrappers.py): it reads as the env it wraps, so the
+    `RobotEnv` attributes (control_hz, state_names, action_names, camera_names, ...) pass through."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
 
 
 def check_action(action: Any, space: gym.spaces.Box) -> np.ndarray:

@@ -1,0 +1,147 @@
+"""`EnvSpec`: what the learner needs to know of a task (its spaces), without opening the env.
+
+On a robot, opening the env opens the hardware; the learner must never do that. It takes the spec from, in order:
+the run folder's `env_spec.json` (written by the actor or by `robo-rl train`, kept for resume), a file given as
+`env_spec=<path>`, or the env class's `spec_from_config(**env_config)` when the class can tell its spaces from its
+config alone; otherwise it waits for an actor to write the run folder's file. An actor whose env differs from the
+spec already in the run folder is refused with the difference named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from robo_rl.envs.base import make_observation_space
+
+log = logging.getLogger(__name__)
+
+SPEC_FILE = "env_spec.json"
+SPEC_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """The spaces of a task; it stands in for the env wherever only its spaces are read (policy, algorithm,
+    record layout)."""
+
+    state_dim: int
+    action_dim: int
+    cameras: dict[str, tuple[int, int]]
+    state_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()
+    control_hz: float = 10.0
+
+    @property
+    def observation_space(self) -> gym.spaces.Dict:
+        return make_observation_space(self.state_dim, self.cameras)
+
+    @property
+    def action_space(self) -> gym.spaces.Box:
+        return gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out.update(version=SPEC_VERSION, cameras={k: list(v) for k, v in self.cameras.items()},
+                   state_names=list(self.state_names), action_names=list(self.action_names))  # fmt: skip
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "env spec") -> EnvSpec:
+        if not isinstance(data, dict) or data.get("version") != SPEC_VERSION:
+            raise ValueError(f"{where}: not an env spec of version {SPEC_VERSION} (got {str(data)[:80]})")
+        try:
+            return cls(int(data["state_dim"]), int(data["action_dim"]),
+                       {str(k): (int(v[0]), int(v[1])) for k, v in data["cameras"].items()},
+                       tuple(map(str, data.get("state_names", ()))), tuple(map(str, data.get("action_names", ()))),
+                       float(data.get("control_hz", 10.0)))  # fmt: skip
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"{where}: malformed env spec ({type(e).__name__}: {e})") from None
+
+    def differences(self, other: EnvSpec) -> list[str]:
+        """What differs from `other`, one phrase each (empty when they match)."""
+        out = []
+        for f in dataclasses.fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if mine != theirs and not (f.name in ("state_names", "action_names") and not (mine and theirs)):
+                out.append(f"{f.name} {mine} vs {theirs}")
+        return out
+
+
+def spec_of(env) -> EnvSpec:
+    """The spec of an opened env (or of anything with its spaces)."""
+    space = env.observation_space
+    return EnvSpec(int(space["state"].shape[0]), int(env.action_space.shape[0]),
+                   {name: tuple(int(x) for x in s.shape[:2]) for name, s in space["images"].spaces.items()},
+                   tuple(getattr(env, "state_names", ())), tuple(getattr(env, "action_names", ())),
+                   float(getattr(env, "control_hz", 10.0)))  # fmt: skip
+
+
+def read_spec(path: Path) -> EnvSpec:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"env spec {path} does not exist") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"env spec {path} cannot be read: {e}") from None
+    return EnvSpec.from_json(data, str(path))
+
+
+def write_spec(spec: EnvSpec, run_dir: Path) -> Path:
+    """Write the run folder's spec; if one is there, it must match (ValueError naming the difference)."""
+    path = Path(run_dir) / SPEC_FILE
+    if path.exists():
+        known = read_spec(path)
+        diff = known.differences(spec)
+        if diff:
+            raise ValueError(f"this env does not match the run's env spec {path}: {'; '.join(diff)}")
+        return path
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(spec.to_json(), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def static_spec(env_cfg: dict) -> EnvSpec | None:
+    """The spec an env class tells from its config alone (`spec_from_config`), or None if it cannot."""
+    from hydra.utils import get_class
+
+    spec = {k: v for k, v in env_cfg.items() if k not in ("_target_", "expert")}
+    try:
+        cls = get_class(env_cfg["_target_"])
+    except Exception:  # noqa: BLE001 - an unimportable class is reported when the env is built
+        return None
+    builder = getattr(cls, "spec_from_config", None)
+    return builder(**spec) if builder is not None else None
+
+
+def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0) -> EnvSpec:
+    """The learner's spec, without opening the env (see the module docstring); waits up to `wait_s` for an actor
+    to write the run folder's file when nothing else gives it."""
+    from omegaconf import OmegaConf
+
+    path = Path(run_dir) / SPEC_FILE if run_dir else None
+    if path is not None and path.exists():
+        return read_spec(path)
+    given = OmegaConf.select(cfg, "env_spec", default=None)
+    spec = read_spec(Path(given)) if given else static_spec(OmegaConf.to_container(cfg.env, resolve=True))
+    if spec is None and path is not None:
+        deadline = time.monotonic() + wait_s
+        log.info("waiting up to %.0f s for an actor to write the env spec %s", wait_s, path)
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if path.exists():
+            time.sleep(0.05)  # written by rename: whole once it exists
+            return read_spec(path)
+    if spec is None:
+        raise FileNotFoundError(f"no env spec for {cfg.env._target_}: start an actor for this run first (it writes "
+                                f"{path or '<run>/' + SPEC_FILE}), or give env_spec=<file> (an actor's {SPEC_FILE})")
+    if path is not None:
+        write_spec(spec, path.parent)
+    return spec

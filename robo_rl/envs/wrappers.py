@@ -1,0 +1,45 @@
+"""The actor's env: the task's env inside a chain of small wrappers named by `actor.wrappers`.
+
+Each entry names a top-level config node with a `_target_` (a wrapper class or builder taking `env=`) or is such a
+node itself; entries are applied in order, the first innermost: `[safety, human]` checks the human's commands too.
+An empty node (the `none` option of its group) is skipped. Only the actor builds this chain: the learner never opens
+an env (it reads an `EnvSpec`, robo_rl/envs/spec.py).
+"""
+
+from __future__ import annotations
+
+from robo_rl.config import ConfigError, make_env
+
+
+def make_actor_env(cfg):
+    from hydra.utils import instantiate
+    from omegaconf import DictConfig, OmegaConf
+
+    env = make_env(cfg)
+    try:
+        for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
+            node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
+            if node is None and isinstance(entry, str):
+                raise ConfigError(f"actor.wrappers names '{entry}', which is not a config node")
+            if not node or "_target_" not in node:
+                continue  # e.g. human=none
+            spec = OmegaConf.to_container(node, resolve=True)
+            try:
+                env = instantiate(spec, env=env, _convert_="all", _recursive_=False)  # nested specs stay specs
+            except Exception as e:  # a wrapper that refuses its settings: one line naming it
+                cause = e.__cause__ or e
+                raise ConfigError(f"actor wrapper '{entry if isinstance(entry, str) else spec['_target_']}': "
+                                  f"{cause}") from None  # fmt: skip
+    except BaseException:
+        env.close()
+        raise
+    return env
+
+
+def find_wrapper(env, cls):
+    """The wrapper of type `cls` in `env`'s chain, or None."""
+    while env is not None:
+        if isinstance(env, cls):
+            return env
+        env = getattr(env, "env", None)
+    return None
