@@ -258,3 +258,36 @@ def test_human_interventions_pull_the_residual_towards_what_the_human_did():
     wanted = torch.tensor([0.1, 0.2])
     assert torch.allclose(moved[10.0], wanted, atol=0.03), moved[10.0]
     assert (moved[0.0] - wanted).abs().max() > 0.05, "without the weight, human steps teach only through the critic"
+
+
+def test_the_pull_towards_the_base_keeps_the_residual_at_zero_where_the_critic_has_nothing_to_say():
+    """algo.residual_l2: on a flat critic (reward 0 for every action) the residual stays at the base instead of
+    drifting to its bound; where the critic has a clear gain it still moves, the right way."""
+    torch.set_num_threads(1)
+    space = make_observation_space(3, {})
+    gen = torch.Generator().manual_seed(1)
+
+    def batch(flat: bool):
+        s = torch.rand(128, 3, generator=gen) * 2 - 1
+        a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
+        r = torch.zeros(128) if flat else -((a - torch.tensor([0.2, -0.2])) ** 2).sum(-1)
+        zeros, obs = torch.zeros(128, 2), {"state": s, "images": {}}
+        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
+                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
+                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+
+    def learned(flat: bool, weight: float) -> torch.Tensor:
+        torch.manual_seed(0)
+        policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
+        algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
+                              lr_critic=3e-3, critic_hidden=[64, 64], residual_l2=weight, precision="float32")  # fmt: skip
+        for _ in range(150):
+            algo.update([batch(flat), batch(flat)])
+        with torch.no_grad():
+            s = torch.rand(256, 3, generator=gen) * 2 - 1
+            return policy.residual(policy.encoder({"state": s, "images": {}}), torch.zeros(256, 2))
+
+    assert learned(True, 0.1).abs().mean() < 0.03  # flat critic: stays at the base
+    assert learned(True, 0.0).abs().mean() > 0.06  # without the pull it wanders on a flat critic's noise
+    moved = learned(False, 0.1).mean(0)
+    assert moved[0] > 0.05 and moved[1] < -0.05, moved  # a real gain still moves it towards a* = (0.2, -0.2)

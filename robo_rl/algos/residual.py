@@ -41,6 +41,7 @@ class ResidualConfig:
     target_noise_clip: float = 0.5
     actor_start_updates: int = 0  # critic updates before the residual actor moves
     intervention_bc_weight: float = 0.0  # pull the residual towards (executed − base) on human steps
+    residual_l2: float = 0.0  # > 0: actor loss −Q + this · mean((r/s)²), in Q's units: stay at the base unless Q says
     target_q_clip: tuple[float, float] | None = None
     image_augmentation: str | None = "random_shift"  # or null; on every batch that has images
     augment_pad: int = 4  # pixels, for random_shift
@@ -124,6 +125,8 @@ class ResidualAlgorithm(Algorithm):
         q = self.critic(batch["obs"], action).mean(dim=0)
         self.critic.requires_grad_(True)
         actor_loss = -q.mean()
+        if self.cfg.residual_l2 > 0:  # a correction must gain more Q than this costs, or it stays at the base
+            actor_loss = actor_loss + self.cfg.residual_l2 * ((residual / self.policy.scale) ** 2).mean()
         human = batch["intervention"].bool()
         if self.cfg.intervention_bc_weight > 0 and human.any():
             wanted = self.policy.residual_of(batch["action"][human], base[human])
