@@ -34,6 +34,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+# the image tasks of the human-in-the-loop benchmark (6k env steps, 1k-step checkpoints)
+_PIXELS = ["algo.batch_size=128", "algo.share_encoder=true", "policy.encoder.channels=16"]
+HIL_TASKS = {
+    "pick_pixels": ["experiment=pick_cube_pixels", "train.total_env_steps=6000",
+                    "train.checkpoint_every_env_steps=1000"],
+    "gym_pixels": ["experiment=rlpd", "env=gym_hil_pick", "env.image_obs=true", "env.image_size=64", *_PIXELS,
+                   "algo.init_temperature=0.01", "algo.n_step=3", "algo.target_q_clip=[0,1]",
+                   "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
+    "pick_state": ["experiment=pick_cube_lift", "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
+}  # fmt: skip
+
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
     "lift": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01",
@@ -66,6 +77,16 @@ EXPERIMENTS = {
                      "(published RLPD from scratch: 0.08 at 100k)"),
     "residual_pixels": (["experiment=residual_pick_cube_pixels", "train.total_env_steps=6000"], None,
                         "the state variant (residual_pick) and SAC from the same pixels (pixels)"),
+    # human in the loop (issue 13): the simulated human, no scripted demonstrations, beside the same without it
+    **{f"{who}_{task}": ([*overrides, "demos.num_episodes=0", *(["human=sim"] if who == "hil" else [])], 0.8,
+                         "required: ≥ 0.8 within 6k env steps with the simulated human, intervention rate < 5% over "
+                         "the last 1k steps; gym-hil's anchor: about 10 minutes at 10 Hz with a person")
+       for who in ("hil", "nohil") for task, overrides in HIL_TASKS.items()},
+    "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
+                           "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
+                          "residual on a weak base (5 demonstrations) with the simulated human; beside residual_weak"),
+    "residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "train.total_env_steps=6000",
+                       "train.checkpoint_every_env_steps=1000"], None, "residual on the same weak base alone"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,
@@ -155,6 +176,16 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
         if ((steps > a) & (steps <= a + 1000)).any()]}  # fmt: skip
     reached = np.flatnonzero(rolling(success, 20) >= 0.8)
     out["steps_to_rolling_0.8"] = int(steps[reached[0] + 19]) if len(reached) else None
+    human = np.array([e.get("intervention_steps", 0) for e in episodes], float)
+    if human.any():  # a run with a (simulated) human: the share of env steps the human commanded
+        lengths = np.array([e["length"] for e in episodes], float)
+
+        def rate(mask):
+            return round(float(human[mask].sum() / max(1.0, lengths[mask].sum())), 4)
+
+        out["intervention_rate_per_1k"] = [rate((steps > a) & (steps <= a + 1000))
+                                           for a in range(0, int(steps.max()), 1000)]  # fmt: skip
+        out["intervention_rate_last_1k"] = rate(steps > steps.max() - 1000)
     from omegaconf import OmegaConf
 
     from robo_rl.config import load_saved_config

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 import logging
 import time
 
@@ -46,6 +47,8 @@ class Actor:
             except ValueError as e:
                 self.env.close()
                 raise ConfigError(str(e)) from None
+            except OSError as e:  # the hello tells the learner the spec too
+                log.warning("could not write the env spec into %s: %s", run_dir, e)
         self.policy = make_policy(cfg, self.env).eval()
         self.fields = fields_for_env(self.env, self.policy)
         self.policy_version = -1  # -1: still the untrained initial policy
@@ -54,6 +57,7 @@ class Actor:
         t = cfg.transport
         link = ActorLink(t.host, t.data_port, t.weights_port, t.ctrl_port, cfg.actor.id,
                          curve=curve_keys(cfg, cfg.actor.id), shared_memory_weights=t.shared_memory_weights)
+        link.env_spec = json.dumps(spec_of(self.env).to_json())  # the learner reads the task's spaces from here
         self.transport = ActorTransport(link, self._load_weights, copy.deepcopy(self.policy),
                                         heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter

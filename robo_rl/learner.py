@@ -18,7 +18,7 @@ from tqdm import tqdm
 from robo_rl.algos.base import resolve_device
 from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.demos import load_or_make_demos
-from robo_rl.envs.spec import learner_spec
+from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
@@ -38,10 +38,30 @@ class Learner:
         torch.manual_seed(cfg.seed)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.device = resolve_device(cfg.device)
+        t = cfg.transport
+        self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
+                                actor_timeout_s=t.actor_timeout_s, max_message_mb=t.max_message_mb,
+                                receive_queue_messages=t.receive_queue_messages, curve=curve_keys(cfg, LEARNER_KEY),
+                                shared_memory_weights=t.shared_memory_weights)  # fmt: skip
+        self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
+        self._early: list = []  # data that came while the learner waited for an actor's env spec
         try:  # the task's spaces, never by opening the env (on a robot that would open the hardware)
-            spec = learner_spec(cfg, self.run_dir, wait_s=cfg.actor.learner_wait_s)
+            spec = learner_spec(cfg, self.run_dir, cfg.actor.learner_wait_s,  # a resume reads its run folder's
+                                from_actor=None if cfg.resume else self._actor_spec)  # (hellos wait for `expect`)
         except (FileNotFoundError, ValueError) as e:
+            self.link.close()
             raise ConfigError(str(e)) from None
+        except BaseException:
+            self.link.close()
+            raise
+        self.link.spec_check = spec_check(spec)  # an actor with another env is refused at its hello, by name
+        try:
+            self._build(cfg, spec)
+        except BaseException:
+            self.link.close()
+            raise
+
+    def _build(self, cfg: DictConfig, spec) -> None:
         self.policy = make_policy(cfg, spec).to(self.device)
         self.fields = fields_for_env(spec, self.policy)
         self.algo = make_algorithm(cfg, self.policy, spec)
@@ -65,17 +85,19 @@ class Learner:
         # the UTD budget counts from here: a resumed learner with an empty replay refills `learning_starts` first
         empty = self.replay.online.size == 0
         self.steps_base, self.updates_base = (self.env_steps, self.updates) if empty else (0, 0)
-        t = cfg.transport
-        self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
-                                actor_timeout_s=t.actor_timeout_s, max_message_mb=t.max_message_mb,
-                                receive_queue_messages=t.receive_queue_messages, curve=curve_keys(cfg, LEARNER_KEY),
-                                shared_memory_weights=t.shared_memory_weights)  # fmt: skip
-        self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
         for actor, (session, seq) in stored_seqs.items():
             known = self.replay.sessions.get(actor, {})
             same = known.get("session") == session
             self.link.expect(actor, session, seq, known.get("token_hash") if same else None)
+        for message in self._early:
+            self.ingest(*message)
+        self._early = []
         (self.run_dir / "learner.pid").write_text(str(os.getpid()))  # tells `train` the sockets are bound
+
+    def _actor_spec(self) -> str | None:
+        """While waiting for the spec: serve the link (hellos are welcomed, data is kept for later)."""
+        self._early.extend(self.link.poll(timeout_ms=200))
+        return self.link.first_spec
 
     # --- data ---------------------------------------------------------------------------------
     def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None,

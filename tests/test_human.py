@@ -16,6 +16,7 @@ from robo_rl.envs.spec import SPEC_FILE, EnvSpec, learner_spec, read_spec, spec_
 from robo_rl.envs.wrappers import make_actor_env
 from sim.point_reach import PointReachEnv
 from tests.test_pipeline import run_pair, toy_config
+from tests.test_teleop_devices import xvfb  # noqa: F401 (a fixture)
 
 POLICY = np.array([0.5, 0.5], np.float32)
 
@@ -42,7 +43,7 @@ def test_the_pick_task_tells_its_spec_from_its_config_exactly_as_the_built_env_h
 def test_the_learner_takes_the_spec_from_the_run_folder_a_file_or_an_actor_that_writes_it_later(tmp_path):
     cfg = load_config(["env=point_reach", "env._target_=sim.robosuite_tasks.RobosuiteEnv"])  # no spec_from_config
     assert static_spec({"_target_": "sim.robosuite_tasks.RobosuiteEnv"}) is None
-    with pytest.raises(FileNotFoundError, match="start an actor for this run first"):
+    with pytest.raises(FileNotFoundError, match="start an actor for this run"):
         learner_spec(cfg, tmp_path, wait_s=0.2)
     spec = EnvSpec(5, 3, {"cam": (8, 8)}, control_hz=20.0)
     writer = threading.Timer(0.3, write_spec, (spec, tmp_path))  # an actor starting after the learner
@@ -84,9 +85,57 @@ def test_the_learner_builds_without_opening_the_env(tmp_path):
         learner.close()
 
 
+def test_a_learner_started_alone_takes_the_spec_from_an_actors_hello_and_refuses_an_actor_with_another_env(tmp_path):
+    """A robot's actor on another machine: no run-folder file, no env_spec=, an env that cannot tell its spaces from
+    its config. The learner waits, takes the spec from the first hello, keeps it, and refuses a mismatching actor."""
+    from robo_rl.config import config_hash
+    from robo_rl.learner import Learner
+    from robo_rl.transport.actor_link import ActorLink
+    from robo_rl.transport.link import TransportError
+
+    cfg = toy_config(tmp_path, "env._target_=tests.test_human.UnknownRobot", "demos.num_episodes=0")
+    t = cfg.transport
+    spec = spec_of(PointReachEnv())
+
+    def actor(actor_id: str, spec_json: dict, out: list):
+        link = ActorLink("127.0.0.1", t.data_port, t.weights_port, t.ctrl_port, actor_id)
+        link.env_spec = json.dumps(spec_json)
+        try:
+            link.hello(config_hash(cfg), 20)
+            out.append("welcome")
+        except TransportError as e:
+            out.append(str(e))
+        finally:
+            link.close(linger_s=0)
+
+    first: list = []
+    thread = threading.Thread(target=actor, args=("arm-0", spec.to_json(), first))
+    thread.start()
+    learner = Learner(cfg, tmp_path, progress=False)  # waits for the hello
+    thread.join(30)
+    try:
+        assert first == ["welcome"] and read_spec(tmp_path / SPEC_FILE) == spec  # kept for resume
+        assert learner.fields["action_executed"][0] == (2,)
+        other: list = []
+        wrong = {**spec.to_json(), "action_dim": 3}
+        thread = threading.Thread(target=actor, args=("arm-1", wrong, other))
+        thread.start()
+        deadline = time.monotonic() + 20
+        while thread.is_alive() and time.monotonic() < deadline:
+            learner.link.poll(timeout_ms=50)
+        thread.join(5)
+        assert len(other) == 1 and "does not match the learner's spec: action_dim 2 vs 3" in other[0], other
+    finally:
+        learner.close()
+
+
 class NoHardware(PointReachEnv):
     def __init__(self, **kwargs):
         raise RuntimeError("the learner opened the env")
+
+
+class UnknownRobot(NoHardware):
+    spec_from_config = None  # a driver that cannot tell its spaces before it connects
 
 
 # --- the wrapper chain ---------------------------------------------------------------------------------------------
@@ -315,3 +364,75 @@ def test_device_latency_is_measured_from_the_input_to_the_step_that_executes_it(
     env.step(POLICY)  # the same input: not counted twice
     stats = env.stats()
     assert 20 <= stats["device_latency_ms_p50"] < 1000 and len(env.latency_ms) == 1
+
+
+def test_pause_holds_the_actor_until_pressed_again_and_e_stop_stops_it():
+    pad = FakeDevice("pad")
+    env = wrapped(pad)
+    pad.push(["pause"])
+    env.step(POLICY)
+    assert env.paused
+    assert env.poll() == set() and env.paused  # nothing pressed: still paused
+    pad.push(["pause"])
+    assert env.poll() == {"pause"} and not env.paused
+    pad.push(["estop"])
+    env.poll()
+    assert env.estopped == "pad"
+
+
+def test_recording_writes_a_lerobot_dataset_when_asked(tmp_path, capsys):
+    from robo_rl.cli import main
+    from robo_rl.datasets.io import detect_format, load_episodes
+
+    dst = tmp_path / "lerobot"
+    code = main(["record", str(dst), "format=lerobot", "keep=all", "env=point_reach", "human=sim", "episodes=2",
+                 "actor.realtime=false", "human.devices.0.patience=1", "human.devices.0.reaction_delay=0",
+                 "human.devices.0.hold_steps=100", "logger.progress=false"])  # fmt: skip
+    assert code == 0, capsys.readouterr()
+    assert detect_format(dst) == "lerobot"
+    episodes = load_episodes(dst, progress=False)
+    assert len(episodes) == 2 and all(e.records["intervention"][1:].all() for e in episodes)
+
+
+def test_recording_with_the_keyboard_for_real(tmp_path, xvfb):  # noqa: F811 (the fixture imported above)
+    """`robo-rl record` on the real X keyboard (Xvfb + xdotool): hold a key to move, Return labels a success."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DISPLAY": xvfb}
+    dst = tmp_path / "demos"
+    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "record", str(dst), "human=keyboard", "keep=all",
+                             "episodes=1", "env=point_reach", "env.max_episode_steps=200", "logger.progress=false"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "recording" not in line:  # the device is open once this is printed
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, "record did not start"
+
+        def xdotool(*args):
+            time.sleep(0.05)
+            subprocess.run(["xdotool", *args], env=env, check=True, timeout=10)
+
+        xdotool("key", "space")  # take over (the keyboard's takeover is explicit)
+        xdotool("keydown", "Up")
+        time.sleep(0.6)  # about 6 steps at 10 Hz, +x each
+        xdotool("keyup", "Up")
+        xdotool("key", "Return")  # success: the episode ends and is kept
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    from robo_rl.datasets.io import load_episodes
+
+    (episode,) = load_episodes(dst, progress=False)
+    actions = episode.records["action_executed"][1:]
+    assert episode.records["intervention"][1:].sum() >= 3 and (actions[:, 0] == 1.0).sum() >= 3
+    assert episode.success and episode.records["ended_by"][-1] == 3  # human_success
+
+
+def test_an_actor_started_before_its_learner_made_the_run_folder_writes_the_spec_there(tmp_path):
+    run = tmp_path / "not_yet"
+    assert write_spec(spec_of(PointReachEnv()), run) == run / SPEC_FILE and read_spec(run / SPEC_FILE).action_dim == 2

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -96,15 +98,19 @@ def read_spec(path: Path) -> EnvSpec:
 def write_spec(spec: EnvSpec, run_dir: Path) -> Path:
     """Write the run folder's spec; if one is there, it must match (ValueError naming the difference)."""
     path = Path(run_dir) / SPEC_FILE
-    if path.exists():
-        known = read_spec(path)
-        diff = known.differences(spec)
-        if diff:
-            raise ValueError(f"this env does not match the run's env spec {path}: {'; '.join(diff)}")
-        return path
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(spec.to_json(), indent=1))
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # an actor may start before its learner made the folder
+    if not path.exists():  # learner and actor may both get here at once: the first link wins, whole
+        tmp = path.with_name(f".{SPEC_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(spec.to_json(), indent=1))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    diff = read_spec(path).differences(spec)
+    if diff:
+        raise ValueError(f"this env does not match the run's env spec {path}: {'; '.join(diff)}")
     return path
 
 
@@ -121,9 +127,10 @@ def static_spec(env_cfg: dict) -> EnvSpec | None:
     return builder(**spec) if builder is not None else None
 
 
-def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0) -> EnvSpec:
-    """The learner's spec, without opening the env (see the module docstring); waits up to `wait_s` for an actor
-    to write the run folder's file when nothing else gives it."""
+def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0, from_actor=None) -> EnvSpec:
+    """The learner's spec, without opening the env (see the module docstring). When nothing else gives it, waits up
+    to `wait_s` for an actor: one that writes the run folder's file, or one whose hello carries it (`from_actor()`
+    polls the link and returns the first such spec's JSON text, or None). The spec found is kept in the run folder."""
     from omegaconf import OmegaConf
 
     path = Path(run_dir) / SPEC_FILE if run_dir else None
@@ -131,17 +138,40 @@ def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0) -> EnvSpec:
         return read_spec(path)
     given = OmegaConf.select(cfg, "env_spec", default=None)
     spec = read_spec(Path(given)) if given else static_spec(OmegaConf.to_container(cfg.env, resolve=True))
-    if spec is None and path is not None:
+    if spec is None and (path is not None or from_actor is not None):
         deadline = time.monotonic() + wait_s
-        log.info("waiting up to %.0f s for an actor to write the env spec %s", wait_s, path)
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if path.exists():
-            time.sleep(0.05)  # written by rename: whole once it exists
-            return read_spec(path)
+        log.warning("the learner needs the task's spaces: waiting up to %.0f s for an actor (its hello, or %s), or "
+                    "give env_spec=<an actor's %s>", wait_s, path or "its run folder", SPEC_FILE)  # fmt: skip
+        while spec is None and time.monotonic() < deadline:
+            if path is not None and path.exists():
+                time.sleep(0.05)  # made by a link to a whole file: complete once it exists
+                return read_spec(path)
+            text = from_actor() if from_actor is not None else None
+            if text is not None:
+                try:
+                    spec = EnvSpec.from_json(json.loads(text), "the env spec in an actor's hello")
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"the env spec in an actor's hello is not JSON: {e}") from None
+            elif from_actor is None:
+                time.sleep(0.2)
     if spec is None:
-        raise FileNotFoundError(f"no env spec for {cfg.env._target_}: start an actor for this run first (it writes "
-                                f"{path or '<run>/' + SPEC_FILE}), or give env_spec=<file> (an actor's {SPEC_FILE})")
+        raise FileNotFoundError(f"no env spec for {cfg.env._target_}: start an actor for this run (it tells the "
+                                f"learner in its hello and writes {path or '<run>/' + SPEC_FILE}), or give "
+                                f"env_spec=<an actor's {SPEC_FILE}>")  # fmt: skip
     if path is not None:
         write_spec(spec, path.parent)
     return spec
+
+
+def spec_check(spec: EnvSpec):
+    """For the learner's link: why an actor's spec (JSON text from its hello) does not fit `spec`, or None."""
+
+    def check(text: str) -> str | None:
+        try:
+            theirs = EnvSpec.from_json(json.loads(text), "the actor's env spec")
+        except (ValueError, json.JSONDecodeError) as e:
+            return f"the env spec in the hello cannot be read: {e}"
+        diff = spec.differences(theirs)
+        return f"the actor's env does not match the learner's spec: {'; '.join(diff)}" if diff else None
+
+    return check

@@ -65,6 +65,7 @@ class ActorLink:
         self.connected = False
         self.incarnation: int | None = None
         self.config_hash = ""
+        self.env_spec: str | None = None  # the env's spaces as JSON, told to the learner in every hello
         self._last_heard = self._last_hello = time.monotonic()
 
     def _connect(self, kind, host, port, curve, identity: bytes | None = None) -> zmq.Socket:
@@ -90,6 +91,8 @@ class ActorLink:
         first_unacked = next(iter(self.unacked), self.seq + 1)
         meta = {"config_hash": self.config_hash, "actor": self.actor_id, "session": self.session,
                 "token": self.token, "first_unacked": first_unacked}  # fmt: skip
+        if self.env_spec is not None:
+            meta["env_spec"] = self.env_spec
         self._ctrl_send(encode("hello", meta))
         self._last_hello = time.monotonic()
 

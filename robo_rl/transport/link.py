@@ -124,6 +124,8 @@ class LearnerLink:
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
         self.duplicates = self.unannounced = self.internal_errors = 0
         self.auto_ack = True
+        self.first_spec: str | None = None  # the env spec of the first actor that told one in its hello
+        self.spec_check = None  # (spec text) -> why it does not fit this learner, or None; refuses such an actor
         self._weights: list | None = None
         self._last_ack_sent: dict[str, tuple] = {}
         if shared_memory_weights and shm_available():
@@ -255,6 +257,11 @@ class LearnerLink:
             return self._send(ident, encode("refused", {"reason": (
                 f"config hash {meta['config_hash'][:64]} differs from the learner's {self.config_hash}: "
                 "start both from the same config")}))  # fmt: skip
+        spec = meta.get("env_spec")
+        if spec is not None and self.spec_check is not None and (why := self.spec_check(spec)):
+            return self._send(ident, encode("refused", {"reason": why}))
+        if spec is not None and self.first_spec is None:
+            self.first_spec = spec
         if self.curve and not key_speaks_for(self._key_names.get(user_id), actor):
             return self._send(ident, encode("refused", {"reason": (
                 f"the key '{self._key_names.get(user_id)}' may not speak for actor id '{actor}': an actor id must be "

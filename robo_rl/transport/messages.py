@@ -21,6 +21,7 @@ MAX_TEXT = 1000  # characters in a reason or hash
 MAX_ID = 128  # characters in an actor id
 MAX_STATS = 64  # entries in a heartbeat's stats
 MAX_LAYOUT = 10_000  # arrays in a shared-memory weights notice
+MAX_SPEC = 20_000  # characters of an env spec in a hello
 INT64 = 2**63
 
 
@@ -92,7 +93,8 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
               "token": (_text(64), True), "policy_version": (_int(), False)},
     # actor → learner, ctrl channel
     "hello": {"actor": (_actor_id, True), "session": (_int(), True), "token": (_text(64), True),
-              "first_unacked": (_int(1), True), "config_hash": (_text(), True)},
+              "first_unacked": (_int(1), True), "config_hash": (_text(), True),
+              "env_spec": (_text(MAX_SPEC), False)},  # the actor env's spaces (robo_rl.envs.spec), JSON
     "heartbeat": {"actor": (_actor_id, True), "stats": (_stats, False)},
     "bye": {"actor": (_actor_id, True), "reason": (_text(), False)},
     # learner → actor, ctrl channel (and weights/stop, which also go there)
