@@ -239,6 +239,9 @@ def test_a_motion_device_that_does_not_command_the_gripper_keeps_its_last_comman
         pad.push(["intervention_toggle"], motion=[0, 0, 1, 0, 0, 0])
         info = env.step(np.array([0, 0, 0, -1.0], np.float32))[4]
         assert info["intervention"] and np.allclose(info["action_executed"], [0, 0, 1, 1.0])
+        env.reset(seed=1)  # taking over at the first step of an episode: the gripper stays open
+        info = env.step(np.array([0, 0, 0, 1.0], np.float32))[4]
+        assert info["intervention"] and np.allclose(info["action_executed"], [0, 0, 1, -1.0])
     finally:
         env.close()
 

@@ -67,7 +67,7 @@ class InterventionWrapper(RobotWrapper):
         self.estopped: str | None = None  # the device that pressed e-stop
         self._controller: str | None = None
         self._last_claim: tuple[str, ...] = ()
-        self._last_executed = np.zeros(env.action_space.shape, np.float32)
+        self._last_executed = self._neutral()
         self._handback_from: np.ndarray | None = None
         self._handback_left = 0
         self._seen_at: dict[str, float] = {}
@@ -82,7 +82,7 @@ class InterventionWrapper(RobotWrapper):
         obs, info = self.env.reset(**kwargs)
         self._obs, self._step, self._timeline = obs, 0, []
         self._controller, self._handback_left = None, 0
-        self._last_executed = np.zeros(self.env.action_space.shape, np.float32)
+        self._last_executed = self._neutral()
         for device in self.devices:
             device.episode_start()
         return obs, info
@@ -122,6 +122,13 @@ class InterventionWrapper(RobotWrapper):
         return self.env.close()
 
     # --- arbitration --------------------------------------------------------------------------
+    def _neutral(self) -> np.ndarray:
+        """The command before any step: no motion, the gripper open (what a device that does not command the
+        gripper holds when it takes over at once)."""
+        action = np.zeros(self.env.action_space.shape, np.float32)
+        action[[i for i, n in enumerate(self.action_names) if n == "gripper"]] = -1.0
+        return action
+
     def poll(self) -> set[str]:
         """Read the devices without stepping (while paused): returns the events seen; a pause press unpauses."""
         readings = self._read(self._last_executed)
