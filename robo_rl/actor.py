@@ -82,7 +82,10 @@ class Actor:
             p50, p99 = np.percentile(np.array(self.decide_ms), [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
         if self.human is not None:
-            stats.update({f"human_{k}": v for k, v in self.human.stats().items()})
+            try:
+                stats.update({f"human_{k}": v for k, v in self.human.stats().items()})
+            except RuntimeError:  # the control loop added a latency while we read them: the next heartbeat has it
+                pass
         return stats
 
     @staticmethod

@@ -238,7 +238,8 @@ class InterventionWrapper(RobotWrapper):
     def stats(self) -> dict:
         out = {k: int(v) for k, v in self.counts.items()}
         out["intervention_rate"] = out.get("intervention_steps", 0) / max(1, out.get("steps", 0))
-        if self.latency_ms:
-            p50, p99 = np.percentile(np.array(self.latency_ms), [50, 99])
+        latency = np.array(self.latency_ms)  # read from the actor's transport thread while the loop appends
+        if len(latency):
+            p50, p99 = np.percentile(latency, [50, 99])
             out.update(device_latency_ms_p50=float(p50), device_latency_ms_p99=float(p99))
         return out
