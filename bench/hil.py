@@ -38,7 +38,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 LEARNING = {  # name → the run beside it (without the human)
     "hil_pick_pixels": "nohil_pick_pixels", "hil_gym_pixels": "nohil_gym_pixels", "hil_pick_state": "nohil_pick_state",
-    "hil_residual_weak": "residual_weak",
+    "hil_residual_weak": "residual_weak", "hil_residual_weak_bc": "residual_weak",
 }  # fmt: skip
 
 
