@@ -108,6 +108,7 @@ def cmd_record(args: list[str]) -> int:
     from robo_rl.config import ConfigError, load_config
     from robo_rl.envs.intervention import InterventionWrapper
     from robo_rl.envs.wrappers import make_actor_env
+    from robo_rl.schema import fields_for_env
     from robo_rl.storage import SegmentStore
 
     positional = [a for a in args if "=" not in a]
@@ -138,8 +139,6 @@ def cmd_record(args: list[str]) -> int:
         env.close()
         kinds = ", ".join(str(d.kind) for d in cfg.human.devices)
         raise ConfigError(f"no teleop device could be opened ({kinds}); see the error above")
-    from robo_rl.schema import fields_for_env
-
     store = SegmentStore(store_dir, fields_for_env(env), partition="demos")
     print(f"recording {episodes} episodes of {cfg.env._target_.rsplit('.', 1)[-1]} with "
           f"{', '.join(d.name for d in wrapper.devices)} into {store_dir}", flush=True)  # fmt: skip
