@@ -33,9 +33,9 @@ def train(overrides: list[str]) -> int:
         episodes = int((demos["step"] == 0).sum())
         bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
-    _ensure_env_spec(cfg, run_dir)
+    spec = _ensure_env_spec(cfg, run_dir)
     if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
-        child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar)}")
+        child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar, spec)}")
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
     procs = {}
     try:
@@ -81,16 +81,16 @@ def _discard_run_dir(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _ensure_env_spec(cfg, run_dir: Path) -> None:
-    """The run folder's env spec, which the learner reads instead of opening the env: from the env's config when
-    its class can tell (`spec_from_config`), else from the simulated env built here once."""
+def _ensure_env_spec(cfg, run_dir: Path):
+    """The run folder's env spec, which the learner reads instead of opening the env: the one there or given, else
+    from the env's config when its class can tell (`spec_from_config`), else from the simulated env built here once."""
     from omegaconf import OmegaConf
 
     from robo_rl.config import make_env
-    from robo_rl.envs.spec import SPEC_FILE, spec_of, static_spec, write_spec
+    from robo_rl.envs.spec import SPEC_FILE, read_spec, spec_of, static_spec, write_spec
 
     if (run_dir / SPEC_FILE).exists() or cfg.env_spec:
-        return
+        return read_spec(run_dir / SPEC_FILE if (run_dir / SPEC_FILE).exists() else Path(cfg.env_spec))
     spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True))
     if spec is None:
         env = make_env(cfg)
@@ -99,12 +99,14 @@ def _ensure_env_spec(cfg, run_dir: Path) -> None:
         finally:
             env.close()
     write_spec(spec, run_dir)
+    return spec
 
 
-def _ensure_base(cfg, run_dir: Path, bar) -> str:
+def _ensure_base(cfg, run_dir: Path, bar, spec) -> str:
     """The residual policy's base: the one configured, or a BC base trained here from the demonstrations (its
-    path then goes into the run's config.yaml, so a resume finds it). Checked against the task in one line."""
-    from robo_rl.config import make_env, make_policy, save_config
+    path then goes into the run's config.yaml, so a resume finds it). Checked against the task's `spec` in one
+    line."""
+    from robo_rl.config import make_policy, save_config
 
     if not cfg.policy.base.path:
         from robo_rl.bc import train_bc
@@ -114,11 +116,7 @@ def _ensure_base(cfg, run_dir: Path, bar) -> str:
         cfg.policy.base.path = summary["checkpoint"]
         bar.bar.write(f"base: {summary['checkpoint']} (success {summary.get('eval', {}).get('success_rate', '?')})")
         save_config(cfg, run_dir / "config.yaml")
-    env = make_env(cfg)
-    try:
-        make_policy(cfg, env)  # a missing base or one for another task: ConfigError, one line
-    finally:
-        env.close()
+    make_policy(cfg, spec)  # a missing base or one for another task: ConfigError, one line
     return str(cfg.policy.base.path)
 
 

@@ -188,14 +188,14 @@ def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_res
     from types import SimpleNamespace
 
     from robo_rl.config import load_saved_config, save_config
-    from robo_rl.train_local import _ensure_base
+    from robo_rl.train_local import _ensure_base, _ensure_env_spec
 
     cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")
     run = tmp_path / "run"
     run.mkdir()
     save_config(cfg, run / "config.yaml")
     quiet = SimpleNamespace(phase=lambda *_: None, bar=SimpleNamespace(write=lambda *_: None))
-    path = _ensure_base(cfg, run, quiet)
+    path = _ensure_base(cfg, run, quiet, _ensure_env_spec(cfg, run))
     assert path == str(run / "bc" / "policy.pt") and (run / "bc" / "policy.pt").exists()
     assert load_saved_config(run / "config.yaml").policy.base.path == path, "a resumed run finds the same base"
 

@@ -3,8 +3,8 @@
 On a robot, opening the env opens the hardware; the learner must never do that. It takes the spec from, in order:
 the run folder's `env_spec.json` (written by the actor or by `robo-rl train`, kept for resume), a file given as
 `env_spec=<path>`, or the env class's `spec_from_config(**env_config)` when the class can tell its spaces from its
-config alone; otherwise it waits for an actor to write the run folder's file. An actor whose env differs from the
-spec already in the run folder is refused with the difference named.
+config alone; otherwise it waits for an actor: the spec in its hello, or the run folder's file it writes. An actor
+whose env differs is refused with the difference named (at its hello, and by the run folder's file).
 """
 
 from __future__ import annotations
