@@ -265,7 +265,7 @@ class KeyboardDevice(KeyTableDevice):
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-            for _ in range(20):  # a wake sent before the thread blocks in its RECORD loop is lost: send again
+            for _ in range(50):  # a wake sent before the thread blocks in its RECORD loop is lost: send again
                 _wake_xorg_listener(listener)
                 try:
                     listener.join(0.1)
@@ -289,6 +289,7 @@ def _wake_xorg_listener(listener: Any) -> None:
         display = Xlib.display.Display()
         try:
             display.record_disable_context(context)
+            display.sync()  # a round trip: the server has acted on the request before the connection closes
         finally:
             display.close()
     except Exception:  # noqa: BLE001 - nothing more to do for a listener that cannot be reached
