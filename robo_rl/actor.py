@@ -39,6 +39,11 @@ class Actor:
         self.cfg = cfg
         self.progress = progress
         self.env = make_actor_env(cfg)  # the task's env inside `actor.wrappers` (the human's arbitration, ...)
+        self.gui = None
+        if cfg.gui.enabled:  # the page can always take over: a web device joins the human's devices
+            from robo_rl.gui.bridge import attach_web_device
+
+            self.env, web = attach_web_device(self.env)
         self.human: InterventionWrapper | None = find_wrapper(self.env, InterventionWrapper)
         run_dir = cfg.run_dir or cfg.resume
         if run_dir:  # the learner reads the spaces from here; an env that differs from the run's is refused
@@ -52,6 +57,7 @@ class Actor:
         self.policy = make_policy(cfg, self.env).eval()
         self.fields = fields_for_env(self.env, self.policy)
         self.policy_version = -1  # -1: still the untrained initial policy
+        self.policy_since = time.monotonic()  # when this version arrived
         self.stop_reason: str | None = None
         self.sent_steps = 0
         t = cfg.transport
@@ -65,6 +71,10 @@ class Actor:
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
         self.decide_ms: collections.deque = collections.deque(maxlen=2000)  # policy (base + residual) inference
         self._warned_slow = False
+        if cfg.gui.enabled:
+            from robo_rl.gui.actor_view import ActorView
+
+            self.gui = ActorView(self, web)
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -102,6 +112,7 @@ class Actor:
             newer = t.take_policy(self.policy)
             if newer is not None:
                 self.policy_version, self.policy = newer
+                self.policy_since = time.monotonic()
         if t.stop_reason:
             self.stop_reason = t.stop_reason
 
@@ -184,6 +195,8 @@ class Actor:
                     self.human.poll()
                     if self.human.estopped:
                         self.stop_reason = f"e-stop from {self.human.estopped}"
+                    if self.gui is not None:
+                        self.gui.tick(obs)
                     time.sleep(1.0 / self.env.control_hz)
                     next_tick = time.monotonic()
                 elif self._throttled():
@@ -203,6 +216,8 @@ class Actor:
                                                             self.policy_version, time.time(), extras))  # fmt: skip
                         self.sent_steps += 1
                         bar.update(1)
+                        if self.gui is not None:
+                            self.gui.step(obs, reward, terminated, truncated, info)
                     if self.human is not None and self.human.estopped:
                         self.stop_reason = f"e-stop from {self.human.estopped}"
                     if terminated or truncated:
@@ -211,6 +226,8 @@ class Actor:
                         obs, _ = self.env.reset()
                         self._new_episode()
                         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
+                        if self.gui is not None:
+                            self.gui.new_episode(episode, obs)
                     elif len(pending) > cfg.actor.steps_per_message:
                         self._send(pending[:-1])  # the newest stays until its decision is made: a refused one
                         pending = pending[-1:]  # ends the episode in that record
@@ -224,6 +241,8 @@ class Actor:
             if pending:
                 self._send(pending)
             bar.close()
+            if self.gui is not None:
+                self.gui.close(obs)
             self.transport.close(self.stop_reason or "error")
             self.env.close()
         return self.stop_reason

@@ -19,6 +19,7 @@ commands:
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
   bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
+  gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
@@ -45,7 +46,7 @@ class UsageError(ValueError):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record}  # fmt: skip
+                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record, "gui": cmd_gui}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -314,6 +315,21 @@ def cmd_bc(overrides: list[str]) -> int:
               f"[{e['success_ci95'][0]:.2f}, {e['success_ci95'][1]:.2f}]), base inference "
               f"{e.get('base_inference_ms_p50', float('nan')):.2f} ms (p50)")  # fmt: skip
     print(f"checkpoint: {s['checkpoint']}")
+    return 0
+
+
+def cmd_gui(overrides: list[str]) -> int:
+    """The GUI process: actors connect to gui.zmq_host:zmq_port, pages to http://gui.host:gui.port/."""
+    from robo_rl.config import load_config
+    from robo_rl.gui.server import serve
+
+    cfg = load_config(overrides)
+    _setup_logging(cfg)
+    _sigterm_as_interrupt()
+    try:
+        serve(cfg)
+    except KeyboardInterrupt:
+        pass
     return 0
 
 

@@ -39,6 +39,7 @@ def load_config(overrides: list[str]) -> DictConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    overrides = [_shorthand(o) for o in overrides]
     resume = override_value(overrides, "resume")
     if resume and resume != "null":
         return load_saved_config(Path(resume) / "config.yaml", overrides)
@@ -49,6 +50,12 @@ def load_config(overrides: list[str]) -> DictConfig:
     OmegaConf.set_struct(cfg, True)
     _check(cfg)
     return cfg
+
+
+def _shorthand(override: str) -> str:
+    """`gui=true` for `gui.enabled=true` (the GUI is a switch with settings, not a config group)."""
+    key, _, value = override.partition("=")
+    return f"gui.enabled={value}" if key.lstrip("+") == "gui" and value.lower() in ("true", "false") else override
 
 
 def _compose(overrides: list[str]) -> DictConfig:

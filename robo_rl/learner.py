@@ -78,6 +78,7 @@ class Learner:
         self._human: dict[tuple, int] = {}  # intervention steps of each running episode
         self._published: dict[int, float] = {}  # policy version → when it was published (monotonic)
         self._stale_versions: list[int] = []  # per env step received since the last log line
+        self.health: dict = {}  # updates/s, realised UTD, staleness, buffer sizes: sent to actors (and the GUI)
         self._stale_seconds: list[float] = []
         stored_seqs: dict[str, list] = {}
         if cfg.resume:
@@ -256,7 +257,7 @@ class Learner:
         allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
                    + self.cfg.actor.max_lead_steps)  # fmt: skip
         self.link.publish_status({"env_steps": self.env_steps, "updates": self.updates,
-                                  "allowed_env_steps": allowed})  # fmt: skip
+                                  "allowed_env_steps": allowed, **self.health})  # fmt: skip
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
         realised_utd = (self.updates - self.updates_base) / max(1, self.learning_steps)
@@ -268,6 +269,12 @@ class Learner:
             stale["staleness_s_mean"] = float(np.mean(self._stale_seconds))
             stale["staleness_s_max"] = float(np.max(self._stale_seconds))
         self._stale_versions, self._stale_seconds = [], []
+        replay = self.replay
+        self.health = {"updates_per_s": float(updates_per_s), "realised_utd": float(realised_utd),
+                       "staleness_versions": float(stale.get("staleness_versions_mean", 0.0)),
+                       "actors_alive": len(self.link.alive_actors), "buffer_online": int(replay.online.size),
+                       "buffer_prior": int(replay.demos.size if replay.demos is not None else 0),
+                       "buffer_interventions": _count_or_zero(replay.online.intervention_rows)}  # fmt: skip
         self.metrics.write({
             "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,
@@ -323,3 +330,11 @@ class Learner:
         self.recent.extend(payload.get("recent", []))
         self._returns = {(a, int(e)): float(r) for a, e, r in payload.get("returns", [])}
         log.info("resumed from %s at %d env steps", payload["path"], self.env_steps)
+
+
+def _count_or_zero(rows) -> int:
+    """How many rows `rows()` gives, 0 where this buffer cannot say (a health figure, never a reason to stop)."""
+    try:
+        return int(len(rows()))
+    except (KeyError, AttributeError, ValueError):
+        return 0

@@ -39,6 +39,11 @@ def train(overrides: list[str]) -> int:
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
     procs = {}
     try:
+        if cfg.gui.enabled:  # the page first: the actor's bridge finds it there (and would reconnect anyway)
+            procs["gui"] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "gui", *child_args],
+                                            stdout=open(run_dir / "gui.log", "w"), stderr=subprocess.STDOUT,
+                                            env=child_env)  # fmt: skip
+            bar.bar.write(f"intervention GUI: http://{cfg.gui.host}:{cfg.gui.port}/ (log: {run_dir / 'gui.log'})")
         for role in ("learner", "actor"):
             bar.phase(f"starting the {role}")
             log = open(run_dir / f"{role}.log", "w")

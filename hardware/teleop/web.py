@@ -81,6 +81,11 @@ class WebDevice(KeyTableDevice):
             self._touch()
             self._apply(self._keymap.up(key))
 
+    def release(self) -> None:
+        """Hand control back and let go of every key (the page's operator went away)."""
+        with self._input_lock:
+            self._update(is_intervention=False, **self._keymap.release_all())
+
     # --- for the actor --------------------------------------------------------------------------
     def _poll(self) -> None:
         with self._input_lock:

@@ -77,6 +77,20 @@ class InterventionWrapper(RobotWrapper):
         self.counts = collections.Counter()
         self.latency_ms: collections.deque = collections.deque(maxlen=2000)
 
+    @property
+    def timeline(self) -> list[list]:
+        """This episode's interventions so far: [start, end or None while ongoing, device]."""
+        return [list(t) for t in self._timeline]
+
+    def add_device(self, device: TeleopDevice) -> None:
+        """One more (started) device, last in priority (the GUI's page joins a configured device this way)."""
+        if any(d.name == device.name for d in self.devices):
+            raise ValueError(f"a teleop device named {device.name} is already running: give the new one a `name`")
+        self.devices.append(device)
+        self._connected[device.name] = True
+        if device.name not in self.priority:
+            self.priority.append(device.name)
+
     # --- gymnasium ----------------------------------------------------------------------------
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)

@@ -107,7 +107,11 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
     "weights_shm": {"version": (_int(0), True), "incarnation": (_int(), True), "path": (_text(), True),
                     "nbytes": (_int(0), True), "layout": (_layout, True)},
     "status": {"incarnation": (_int(), True), "env_steps": (_int(0), True), "updates": (_int(0), True),
-               "allowed_env_steps": (_number, True)},
+               "allowed_env_steps": (_number, True),
+               # the learner's health for the GUI (robo_rl/gui), refreshed every logger.log_every_s
+               **{k: (_number, False) for k in ("updates_per_s", "realised_utd", "staleness_versions",
+                                                "actors_alive", "buffer_online", "buffer_prior",
+                                                "buffer_interventions")}},
     "stop": {"reason": (_text(), True), "hold": (_bool, False)},
 }
 

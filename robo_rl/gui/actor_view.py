@@ -1,0 +1,107 @@
+"""What the actor tells the GUI: its mode, the episode, the frames the policy sees, the learner's health.
+
+The actor calls `step()` after each env step, `tick()` while paused, `new_episode()` after a reset and `close()` at
+the end; all of it runs in the control loop, so it only reads what the actor already has and leaves the socket to the
+bridge's thread (`robo_rl.gui.bridge`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from robo_rl.gui.bridge import GuiBridge
+from robo_rl.transport.security import curve_keys, is_loopback
+
+log = logging.getLogger(__name__)
+
+LEARNER_FIELDS = ("env_steps", "updates", "updates_per_s", "realised_utd", "staleness_versions", "actors_alive",
+                  "buffer_online", "buffer_prior", "buffer_interventions")  # fmt: skip
+
+
+class ActorView:
+    def __init__(self, actor, web) -> None:
+        g = actor.cfg.gui
+        curve = None if is_loopback(g.zmq_host) else curve_keys(actor.cfg, actor.cfg.actor.id)
+        self.actor = actor
+        self.bridge = GuiBridge(actor.cfg.actor.id, g.zmq_host, g.zmq_port, web, actor.human, frame_hz=g.frame_hz,
+                                deadman=g.deadman, deadman_timeout_s=g.deadman_timeout_s, curve=curve)  # fmt: skip
+        self.view_size = int(g.view_size)
+        self.episode, self.t, self.ret, self.reward = 0, 0, 0.0, 0.0
+        self.intervention_steps, self.controller, self.reported = 0, None, False
+        self.success_prob: float | None = None
+        self._loop: dict = {}
+        self._loop_at = 0.0
+
+    def step(self, obs: dict, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
+        self.t += 1
+        self.reward, self.ret = float(reward), self.ret + float(reward)
+        self.controller = info.get("intervention_device") if info.get("intervention") else None
+        self.intervention_steps += bool(info.get("intervention"))
+        prob = info.get("success_prob")
+        self.success_prob = None if prob is None else float(prob)
+        self.tick(obs)
+        if terminated or truncated:
+            ended_by = info.get("ended_by") or ("terminated" if terminated else "truncated")
+            self._episode_end(bool(info.get("success", False)), str(ended_by))
+
+    def new_episode(self, episode: int, obs: dict) -> None:
+        if not self.reported and self.t > 0:  # ended without an env step saying so (a refused action)
+            self._episode_end(False, "safety")
+        self.episode, self.t, self.ret, self.reward = episode, 0, 0.0, 0.0
+        self.intervention_steps, self.controller, self.reported = 0, None, False
+        self.tick(obs)
+
+    def tick(self, obs: dict | None) -> None:
+        human = self.actor.human
+        if human is not None and human.estopped:
+            mode = "ESTOP"
+        elif human is not None and human.paused:
+            mode = "PAUSED"
+        else:
+            mode = "HUMAN" if self.controller else "POLICY"
+        meta = {"mode": mode, "controller": self.controller, "policy_version": int(self.actor.policy_version),
+                "policy_age_s": time.monotonic() - self.actor.policy_since, "episode": int(self.episode),
+                "step": int(self.t), "reward": self.reward, "return": self.ret, "success_prob": self.success_prob,
+                "interventions": human.timeline if human is not None else [], "loop": self._loop_stats(),
+                "learner": self._learner()}  # fmt: skip
+        images = view = None
+        if obs is not None and self.bridge.wants_frame():
+            images = obs.get("images") or {}
+            view = self._render()
+        self.bridge.tick(meta, images, view)
+
+    def close(self, obs: dict | None) -> None:
+        self.tick(obs)  # the last word: e-stopped, or stopped
+        self.bridge.close()
+
+    def _episode_end(self, success: bool, ended_by: str) -> None:
+        self.reported = True
+        self.bridge.episode_end({"episode": int(self.episode), "success": success, "ended_by": ended_by,
+                                 "length": int(self.t), "return": self.ret,
+                                 "intervention_steps": int(self.intervention_steps)})  # fmt: skip
+
+    def _render(self) -> dict | None:
+        if self.view_size <= 0:
+            return None
+        try:
+            frame = self.actor.env.unwrapped.render(size=self.view_size)
+            return {"view": np.asarray(frame, np.uint8)}
+        except Exception as e:  # noqa: BLE001 - an env without a sized render: no larger view, said once
+            log.warning("gui: no larger view (%s); gui.view_size=0 turns it off", e)
+            self.view_size = 0
+            return None
+
+    def _loop_stats(self) -> dict:
+        now = time.monotonic()
+        if now - self._loop_at > 1.0:  # percentiles over the recent steps: once a second is plenty
+            stats = self.actor.loop_stats()
+            self._loop = {k: stats[k] for k in ("period_ms_p50", "jitter_ms_p99") if k in stats}
+            self._loop_at = now
+        return self._loop
+
+    def _learner(self) -> dict:
+        status = self.actor.transport.status or {}
+        return {k: status[k] for k in LEARNER_FIELDS if isinstance(status.get(k), int | float)}

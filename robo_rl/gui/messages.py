@@ -1,0 +1,92 @@
+"""The messages between actors and the GUI process (ZeroMQ, msgpack through `robo_rl.transport.codec`), checked
+field by field like the transport's (`robo_rl.transport.messages`): a GUI is one more stranger on a socket.
+
+actor → GUI (the actor's DEALER, identity = its id, to the GUI's ROUTER):
+  gui_tick     the actor's state after a step (or while paused): mode, who controls, episode, step, reward, the
+               policy version, loop and learner figures; camera frames ride along as uint8 arrays `cam/<name>`
+               (and `view/<name>` for a larger rendered view) at most `gui.frame_hz` times a second
+  gui_episode  a finished episode: how it ended, its length, return and intervention steps
+GUI → actor:
+  gui_command  a button: intervention_toggle, success, failure, rerecord_episode, terminate_episode, pause, estop
+  gui_key      a key of the page, down or up (the keyboard's key table interprets it, `hardware.teleop.keyboard`)
+  gui_release  the operator who held control is gone: hand control back
+  gui_deadman  no page watches any more (or the controlling one went away): the actor's dead-man policy applies
+  gui_presence the GUI is there, with how many pages watch (sent a few times a second; its silence is a dead-man)
+"""
+
+from __future__ import annotations
+
+from robo_rl.transport.codec import MessageError
+from robo_rl.transport.messages import _actor_id, _bool, _int, _number, _stats, _text
+
+MODES = ("POLICY", "HUMAN", "PAUSED", "ESTOP")
+COMMANDS = ("intervention_toggle", "success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop")
+MAX_TIMELINE = 1000
+
+
+def _optional(check):
+    return lambda v: None if v is None else check(v)
+
+
+def _one_of(options):
+    return lambda v: None if v in options else f"one of {', '.join(options)}"
+
+
+def _timeline(v):
+    if not isinstance(v, list) or len(v) > MAX_TIMELINE:
+        return f"a list of at most {MAX_TIMELINE} [start, end, device] entries"
+    for entry in v:
+        if (not isinstance(entry, list | tuple) or len(entry) != 3 or _int(0)(entry[0])
+                or (entry[1] is not None and _int(0)(entry[1])) or _text(128)(entry[2])):  # fmt: skip
+            return "a list of [start, end or null, device] entries"
+    return None
+
+
+SCHEMAS: dict[str, dict[str, tuple]] = {
+    "gui_tick": {
+        "actor": (_actor_id, True),
+        "t": (_number, True),
+        "mode": (_one_of(MODES), True),
+        "controller": (_optional(_text(128)), False),
+        "policy_version": (_int(), True),
+        "policy_age_s": (_optional(_number), False),
+        "episode": (_int(0), True),
+        "step": (_int(0), True),
+        "reward": (_number, True),
+        "return": (_number, True),
+        "success_prob": (_optional(_number), False),
+        "interventions": (_timeline, False),
+        "loop": (_stats, False),
+        "learner": (_stats, False),
+    },
+    "gui_episode": {
+        "actor": (_actor_id, True),
+        "episode": (_int(0), True),
+        "success": (_bool, True),
+        "ended_by": (_text(64), True),
+        "length": (_int(0), True),
+        "return": (_number, True),
+        "intervention_steps": (_int(0), True),
+    },
+    "gui_command": {"command": (_one_of(COMMANDS), True), "by": (_text(128), False)},
+    "gui_key": {"key": (_text(32), True), "down": (_bool, True)},
+    "gui_release": {"by": (_text(128), False)},
+    "gui_deadman": {"reason": (_text(), True)},
+    "gui_presence": {"pages": (_int(0), True)},
+}
+TO_GUI = ("gui_tick", "gui_episode")
+TO_ACTOR = ("gui_command", "gui_key", "gui_release", "gui_deadman", "gui_presence")
+
+
+def check(kind: str, meta: dict, accepted: tuple[str, ...]) -> None:
+    """Raise MessageError unless `kind` is accepted here and its fields have the listed types."""
+    if kind not in accepted:
+        raise MessageError(f"wrong kind '{kind[:40]}' (this side takes {', '.join(accepted)})")
+    for name, (test, required) in SCHEMAS[kind].items():
+        if name not in meta:
+            if required:
+                raise MessageError(f"'{kind}' lacks its '{name}' field")
+            continue
+        problem = test(meta[name])
+        if problem:
+            raise MessageError(f"'{kind}' field '{name}' must be {problem}, got {type(meta[name]).__name__}")
