@@ -48,11 +48,13 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
     assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done"
     assert any(m["kind"] == "learner" and m["updates"] > 0 for m in metrics)
 
-    # the untrained policy: a checkpoint of step 0, evaluated on the same seeds
-    out = robo_rl("train", "train.total_env_steps=1", "train.learning_starts=10",
-                  *args, cwd=ROOT)  # fmt: skip
+    # the untrained policy: a checkpoint of step 0, evaluated on the same seeds (with the GUI started beside it)
+    http_port, zmq_port = free_ports(2)
+    out = robo_rl("train", "train.total_env_steps=1", "train.learning_starts=10", "gui=true",
+                  f"gui.port={http_port}", f"gui.zmq_port={zmq_port}", *args, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     untrained_dir = max((tmp_path / "outputs").glob("*/*"), key=lambda p: p.stat().st_mtime)
+    assert f"intervention GUI: http://127.0.0.1:{http_port}/" in (untrained_dir / "gui.log").read_text()
     untrained = json.loads((untrained_dir / "eval/report.json").read_text())
     assert trained["success_rate"] >= untrained["success_rate"] + 0.5, (untrained, trained)
 

@@ -347,3 +347,55 @@ def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_th
             gui.close(0)
     finally:
         bridge.close()
+
+
+def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_path, browser):
+    import uvicorn
+
+    from hardware.teleop.web import WebDevice
+    from robo_rl.gui.bridge import GuiBridge
+    from robo_rl.gui.server import make_app
+
+    http_port, zmq_port = free_ports(2)
+    cfg = toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}")
+    server = uvicorn.Server(uvicorn.Config(make_app(cfg), host="127.0.0.1", port=http_port, log_level="warning",
+                                           ws="websockets-sansio"))  # fmt: skip
+    threading.Thread(target=server.run, daemon=True).start()
+    webs = {name: WebDevice().start() for name in ("arm-left", "arm-right")}
+    bridges = [GuiBridge(name, "127.0.0.1", zmq_port, web, _Human(), deadman="continue") for name, web in webs.items()]
+    stop = threading.Event()
+
+    def ticks():
+        step = 0
+        while not stop.is_set():
+            step += 1
+            for bridge, web in zip(bridges, webs.values(), strict=True):
+                mode = "HUMAN" if web.read().is_intervention else "POLICY"
+                bridge.tick({"mode": mode, "controller": "web" if mode == "HUMAN" else None, "policy_version": 3,
+                             "episode": 0, "step": step, "reward": 0.0, "return": 0.0},
+                            {"top": np.full((8, 8, 3), step % 255, np.uint8)})  # fmt: skip
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=ticks, daemon=True)
+    thread.start()
+    try:
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{http_port}/?name=fay")
+        for name in webs:
+            page.locator(f'.actor[data-actor="{name}"] .mode').wait_for(timeout=15000)
+        page.locator('.actor[data-actor="arm-right"] button[data-command="intervention_toggle"]').click()
+        wait_until(lambda: webs["arm-right"].read().is_intervention, what="arm-right taken over")
+        assert not webs["arm-left"].read().is_intervention
+        page.keyboard.down("ArrowLeft")  # the clicked row is the selected one: its actor moves
+        wait_until(lambda: webs["arm-right"].read().motion[1] == 1.0, what="+y on arm-right")
+        assert not np.any(webs["arm-left"].read().motion)
+        page.keyboard.up("ArrowLeft")
+        wait_until(lambda: page.locator('.actor[data-actor="arm-right"] .mode').inner_text().startswith("HUMAN"),
+                   what="arm-right's banner")  # fmt: skip
+        assert page.locator('.actor[data-actor="arm-left"] .mode').inner_text().startswith("POLICY")
+    finally:
+        stop.set()
+        thread.join(2)
+        for bridge in bridges:
+            bridge.close()
+        server.should_exit = True

@@ -149,6 +149,7 @@ class GuiHub:
         self._ids = itertools.count(1)
         self._last_page_gone: float | None = None
         self.counts = collections.Counter()
+        self.news = asyncio.Event()  # an actor said something new since the last snapshot
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -179,6 +180,7 @@ class GuiHub:
                 log.warning("gui: dropped a message from an actor: %s", e)
                 continue
             state = self.actors.setdefault(actor_id, ActorState(actor_id))
+            self.news.set()
             if kind == "gui_tick":
                 state.on_tick(meta, arrays, self.quality)
                 self._maybe_release(state)
@@ -311,17 +313,25 @@ def make_app(cfg, token: str | None = None):
             hub.close()
 
     async def broadcast(hub: GuiHub) -> None:
+        """A snapshot to every page as soon as an actor has news (a new frame is on the page within milliseconds),
+        at most `gui.state_hz` times a second, and at least once a second (ages and liveness move on)."""
         period = 1.0 / float(cfg.gui.state_hz)
         while True:
-            await asyncio.sleep(period)
+            try:
+                await asyncio.wait_for(hub.news.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+            hub.news.clear()
             if not hub.pages:
                 continue
+            sent = time.monotonic()
             text = json.dumps(hub.state())
             for client, ws in list(hub.pages.items()):
                 try:
                     await ws.send_text(text)
                 except Exception:  # noqa: BLE001 - a page that went away; its handler removes it
                     hub.pages.pop(client, None)
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - sent)))
 
     async def index(request):
         hub = holder["hub"]
