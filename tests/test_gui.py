@@ -372,7 +372,7 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
             for bridge, web in zip(bridges, webs.values(), strict=True):
                 mode = "HUMAN" if web.read().is_intervention else "POLICY"
                 bridge.tick({"mode": mode, "controller": "web" if mode == "HUMAN" else None, "policy_version": 3,
-                             "episode": 0, "step": step, "reward": 0.0, "return": 0.0},
+                             "episode": 0, "step": step, "reward": 0.0, "return": 0.0, "success_prob": 0.7},
                             {"top": np.full((8, 8, 3), step % 255, np.uint8)})  # fmt: skip
             time.sleep(0.05)
 
@@ -393,6 +393,7 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
         wait_until(lambda: page.locator('.actor[data-actor="arm-right"] .mode').inner_text().startswith("HUMAN"),
                    what="arm-right's banner")  # fmt: skip
         assert page.locator('.actor[data-actor="arm-left"] .mode').inner_text().startswith("POLICY")
+        assert "70" in page.locator('.actor[data-actor="arm-left"] .success-prob').inner_text()  # a reward model's
     finally:
         stop.set()
         thread.join(2)
