@@ -262,6 +262,19 @@ def test_a_malformed_websocket_message_gets_an_error_and_the_page_stays_connecte
             pass
         assert msg["name"] == "carol"  # still connected, still served
         assert client.get("/health").json()["bad_page_messages"] == 1
+        # an actor's garbage, or a message claiming another actor's name, is dropped and counted
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, b"arm-0")
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        try:
+            sock.send_multipart([b"\xc1garbage"])
+            sock.send_multipart(encode("gui_episode", {"actor": "arm-9", "episode": 0, "success": True,
+                                                       "ended_by": "estop", "length": 1, "return": 0.0,
+                                                       "intervention_steps": 0}))  # fmt: skip
+            wait_until(lambda: client.get("/health").json().get("bad_actor_messages") == 2, what="two drops")
+            assert client.get("/health").json()["actors"] == []
+        finally:
+            sock.close(0)
 
 
 def test_off_loopback_the_page_needs_its_token(tmp_path):
