@@ -16,8 +16,7 @@ GUI → actor:
 
 from __future__ import annotations
 
-from robo_rl.transport.codec import MessageError
-from robo_rl.transport.messages import _actor_id, _bool, _int, _number, _stats, _text
+from robo_rl.transport.messages import _actor_id, _bool, _int, _number, _stats, _text, check_meta
 
 MODES = ("POLICY", "HUMAN", "PAUSED", "ESTOP")
 COMMANDS = ("intervention_toggle", "success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop")
@@ -80,13 +79,4 @@ TO_ACTOR = ("gui_command", "gui_key", "gui_release", "gui_deadman", "gui_presenc
 
 def check(kind: str, meta: dict, accepted: tuple[str, ...]) -> None:
     """Raise MessageError unless `kind` is accepted here and its fields have the listed types."""
-    if kind not in accepted:
-        raise MessageError(f"wrong kind '{kind[:40]}' (this side takes {', '.join(accepted)})")
-    for name, (test, required) in SCHEMAS[kind].items():
-        if name not in meta:
-            if required:
-                raise MessageError(f"'{kind}' lacks its '{name}' field")
-            continue
-        problem = test(meta[name])
-        if problem:
-            raise MessageError(f"'{kind}' field '{name}' must be {problem}, got {type(meta[name]).__name__}")
+    check_meta(kind, meta, accepted, SCHEMAS)

@@ -122,11 +122,12 @@ ACTOR_CTRL_KINDS = ("welcome", "ack", "refused", "rejected", "weights", "stop")
 ACTOR_SUB_KINDS = ("weights", "weights_shm", "status", "stop")
 
 
-def check_meta(kind: str, meta: dict, accepted: tuple[str, ...]) -> None:
-    """Raise MessageError unless `kind` is one of `accepted` and its meta fields have the listed types."""
+def check_meta(kind: str, meta: dict, accepted: tuple[str, ...], schemas: dict | None = None) -> None:
+    """Raise MessageError unless `kind` is one of `accepted` and its meta fields have the types `schemas` (by
+    default the transport's `SCHEMAS`) lists."""
     if kind not in accepted:
         raise InvalidMessage(f"wrong kind '{kind[:40]}' (this channel takes {', '.join(accepted)})")
-    for name, (check, required) in SCHEMAS[kind].items():
+    for name, (check, required) in (SCHEMAS if schemas is None else schemas)[kind].items():
         if name not in meta:
             if required:
                 raise InvalidMessage(f"'{kind}' lacks its '{name}' field")
