@@ -204,9 +204,9 @@ def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_
     bob.locator('.actor[data-actor="actor-0"] button[data-command="estop"]').click()
     run.actor_thread.join(5)
     assert not run.actor_thread.is_alive() and run.stop_reason.startswith("e-stop")
-    after = [(t, info) for t, _, info in run.executed if t >= clicked]
+    after = [(t, action, info) for t, action, info in run.executed if t >= clicked]
     assert len(after) <= 1 + 1, "at most the step running at the click and the e-stopped one"
-    assert after[-1][1]["ended_by"] == "estop"
+    assert after[-1][2]["ended_by"] == "estop" and not np.any(after[-1][1]), "the e-stopped step commands no motion"
     assert after[-1][0] - clicked <= PERIOD_S + 0.15, f"{(after[-1][0] - clicked) * 1e3:.0f} ms after the click"
     wait_until(lambda: mode_of(alice).startswith("E-STOP"), what="the E-STOP banner")
 

@@ -192,6 +192,7 @@ def test_labels_end_the_episode_with_the_right_flags(event, terminated, truncate
     assert (term, trunc, info["ended_by"]) == (terminated, truncated, ended_by)
     assert (reward == 1.0) == (event == "success") and info["success"] == (event == "success")
     assert (env.estopped == "pad") == (event == "estop")
+    assert np.allclose(env._last_executed, 0.0) == (event == "estop")  # the e-stopped step commands no motion
     _, _, term, trunc, _ = env.step(POLICY)  # a label counts once
     assert not (term or trunc)
 

@@ -10,7 +10,8 @@ and decides who acts:
     commanded action does not jump;
   - labels end the episode: success / failure → `terminated` (ended_by human_success / human_failure, a success
     paying `success_reward`), re-record / abort → `truncated` (human_rerecord / human_abort), e-stop →
-    `truncated` with ended_by estop (the actor then stops); pause holds the actor (`paused`) until pressed again;
+    `truncated` with ended_by estop, its step commanding no motion (the actor then stops); pause holds the actor
+    (`paused`) until pressed again;
   - a device that is missing at start or disappears mid-episode is logged by name and the policy keeps control.
 
 The episode's intervention timeline ([start, end) steps and device) is in the last step's info (`interventions`),
@@ -111,6 +112,8 @@ class InterventionWrapper(RobotWrapper):
             self._note_latency(readings[human])
         else:
             executed = self._handback(policy_action)
+        if "estop" in events:  # no new motion from here: the e-stopped step holds still, and the episode ends
+            executed = self._hold()
         obs, reward, terminated, truncated, info = self.env.step(executed)
         self._step += 1
         self._last_executed, self._obs = np.asarray(info.get("action_executed", executed), np.float32), obs
@@ -142,6 +145,15 @@ class InterventionWrapper(RobotWrapper):
         action = np.zeros(self.env.action_space.shape, np.float32)
         action[[i for i, n in enumerate(self.action_names) if n == "gripper"]] = -1.0
         return action
+
+    def _hold(self) -> np.ndarray:
+        """The command that stops the robot where it is: no end-effector motion, the gripper as it was (an e-stop
+        must not drop what it holds); without named action dimensions, zeros."""
+        if not self.action_names:
+            return np.zeros(self.env.action_space.shape, np.float32)
+        hold = self._last_executed.copy()
+        hold[[i for i, n in enumerate(self.action_names) if n in AXES]] = 0.0
+        return hold
 
     def poll(self) -> set[str]:
         """Read the devices without stepping (while paused): returns the events seen; a pause press unpauses."""
