@@ -23,6 +23,7 @@ cannot even be imported, so it is imported in `_open` and its failure is reporte
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from typing import Any
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from hardware.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
+
+log = logging.getLogger(__name__)
 
 DEFAULT_KEYS: dict[str, str] = {
     "up": "+x", "w": "+x", "down": "-x", "s": "-x",
@@ -273,6 +276,8 @@ class KeyboardDevice(KeyTableDevice):
                     break
                 if not listener.is_alive():
                     break
+            else:
+                log.warning("keyboard: the X key listener did not end on close; it ends at the next key event")
         self._release_all()
 
 
