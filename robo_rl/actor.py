@@ -23,7 +23,7 @@ from robo_rl.envs.intervention import InterventionWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_wrapper, make_actor_env
 from robo_rl.policy_io import policy_step
-from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict
@@ -178,7 +178,7 @@ class Actor:
         self._sync(episode_boundary=True)
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
-        recorder = EpisodeRecorder(self.env.action_space.shape[0], getattr(self.policy, "extras_spec", None))
+        recorder = EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields))
         episode = 0
         obs, _ = self.env.reset(seed=cfg.seed)
         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]

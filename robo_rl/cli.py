@@ -19,6 +19,7 @@ commands:
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
   bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
+  reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
   gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
@@ -36,7 +37,8 @@ HELP_FLAGS = ("-h", "--help")
 USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
                ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
                ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
-               ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"))  # fmt: skip
+               ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"),
+               ("robo_rl.rewards.cli", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -46,7 +48,8 @@ class UsageError(ValueError):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record, "gui": cmd_gui}  # fmt: skip
+                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record, "gui": cmd_gui,
+                "reward": _cmd_reward}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -96,6 +99,13 @@ def _cmd_record(args: list[str]) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # device errors show
     return cmd_record(args)
+
+
+def _cmd_reward(args: list[str]) -> int:
+    from robo_rl.rewards.cli import cmd_reward
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return cmd_reward(args)
 
 
 def _setup_logging(cfg, log_file: Path | None = None) -> None:

@@ -71,6 +71,21 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         (),
         True,
     ),
+    "gui": (
+        "robo-rl gui [overrides]",
+        "Serve the intervention page (http://gui.host:gui.port/) for actors started with gui=true: cameras, who is\n"
+        "in control, the episode and learning health; take over, label, pause and e-stop. `train gui=true` starts it.",
+        ("gui.host", "gui.port", "gui.token", "gui.zmq_port", "gui.deadman", "gui.view_size"),
+        False,
+    ),  # fmt: skip
+    "reward": (
+        "robo-rl reward train kind=classifier|progress data=<episodes> out=<folder> | reward eval model= data=",
+        "Train a learned reward model (a success classifier, or a VLA-style pairwise progress critic) from recorded\n"
+        "episodes, or measure one (AUROC and false successes; value-order correlation, reversed clips, a wrong\n"
+        "instruction, stalled clips). Use it in training with reward=model reward.model=<folder>.",
+        (),
+        False,
+    ),  # fmt: skip
     "keys": (
         "robo-rl keys generate <dir> [actor ids ...]",
         "Generate CURVE key pairs for links off loopback: <dir>/learner.key(_secret), one pair per actor\n"

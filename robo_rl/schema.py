@@ -51,10 +51,11 @@ def step_fields(state_dim: int, action_dim: int, cameras: dict[str, tuple[int, i
 
 
 def fields_for_env(env, policy=None) -> dict[str, tuple]:
-    """The record layout of an env, with the extras the acting `policy` declares (`policy.extras_spec`)."""
+    """The record layout of an env (or an `EnvSpec`), with the extras its wrappers add (`env.record_extras`) and
+    those the acting `policy` declares (`policy.extras_spec`)."""
     space = env.observation_space
     cams = {name: s.shape[:2] for name, s in space["images"].spaces.items()}
-    extras = getattr(policy, "extras_spec", None) or {}
+    extras = {**(getattr(env, "record_extras", None) or {}), **(getattr(policy, "extras_spec", None) or {})}
     return step_fields(space["state"].shape[0], env.action_space.shape[0], cams, extras)
 
 
@@ -82,9 +83,9 @@ class EpisodeRecorder:
         """The record of a step; `extras` are what the policy said about the decision that chose its action
         (declared extras it does not give are zero, as on a reset record or a random step)."""
         rec = self._step_record(obs, reward, terminated, truncated, info, policy_version, timestamp)
-        for name, value in (extras or {}).items():
+        for name, value in {**info.get("record_extras", {}), **(extras or {})}.items():  # the wrappers', the policy's
             if name not in self.zero_extras:
-                raise ValueError(f"the policy gave extra '{name}' it does not declare in extras_spec")
+                raise ValueError(f"extra '{name}' is not declared (policy.extras_spec, or env.record_extras)")
             zero = self.zero_extras[name]
             rec[f"{EXTRA}{name}"] = np.asarray(value, zero.dtype).reshape(zero.shape)
         return rec

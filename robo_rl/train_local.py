@@ -93,10 +93,11 @@ def _ensure_env_spec(cfg, run_dir: Path):
 
     from robo_rl.config import make_env
     from robo_rl.envs.spec import SPEC_FILE, read_spec, spec_of, static_spec, write_spec
+    from robo_rl.envs.wrappers import wrapper_extras
 
     if (run_dir / SPEC_FILE).exists() or cfg.env_spec:
         return read_spec(run_dir / SPEC_FILE if (run_dir / SPEC_FILE).exists() else Path(cfg.env_spec))
-    spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True))
+    spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True), wrapper_extras(cfg))
     if spec is None:
         env = make_env(cfg)
         try:

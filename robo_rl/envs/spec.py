@@ -39,6 +39,12 @@ class EnvSpec:
     state_names: tuple[str, ...] = ()
     action_names: tuple[str, ...] = ()
     control_hz: float = 10.0
+    # what the actor's wrappers add to each record (a reward model's raw env reward, ...): name → (shape, dtype)
+    extras: dict[str, tuple[tuple[int, ...], str]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def record_extras(self) -> dict[str, tuple]:
+        return {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in self.extras.items()}
 
     @property
     def observation_space(self) -> gym.spaces.Dict:
@@ -51,7 +57,8 @@ class EnvSpec:
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
         out.update(version=SPEC_VERSION, cameras={k: list(v) for k, v in self.cameras.items()},
-                   state_names=list(self.state_names), action_names=list(self.action_names))  # fmt: skip
+                   state_names=list(self.state_names), action_names=list(self.action_names),
+                   extras={k: [list(shape), str(dtype)] for k, (shape, dtype) in self.extras.items()})  # fmt: skip
         return out
 
     @classmethod
@@ -62,7 +69,9 @@ class EnvSpec:
             return cls(int(data["state_dim"]), int(data["action_dim"]),
                        {str(k): (int(v[0]), int(v[1])) for k, v in data["cameras"].items()},
                        tuple(map(str, data.get("state_names", ()))), tuple(map(str, data.get("action_names", ()))),
-                       float(data.get("control_hz", 10.0)))  # fmt: skip
+                       float(data.get("control_hz", 10.0)),
+                       {str(k): (tuple(int(x) for x in v[0]), str(np.dtype(v[1])))
+                        for k, v in data.get("extras", {}).items()})  # fmt: skip
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"{where}: malformed env spec ({type(e).__name__}: {e})") from None
 
@@ -82,7 +91,12 @@ def spec_of(env) -> EnvSpec:
     return EnvSpec(int(space["state"].shape[0]), int(env.action_space.shape[0]),
                    {name: tuple(int(x) for x in s.shape[:2]) for name, s in space["images"].spaces.items()},
                    tuple(getattr(env, "state_names", ())), tuple(getattr(env, "action_names", ())),
-                   float(getattr(env, "control_hz", 10.0)))  # fmt: skip
+                   float(getattr(env, "control_hz", 10.0)),
+                   _extras_json(getattr(env, "record_extras", None) or {}))  # fmt: skip
+
+
+def _extras_json(extras: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {str(k): (tuple(int(x) for x in shape), str(np.dtype(dtype))) for k, (shape, dtype) in extras.items()}
 
 
 def read_spec(path: Path) -> EnvSpec:
@@ -114,8 +128,9 @@ def write_spec(spec: EnvSpec, run_dir: Path) -> Path:
     return path
 
 
-def static_spec(env_cfg: dict) -> EnvSpec | None:
-    """The spec an env class tells from its config alone (`spec_from_config`), or None if it cannot."""
+def static_spec(env_cfg: dict, extras: dict | None = None) -> EnvSpec | None:
+    """The spec an env class tells from its config alone (`spec_from_config`), or None if it cannot; `extras`: what
+    the actor's wrappers add to each record (`robo_rl.envs.wrappers.wrapper_extras`)."""
     from hydra.utils import get_class
 
     spec = {k: v for k, v in env_cfg.items() if k not in ("_target_", "expert")}
@@ -124,7 +139,9 @@ def static_spec(env_cfg: dict) -> EnvSpec | None:
     except Exception:  # noqa: BLE001 - an unimportable class is reported when the env is built
         return None
     builder = getattr(cls, "spec_from_config", None)
-    return builder(**spec) if builder is not None else None
+    if builder is None:
+        return None
+    return dataclasses.replace(builder(**spec), extras=_extras_json(extras or {}))
 
 
 def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0, from_actor=None) -> EnvSpec:
@@ -137,7 +154,10 @@ def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0, from_actor=None
     if path is not None and path.exists():
         return read_spec(path)
     given = OmegaConf.select(cfg, "env_spec", default=None)
-    spec = read_spec(Path(given)) if given else static_spec(OmegaConf.to_container(cfg.env, resolve=True))
+    from robo_rl.envs.wrappers import wrapper_extras
+
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    spec = read_spec(Path(given)) if given else static_spec(env_cfg, wrapper_extras(cfg))
     if spec is None and (path is not None or from_actor is not None):
         deadline = time.monotonic() + wait_s
         log.warning("the learner needs the task's spaces: waiting up to %.0f s for an actor (its hello, or %s), or "

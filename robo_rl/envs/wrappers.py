@@ -36,6 +36,24 @@ def make_actor_env(cfg):
     return env
 
 
+def wrapper_extras(cfg) -> dict[str, tuple]:
+    """What the configured wrappers add to each record, from the config alone (a wrapper class says so in its
+    `record_extras_from_config(**settings)`): the learner's record layout without opening the env."""
+    from hydra.utils import get_class
+    from omegaconf import DictConfig, OmegaConf
+
+    extras: dict[str, tuple] = {}
+    for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
+        node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
+        if not node or "_target_" not in node:
+            continue
+        builder = getattr(get_class(node._target_), "record_extras_from_config", None)
+        if builder is not None:
+            settings = OmegaConf.to_container(node, resolve=True)
+            extras.update(builder(**{k: v for k, v in settings.items() if k != "_target_"}))
+    return extras
+
+
 def find_wrapper(env, cls):
     """The wrapper of type `cls` in `env`'s chain, or None."""
     while env is not None:

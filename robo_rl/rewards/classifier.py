@@ -1,0 +1,289 @@
+"""Success classifier: camera frames → the chance the task is done (kind "classifier", output `success_prob`).
+
+A small CNN per camera (`policies.encoders.ConvEncoder`; frames first resized to one size, so any camera resolution
+works, unless `resize` is None), the features concatenated, an MLP head to one logit.
+
+`train_classifier` learns it from episodes (`label_frames`: the last frames of a successful episode are positives,
+its earlier frames and every frame of a failed episode negatives, a margin just before the success left out). It
+splits by episode - neighbouring frames are near copies, so a split by frame would leak - samples the classes
+evenly, and shifts images at random. The decision `threshold` is then chosen on the held-out episodes to keep the
+per-frame false-positive rate at most `max_fpr` (0.5 if that is higher). `evaluate_classifier` reports frame AUROC,
+frame FPR/TPR at the threshold and the per-episode false-positive rate with a `debounce_k`-frame debounce: a false
+success ends an episode early, so that is the figure to watch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from policies.augment import random_shift
+from policies.encoders import ConvEncoder, _resize
+from robo_rl.datasets import Episode
+from robo_rl.rewards.base import RewardModel, RewardModelError, Scores, Task
+
+ARCH = {"channels": 32, "features": 64, "hidden": 256, "resize": [128, 128], "image_sizes": None,
+        "kernels": [3, 3, 3, 3], "strides": [2, 2, 2, 1]}  # fmt: skip
+
+
+class SuccessClassifier(RewardModel):
+    """Frames → success_prob; frames score as a success above `threshold` (`previous` frames are ignored)."""
+
+    kind = "classifier"
+    provides = ("success_prob",)
+
+    def __init__(self, cameras, instructions=(), threshold: float = 0.5, **arch) -> None:
+        super().__init__(cameras, instructions)
+        unknown = sorted(set(arch) - set(ARCH))
+        if unknown:
+            raise RewardModelError(f"classifier reward model: unknown settings {unknown} (known: {sorted(ARCH)})")
+        self.arch = {**ARCH, **arch}
+        self.threshold = float(threshold)
+        resize, sizes = self.arch["resize"], self.arch["image_sizes"] or {}
+        if resize is None and any(c not in sizes for c in self.cameras):
+            raise RewardModelError(f"classifier with resize=None needs image_sizes for cameras {list(self.cameras)}")
+        encoders = {}
+        for cam in self.cameras:
+            hw = tuple(resize) if resize is not None else tuple(sizes[cam])
+            try:
+                encoders[cam] = ConvEncoder(hw, self.arch["channels"], self.arch["features"],
+                                            tuple(self.arch["kernels"]), tuple(self.arch["strides"]))  # fmt: skip
+            except ValueError:
+                raise RewardModelError(f"camera {cam}: the classifier's convolutions shrink {hw[0]}×{hw[1]} images to "
+                                       "nothing; resize to a larger size or use fewer kernels") from None  # fmt: skip
+        features, hidden = self.arch["features"] * len(self.cameras), self.arch["hidden"]
+        head = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = nn.ModuleDict({"encoders": nn.ModuleDict(encoders), "head": head})
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    def to(self, device) -> SuccessClassifier:
+        self.net.to(device)
+        return self
+
+    def prepare(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """uint8 [B, H, W, 3] per camera, resized to the model's input size (uint8 still)."""
+        size = self.arch["resize"]
+        out = {}
+        for cam in self.cameras:
+            image = images[cam]
+            if size is not None and tuple(image.shape[1:3]) != tuple(size):
+                image = _resize(image, tuple(size))
+            elif size is None and list(image.shape[1:3]) != list(self.arch["image_sizes"][cam]):
+                raise RewardModelError(f"camera {cam}: frames are {tuple(image.shape[1:3])}, the classifier was built "
+                                       f"for {tuple(self.arch['image_sizes'][cam])} (resize=None)")  # fmt: skip
+            out[cam] = image
+        return out
+
+    def logits(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
+        images = self.prepare(images)
+        feats = [self.net["encoders"][cam](images[cam]) for cam in self.cameras]
+        return self.net["head"](torch.cat(feats, dim=-1)).squeeze(-1)
+
+    def score(self, frames: dict[str, np.ndarray], task: Task, previous=None, batch: int = 256) -> Scores:
+        n = self.check_frames(frames)
+        self.check_instruction(task.instruction)
+        out, was_training = [], self.net.training
+        self.net.eval()
+        with torch.no_grad():
+            for i in range(0, n, batch):
+                chunk = {c: torch.from_numpy(np.ascontiguousarray(frames[c][i : i + batch])).to(self.device)
+                         for c in self.cameras}  # fmt: skip
+                out.append(torch.sigmoid(self.logits(chunk)).float().cpu().numpy())
+        self.net.train(was_training)
+        return Scores(success_prob=np.concatenate(out) if out else np.zeros(0, np.float32))
+
+    # --- saving ---------------------------------------------------------------------------------------------
+    def config(self) -> dict:
+        return {**super().config(), **self.arch, "threshold": self.threshold}
+
+    @classmethod
+    def from_config(cls, config: dict) -> SuccessClassifier:
+        config = dict(config)
+        if config.pop("kind", cls.kind) != cls.kind:
+            raise RewardModelError(f"this config is of a '{config.get('kind')}' reward model, not a '{cls.kind}' one")
+        return cls(config.pop("cameras", ()), config.pop("instructions", ()), **config)
+
+    def state_dict(self) -> dict:
+        return self.net.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state)  # strict: another architecture's weights raise RuntimeError
+
+
+def _episode_labels(n: int, success: bool, positives_last: int, margin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Labels (float32) and which frames to keep for an episode of n frames."""
+    labels, keep = np.zeros(n, np.float32), np.ones(n, bool)
+    if success:
+        p = min(positives_last, n)
+        labels[n - p :] = 1
+        keep[max(0, n - p - margin) : n - p] = False
+    return labels, keep
+
+
+def label_frames(episodes: list[Episode], cameras, positives_last: int = 3, margin: int = 2,
+                 human_labelled: tuple[dict, np.ndarray] | None = None):  # fmt: skip
+    """(frames camera → uint8 (N, H, W, 3), labels float32 (N,), episode_index int (N,)); human-labelled
+    (frames, labels) are appended as they are, with episode index -1."""
+    frames, labels, index = {c: [] for c in cameras}, [], []
+    for i, ep in enumerate(episodes):
+        for cam in cameras:
+            if f"image/{cam}" not in ep.records:
+                have = [k[6:] for k in ep.records if k.startswith("image/")]
+                raise RewardModelError(f"episode {i} has no camera '{cam}' (it has {have})")
+        lab, keep = _episode_labels(len(ep.records["step"]), ep.success, positives_last, margin)
+        for cam in cameras:
+            frames[cam].append(ep.records[f"image/{cam}"][keep])
+        labels.append(lab[keep])
+        index.append(np.full(int(keep.sum()), i))
+    if human_labelled is not None:
+        extra, extra_labels = human_labelled
+        for cam in cameras:
+            frames[cam].append(np.asarray(extra[cam], np.uint8))
+        labels.append(np.asarray(extra_labels, np.float32))
+        index.append(np.full(len(extra_labels), -1))
+    return ({c: np.concatenate(f) for c, f in frames.items()}, np.concatenate(labels).astype(np.float32),
+            np.concatenate(index).astype(np.int64))  # fmt: skip
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve from ranks (ties count half); nan without both classes."""
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # 1-based, ties get their average rank
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _fires(probs: np.ndarray, threshold: float, k: int) -> bool:
+    """Some k consecutive frames above the threshold."""
+    above = (probs > threshold).astype(np.int64)
+    return bool(len(above) >= k and np.convolve(above, np.ones(k, np.int64), "valid").max() >= k)
+
+
+def choose_threshold(negative_scores: np.ndarray, max_fpr: float = 0.01) -> float:
+    """The lowest threshold (but at least 0.5) at which at most `max_fpr` of the negatives score above it."""
+    s = np.sort(np.asarray(negative_scores, np.float64))[::-1]
+    k = int(math.floor(max_fpr * len(s) + 1e-9))  # false positives allowed
+    return float(max(s[k], 0.5)) if k < len(s) else 0.5
+
+
+def _score_episodes(model: SuccessClassifier, episodes: list[Episode], task: Task) -> list[np.ndarray]:
+    return [model.score({c: ep.records[f"image/{c}"] for c in model.cameras}, task).success_prob for ep in episodes]
+
+
+def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float, debounce_k: int,
+             positives_last: int, margin: int) -> dict:  # fmt: skip
+    frame_p, frame_y, false_eps, detected, n_success = [], [], 0, 0, 0
+    for p, ep in zip(probs, episodes, strict=True):
+        y, keep = _episode_labels(len(p), ep.success, positives_last, margin)
+        frame_p.append(p[keep])
+        frame_y.append(y[keep])
+        negatives = p[keep & (y == 0)]  # a failed episode's frames, or a successful one's before its margin
+        false_eps += _fires(negatives, threshold, debounce_k)
+        if ep.success:
+            n_success += 1
+            success_frames = p[y == 1]
+            detected += _fires(success_frames, threshold, min(debounce_k, len(success_frames)))
+    fp, fy = np.concatenate(frame_p), np.concatenate(frame_y) > 0.5
+    return {"auroc": auroc(fp, fy), "threshold": threshold, "debounce_k": debounce_k,
+            "frame_fpr": float((fp[~fy] > threshold).mean()) if (~fy).any() else float("nan"),
+            "frame_tpr": float((fp[fy] > threshold).mean()) if fy.any() else float("nan"),
+            "episode_fpr": false_eps / len(episodes), "false_positive_episodes": false_eps,
+            "episode_tpr": detected / n_success if n_success else float("nan"),
+            "episodes": len(episodes), "successful_episodes": n_success, "frames": len(fp),
+            "positives": int(fy.sum())}  # fmt: skip
+
+
+def _task(model: SuccessClassifier) -> Task:
+    return Task(model.instructions[0] if model.instructions else "")
+
+
+def evaluate_classifier(model: SuccessClassifier, episodes: list[Episode], debounce_k: int = 3,
+                        positives_last: int = 3, margin: int = 2, task: Task | None = None) -> dict:  # fmt: skip
+    """Frame AUROC, frame FPR/TPR at the model's threshold, and the per-episode false-positive rate (share of
+    episodes where frames that should not be a success score above it `debounce_k` frames in a row)."""
+    if not episodes:
+        raise RewardModelError("no episodes to evaluate the classifier on")
+    probs = _score_episodes(model, episodes, task or _task(model))
+    return _metrics(probs, episodes, model.threshold, debounce_k, positives_last, margin)
+
+
+def split_by_episode(episodes: list[Episode], val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Train / held-out episode indices, each outcome (success, failure) split separately."""
+    rng, train, val = np.random.default_rng(seed), [], []
+    for outcome in (True, False):
+        group = rng.permutation([i for i, ep in enumerate(episodes) if ep.success == outcome]).tolist()
+        n_val = min(max(round(val_fraction * len(group)), int(val_fraction > 0)), len(group) - 1) if group else 0
+        val += group[:n_val]
+        train += group[n_val:]
+    return sorted(train), sorted(val)
+
+
+def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batch_size: int = 64, lr: float = 3e-4,
+                     val_fraction: float = 0.2, seed: int = 0, augment: bool = True, progress: bool = True,
+                     human_labelled: tuple[dict, np.ndarray] | None = None, positives_last: int = 3, margin: int = 2,
+                     max_fpr: float = 0.01, debounce_k: int = 3, shift: float = 0.05, device: str = "cpu",
+                     **model_kwargs) -> tuple[SuccessClassifier, dict]:  # fmt: skip
+    """Train a SuccessClassifier on `episodes`; returns it (threshold set on the held-out episodes) and a report.
+    `shift`: the random-shift pad as a share of the smaller image side (at least 1 pixel)."""
+    from tqdm import tqdm
+
+    cameras, start = tuple(cameras), time.monotonic()
+    train_idx, val_idx = split_by_episode(episodes, val_fraction, seed)
+    frames, labels, _ = label_frames([episodes[i] for i in train_idx], cameras, positives_last, margin,
+                                     human_labelled)  # fmt: skip
+    n_pos = int(labels.sum())
+    if n_pos == 0 or n_pos == len(labels):
+        raise RewardModelError(f"training needs positive and negative frames; the {len(train_idx)} training "
+                               f"episodes give {n_pos} positives of {len(labels)}")  # fmt: skip
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    sizes = {c: list(frames[c].shape[1:3]) for c in cameras}
+    model = SuccessClassifier(cameras, **{"image_sizes": sizes, **model_kwargs})
+    images = model.prepare({c: torch.from_numpy(frames[c]) for c in cameras})  # resized once, on the CPU
+    model.to(device)
+    y = torch.from_numpy(labels)
+    weights = torch.where(y > 0.5, 0.5 / n_pos, 0.5 / (len(y) - n_pos)).double()  # each class half of a batch
+    opt = torch.optim.Adam(model.net.parameters(), lr=lr)
+    steps, loss = max(1, math.ceil(len(y) / batch_size)), torch.zeros(())
+    model.net.train()
+    for _ in (bar := tqdm(range(epochs), desc="reward classifier", unit="epoch", disable=not progress)):
+        for _ in range(steps):
+            idx = torch.multinomial(weights, batch_size, replacement=True, generator=gen)
+            batch = {}
+            for cam, image in images.items():
+                image = image[idx]
+                if augment:
+                    image = random_shift(image, max(1, round(shift * min(image.shape[1:3]))), generator=gen)
+                batch[cam] = image.to(device)
+            loss = F.binary_cross_entropy_with_logits(model.logits(batch), y[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+    model.net.eval()
+    report = {"train_episodes": len(train_idx), "val_episodes": len(val_idx), "train_frames": len(y),
+              "train_positives": n_pos, "human_frames": 0 if human_labelled is None else len(human_labelled[1]),
+              "train_episode_indices": train_idx, "val_episode_indices": val_idx,
+              "final_loss": float(loss.item())}  # fmt: skip
+    if val_idx:
+        val = [episodes[i] for i in val_idx]
+        probs = _score_episodes(model, val, _task(model))
+        negatives = [p[keep & (lab == 0)] for p, ep in zip(probs, val, strict=True)
+                     for lab, keep in [_episode_labels(len(p), ep.success, positives_last, margin)]]  # fmt: skip
+        model.threshold = choose_threshold(np.concatenate(negatives), max_fpr)
+        metrics = _metrics(probs, val, model.threshold, debounce_k, positives_last, margin)
+        renamed = ("frames", "positives", "episodes")  # of the held-out set
+        report.update({f"val_{k}" if k in renamed else k: v for k, v in metrics.items()})
+    report.update(max_fpr=max_fpr, seconds=time.monotonic() - start)
+    return model, report

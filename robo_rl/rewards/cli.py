@@ -1,0 +1,132 @@
+"""`robo-rl reward`: train a reward model from recorded episodes, and measure its quality before a robot-hour is spent.
+
+    robo-rl reward train kind=classifier|progress data=<episodes> out=<folder> [cameras=front,wrist]
+                         [instruction="..."] [other_instructions="...;..."] [epochs=20] [steps=3000] [seed=0]
+                         [backbone=small|siglip] [backbone_path=<hub id or folder>]
+    robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
+
+`data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
+cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
+episodes its negatives; the progress critic learns from the successful ones forward and reversed, stalled clips,
+failures and mismatched instructions. Training writes the model folder and `train_report.json`; evaluation writes
+`report.md` and `report.json` (the classifier's AUROC and false positives per frame and per episode; the critic's
+value-order correlation forward and reversed, a wrong instruction against the right one, stalled clips).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+USAGE = __doc__.split("\n\n", 2)[1]
+
+
+class RewardUsageError(ValueError):
+    pass
+
+
+def _options(args: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for a in args:
+        key, eq, value = a.partition("=")
+        if not eq or key not in allowed:
+            raise RewardUsageError(f"'{a}' is not one of {', '.join(f'{k}=' for k in allowed)}\n{USAGE}")
+        out[key] = value
+    return out
+
+
+def _episodes(path: str):
+    from robo_rl.datasets.io import load_episodes
+
+    episodes = load_episodes(path, progress=False)
+    if not episodes:
+        raise RewardUsageError(f"{path} holds no episodes")
+    return episodes
+
+
+def _cameras(episodes, given: str | None) -> tuple[str, ...]:
+    have = sorted(k[6:] for k in episodes[0].records if k.startswith("image/"))
+    if not have:
+        raise RewardUsageError("these episodes hold no camera images: a reward model scores frames")
+    cams = tuple(given.split(",")) if given else tuple(have)
+    missing = [c for c in cams if c not in have]
+    if missing:
+        raise RewardUsageError(f"cameras {missing} are not in the data (it has {have})")
+    return cams
+
+
+def cmd_reward(args: list[str]) -> int:
+    if not args or args[0] not in ("train", "eval"):
+        raise RewardUsageError(USAGE)
+    return (_train if args[0] == "train" else _eval)(args[1:])
+
+
+def _train(args: list[str]) -> int:
+    o = _options(args, ("kind", "data", "out", "cameras", "instruction", "other_instructions", "epochs", "steps",
+                        "seed", "backbone", "backbone_path"))  # fmt: skip
+    for key in ("kind", "data", "out"):
+        if key not in o:
+            raise RewardUsageError(f"reward train needs {key}=\n{USAGE}")
+    episodes = _episodes(o["data"])
+    cams = _cameras(episodes, o.get("cameras"))
+    instruction = o.get("instruction", "")
+    if o["kind"] == "classifier":
+        from robo_rl.rewards.classifier import train_classifier
+
+        model, report = train_classifier(episodes, cams, epochs=int(o.get("epochs", 20)), seed=int(o.get("seed", 0)))
+        model.instructions = (instruction,) if instruction else ()
+    elif o["kind"] == "progress":
+        from robo_rl.rewards.progress import train_progress_critic
+
+        kwargs = {k: o[k] for k in ("backbone", "backbone_path") if k in o}
+        others = tuple(t for t in o.get("other_instructions", "").split(";") if t)
+        model = train_progress_critic(episodes, cams, [instruction] * len(episodes), other_instructions=others,
+                                      steps=int(o.get("steps", 3000)), seed=int(o.get("seed", 0)),
+                                      **kwargs)  # fmt: skip
+        report = {"episodes": len(episodes), "successful": sum(e.success for e in episodes)}
+    else:
+        raise RewardUsageError(f"kind={o['kind']}: classifier or progress")
+    out = model.save(o["out"])
+    (out / "train_report.json").write_text(json.dumps(report, indent=1, default=float))
+    print(f"reward model ({o['kind']}, cameras {list(cams)}) saved to {out}")
+    print(json.dumps({k: v for k, v in report.items() if not isinstance(v, list | dict)}, default=float))
+    return 0
+
+
+def _eval(args: list[str]) -> int:
+    from robo_rl.rewards.base import load_model
+
+    o = _options(args, ("model", "data", "wrong_instruction", "out"))
+    for key in ("model", "data"):
+        if key not in o:
+            raise RewardUsageError(f"reward eval needs {key}=\n{USAGE}")
+    model = load_model(o["model"])
+    episodes = _episodes(o["data"])
+    instruction = model.instructions[0] if model.instructions else ""
+    if model.kind == "classifier":
+        from robo_rl.rewards.classifier import evaluate_classifier
+
+        report = evaluate_classifier(model, episodes)
+        lines = [f"- frame AUROC **{report['auroc']:.3f}** (wanted ≥ 0.98)",
+                 f"- at the threshold {report['threshold']:.2f}: frame false-positive rate {report['frame_fpr']:.3f}, "
+                 f"true-positive rate {report['frame_tpr']:.3f}",
+                 "- episodes with a false success (it would end them early): "
+                 f"**{report['episode_fpr']:.3f}**"]  # fmt: skip
+    else:
+        from robo_rl.rewards.progress import evaluate_progress
+
+        wrong = o.get("wrong_instruction", "do something else entirely")
+        report = evaluate_progress(model, episodes, [instruction] * len(episodes), wrong)
+        lines = [f"- value-order correlation on successful episodes **{report['voc']:.3f}** (wanted ≥ 0.9)",
+                 f"- the same episodes reversed **{report['voc_reversed']:.3f}** (wanted ≤ −0.8)",
+                 f"- final progress with the right instruction {report['final_progress_right']:.3f}, with "
+                 f"'{wrong}' {report['final_progress_wrong']:.3f}",
+                 f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)"]  # fmt: skip
+    out = Path(o.get("out") or Path(o["model"]) / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    (out / "report.md").write_text(f"# {model.kind} reward model {o['model']} on {o['data']}\n\n" + "\n".join(lines)
+                                   + f"\n\n{len(episodes)} episodes.\n")  # fmt: skip
+    print("\n".join(lines))
+    print(f"report: {out / 'report.md'}")
+    return 0

@@ -1,0 +1,179 @@
+"""Learned rewards on the actor: a wrapper that scores the cameras with a reward model and lets `RewardShaper` turn
+the scores into the step's reward and done, without ever making the control loop wait for the model.
+
+With `asynchronous` (the default) a worker thread scores the newest frames (every `every` steps); a step takes the
+newest score no older than `max_staleness_steps`, otherwise the fallback (`env`: the env's own reward; `zero`: no
+reward) for that step, counted. The env's own reward is kept beside the shaped one in every record
+(`extra/reward_env`), with the success probability (`extra/success_prob`, −1 where none), so a run can be relabelled
+with another model later; `info["success_prob"]` feeds the GUI. The env's own `terminated` (a simulator's success
+check) is ignored unless `env_terminates`: the model decides when the task is done, as on a robot. Human labels (the
+intervention wrapper, inside this one: `actor.wrappers: [human, reward]`) take precedence over the model.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from robo_rl.envs.base import RobotWrapper
+from robo_rl.rewards.base import RewardModel, Scores, Task, load_model
+from robo_rl.rewards.shaper import RewardShaper
+
+log = logging.getLogger(__name__)
+
+EXTRAS = {"reward_env": ((), np.float32), "success_prob": ((), np.float32)}
+FALLBACKS = ("env", "zero")
+ENDED_BY = {"model_success": "reward_success", "stagnation": "reward_stalled", "regression": "reward_stalled"}
+
+
+class RewardWrapper(RobotWrapper):
+    @classmethod
+    def record_extras_from_config(cls, **_) -> dict:
+        return dict(EXTRAS)
+
+    def __init__(self, env: gym.Env, model: str | RewardModel, instruction: str | None = None, every: int = 1,
+                 asynchronous: bool = True, max_staleness_steps: int = 3, fallback: str = "env",
+                 env_terminates: bool = False, shaper: dict | None = None,
+                 kind: str | None = None) -> None:  # fmt: skip
+        super().__init__(env)
+        if fallback not in FALLBACKS:
+            raise ValueError(f"reward.fallback='{fallback}': one of {', '.join(FALLBACKS)}")
+        self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
+        cams = set(getattr(env.unwrapped, "camera_names", ()) or env.observation_space["images"].spaces)
+        missing = [c for c in self.model.cameras if c not in cams]
+        if missing:
+            raise ValueError(f"the reward model scores cameras {list(self.model.cameras)}; this env has no {missing}")
+        self.task = Task(instruction if instruction is not None else getattr(env.unwrapped, "task_description", ""))
+        self.every, self.max_stale, self.fallback = max(1, int(every)), int(max_staleness_steps), fallback
+        self.env_terminates = env_terminates
+        self.shaper = RewardShaper(shaper)
+        self.asynchronous = asynchronous
+        self.counts: collections.Counter = collections.Counter()
+        self.score_ms: collections.deque = collections.deque(maxlen=1000)
+        self._t = 0
+        self._latest: tuple[int, int, Scores] | None = None  # (episode, step it scored, scores)
+        self._episode = 0
+        self._job: tuple | None = None
+        self._cv = threading.Condition()
+        self._stop = False
+        if asynchronous:
+            threading.Thread(target=self._worker, name="reward-model", daemon=True).start()
+
+    @property
+    def record_extras(self) -> dict:
+        return {**(getattr(self.env, "record_extras", None) or {}), **EXTRAS}
+
+    # --- scoring ----------------------------------------------------------------------------------------------
+    def _frames(self, obs: dict) -> dict[str, np.ndarray]:
+        return {c: np.asarray(obs["images"][c])[None] for c in self.model.cameras}
+
+    def _score_now(self, frames: dict) -> Scores:
+        start = time.perf_counter()
+        scores = self.model.score(frames, self.task)
+        self.score_ms.append((time.perf_counter() - start) * 1e3)
+        return scores
+
+    def _submit(self, obs: dict) -> None:
+        frames = {c: f.copy() for c, f in self._frames(obs).items()}
+        if not self.asynchronous:
+            self._latest = (self._episode, self._t, self._score_now(frames))
+            return
+        with self._cv:
+            if self._job is not None:
+                self.counts["scores_skipped"] += 1  # the model is slower than `every` steps: the newest frame wins
+            self._job = (self._episode, self._t, frames)
+            self._cv.notify()
+
+    def _worker(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                episode, t, frames = self._job
+                self._job = None
+            try:
+                scores = self._score_now(frames)
+            except Exception as e:  # noqa: BLE001 - a failing model: the fallback carries on, said and counted
+                self.counts["score_errors"] += 1
+                if self.counts["score_errors"] == 1:
+                    log.error("the reward model failed (%s); steps use the fallback (reward.fallback=%s)", e,
+                              self.fallback)  # fmt: skip
+                continue
+            self._latest = (episode, t, scores)
+
+    def _fresh(self) -> Scores | None:
+        latest = self._latest
+        if latest is None or latest[0] != self._episode or self._t - latest[1] > self.max_stale:
+            return None
+        return latest[2]
+
+    # --- gymnasium ----------------------------------------------------------------------------------------------
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._episode += 1
+        self._t = 0
+        first = None
+        try:
+            first = self._score_now(self._frames(obs))  # Φ(s0): once per episode, before the first action
+        except Exception as e:  # noqa: BLE001 - as in the worker
+            self.counts["score_errors"] += 1
+            log.error("the reward model failed on the reset frame (%s); Φ(s0) = 0", e)
+        self.shaper.reset(first)
+        self._latest = None if first is None else (self._episode, 0, first)
+        return obs, info
+
+    def step(self, action):
+        obs, env_reward, terminated, truncated, info = self.env.step(action)
+        self._t += 1
+        if self._t % self.every == 0:
+            self._submit(obs)
+        scores = self._fresh()
+        label = info.get("ended_by") if str(info.get("ended_by", "")).startswith("human_") else None
+        label = label if label in ("human_success", "human_failure") else None
+        if scores is None and label is None:
+            self.counts["fallback_steps"] += 1
+            shaped_reward = float(env_reward) if self.fallback == "env" else 0.0
+            prob = -1.0
+            done_by_model = (False, False, None)
+        else:
+            shaped = self.shaper.step(scores if scores is not None else {"progress": self.shaper.potential},
+                                      float(env_reward), bool(info.get("success", False)), label)  # fmt: skip
+            shaped_reward, prob = shaped.reward, -1.0 if shaped.success_prob is None else shaped.success_prob
+            done_by_model = (shaped.terminated, shaped.truncated, shaped.reason)
+        self.counts["steps"] += 1
+        env_done = terminated and (self.env_terminates or label is not None)
+        model_term, model_trunc, reason = done_by_model
+        terminated = bool(env_done or model_term)
+        truncated = bool((truncated or model_trunc) and not terminated)
+        if not env_done and info.get("ended_by") == "env":  # the simulator's own success check, ignored
+            info["ended_by"] = None
+        if (model_term or model_trunc) and label is None:
+            info["ended_by"] = ENDED_BY[reason]
+        if not (terminated or truncated):
+            info["ended_by"] = None
+        elif info.get("ended_by") is None:
+            info["ended_by"] = "time_limit"
+        info["record_extras"] = {**info.get("record_extras", {}), "reward_env": float(env_reward),
+                                 "success_prob": float(prob)}  # fmt: skip
+        info["success_prob"] = None if prob < 0 else float(prob)
+        return obs, float(shaped_reward), terminated, truncated, info
+
+    def stats(self) -> dict:
+        out = {f"reward_{k}": int(v) for k, v in self.counts.items()}
+        if self.score_ms:
+            p50, p99 = np.percentile(np.array(self.score_ms), [50, 99])
+            out.update(reward_score_ms_p50=float(p50), reward_score_ms_p99=float(p99))
+        return out
+
+    def close(self):
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        return self.env.close()

@@ -1,0 +1,143 @@
+"""The success classifier reward model: labelling, training on synthetic episodes, saving, checks, AUROC."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from robo_rl.datasets import Episode
+from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model
+from robo_rl.rewards.classifier import (
+    SuccessClassifier,
+    auroc,
+    evaluate_classifier,
+    label_frames,
+    train_classifier,
+)
+
+SIZE, T = 16, 15  # 16×16 frames; T steps → T + 1 records
+SMALL = {"channels": 8, "features": 16, "hidden": 32, "resize": None, "kernels": [3, 3], "strides": [2, 1]}
+
+
+def _episode(rng: np.random.Generator, episode_id: int, success: bool) -> Episode:
+    """A dark noisy scene; a bright 3×3 square moves from the top-left towards the bottom-right target region
+    (top-left corner at rows/cols ≥ 11). Successful episodes reach it at step 12 and stay; failed ones stop beside it
+    (one coordinate at the target, the other short of it)."""
+    start = rng.integers(0, 5, size=2)
+    end = np.array([12, 12]) if success else np.array([12, rng.integers(3, 8)])[rng.permutation(2)]
+    frames = np.clip(rng.normal(20, 6, size=(T + 1, SIZE, SIZE, 3)), 0, 255)
+    for t in range(T + 1):
+        r, c = np.floor(start + (end - start) * min(t, 12) / 12).astype(int)
+        frames[t, r : r + 3, c : c + 3] = rng.normal(210, 10, size=(3, 3, 3))
+    flags = np.zeros(T + 1, bool)
+    if success:
+        flags[-3:] = True
+    records = {
+        "image/top": np.clip(frames, 0, 255).astype(np.uint8),
+        "success": flags,
+        "reward": flags.astype(np.float32),
+        "step": np.arange(T + 1, dtype=np.int32),
+        "episode_id": np.full(T + 1, episode_id, np.int64),
+        "ended_by": np.zeros(T + 1, np.int8),
+        "intervention": np.zeros(T + 1, bool),
+    }
+    return Episode(records)
+
+
+def _episodes(n: int, seed: int = 0) -> list[Episode]:
+    rng = np.random.default_rng(seed)
+    return [_episode(rng, i, success=i % 2 == 0) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    torch.set_num_threads(1)
+    episodes = _episodes(40)
+    model, report = train_classifier(episodes, ["top"], epochs=10, batch_size=64, lr=3e-3, seed=0, progress=False,
+                                     instructions=["put the square in the corner"], **SMALL)  # fmt: skip
+    return episodes, model, report
+
+
+def test_label_frames_positives_at_the_end_margin_left_out_failures_negative():
+    episodes = _episodes(2)  # 0 succeeds, 1 fails
+    human = ({"top": np.zeros((4, SIZE, SIZE, 3), np.uint8)}, np.array([1, 0, 1, 0], np.float32))
+    frames, labels, index = label_frames(episodes, ["top"], positives_last=3, margin=2, human_labelled=human)
+    ok = index == 0  # 16 records: 11 negatives, 2 left out, 3 positives
+    assert labels[ok].tolist() == [0.0] * 11 + [1.0] * 3
+    np.testing.assert_array_equal(frames["top"][ok], episodes[0].records["image/top"][np.r_[0:11, 13:16]])
+    assert (index == 1).sum() == T + 1 and not labels[index == 1].any()
+    assert labels[index == -1].tolist() == [1, 0, 1, 0] and frames["top"].shape == (14 + 16 + 4, SIZE, SIZE, 3)
+    _, labels5, _ = label_frames(episodes[:1], ["top"], positives_last=5, margin=0)
+    assert labels5.tolist() == [0.0] * 11 + [1.0] * 5
+
+
+def test_training_separates_success_and_splits_by_episode(trained):
+    episodes, model, report = trained
+    train, val = set(report["train_episode_indices"]), set(report["val_episode_indices"])
+    assert not train & val and train | val == set(range(len(episodes)))
+    assert report["val_episodes"] == 8 and report["successful_episodes"] == 4  # 20% of each outcome held out
+    assert report["val_frames"] == 4 * 14 + 4 * 16 and report["train_positives"] == 16 * 3
+    assert report["auroc"] >= 0.95, report
+    assert report["episode_fpr"] == 0 and report["frame_fpr"] <= 0.01, report
+    assert report["threshold"] == model.threshold >= 0.5
+    assert all(type(report[k]) is float for k in ("auroc", "threshold", "frame_fpr", "episode_fpr", "seconds"))
+    again = evaluate_classifier(model, [episodes[i] for i in sorted(val)])
+    assert again["auroc"] == report["auroc"] and again["episode_fpr"] == report["episode_fpr"]
+
+
+def test_save_load_round_trip_and_bad_folders(tmp_path):
+    torch.manual_seed(0)
+    model = SuccessClassifier(["top"], ["pick"], threshold=0.7, **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})
+    frames = {"top": _episodes(1)[0].records["image/top"]}
+    before = model.score(frames, Task("pick")).success_prob
+    loaded = load_model(model.save(tmp_path / "m"), kind="classifier")
+    assert isinstance(loaded, SuccessClassifier) and loaded.threshold == 0.7
+    assert before.dtype == np.float32 and before.shape == (T + 1,)
+    np.testing.assert_array_equal(loaded.score(frames, Task("pick")).success_prob, before)
+
+    with pytest.raises(RewardModelError, match="does not exist"):
+        load_model(tmp_path / "nowhere")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / CONFIG_FILE).write_text(json.dumps({"kind": "progress", "cameras": ["top"]}))
+    with pytest.raises(RewardModelError, match="'progress' reward model, not a 'classifier'"):
+        load_model(other, kind="classifier")
+    config = json.loads((tmp_path / "m" / CONFIG_FILE).read_text())
+    (tmp_path / "m" / CONFIG_FILE).write_text(json.dumps(config | {"channels": 16}))
+    with pytest.raises(RewardModelError, match="another architecture"):
+        load_model(tmp_path / "m")
+
+
+def test_unknown_camera_and_float_frames_are_refused():
+    model = SuccessClassifier(["top"], **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})
+    with pytest.raises(RewardModelError, match="'top'.*'wrist'"):
+        model.score({"wrist": np.zeros((2, SIZE, SIZE, 3), np.uint8)}, Task())
+    with pytest.raises(RewardModelError, match="camera top.*float32"):
+        model.score({"top": np.zeros((2, SIZE, SIZE, 3), np.float32)}, Task())
+    with pytest.raises(RewardModelError, match=r"camera top: frames are \(20, 20\)"):
+        model.score({"top": np.zeros((2, 20, 20, 3), np.uint8)}, Task())
+    resized = SuccessClassifier(["top"], channels=4, features=8, hidden=8, resize=[SIZE, SIZE], kernels=[3, 3],
+                                strides=[2, 1])  # fmt: skip
+    assert resized.score({"top": np.zeros((3, 40, 30, 3), np.uint8)}, Task()).success_prob.shape == (3,)
+
+
+def test_unknown_instruction_warns_with_the_nearest_and_still_scores(caplog):
+    model = SuccessClassifier(["top"], ["put the square in the corner", "open the drawer"],
+                              **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="robo_rl.rewards.base"):
+        scores = model.score({"top": np.zeros((2, SIZE, SIZE, 3), np.uint8)}, Task("put the square in a corner"))
+    assert scores.success_prob.shape == (2,)
+    assert "put the square in a corner" in caplog.text and "'put the square in the corner'" in caplog.text
+
+
+def test_auroc_matches_pairwise_count_with_ties():
+    rng = np.random.default_rng(3)
+    scores, labels = rng.integers(0, 5, 40).astype(np.float32), rng.random(40) < 0.4
+    pos, neg = scores[labels], scores[~labels]
+    brute = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
+    assert auroc(scores, labels) == pytest.approx(brute)
+    assert auroc([0.1, 0.9], [0, 1]) == 1.0 and np.isnan(auroc([0.1, 0.2], [0, 0]))

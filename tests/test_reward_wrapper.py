@@ -1,0 +1,130 @@
+"""Learned rewards on the actor: the wrapper's shaped rewards and dones, its never-blocking scoring, the raw env
+reward kept in every record, the learner's record layout from the config, and a human label above the model."""
+
+import time
+
+import numpy as np
+import pytest
+
+from hardware.teleop.base import FakeDevice
+from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.rewards.base import RewardModel, Scores
+from robo_rl.rewards.shaper import RewardShaper
+from robo_rl.rewards.wrapper import EXTRAS, RewardWrapper
+from sim.point_reach import PointReachEnv
+
+TOWARDS_CORNER = np.array([1.0, 1.0], np.float32)  # +x, +y: the point's pixel goes to the bottom-right corner
+
+
+class CornerModel(RewardModel):
+    """Progress = how near the bright pixel of point_reach's 8x8 camera is to the bottom-right corner."""
+
+    kind, provides = "corner", ("progress", "success_prob")
+
+    def __init__(self, delay_s: float = 0.0):
+        super().__init__(("top",))
+        self.delay_s, self.calls = delay_s, 0
+
+    def score(self, frames, task, previous=None):
+        self.calls += 1
+        time.sleep(self.delay_s)
+        n = self.check_frames(frames)
+        progress = np.zeros(n, np.float32)
+        for i, img in enumerate(frames["top"]):
+            r, c = np.unravel_index(img[..., 0].argmax(), img.shape[:2])
+            progress[i] = (r + c) / 14
+        return Scores(progress=progress, success_prob=(progress > 0.9).astype(np.float32))
+
+
+def env_with(model, **kw):
+    env = RewardWrapper(PointReachEnv(camera=True, max_episode_steps=30, step_size=0.3), model, **kw)
+    env.reset(seed=0)
+    return env
+
+
+def test_the_shaped_reward_is_the_shapers_and_the_model_decides_when_the_task_is_done():
+    env = env_with(CornerModel(), asynchronous=False, shaper={"debounce_k": 2})
+    reference = RewardShaper({"debounce_k": 2})
+    obs, _ = env.env.reset(seed=0)  # the same start, scored by hand
+    reference.reset(env.model.score({"top": obs["images"]["top"][None]}, env.task))
+    env.reset(seed=0)
+    for _ in range(30):
+        obs, reward, terminated, truncated, info = env.step(TOWARDS_CORNER)
+        expected = reference.step(env.model.score({"top": obs["images"]["top"][None]}, env.task),
+                                  info["record_extras"]["reward_env"])  # fmt: skip
+        assert reward == pytest.approx(expected.reward)
+        assert info["record_extras"]["reward_env"] < 0  # point_reach's own reward (−distance), kept beside
+        if terminated or truncated:
+            break
+    assert terminated and info["ended_by"] == "reward_success" and reward > 1.0 - 1e-6
+    assert info["success_prob"] == 1.0 and info["record_extras"]["success_prob"] == 1.0
+
+
+def test_scoring_never_blocks_the_control_loop_and_a_stale_score_falls_back_to_the_env_reward():
+    model = CornerModel(delay_s=0.3)
+    env = env_with(model, max_staleness_steps=1, fallback="env")
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        _, reward, terminated, truncated, info = env.step(np.zeros(2, np.float32))
+        times.append(time.perf_counter() - start)
+        if info["success_prob"] is None:  # no fresh score: the env's reward for this step
+            assert reward == info["record_extras"]["reward_env"] and info["record_extras"]["success_prob"] == -1.0
+    assert max(times) < 0.05, f"a step waited {max(times) * 1e3:.0f} ms for the model"
+    assert env.counts["fallback_steps"] >= 5 and env.counts["scores_skipped"] >= 1
+    env.close()
+
+
+def test_a_human_failure_label_beats_a_model_that_says_success():
+    pad = FakeDevice("pad")
+    human = InterventionWrapper(PointReachEnv(camera=True, max_episode_steps=30), [pad])
+    env = RewardWrapper(human, CornerModel(), asynchronous=False, shaper={"debounce_k": 3})
+    env.reset(seed=0)
+    for _ in range(10):  # to the corner: the model is sure of success from there on
+        _, _, terminated, _, info = env.step(TOWARDS_CORNER)
+        if info["success_prob"] == 1.0:
+            break
+    assert info["success_prob"] == 1.0 and not terminated  # one positive: not yet debounced
+    pad.push(["failure"])
+    _, reward, terminated, _, info = env.step(TOWARDS_CORNER)
+    assert terminated and info["ended_by"] == "human_failure" and reward < 1.0
+
+
+def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agrees(tmp_path):
+    from robo_rl.envs.spec import spec_of, static_spec
+    from robo_rl.envs.wrappers import make_actor_env, wrapper_extras
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from robo_rl.schema import fields_for_env
+    from tests.test_pipeline import toy_config
+
+    SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
+    cfg = toy_config(tmp_path, "env.camera=true", "reward=model", f"reward.model={tmp_path / 'clf'}")
+    from omegaconf import OmegaConf
+
+    learner_view = static_spec(OmegaConf.to_container(cfg.env, resolve=True), wrapper_extras(cfg))
+    env = make_actor_env(cfg)
+    try:
+        assert isinstance(env, RewardWrapper)
+        assert spec_of(env) == learner_view and set(learner_view.extras) == set(EXTRAS)
+        assert {"extra/reward_env", "extra/success_prob"} <= set(fields_for_env(learner_view))
+    finally:
+        env.close()
+
+
+def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_beside_the_shaped_one(tmp_path):
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from tests.test_pipeline import run_pair, toy_config
+
+    SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
+    cfg = toy_config(tmp_path, "env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8",
+                     "reward=model", f"reward.model={tmp_path / 'clf'}", "train.total_env_steps=300",
+                     "train.learning_starts=100000")  # fmt: skip
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done"
+    rows = learner.replay.online.size
+    env_reward = learner.replay.online.data["extra/reward_env"][:rows]
+    shaped = learner.replay.online.data["reward"][:rows]
+    steps = learner.replay.online.data["step"][:rows] > 0
+    assert rows > 300 and np.all(env_reward[steps] < 0)  # point_reach's −distance, kept as it was
+    assert not np.allclose(env_reward[steps], shaped[steps])  # while the reward learned from is the model's
