@@ -20,6 +20,7 @@ commands:
   bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
+  critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
   gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
                 "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record, "gui": cmd_gui,
-                "reward": _cmd_reward}  # fmt: skip
+                "reward": _cmd_reward, "critic": _cmd_critic}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -106,6 +107,13 @@ def _cmd_reward(args: list[str]) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return cmd_reward(args)
+
+
+def _cmd_critic(args: list[str]) -> int:
+    from robo_rl.rewards.remote import cmd_critic
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return cmd_critic(args)
 
 
 def _setup_logging(cfg, log_file: Path | None = None) -> None:

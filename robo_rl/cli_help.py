@@ -86,6 +86,13 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         (),
         False,
     ),  # fmt: skip
+    "critic": (
+        "robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=<dir>]",
+        "Serve a saved reward model over ZeroMQ (no pickle; CURVE keys off loopback) for actors that score with\n"
+        "reward=model reward.model=tcp://<host>:5600; they wait at most reward.timeout_s and fall back meanwhile.",
+        (),
+        False,
+    ),  # fmt: skip
     "keys": (
         "robo-rl keys generate <dir> [actor ids ...]",
         "Generate CURVE key pairs for links off loopback: <dir>/learner.key(_secret), one pair per actor\n"

@@ -1,7 +1,8 @@
 """Learned rewards on the actor: a wrapper that scores the cameras with a reward model and lets `RewardShaper` turn
 the scores into the step's reward and done, without ever making the control loop wait for the model.
 
-With `asynchronous` (the default) a worker thread scores the newest frames (every `every` steps); a step takes the
+`model` is a saved model folder, or `tcp://host:port` for one served by `robo-rl critic serve` (remote.py). With
+`asynchronous` (the default) a worker thread scores the newest frames (every `every` steps); a step takes the
 newest score no older than `max_staleness_steps`, otherwise the fallback (`env`: the env's own reward; `zero`: no
 reward) for that step, counted. The env's own reward is kept beside the shaped one in every record
 (`extra/reward_env`), with the success probability (`extra/success_prob`, −1 where none), so a run can be relabelled
@@ -38,12 +39,22 @@ class RewardWrapper(RobotWrapper):
 
     def __init__(self, env: gym.Env, model: str | RewardModel, instruction: str | None = None, every: int = 1,
                  asynchronous: bool = True, max_staleness_steps: int = 3, fallback: str = "env",
-                 env_terminates: bool = False, shaper: dict | None = None,
-                 kind: str | None = None) -> None:  # fmt: skip
+                 env_terminates: bool = False, shaper: dict | None = None, kind: str | None = None,
+                 cameras: list[str] | None = None, timeout_s: float = 0.5, curve_keys_dir: str | None = None,
+                 key_name: str = "actor-0") -> None:  # fmt: skip
         super().__init__(env)
         if fallback not in FALLBACKS:
             raise ValueError(f"reward.fallback='{fallback}': one of {', '.join(FALLBACKS)}")
-        self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
+        if isinstance(model, RewardModel):
+            self.model = model
+        elif str(model).startswith("tcp://"):  # served by `robo-rl critic serve` on another machine
+            from robo_rl.rewards.remote import RemoteRewardModel
+            from robo_rl.transport.security import CurveKeys
+
+            curve = CurveKeys.load(curve_keys_dir, key_name) if curve_keys_dir else None
+            self.model = RemoteRewardModel(str(model), tuple(cameras or ()), timeout_s, curve)
+        else:
+            self.model = load_model(model, kind)
         cams = set(getattr(env.unwrapped, "camera_names", ()) or env.observation_space["images"].spaces)
         missing = [c for c in self.model.cameras if c not in cams]
         if missing:
