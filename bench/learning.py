@@ -9,6 +9,8 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py residual_pick / rlpd_pick30 / residual_lift / rlpd_lift10 / residual_can
                                              # residual RL on a BC base, and RLPD with the same demonstrations
     python bench/learning.py residual_pixels  # residual RL from two 64² cameras on an image BC base
+    python bench/learning.py gt_pick_pixels / learned_classifier_pick / learned_progress_pick
+                                             # RL with a learned reward (models from bench/critic.py) vs the sim's
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -82,6 +84,16 @@ EXPERIMENTS = {
                          "required: ≥ 0.8 within 6k env steps with the simulated human, intervention rate < 5% over "
                          "the last 1k steps; gym-hil's anchor: about 10 minutes at 10 Hz with a person")
        for who in ("hil", "nohil") for task, overrides in HIL_TASKS.items()},
+    # learned rewards (issue 15): the pick task from pixels with a reward model trained by `bench/critic.py` (from
+    # scripted demonstrations and an untrained policy's failures) instead of the simulator's reward; beside it the
+    # same with the simulator's reward. Success is the simulator's in every evaluation.
+    "gt_pick_pixels": (["experiment=pick_cube_pixels", "train.total_env_steps=6000",
+                        "train.checkpoint_every_env_steps=1000"], None, "the simulator's reward, for learned_*"),
+    **{f"learned_{kind}_pick": (["experiment=pick_cube_pixels", "reward=model",
+                                 f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
+                                 "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
+                                "required: ≥ 0.9 × gt_pick_pixels at the same env steps")
+       for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
                            "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
                           "residual on a weak base (5 demonstrations) with the simulated human; beside residual_weak"),

@@ -69,7 +69,8 @@ class CriticServer:
             if kind == "describe":
                 m = self.model
                 return encode("described", {"id": request_id, "kind": m.kind, "cameras": list(m.cameras),
-                                            "instructions": list(m.instructions), "provides": list(m.provides)})  # fmt: skip
+                                            "instructions": list(m.instructions),
+                                            "provides": list(m.provides)})  # fmt: skip
             if kind != "score":
                 raise MessageError(f"unknown request '{kind[:40]}' (score or describe)")
             instruction = meta.get("instruction", "")

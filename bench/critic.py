@@ -1,0 +1,217 @@
+"""Learned rewards (issue 15): how good the reward models are before a robot-hour is spent on them, what scoring
+costs the actor, and (with --train) what RL learns from them instead of the simulator's reward.
+
+Data: our pick task from its two 64x64 cameras (front, wrist): the scripted expert's successful episodes and failed
+episodes of an untrained policy (stochastic), for training; fresh ones of each (other seeds) held out.
+
+  quality   the success classifier: held-out frame AUROC, false positives per frame and per episode at its
+            threshold; the progress critic: value-order correlation on held-out successes, on them reversed, the
+            final progress under a wrong instruction against the right one, stalled clips
+  latency   one frame scored locally (each model) and through `robo-rl critic serve` (a separate process), p50/p99
+  jitter    the pick env's 10 Hz loop with the learned reward on the actor (the critic scoring on its thread)
+            against the same loop without it
+  --train   RL on the same task with each learned reward against the simulator's reward, same budget and seeds
+            (`bench/learning.py learned_classifier_pick`, `learned_progress_pick`, `gt_pick_pixels`): success judged
+            by the simulator, never by the critic; wanted ≥ 0.9 × the ground truth's
+
+    python bench/critic.py            # 40 + 40 episodes, full training: minutes
+    python bench/critic.py --quick    # 6 + 6 episodes, a short training: within 60 s
+    python bench/critic.py --train --seeds 0 1 2   # then the RL runs (hours on 2 CPU cores)
+
+The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+OVERRIDES = ["experiment=pick_cube_pixels"]
+MODELS = ROOT / "outputs" / "bench_critic"  # the trained models (not committed); the RL runs read them from here
+CAMERAS = ("front", "wrist")
+
+
+def collect(n_success: int, n_failed: int, seed: int):
+    """Expert successes and untrained-policy failures, as Episodes."""
+    import torch
+
+    from robo_rl.config import load_config, make_env, make_expert, make_policy
+    from robo_rl.datasets import Episode
+    from robo_rl.demos import rollout_episode
+    from robo_rl.policy_io import policy_step
+    from robo_rl.schema import fields_for_env, stack_records
+
+    torch.manual_seed(seed)
+    cfg = load_config([*OVERRIDES, f"seed={seed}"])
+    env = make_env(cfg)
+    fields = fields_for_env(env)
+    expert = make_expert(cfg, env, noise_std=0.1, seed=seed)
+    policy = make_policy(cfg, env).eval()
+    episodes, attempt = [], 0
+    for want, success_wanted in ((n_success, True), (n_failed, False)):
+        got = 0
+        while got < want and attempt < 10 * (n_success + n_failed):
+            expert.reset()
+            act = expert.act if success_wanted else (lambda o: policy_step(policy, o, deterministic=False)[0])
+            records, success = rollout_episode(env, act, seed * 1000 + attempt, attempt)
+            attempt += 1
+            if success == success_wanted:
+                episodes.append(Episode(stack_records(records, fields), "demos" if success else "online"))
+                got += 1
+    env.close()
+    return episodes, env_task(cfg)
+
+
+def env_task(cfg) -> str:
+    from hydra.utils import get_class
+
+    return getattr(get_class(cfg.env._target_), "task_description", "")
+
+
+def _pct(values, q) -> float:
+    return round(float(np.percentile(values, q)), 3) if len(values) else float("nan")
+
+
+def latency(model, frames: dict, n: int) -> dict:
+    from robo_rl.rewards.base import Task
+
+    times = []
+    for i in range(n):
+        one = {c: f[i % len(f)][None] for c, f in frames.items()}
+        start = time.perf_counter()
+        model.score(one, Task(model.instructions[0] if model.instructions else ""))
+        times.append((time.perf_counter() - start) * 1e3)
+    return {"ms_p50": _pct(times, 50), "ms_p99": _pct(times, 99), "frames": n}
+
+
+def remote_latency(model_dir: Path, frames: dict, n: int) -> dict:
+
+    from robo_rl.rewards.remote import RemoteRewardModel
+    from robo_rl.transport.link import free_ports
+
+    port = free_ports(1)[0]
+    cmd = [sys.executable, "-m", "robo_rl.cli", "critic", "serve", f"model={model_dir}", f"port={port}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                remote = RemoteRewardModel(f"tcp://127.0.0.1:{port}", timeout_s=2.0)
+                break
+            except Exception:  # noqa: BLE001 - still starting (a torch import)
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+        try:
+            return latency(remote, frames, n)
+        finally:
+            remote.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def loop_jitter(model_dir: Path | None, seconds: float) -> dict:
+    """The pick env at 10 Hz in real time, random actions, with the learned reward wrapper (async) or without."""
+    from robo_rl.config import load_config, make_env
+    from robo_rl.rewards.wrapper import RewardWrapper
+
+    env = make_env(load_config(OVERRIDES))
+    if model_dir is not None:
+        env = RewardWrapper(env, str(model_dir))
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    period, starts = 0.1, []
+    tick = time.monotonic()
+    end = tick + seconds
+    while time.monotonic() < end:
+        starts.append(time.monotonic())
+        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+        if terminated or truncated:
+            env.reset()
+        tick += period
+        time.sleep(max(0.0, tick - time.monotonic()))
+    stats = {}
+    if model_dir is not None:
+        stats = {k: v for k, v in env.stats().items() if k.startswith("reward_")}
+    env.close()
+    jitter = np.abs(np.diff(starts) - period) * 1e3
+    return {"jitter_ms_p50": _pct(jitter, 50), "jitter_ms_p99": _pct(jitter, 99), **stats}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--train", action="store_true", help="then the RL runs with each reward")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    import torch
+
+    from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
+    from robo_rl.rewards.progress import evaluate_progress, train_progress_critic
+
+    torch.set_num_threads(1)
+    n, held = (6, 4) if args.quick else (40, 20)
+    t0 = time.monotonic()
+    train_eps, instruction = collect(n, n, seed=1)
+    test_eps, _ = collect(held, held, seed=2)
+    result: dict = {"episodes": {"train": len(train_eps), "held_out": len(test_eps)},
+                    "collect_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+
+    t = time.monotonic()
+    clf, _ = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
+                              resize=[64, 64], channels=16)  # fmt: skip
+    clf.instructions = (instruction,)
+    clf.save(MODELS / ("classifier_quick" if args.quick else "classifier"))
+    result["classifier"] = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items()
+                               if isinstance(v, int | float)}, "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
+
+    t = time.monotonic()
+    critic = train_progress_critic(train_eps, CAMERAS, [instruction] * len(train_eps),
+                                   other_instructions=("open the drawer", "push the cube off the table"),
+                                   steps=60 if args.quick else 3000, batch_size=32, progress=not args.quick,
+                                   size=48)  # fmt: skip
+    critic_dir = critic.save(MODELS / ("progress_quick" if args.quick else "progress"))
+    quality = evaluate_progress(critic, test_eps, [instruction] * len(test_eps), "open the drawer")
+    result["progress"] = {**quality, "train_s": round(time.monotonic() - t, 1)}
+
+    frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
+    samples = 20 if args.quick else 200
+    result["latency"] = {"classifier_local": latency(clf, frames, samples),
+                         "progress_local": latency(critic, frames, samples),
+                         "progress_remote": remote_latency(critic_dir, frames, samples)}  # fmt: skip
+    seconds = 4.0 if args.quick else 30.0
+    result["jitter"] = {"without": loop_jitter(None, seconds), "with_progress_critic": loop_jitter(critic_dir, seconds)}
+
+    if args.train and not args.quick:
+        for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
+            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",
+                            *map(str, args.seeds)], check=True)  # fmt: skip
+
+    c, p, lat, j = result["classifier"], result["progress"], result["latency"], result["jitter"]
+    print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
+          f"(threshold {c['threshold']:.2f}), trained in {c['train_s']} s")  # fmt: skip
+    print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
+          f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
+          f"{p['stalled_abs_delta']:.3f}, trained in {p['train_s']} s")  # fmt: skip
+    print(f"scoring one frame: classifier {lat['classifier_local']['ms_p50']} ms, critic "
+          f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote "
+          "(p50)")  # fmt: skip
+    print(f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
+          f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor")  # fmt: skip
+    result["load"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result, default=float))
+
+
+if __name__ == "__main__":
+    main()
