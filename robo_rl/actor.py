@@ -33,6 +33,12 @@ from robo_rl.transport.threaded import ActorTransport
 log = logging.getLogger(__name__)
 
 
+def _reward_wrapper_class():
+    from robo_rl.rewards.wrapper import RewardWrapper
+
+    return RewardWrapper
+
+
 class Actor:
     def __init__(self, cfg: DictConfig, progress: bool = True) -> None:
         torch.set_num_threads(cfg.torch_threads)
@@ -45,6 +51,7 @@ class Actor:
 
             self.env, web = attach_web_device(self.env)
         self.human: InterventionWrapper | None = find_wrapper(self.env, InterventionWrapper)
+        self.reward = find_wrapper(self.env, _reward_wrapper_class()) if cfg.reward else None
         run_dir = cfg.run_dir or cfg.resume
         if run_dir:  # the learner reads the spaces from here; an env that differs from the run's is refused
             try:
@@ -91,6 +98,11 @@ class Actor:
         if self.decide_ms:
             p50, p99 = np.percentile(np.array(self.decide_ms), [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
+        if self.reward is not None:  # a learned reward: fallback steps (a critic down or slow), scoring time
+            try:
+                stats.update(self.reward.stats())
+            except RuntimeError:  # the worker appended a scoring time while we read them
+                pass
         if self.human is not None:
             try:
                 stats.update({f"human_{k}": v for k, v in self.human.stats().items()})

@@ -76,6 +76,7 @@ class Learner:
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
         self._returns: dict[tuple, float] = {}
         self._human: dict[tuple, int] = {}  # intervention steps of each running episode
+        self._learned: dict[tuple, dict] = {}  # with a learned reward: each running episode's env return, best p
         self._published: dict[int, float] = {}  # policy version → when it was published (monotonic)
         self._stale_versions: list[int] = []  # per env step received since the last log line
         self.health: dict = {}  # updates/s, realised UTD, staleness, buffer sizes: sent to actors (and the GUI)
@@ -125,6 +126,10 @@ class Learner:
             key = (actor, int(arrays["episode_id"][i]))
             self._returns[key] = self._returns.get(key, 0.0) + float(arrays["reward"][i])
             self._human[key] = self._human.get(key, 0) + int(arrays["intervention"][i])
+            if "extra/reward_env" in arrays:  # a learned reward: the env's own return and the model's best guess
+                sums = self._learned.setdefault(key, {"return_env": 0.0, "success_prob_max": -1.0})
+                sums["return_env"] += float(arrays["extra/reward_env"][i])
+                sums["success_prob_max"] = max(sums["success_prob_max"], float(arrays["extra/success_prob"][i]))
             if arrays["terminated"][i] or arrays["truncated"][i]:
                 self.episodes += 1
                 success = bool(arrays["success"][i])
@@ -133,10 +138,12 @@ class Learner:
                     self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
                                        "actor": actor, "episode_id": key[1], "success": success,
                                        "return": self._returns.pop(key), "length": int(arrays["step"][i]),
-                                       "intervention_steps": self._human.pop(key, 0)})  # fmt: skip
+                                       "intervention_steps": self._human.pop(key, 0),
+                                       **self._learned.pop(key, {})})  # fmt: skip
                 else:
                     self._returns.pop(key, None)
                     self._human.pop(key, None)
+                    self._learned.pop(key, None)
 
     def _note_staleness(self, versions: np.ndarray) -> None:
         """How far behind the current policy the weights that acted were: in versions, and in seconds

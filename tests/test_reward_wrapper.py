@@ -128,3 +128,10 @@ def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_besi
     steps = learner.replay.online.data["step"][:rows] > 0
     assert rows > 300 and np.all(env_reward[steps] < 0)  # point_reach's −distance, kept as it was
     assert not np.allclose(env_reward[steps], shaped[steps])  # while the reward learned from is the model's
+    from robo_rl.runs import read_metrics
+
+    episodes = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m["kind"] == "episode"]
+    assert episodes and all(m["return_env"] < 0 and 0 <= m["success_prob_max"] <= 1 for m in episodes)
+    stats = [m["actor_stats"]["actor-0"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")
+             if m["kind"] == "learner" and m.get("actor_stats", {}).get("actor-0")]  # fmt: skip
+    assert stats and "reward_score_ms_p50" in stats[-1]  # the actor's heartbeat says what scoring costs
