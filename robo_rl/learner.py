@@ -22,8 +22,9 @@ from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
+from robo_rl.rewards.relabel import make_relabeller
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
-from robo_rl.schema import fields_for_env
+from robo_rl.schema import EXTRA, fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink
@@ -63,7 +64,9 @@ class Learner:
 
     def _build(self, cfg: DictConfig, spec) -> None:
         self.policy = make_policy(cfg, spec).to(self.device)
-        self.fields = fields_for_env(spec, self.policy)
+        self.relabel = make_relabeller(cfg)  # a learned reward scored here (reward.where=learner), or None
+        added = {f"{EXTRA}{k}": v for k, v in (self.relabel.extras if self.relabel else {}).items()}
+        self.fields = {**fields_for_env(spec, self.policy), **added}
         self.algo = make_algorithm(cfg, self.policy, spec)
         self.rng = np.random.default_rng(cfg.seed)
         self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
@@ -107,6 +110,8 @@ class Learner:
         """Store one received message and count its steps; a batch that cannot be stored is dropped, counted,
         logged and reported to its actor, and the learner serves on."""
         try:
+            if self.relabel is not None:
+                arrays = self.relabel(actor, arrays)
             self.replay.add(actor, arrays, session, seq, token_hash)
         except Exception as e:
             if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback

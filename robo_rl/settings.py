@@ -123,6 +123,8 @@ SETTINGS: dict[str, Setting] = {
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
     "reward.kind": _choice("the reward model's kind, checked against the folder", "classifier", "progress",
                            nullable=True),
+    "reward.where": _choice("where the model scores: the actor (rewards and dones) or the learner (rewards)", "actor",
+                            "learner"),
     "reward.instruction": Setting("str", "the task's instruction (null: the env's task_description)", nullable=True),
     "reward.every": _int("score every this many steps", 1),
     "reward.asynchronous": Setting("bool", "score on a worker thread (the control loop never waits)"),

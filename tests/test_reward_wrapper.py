@@ -135,3 +135,26 @@ def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_besi
     stats = [m["actor_stats"]["actor-0"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")
              if m["kind"] == "learner" and m.get("actor_stats", {}).get("actor-0")]  # fmt: skip
     assert stats and "reward_score_ms_p50" in stats[-1]  # the actor's heartbeat says what scoring costs
+
+
+def test_a_learned_reward_scored_on_the_learner_relabels_each_message_and_the_actor_runs_no_model(tmp_path):
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from tests.test_pipeline import run_pair, toy_config
+
+    SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
+    cfg = toy_config(tmp_path, "env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8",
+                     "reward=model", f"reward.model={tmp_path / 'clf'}", "reward.where=learner",
+                     "train.total_env_steps=200", "train.learning_starts=100000")  # fmt: skip
+    from robo_rl.envs.wrappers import make_actor_env, wrapper_extras
+
+    env = make_actor_env(cfg)
+    assert not isinstance(env, RewardWrapper) and wrapper_extras(cfg) == {}  # the actor's env and spec: no model
+    env.close()
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done" and learner.relabel is not None and learner.relabel.errors == 0
+    data, rows = learner.replay.online.data, learner.replay.online.size
+    steps = data["step"][:rows] > 0
+    assert np.all(data["extra/reward_env"][:rows][steps] < 0)  # the env's −distance, kept
+    assert np.all((data["extra/success_prob"][:rows] >= 0) & (data["extra/success_prob"][:rows] <= 1))
+    assert not np.allclose(data["reward"][:rows][steps], data["extra/reward_env"][:rows][steps])

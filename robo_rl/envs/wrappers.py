@@ -21,9 +21,9 @@ def make_actor_env(cfg):
             node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
             if node is None and isinstance(entry, str):
                 raise ConfigError(f"actor.wrappers names '{entry}', which is not a config node")
-            if not node or "_target_" not in node:
-                continue  # e.g. human=none
-            spec = OmegaConf.to_container(node, resolve=True)
+            if not node or "_target_" not in node or node.get("where", "actor") != "actor":
+                continue  # e.g. human=none, or a learned reward scored on the learner (reward.where=learner)
+            spec = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "where"}
             try:
                 env = instantiate(spec, env=env, _convert_="all", _recursive_=False)  # nested specs stay specs
             except Exception as e:  # a wrapper that refuses its settings: one line naming it
@@ -45,8 +45,8 @@ def wrapper_extras(cfg) -> dict[str, tuple]:
     extras: dict[str, tuple] = {}
     for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
         node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
-        if not node or "_target_" not in node:
-            continue
+        if not node or "_target_" not in node or node.get("where", "actor") != "actor":
+            continue  # what the learner adds itself is not the actor's
         builder = getattr(get_class(node._target_), "record_extras_from_config", None)
         if builder is not None:
             settings = OmegaConf.to_container(node, resolve=True)

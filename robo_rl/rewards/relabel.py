@@ -1,0 +1,89 @@
+"""Learned rewards on the learner (`reward.where=learner`): each received message is scored in one batched call and
+its rewards replaced before it is stored, per (actor, episode) through its own `RewardShaper`.
+
+The actor runs no model (a robot workstation without a GPU; the learner's machine has it), at the price that the
+model cannot end an episode: the actor has already gone on. So success pays its bonus once and the episode runs to
+the env's own end (a human label or the time limit); stagnation and regression are not applied here. The env's own
+reward and the success probability go into every record (`extra/reward_env`, `extra/success_prob`), as on the actor.
+A learner restarted mid-episode starts those episodes' shapers afresh (Φ = 0 until their next reset).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from robo_rl.envs.base import ENDED_BY
+from robo_rl.rewards.base import OUTPUTS, RewardModel, Scores, Task, load_model
+from robo_rl.rewards.shaper import RewardShaper, ShaperConfig
+from robo_rl.rewards.wrapper import EXTRAS
+
+log = logging.getLogger(__name__)
+HUMAN_LABELS = {ENDED_BY.index(name) + 1: name for name in ("human_success", "human_failure")}
+
+
+def learner_side(cfg) -> bool:
+    reward = cfg.get("reward")
+    return bool(reward) and "_target_" in reward and reward.get("where", "actor") == "learner"
+
+
+def make_relabeller(cfg) -> IngestRelabeller | None:
+    """The learner's relabeller when `reward.where=learner`, else None."""
+    if not learner_side(cfg):
+        return None
+    from hydra.utils import get_class
+
+    r = cfg.reward
+    instruction = r.instruction if r.instruction is not None else getattr(get_class(cfg.env._target_),
+                                                                          "task_description", "")  # fmt: skip
+    shaper = {k: v for k, v in dict(r.shaper).items()}
+    return IngestRelabeller(r.model, instruction, shaper, r.kind)
+
+
+class IngestRelabeller:
+    extras = EXTRAS
+
+    def __init__(self, model: str | RewardModel, instruction: str = "", shaper: dict | None = None,
+                 kind: str | None = None) -> None:  # fmt: skip
+        self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
+        self.task = Task(instruction)
+        settings = {**(shaper or {}), "terminate_on_success": False, "stagnation_steps": 0, "regression_drop": 0.0}
+        self.config = ShaperConfig.from_dict(settings)
+        self.shapers: dict[tuple, RewardShaper] = {}
+        self.errors = 0
+
+    def __call__(self, actor: str, arrays: dict) -> dict:
+        frames = {c: arrays[f"image/{c}"] for c in self.model.cameras}
+        missing = [c for c in self.model.cameras if f"image/{c}" not in arrays]
+        if missing:
+            raise ValueError(f"the learner's reward model scores cameras {missing} that the records do not carry")
+        n = len(arrays["step"])
+        env_reward = arrays["reward"].astype(np.float32).copy()
+        try:
+            scores = self.model.score(frames, self.task)
+        except Exception as e:  # noqa: BLE001 - the data is kept, with the env's reward, said and counted
+            self.errors += 1
+            if self.errors == 1:
+                log.error("the learner's reward model failed (%s): messages keep the env's reward", e)
+            return {**arrays, "extra/reward_env": env_reward, "extra/success_prob": np.full(n, -1.0, np.float32)}
+        reward = np.zeros(n, np.float32)
+        prob = np.full(n, -1.0, np.float32)
+        for i in range(n):
+            key = (actor, int(arrays["episode_id"][i]))
+            one = Scores(**{k: getattr(scores, k)[i : i + 1] for k in OUTPUTS if getattr(scores, k) is not None})
+            if one.success_prob is not None:
+                prob[i] = float(one.success_prob[0])
+            if arrays["step"][i] == 0:  # the reset record: Φ(s0), no reward
+                self.shapers[key] = RewardShaper(self.config)
+                self.shapers[key].reset(one)
+                continue
+            shaper = self.shapers.get(key)
+            if shaper is None:  # its reset came before this learner started
+                shaper = self.shapers[key] = RewardShaper(self.config)
+                shaper.reset(None)
+            label = HUMAN_LABELS.get(int(arrays["ended_by"][i]))
+            reward[i] = shaper.step(one, float(env_reward[i]), bool(arrays["success"][i]), label).reward
+            if arrays["terminated"][i] or arrays["truncated"][i]:
+                del self.shapers[key]
+        return {**arrays, "reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob}
