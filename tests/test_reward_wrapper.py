@@ -105,6 +105,7 @@ def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agre
     env = make_actor_env(cfg)
     try:
         assert isinstance(env, RewardWrapper)
+        assert env.shaper.config.success_threshold == 0.5  # null: the classifier's own threshold (0.5 untrained)
         assert spec_of(env) == learner_view and set(learner_view.extras) == set(EXTRAS)
         assert {"extra/reward_env", "extra/success_prob"} <= set(fields_for_env(learner_view))
     finally:

@@ -130,6 +130,15 @@ KINDS: dict[str, str] = {  # kind → "module:Class", imported when loaded
 }
 
 
+def shaper_settings(shaper: dict | None, model: RewardModel) -> dict:
+    """The shaper's settings with `success_threshold: null` resolved: the model's own threshold where it chose one
+    (a classifier's, for its false-positive target), else 0.5."""
+    settings = dict(shaper or {})
+    if settings.get("success_threshold") is None:
+        settings["success_threshold"] = float(getattr(model, "threshold", 0.5))
+    return settings
+
+
 def model_class(kind: str) -> type[RewardModel]:
     import importlib
 

@@ -15,7 +15,7 @@ import logging
 import numpy as np
 
 from robo_rl.envs.base import ENDED_BY
-from robo_rl.rewards.base import OUTPUTS, RewardModel, Scores, Task, load_model
+from robo_rl.rewards.base import OUTPUTS, RewardModel, Scores, Task, load_model, shaper_settings
 from robo_rl.rewards.shaper import RewardShaper, ShaperConfig
 from robo_rl.rewards.wrapper import EXTRAS
 
@@ -48,7 +48,8 @@ class IngestRelabeller:
                  kind: str | None = None) -> None:  # fmt: skip
         self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
         self.task = Task(instruction)
-        settings = {**(shaper or {}), "terminate_on_success": False, "stagnation_steps": 0, "regression_drop": 0.0}
+        settings = {**shaper_settings(shaper, self.model), "terminate_on_success": False, "stagnation_steps": 0,
+                    "regression_drop": 0.0}  # fmt: skip
         self.config = ShaperConfig.from_dict(settings)
         self.shapers: dict[tuple, RewardShaper] = {}
         self.errors = 0

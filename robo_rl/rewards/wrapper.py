@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from robo_rl.envs.base import RobotWrapper
-from robo_rl.rewards.base import RewardModel, Scores, Task, load_model
+from robo_rl.rewards.base import RewardModel, Scores, Task, load_model, shaper_settings
 from robo_rl.rewards.shaper import RewardShaper
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class RewardWrapper(RobotWrapper):
         self.task = Task(instruction if instruction is not None else getattr(env.unwrapped, "task_description", ""))
         self.every, self.max_stale, self.fallback = max(1, int(every)), int(max_staleness_steps), fallback
         self.env_terminates = env_terminates
-        self.shaper = RewardShaper(shaper)
+        self.shaper = RewardShaper(shaper_settings(shaper, self.model))
         self.asynchronous = asynchronous
         self.counts: collections.Counter = collections.Counter()
         self.score_ms: collections.deque = collections.deque(maxlen=1000)
