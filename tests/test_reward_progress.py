@@ -139,9 +139,12 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
     report = json.loads((tmp_path / "critic" / "eval" / "report.json").read_text())
     assert report["episodes"] == 6 and -1 <= report["voc"] <= 1
     assert "value-order correlation" in (tmp_path / "critic" / "eval" / "report.md").read_text()
+    assert (tmp_path / "critic" / "eval" / "report.png").stat().st_size > 5000  # the curves
     with pytest.raises(RewardUsageError, match="needs kind="):
         cmd_reward(["train", f"data={tmp_path / 'data'}", "out=x"])
     with pytest.raises(RewardUsageError, match="cameras \\['wrist'\\] are not in the data"):
         cmd_reward(["train", "kind=classifier", f"data={tmp_path / 'data'}", "out=x", "cameras=wrist"])
+    with pytest.raises(RewardUsageError, match="data=/nowhere: /nowhere does not exist"):
+        cmd_reward(["eval", f"model={tmp_path / 'critic'}", "data=/nowhere"])
     with pytest.raises(RewardUsageError, match="'epoch=3' is not one of"):
         cmd_reward(["train", "epoch=3"])

@@ -38,7 +38,10 @@ def _options(args: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
 def _episodes(path: str):
     from robo_rl.datasets.io import load_episodes
 
-    episodes = load_episodes(path, progress=False)
+    try:
+        episodes = load_episodes(path, progress=False)
+    except (ValueError, OSError) as e:
+        raise RewardUsageError(f"data={path}: {e}") from None
     if not episodes:
         raise RewardUsageError(f"{path} holds no episodes")
     return episodes
@@ -124,9 +127,44 @@ def _eval(args: list[str]) -> int:
                  f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)"]  # fmt: skip
     out = Path(o.get("out") or Path(o["model"]) / "eval")
     out.mkdir(parents=True, exist_ok=True)
+    _plot(model, episodes, instruction, out / "report.png")
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
-    (out / "report.md").write_text(f"# {model.kind} reward model {o['model']} on {o['data']}\n\n" + "\n".join(lines)
-                                   + f"\n\n{len(episodes)} episodes.\n")  # fmt: skip
+    head = f"# {model.kind} reward model {o['model']} on {o['data']}\n\n"
+    tail = f"\n\n{len(episodes)} episodes.\n\n![scores along episodes](report.png)\n"
+    (out / "report.md").write_text(head + "\n".join(lines) + tail)
     print("\n".join(lines))
     print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _plot(model, episodes, instruction: str, path: Path, most: int = 8) -> None:
+    """The model's scores along up to `most` successful and `most` failed episodes (green / red): the success
+    probability, and for a progress critic the summed pairwise progress forward and along the reversed episode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from robo_rl.rewards.base import Task
+
+    pairwise = "delta" in model.provides
+    fig, axes = plt.subplots(1, 3 if pairwise else 1, figsize=(15 if pairwise else 6, 4), squeeze=False)
+    picked = [e for e in episodes if e.success][:most] + [e for e in episodes if not e.success][:most]
+    for e in picked:
+        frames = {c: e.records[f"image/{c}"] for c in model.cameras}
+        s = model.score_episode(frames, Task(instruction))
+        colour = "tab:green" if e.success else "tab:red"
+        if s.success_prob is not None:
+            axes[0][0].plot(s.success_prob, color=colour, alpha=0.6)
+        if pairwise:
+            axes[0][1].plot(np.cumsum(s.delta), color=colour, alpha=0.6)
+            back = model.score_episode({c: f[::-1].copy() for c, f in frames.items()}, Task(instruction))
+            axes[0][2].plot(np.cumsum(back.delta), color=colour, alpha=0.6)
+    titles = ["success probability", "summed pairwise progress", "the same, episode reversed"]
+    for ax, title in zip(axes[0], titles, strict=False):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
