@@ -32,6 +32,7 @@ class ActorView:
         self.episode, self.t, self.ret, self.reward = 0, 0, 0.0, 0.0
         self.intervention_steps, self.controller, self.reported = 0, None, False
         self.success_prob: float | None = None
+        self.notice: str | None = None
         self._loop: dict = {}
         self._loop_at = 0.0
 
@@ -42,6 +43,8 @@ class ActorView:
         self.intervention_steps += bool(info.get("intervention"))
         prob = info.get("success_prob")
         self.success_prob = None if prob is None else float(prob)
+        self.notice = ("learned reward: no fresh score (the model is down or slow): the fallback reward"
+                       if info.get("reward_fallback") else None)  # fmt: skip
         self.tick(obs)
         if terminated or truncated:
             ended_by = info.get("ended_by") or ("terminated" if terminated else "truncated")
@@ -66,7 +69,7 @@ class ActorView:
                 "policy_age_s": time.monotonic() - self.actor.policy_since, "episode": int(self.episode),
                 "step": int(self.t), "reward": self.reward, "return": self.ret, "success_prob": self.success_prob,
                 "interventions": human.timeline if human is not None else [], "loop": self._loop_stats(),
-                "learner": self._learner()}  # fmt: skip
+                "learner": self._learner(), "notice": self.notice}  # fmt: skip
         images = view = None
         if obs is not None and self.bridge.wants_frame():
             images = obs.get("images") or {}

@@ -57,6 +57,7 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
         "interventions": (_timeline, False),
         "loop": (_stats, False),
         "learner": (_stats, False),
+        "notice": (_optional(_text(200)), False),  # something the operator should know (a learned reward down)
     },
     "gui_episode": {
         "actor": (_actor_id, True),

@@ -174,6 +174,7 @@ class RewardWrapper(RobotWrapper):
         info["record_extras"] = {**info.get("record_extras", {}), "reward_env": float(env_reward),
                                  "success_prob": float(prob)}  # fmt: skip
         info["success_prob"] = None if prob < 0 else float(prob)
+        info["reward_fallback"] = scores is None and label is None  # no fresh score: the GUI and the metrics say so
         return obs, float(shaped_reward), terminated, truncated, info
 
     def stats(self) -> dict:

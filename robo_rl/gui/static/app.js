@@ -189,11 +189,11 @@ function createRow(id) {
     r[cls] = el('span', { class: 'stat-value ' + cls, text: '—' });
     return el('div', { class: 'stat' }, el('span', { class: 'stat-label', text: label }), r[cls]);
   };
-  const [marker, mode, camBox, viewBox, ratesText, loop, rewardCv, timelineCv, ratesCv] = [
+  const [marker, mode, camBox, viewBox, ratesText, loop, notice, rewardCv, timelineCv, ratesCv] = [
     ['span', 'offline-marker'], ['div', 'mode'], ['div', 'cams'], ['div', 'cams view-box'], ['div', 'rates-text'],
-    ['div', 'loop'], ['canvas', 'reward-trace'], ['canvas', 'timeline'], ['canvas', 'rates'],
+    ['div', 'loop'], ['div', 'notice'], ['canvas', 'reward-trace'], ['canvas', 'timeline'], ['canvas', 'rates'],
   ].map(([tag, cls]) => el(tag, { class: cls }));
-  Object.assign(r, { marker, mode, camBox, viewBox, ratesText, loop, rewardCv, timelineCv, ratesCv });
+  Object.assign(r, { marker, mode, camBox, viewBox, ratesText, loop, notice, rewardCv, timelineCv, ratesCv });
   const buttons = el('div', { class: 'buttons' });
   for (const [cmd, label] of BUTTONS) {
     r.labels[cmd] = el('span', { class: 'label', text: label });
@@ -216,7 +216,7 @@ function createRow(id) {
       el('div', { class: 'actor-info' },
         el('div', { class: 'stats' },
           stat('episode', 'episode'), stat('step', 'step'), stat('return', 'return'), stat('P(success)', 'success-prob')),
-        r.ratesText, r.loop),
+        r.ratesText, r.loop, r.notice),
       el('div', { class: 'plots' }, r.rewardCv, r.timelineCv, r.ratesCv)),
     buttons);
   r.root.addEventListener('click', () => select(id));
@@ -263,6 +263,7 @@ function updateRow(r, a) {
   const loop = a.loop && typeof a.loop === 'object' ? a.loop : {};
   const jitter = isNum(loop.jitter_ms_p99) ? ` · jitter ${loop.jitter_ms_p99.toFixed(1)} ms p99` : '';
   setText(r.loop, isNum(loop.period_ms_p50) ? `loop ${loop.period_ms_p50.toFixed(1)} ms p50${jitter}` : '');
+  setText(r.notice, typeof a.notice === 'string' ? a.notice : '');  // e.g. a learned reward that does not answer
   setText(r.labels.intervention_toggle, a.mode === 'HUMAN' ? 'Hand back' : 'Intervene');
   setText(r.labels.pause, a.mode === 'PAUSED' ? 'Resume' : 'Pause');
   updateCameras(r, a);
