@@ -140,6 +140,20 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
     assert report["episodes"] == 6 and -1 <= report["voc"] <= 1
     assert "value-order correlation" in (tmp_path / "critic" / "eval" / "report.md").read_text()
     assert (tmp_path / "critic" / "eval" / "report.png").stat().st_size > 5000  # the curves
+    assert cmd_reward(["relabel", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}",
+                       f"out={tmp_path / 'relabelled'}"]) == 0  # fmt: skip
+    from robo_rl.datasets.io import load_episodes
+
+    before, after = (
+        load_episodes(tmp_path / "data", progress=False),
+        load_episodes(tmp_path / "relabelled", progress=False),
+    )
+    assert len(after) == len(before) == 12
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_array_equal(new.records["extra/reward_env"], old.records["reward"])  # the env's, kept
+        np.testing.assert_array_equal(new.records["image/top"], old.records["image/top"])
+        assert new.records["reward"][0] == 0 and np.all(np.abs(new.records["reward"]) <= 2.0)
+    assert not all(np.allclose(n.records["reward"], o.records["reward"]) for o, n in zip(before, after, strict=True))
     with pytest.raises(RewardUsageError, match="needs kind="):
         cmd_reward(["train", f"data={tmp_path / 'data'}", "out=x"])
     with pytest.raises(RewardUsageError, match="cameras \\['wrist'\\] are not in the data"):

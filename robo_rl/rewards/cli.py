@@ -4,13 +4,18 @@
                          [instruction="..."] [other_instructions="...;..."] [epochs=20] [steps=3000] [seed=0]
                          [backbone=small|siglip] [backbone_path=<hub id or folder>]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
+    robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
 episodes its negatives; the progress critic learns from the successful ones forward and reversed, stalled clips,
 failures and mismatched instructions. Training writes the model folder and `train_report.json`; evaluation writes
-`report.md` and `report.json` (the classifier's AUROC and false positives per frame and per episode; the critic's
-value-order correlation forward and reversed, a wrong instruction against the right one, stalled clips).
+`report.md`, `report.json` and `report.png` (the classifier's AUROC and false positives per frame and per episode;
+the critic's value-order correlation forward and reversed, a wrong instruction against the right one, stalled
+clips).
+`relabel` scores every episode with another model and writes a new store whose rewards are that model's (shaped as
+in training; the episodes end where they ended), the env's own reward kept in `extra/reward_env`: a run's data,
+reused with a better reward (`demos.path=<new store>`).
 """
 
 from __future__ import annotations
@@ -59,9 +64,45 @@ def _cameras(episodes, given: str | None) -> tuple[str, ...]:
 
 
 def cmd_reward(args: list[str]) -> int:
-    if not args or args[0] not in ("train", "eval"):
+    commands = {"train": _train, "eval": _eval, "relabel": _relabel}
+    if not args or args[0] not in commands:
         raise RewardUsageError(USAGE)
-    return (_train if args[0] == "train" else _eval)(args[1:])
+    return commands[args[0]](args[1:])
+
+
+def _relabel(args: list[str]) -> int:
+    import numpy as np
+
+    from robo_rl.datasets import Episode
+    from robo_rl.datasets.io import save_store
+    from robo_rl.rewards.base import OUTPUTS, Task, load_model, shaper_settings
+    from robo_rl.rewards.shaper import RewardShaper
+
+    o = _options(args, ("model", "data", "out", "instruction"))
+    for key in ("model", "data", "out"):
+        if key not in o:
+            raise RewardUsageError(f"reward relabel needs {key}=\n{USAGE}")
+    model = load_model(o["model"])
+    task = Task(o.get("instruction", model.instructions[0] if model.instructions else ""))
+    shaper = RewardShaper({**shaper_settings(None, model), "terminate_on_success": False})
+    out = []
+    for e in _episodes(o["data"]):
+        r = e.records
+        env_reward = r.get("extra/reward_env", r["reward"]).astype(np.float32)
+        scores = model.score_episode({c: r[f"image/{c}"] for c in model.cameras}, task)
+        given = {k: getattr(scores, k) for k in OUTPUTS if getattr(scores, k) is not None}
+        first, rest = {k: v[:1] for k, v in given.items()}, {k: v[1:] for k, v in given.items()}  # reset, steps
+        shaped = shaper.episode(rest, env_reward[1:], r["success"][1:], first=first)
+        reward = np.zeros(len(env_reward), np.float32)
+        reward[1:] = np.where(shaped["valid"], shaped["reward"], 0.0)
+        prob = np.full(len(env_reward), -1.0, np.float32)
+        if scores.success_prob is not None:
+            prob[:] = scores.success_prob
+        out.append(Episode({**r, "reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob},
+                           e.partition, e.source))  # fmt: skip
+    save_store(out, o["out"], partition=out[0].partition, progress=False)
+    print(f"{len(out)} episodes relabelled by {o['model']} into {o['out']} (the env's reward in extra/reward_env)")
+    return 0
 
 
 def _train(args: list[str]) -> int:
