@@ -16,6 +16,7 @@ episodes of an untrained policy (stochastic), for training; fresh ones of each (
 
     python bench/critic.py            # 40 + 40 episodes, full training: minutes
     python bench/critic.py --quick    # 6 + 6 episodes, a short training: within 60 s
+    python bench/critic.py --task gym_hil   # the same on gym-hil's PandaPickCube (another scene, same code)
     python bench/critic.py --train --seeds 0 1 2   # then the RL runs (hours on 2 CPU cores)
 
 The last line is one JSON object.
@@ -37,12 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-OVERRIDES = ["experiment=pick_cube_pixels"]
+TASKS = {  # the same critic code on two scenes
+    "pick": ["experiment=pick_cube_pixels"],
+    "gym_hil": ["experiment=rlpd", "env=gym_hil_pick", "env.image_obs=true", "env.image_size=64"],
+}
 MODELS = ROOT / "outputs" / "bench_critic"  # the trained models (not committed); the RL runs read them from here
 CAMERAS = ("front", "wrist")
 
 
-def collect(n_success: int, n_failed: int, seed: int):
+def collect(n_success: int, n_failed: int, seed: int, overrides: list[str]):
     """Expert successes and untrained-policy failures, as Episodes."""
     import torch
 
@@ -53,7 +57,7 @@ def collect(n_success: int, n_failed: int, seed: int):
     from robo_rl.schema import fields_for_env, stack_records
 
     torch.manual_seed(seed)
-    cfg = load_config([*OVERRIDES, f"seed={seed}"])
+    cfg = load_config([*overrides, f"seed={seed}"])
     env = make_env(cfg)
     fields = fields_for_env(env)
     expert = make_expert(cfg, env, noise_std=0.1, seed=seed)
@@ -121,12 +125,12 @@ def remote_latency(model_dir: Path, frames: dict, n: int) -> dict:
         proc.wait(10)
 
 
-def loop_jitter(model_dir: Path | None, seconds: float) -> dict:
+def loop_jitter(model_dir: Path | None, seconds: float, overrides: list[str]) -> dict:
     """The pick env at 10 Hz in real time, random actions, with the learned reward wrapper (async) or without."""
     from robo_rl.config import load_config, make_env
     from robo_rl.rewards.wrapper import RewardWrapper
 
-    env = make_env(load_config(OVERRIDES))
+    env = make_env(load_config(overrides))
     if model_dir is not None:
         env = RewardWrapper(env, str(model_dir))
     env.reset(seed=0)
@@ -154,6 +158,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--train", action="store_true", help="then the RL runs with each reward")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--task", choices=sorted(TASKS), default="pick", help="the scene (gym_hil: gym-hil's)")
     args = parser.parse_args()
     import torch
 
@@ -163,16 +168,18 @@ def main() -> None:
     torch.set_num_threads(1)
     n, held = (6, 4) if args.quick else (40, 20)
     t0 = time.monotonic()
-    train_eps, instruction = collect(n, n, seed=1)
-    test_eps, _ = collect(held, held, seed=2)
-    result: dict = {"episodes": {"train": len(train_eps), "held_out": len(test_eps)},
+    overrides = TASKS[args.task]
+    prefix = "" if args.task == "pick" else f"{args.task}_"
+    train_eps, instruction = collect(n, n, seed=1, overrides=overrides)
+    test_eps, _ = collect(held, held, seed=2, overrides=overrides)
+    result: dict = {"task": args.task, "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
                     "collect_s": round(time.monotonic() - t0, 1)}  # fmt: skip
 
     t = time.monotonic()
     clf, _ = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
                               resize=[64, 64], channels=16)  # fmt: skip
     clf.instructions = (instruction,)
-    clf.save(MODELS / ("classifier_quick" if args.quick else "classifier"))
+    clf.save(MODELS / f"{prefix}classifier{'_quick' if args.quick else ''}")
     result["classifier"] = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items()
                                if isinstance(v, int | float)}, "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
 
@@ -181,7 +188,7 @@ def main() -> None:
                                    other_instructions=("open the drawer", "push the cube off the table"),
                                    steps=60 if args.quick else 3000, batch_size=32, progress=not args.quick,
                                    size=48)  # fmt: skip
-    critic_dir = critic.save(MODELS / ("progress_quick" if args.quick else "progress"))
+    critic_dir = critic.save(MODELS / f"{prefix}progress{'_quick' if args.quick else ''}")
     quality = evaluate_progress(critic, test_eps, [instruction] * len(test_eps), "open the drawer")
     result["progress"] = {**quality, "train_s": round(time.monotonic() - t, 1)}
 
@@ -191,9 +198,10 @@ def main() -> None:
                          "progress_local": latency(critic, frames, samples),
                          "progress_remote": remote_latency(critic_dir, frames, samples)}  # fmt: skip
     seconds = 4.0 if args.quick else 30.0
-    result["jitter"] = {"without": loop_jitter(None, seconds), "with_progress_critic": loop_jitter(critic_dir, seconds)}
+    result["jitter"] = {"without": loop_jitter(None, seconds, overrides),
+                        "with_progress_critic": loop_jitter(critic_dir, seconds, overrides)}
 
-    if args.train and not args.quick:
+    if args.train and not args.quick and args.task == "pick":
         for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
             subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",
                             *map(str, args.seeds)], check=True)  # fmt: skip
