@@ -44,7 +44,8 @@ class GuiRun:
         self.app = make_app(self.cfg)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.http_port,
                                                     log_level="warning", ws="websockets-sansio"))  # fmt: skip
-        threading.Thread(target=self.server.run, daemon=True).start()
+        self.server_thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server_thread.start()
         (tmp_path / "run").mkdir(parents=True)
         self.learner = Learner(self.cfg, tmp_path / "run", progress=False)
         self.learner_thread = threading.Thread(target=self.learner.run, daemon=True)
@@ -83,6 +84,7 @@ class GuiRun:
         self.learner.cfg.train.total_env_steps = 0  # the learner ends its run (a final checkpoint)
         self.learner_thread.join(30)
         self.server.should_exit = True
+        self.server_thread.join(10)  # its shutdown closes the GUI's sockets
 
 
 @pytest.fixture
@@ -373,7 +375,8 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
     cfg = toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}")
     server = uvicorn.Server(uvicorn.Config(make_app(cfg), host="127.0.0.1", port=http_port, log_level="warning",
                                            ws="websockets-sansio"))  # fmt: skip
-    threading.Thread(target=server.run, daemon=True).start()
+    server_thread = threading.Thread(target=server.run, daemon=True)
+    server_thread.start()
     webs = {name: WebDevice().start() for name in ("arm-left", "arm-right")}
     bridges = [GuiBridge(name, "127.0.0.1", zmq_port, web, _Human(), deadman="continue") for name, web in webs.items()]
     stop = threading.Event()
@@ -412,7 +415,10 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
         thread.join(2)
         for bridge in bridges:
             bridge.close()
+        for web in webs.values():
+            web.close()
         server.should_exit = True
+        server_thread.join(10)
 
 
 def test_a_learned_reward_that_does_not_answer_is_said_on_the_page(gui_run, browser):

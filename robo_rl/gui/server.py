@@ -150,18 +150,22 @@ class GuiHub:
         self._last_page_gone: float | None = None
         self.counts = collections.Counter()
         self.news = asyncio.Event()  # an actor said something new since the last snapshot
+        curve = None if is_loopback(g.zmq_host) else curve_keys(cfg, "learner")
+        if curve is None and not is_loopback(g.zmq_host):  # checked before any socket exists
+            raise ValueError(f"gui.zmq_host={g.zmq_host} is not loopback: set transport.curve_keys_dir so actors "
+                             "authenticate (robo-rl keys generate), or bind gui.zmq_host=127.0.0.1")  # fmt: skip
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        if not is_loopback(g.zmq_host):
-            curve = curve_keys(cfg, "learner")
-            if curve is None:
-                raise ValueError(f"gui.zmq_host={g.zmq_host} is not loopback: set transport.curve_keys_dir so actors "
-                                 "authenticate (robo-rl keys generate), or bind gui.zmq_host=127.0.0.1")  # fmt: skip
-            self._auth = curve.start_authenticator(self.ctx)
-            curve.make_server(self.sock)
-        self.sock.bind(endpoint(g.zmq_host, g.zmq_port))
+        try:
+            if curve is not None:
+                self._auth = curve.start_authenticator(self.ctx)
+                curve.make_server(self.sock)
+            self.sock.bind(endpoint(g.zmq_host, g.zmq_port))
+        except Exception:  # a port in use: nothing left open behind the error
+            self.close()
+            raise
         self.token = token
 
     # --- actors --------------------------------------------------------------------------------------------
@@ -275,10 +279,9 @@ class GuiHub:
         return None
 
     def close(self) -> None:
-        self.sock.close(0)
         if hasattr(self, "_auth"):
             self._auth.stop()
-        self.ctx.term()
+        self.ctx.destroy(linger=0)  # every socket of it closed, then the context
 
 
 def page_token(cfg) -> str | None:

@@ -39,10 +39,14 @@ class CriticServer:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self._auth = None
-        if curve is not None:
-            self._auth = curve.start_authenticator(self.ctx)
-            curve.make_server(self.sock)
-        self.sock.bind(endpoint(host, port))
+        try:
+            if curve is not None:
+                self._auth = curve.start_authenticator(self.ctx)
+                curve.make_server(self.sock)
+            self.sock.bind(endpoint(host, port))
+        except Exception:  # a port in use: nothing left open behind the error
+            self.close()
+            raise
         self.counts = collections.Counter()
         self.stopping = threading.Event()
 
@@ -118,6 +122,7 @@ class RemoteRewardModel(RewardModel):
             described = self._ask("describe", {}, {}, self.timeout_s * 4)
         except RewardModelError as e:
             if not cameras:
+                self.close()  # nothing of it is left open (a context collected later could block in term)
                 raise RewardModelError(f"{e}; give reward.cameras to start without it") from None
             log.warning("%s: starting with the configured cameras %s; the fallback applies until it answers", e,
                         list(cameras))  # fmt: skip
@@ -158,8 +163,9 @@ class RemoteRewardModel(RewardModel):
         return Scores(**{k: np.array(out[k], np.float32) for k in OUTPUTS if k in out})
 
     def close(self) -> None:
-        self.sock.close(0)
-        self.ctx.term()
+        if not self.ctx.closed:
+            self.sock.close(0)
+            self.ctx.term()
 
 
 def cmd_critic(args: list[str]) -> int:

@@ -72,8 +72,10 @@ class RewardWrapper(RobotWrapper):
         self._job: tuple | None = None
         self._cv = threading.Condition()
         self._stop = False
+        self._worker_thread = None
         if asynchronous:
-            threading.Thread(target=self._worker, name="reward-model", daemon=True).start()
+            self._worker_thread = threading.Thread(target=self._worker, name="reward-model", daemon=True)
+            self._worker_thread.start()
 
     @property
     def record_extras(self) -> dict:
@@ -188,4 +190,9 @@ class RewardWrapper(RobotWrapper):
         with self._cv:
             self._stop = True
             self._cv.notify()
+        if self._worker_thread is not None:
+            self._worker_thread.join(max(1.0, 4 * self.max_stale))  # the model's socket is closed after its last use
+        close_model = getattr(self.model, "close", None)
+        if close_model is not None:
+            close_model()
         return self.env.close()
