@@ -36,11 +36,13 @@ def only_run_dir(tmp_path) -> Path:
 
 def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrained_one(tmp_path):
     args = isolated(tmp_path, "reach_smoke")
-    out = robo_rl("train", *args, cwd=ROOT)
+    http_port, zmq_port = free_ports(2)  # with the intervention GUI started beside the run
+    out = robo_rl("train", *args, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}", cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     run_dir = only_run_dir(tmp_path)
     for f in ("config.yaml", "metrics.jsonl", "learner.log", "actor.log", "eval/report.md", "eval/learning_curve.png"):
         assert (run_dir / f).exists(), f
+    assert f"intervention GUI: http://127.0.0.1:{http_port}/" in (run_dir / "gui.log").read_text()
     assert list((run_dir / "checkpoints").glob("step_*.pt"))
     trained = json.loads((run_dir / "eval/report.json").read_text())
     assert trained["episodes"] == 10 and len(trained["success_ci95"]) == 2
@@ -48,14 +50,14 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
     assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done"
     assert any(m["kind"] == "learner" and m["updates"] > 0 for m in metrics)
 
-    # the untrained policy: a checkpoint of step 0, evaluated on the same seeds (with the GUI started beside it)
-    http_port, zmq_port = free_ports(2)
-    out = robo_rl("train", "train.total_env_steps=1", "train.learning_starts=10", "gui=true",
-                  f"gui.port={http_port}", f"gui.zmq_port={zmq_port}", *args, cwd=ROOT)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    untrained_dir = max((tmp_path / "outputs").glob("*/*"), key=lambda p: p.stat().st_mtime)
-    assert f"intervention GUI: http://127.0.0.1:{http_port}/" in (untrained_dir / "gui.log").read_text()
-    untrained = json.loads((untrained_dir / "eval/report.json").read_text())
+    # the untrained policy of the same config, on the same evaluation seeds (in-process: no second run needed)
+    from robo_rl.config import load_saved_config, make_env, make_policy
+    from robo_rl.evaluate import evaluate_policy
+
+    cfg = load_saved_config(run_dir / "config.yaml")
+    env = make_env(cfg)
+    untrained = evaluate_policy(env, make_policy(cfg, env).eval(), trained["episodes"], cfg.eval.seed)
+    env.close()
     assert trained["success_rate"] >= untrained["success_rate"] + 0.5, (untrained, trained)
 
 
