@@ -22,7 +22,7 @@ from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
-from robo_rl.rewards.relabel import make_relabeller
+from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
 from robo_rl.schema import EXTRA, fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
@@ -47,8 +47,12 @@ class Learner:
         self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
         self._early: list = []  # data that came while the learner waited for an actor's env spec
         try:  # the task's spaces, never by opening the env (on a robot that would open the hardware)
-            spec = learner_spec(cfg, self.run_dir, cfg.actor.learner_wait_s,  # a resume reads its run folder's
-                                from_actor=None if cfg.resume else self._actor_spec)  # (hellos wait for `expect`)
+            spec = learner_spec(
+                cfg,
+                self.run_dir,
+                cfg.actor.learner_wait_s,  # a resume reads its run folder's
+                from_actor=None if cfg.resume else self._actor_spec,
+            )  # (hellos wait for `expect`)
         except (FileNotFoundError, ValueError) as e:
             self.link.close()
             raise ConfigError(str(e)) from None
@@ -73,6 +77,8 @@ class Learner:
         demos, _, _ = load_or_make_demos(cfg, progress=False)
         if demos is not None:
             demos = self.algo.relabel_prior(demos)
+            if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
+                demos = relabel_prior(cfg, demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
         print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0

@@ -129,6 +129,10 @@ def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_besi
     steps = learner.replay.online.data["step"][:rows] > 0
     assert rows > 300 and np.all(env_reward[steps] < 0)  # point_reach's −distance, kept as it was
     assert not np.allclose(env_reward[steps], shaped[steps])  # while the reward learned from is the model's
+    demos, n = learner.replay.demos.data, learner.replay.demos.size  # the prior data under the same reward
+    demo_steps = demos["step"][:n] > 0
+    assert np.all(demos["extra/reward_env"][:n][demo_steps] < 0)
+    assert not np.allclose(demos["reward"][:n][demo_steps], demos["extra/reward_env"][:n][demo_steps])
     from robo_rl.runs import read_metrics
 
     episodes = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m["kind"] == "episode"]

@@ -71,11 +71,10 @@ def cmd_reward(args: list[str]) -> int:
 
 
 def _relabel(args: list[str]) -> int:
-    import numpy as np
-
     from robo_rl.datasets import Episode
     from robo_rl.datasets.io import save_store
-    from robo_rl.rewards.base import OUTPUTS, Task, load_model, shaper_settings
+    from robo_rl.rewards.base import Task, load_model, shaper_settings
+    from robo_rl.rewards.relabel import relabel_records
     from robo_rl.rewards.shaper import RewardShaper
 
     o = _options(args, ("model", "data", "out", "instruction"))
@@ -85,21 +84,9 @@ def _relabel(args: list[str]) -> int:
     model = load_model(o["model"])
     task = Task(o.get("instruction", model.instructions[0] if model.instructions else ""))
     shaper = RewardShaper({**shaper_settings(None, model), "terminate_on_success": False})
-    out = []
-    for e in _episodes(o["data"]):
-        r = e.records
-        env_reward = r.get("extra/reward_env", r["reward"]).astype(np.float32)
-        scores = model.score_episode({c: r[f"image/{c}"] for c in model.cameras}, task)
-        given = {k: getattr(scores, k) for k in OUTPUTS if getattr(scores, k) is not None}
-        first, rest = {k: v[:1] for k, v in given.items()}, {k: v[1:] for k, v in given.items()}  # reset, steps
-        shaped = shaper.episode(rest, env_reward[1:], r["success"][1:], first=first)
-        reward = np.zeros(len(env_reward), np.float32)
-        reward[1:] = np.where(shaped["valid"], shaped["reward"], 0.0)
-        prob = np.full(len(env_reward), -1.0, np.float32)
-        if scores.success_prob is not None:
-            prob[:] = scores.success_prob
-        out.append(Episode({**r, "reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob},
-                           e.partition, e.source))  # fmt: skip
+    out = [
+        Episode(relabel_records(model, shaper, task, e.records), e.partition, e.source) for e in _episodes(o["data"])
+    ]
     save_store(out, o["out"], partition=out[0].partition, progress=False)
     print(f"{len(out)} episodes relabelled by {o['model']} into {o['out']} (the env's reward in extra/reward_env)")
     return 0

@@ -23,6 +23,50 @@ log = logging.getLogger(__name__)
 HUMAN_LABELS = {ENDED_BY.index(name) + 1: name for name in ("human_success", "human_failure")}
 
 
+def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, records: dict) -> dict:
+    """One stored episode's records with the model's shaped rewards (0 on its reset record and after the shaper's
+    first done; the episode ends where it ended), the env's reward in `extra/reward_env` (kept from an earlier
+    relabelling) and the success probability in `extra/success_prob` (−1 where the model gives none)."""
+    env_reward = records.get("extra/reward_env", records["reward"]).astype(np.float32)
+    scores = model.score_episode({c: records[f"image/{c}"] for c in model.cameras}, task)
+    given = {k: getattr(scores, k) for k in OUTPUTS if getattr(scores, k) is not None}
+    first, rest = {k: v[:1] for k, v in given.items()}, {k: v[1:] for k, v in given.items()}  # reset, steps
+    shaped = shaper.episode(rest, env_reward[1:], records["success"][1:], first=first)
+    reward = np.zeros(len(env_reward), np.float32)
+    reward[1:] = np.where(shaped["valid"], shaped["reward"], 0.0)
+    prob = np.full(len(env_reward), -1.0, np.float32)
+    if scores.success_prob is not None:
+        prob[:] = scores.success_prob
+    return {**records, "reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob}
+
+
+def relabel_prior(cfg, batch: dict) -> dict:
+    """The prior data (demonstrations) under the run's learned reward, so that every batch mixes one reward: the
+    demos' env rewards would otherwise sit beside the model's. A step batch in, a step batch out."""
+    from hydra.utils import get_class
+
+    from robo_rl.datasets import join_episodes, split_episodes
+
+    r = cfg.reward
+    if str(r.model).startswith("tcp://"):
+        raise ValueError("the prior data cannot be relabelled through a remote critic yet: give the model folder on "
+                         "the learner too (reward.model), or demos.num_episodes=0")  # fmt: skip
+    model = load_model(r.model, r.kind)
+    instruction = r.instruction if r.instruction is not None else getattr(get_class(cfg.env._target_),
+                                                                          "task_description", "")  # fmt: skip
+    shaper = RewardShaper(ShaperConfig.from_dict({**shaper_settings(dict(r.shaper), model),
+                                                  "terminate_on_success": False}))  # fmt: skip
+    episodes = split_episodes(batch)
+    log.info("relabelling %d prior episodes with the learned reward %s", len(episodes), r.model)
+    return join_episodes([type(e)(relabel_records(model, shaper, Task(instruction), e.records), e.partition,
+                                  e.source) for e in episodes])  # fmt: skip
+
+
+def uses_learned_reward(cfg) -> bool:
+    reward = cfg.get("reward")
+    return bool(reward) and "_target_" in reward
+
+
 def learner_side(cfg) -> bool:
     reward = cfg.get("reward")
     return bool(reward) and "_target_" in reward and reward.get("where", "actor") == "learner"
