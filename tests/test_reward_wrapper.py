@@ -72,6 +72,9 @@ def test_scoring_never_blocks_the_control_loop_and_a_stale_score_falls_back_to_t
             assert reward == info["record_extras"]["reward_env"] and info["record_extras"]["success_prob"] == -1.0
     assert max(times) < 0.25, f"a step waited {max(times) * 1e3:.0f} ms for the model (it takes 300 ms)"
     assert env.counts["fallback_steps"] >= 5 and env.counts["scores_skipped"] >= 1
+    time.sleep(0.35)
+    stats = env.stats()  # what the actor's heartbeat carries
+    assert stats["reward_fallback_steps"] >= 5 and stats["reward_score_ms_p50"] >= 300
     env.close()
 
 
@@ -136,10 +139,8 @@ def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_besi
     from robo_rl.runs import read_metrics
 
     episodes = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m["kind"] == "episode"]
-    assert episodes and all(m["return_env"] < 0 and 0 <= m["success_prob_max"] <= 1 for m in episodes)
-    stats = [m["actor_stats"]["actor-0"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")
-             if m["kind"] == "learner" and m.get("actor_stats", {}).get("actor-0")]  # fmt: skip
-    assert stats and "reward_score_ms_p50" in stats[-1]  # the actor's heartbeat says what scoring costs
+    assert episodes and all(m["return_env"] < 0 and m["success_prob_max"] <= 1 for m in episodes)
+    assert any(m["success_prob_max"] >= 0 for m in episodes)  # −1: no fresh score in the whole episode
 
 
 def test_a_learned_reward_scored_on_the_learner_relabels_each_message_and_the_actor_runs_no_model(tmp_path):
