@@ -23,15 +23,21 @@ log = logging.getLogger(__name__)
 HUMAN_LABELS = {ENDED_BY.index(name) + 1: name for name in ("human_success", "human_failure")}
 
 
-def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, records: dict) -> dict:
+def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, records: dict,
+                    demonstration: bool = False) -> dict:  # fmt: skip
     """One stored episode's records with the model's shaped rewards (0 on its reset record and after the shaper's
     first done; the episode ends where it ended), the env's reward in `extra/reward_env` (kept from an earlier
-    relabelling) and the success probability in `extra/success_prob` (−1 where the model gives none)."""
+    relabelling) and the success probability in `extra/success_prob` (−1 where the model gives none). A
+    `demonstration` that ended in success carries that as a person's label on its last step (its success bonus):
+    a demonstration is a success by what it is, whatever the model makes of its last frames."""
     env_reward = records.get("extra/reward_env", records["reward"]).astype(np.float32)
     scores = model.score_episode({c: records[f"image/{c}"] for c in model.cameras}, task)
     given = {k: getattr(scores, k) for k in OUTPUTS if getattr(scores, k) is not None}
     first, rest = {k: v[:1] for k, v in given.items()}, {k: v[1:] for k, v in given.items()}  # reset, steps
-    shaped = shaper.episode(rest, env_reward[1:], records["success"][1:], first=first)
+    labels = [None] * (len(env_reward) - 1)
+    if demonstration and labels and records["success"][-1] and records["terminated"][-1]:
+        labels[-1] = "success"
+    shaped = shaper.episode(rest, env_reward[1:], records["success"][1:], labels, first=first)
     reward = np.zeros(len(env_reward), np.float32)
     reward[1:] = np.where(shaped["valid"], shaped["reward"], 0.0)
     prob = np.full(len(env_reward), -1.0, np.float32)
@@ -58,8 +64,8 @@ def relabel_prior(cfg, batch: dict) -> dict:
                                                   "terminate_on_success": False}))  # fmt: skip
     episodes = split_episodes(batch)
     log.info("relabelling %d prior episodes with the learned reward %s", len(episodes), r.model)
-    return join_episodes([type(e)(relabel_records(model, shaper, Task(instruction), e.records), e.partition,
-                                  e.source) for e in episodes])  # fmt: skip
+    return join_episodes([type(e)(relabel_records(model, shaper, Task(instruction), e.records, demonstration=True),
+                                  e.partition, e.source) for e in episodes])  # fmt: skip
 
 
 def uses_learned_reward(cfg) -> bool:
