@@ -424,7 +424,7 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
 def test_a_learned_reward_that_does_not_answer_is_said_on_the_page(gui_run, browser):
     dead = free_ports(1)[0]  # nothing serves here: the actor's critic never answers
     run = gui_run("reward=model", f"reward.model=tcp://127.0.0.1:{dead}", "reward.cameras=[top]",
-                  "reward.timeout_s=0.05")  # fmt: skip
+                  "reward.timeout_s=0.05", "demos.num_episodes=0")  # fmt: skip
     page = open_page(browser, run, "gil")
     notice = page.locator('.actor[data-actor="actor-0"] .notice')
     wait_until(lambda: "learned reward" in notice.inner_text(), what="the notice")

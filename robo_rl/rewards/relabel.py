@@ -55,8 +55,9 @@ def relabel_prior(cfg, batch: dict) -> dict:
 
     r = cfg.reward
     if str(r.model).startswith("tcp://"):
-        raise ValueError("the prior data cannot be relabelled through a remote critic yet: give the model folder on "
-                         "the learner too (reward.model), or demos.num_episodes=0")  # fmt: skip
+        log.error("the prior data is not relabelled through a remote critic (%s): the demonstrations keep the env's "
+                  "reward; give the learner the model folder (reward.model) or run without demos", r.model)
+        return batch
     model = load_model(r.model, r.kind)
     instruction = r.instruction if r.instruction is not None else getattr(get_class(cfg.env._target_),
                                                                           "task_description", "")  # fmt: skip
