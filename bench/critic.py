@@ -54,6 +54,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str]):
     from robo_rl.datasets import Episode
     from robo_rl.demos import rollout_episode
     from robo_rl.policy_io import policy_step
+    from robo_rl.rewards.relabel import instruction_of
     from robo_rl.schema import fields_for_env, stack_records
 
     torch.manual_seed(seed)
@@ -74,13 +75,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str]):
                 episodes.append(Episode(stack_records(records, fields), "demos" if success else "online"))
                 got += 1
     env.close()
-    return episodes, env_task(cfg)
-
-
-def env_task(cfg) -> str:
-    from hydra.utils import get_class
-
-    return getattr(get_class(cfg.env._target_), "task_description", "")
+    return episodes, instruction_of(cfg)
 
 
 def _pct(values, q) -> float:

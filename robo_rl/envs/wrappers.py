@@ -11,19 +11,32 @@ from __future__ import annotations
 from robo_rl.config import ConfigError, make_env
 
 
+def actor_wrapper_nodes(cfg):
+    """(entry, config node) of each wrapper the actor builds, in order: empty nodes (`human=none`) and those the
+    learner applies itself (`where: learner`) are skipped; an entry naming no config node is a ConfigError."""
+    from omegaconf import DictConfig, OmegaConf
+
+    for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
+        node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
+        if node is None and isinstance(entry, str):
+            raise ConfigError(f"actor.wrappers names '{entry}', which is not a config node")
+        if node and "_target_" in node and node.get("where", "actor") == "actor":
+            yield entry, node
+
+
+def _settings(node) -> dict:
+    from omegaconf import OmegaConf
+
+    return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "where"}
+
+
 def make_actor_env(cfg):
     from hydra.utils import instantiate
-    from omegaconf import DictConfig, OmegaConf
 
     env = make_env(cfg)
     try:
-        for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
-            node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
-            if node is None and isinstance(entry, str):
-                raise ConfigError(f"actor.wrappers names '{entry}', which is not a config node")
-            if not node or "_target_" not in node or node.get("where", "actor") != "actor":
-                continue  # e.g. human=none, or a learned reward scored on the learner (reward.where=learner)
-            spec = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "where"}
+        for entry, node in actor_wrapper_nodes(cfg):
+            spec = _settings(node)
             try:
                 env = instantiate(spec, env=env, _convert_="all", _recursive_=False)  # nested specs stay specs
             except Exception as e:  # a wrapper that refuses its settings: one line naming it
@@ -40,17 +53,12 @@ def wrapper_extras(cfg) -> dict[str, tuple]:
     """What the configured wrappers add to each record, from the config alone (a wrapper class says so in its
     `record_extras_from_config(**settings)`): the learner's record layout without opening the env."""
     from hydra.utils import get_class
-    from omegaconf import DictConfig, OmegaConf
 
     extras: dict[str, tuple] = {}
-    for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
-        node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
-        if not node or "_target_" not in node or node.get("where", "actor") != "actor":
-            continue  # what the learner adds itself is not the actor's
+    for _, node in actor_wrapper_nodes(cfg):
         builder = getattr(get_class(node._target_), "record_extras_from_config", None)
         if builder is not None:
-            settings = OmegaConf.to_container(node, resolve=True)
-            extras.update(builder(**{k: v for k, v in settings.items() if k != "_target_"}))
+            extras.update(builder(**{k: v for k, v in _settings(node).items() if k != "_target_"}))
     return extras
 
 

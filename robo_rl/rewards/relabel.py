@@ -49,8 +49,6 @@ def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, record
 def relabel_prior(cfg, batch: dict) -> dict:
     """The prior data (demonstrations) under the run's learned reward, so that every batch mixes one reward: the
     demos' env rewards would otherwise sit beside the model's. A step batch in, a step batch out."""
-    from hydra.utils import get_class
-
     from robo_rl.datasets import join_episodes, split_episodes
 
     r = cfg.reward
@@ -59,8 +57,7 @@ def relabel_prior(cfg, batch: dict) -> dict:
                   "reward; give the learner the model folder (reward.model) or run without demos", r.model)
         return batch
     model = load_model(r.model, r.kind)
-    instruction = r.instruction if r.instruction is not None else getattr(get_class(cfg.env._target_),
-                                                                          "task_description", "")  # fmt: skip
+    instruction = instruction_of(cfg)
     shaper = RewardShaper(ShaperConfig.from_dict({**shaper_settings(dict(r.shaper), model),
                                                   "terminate_on_success": False}))  # fmt: skip
     episodes = split_episodes(batch)
@@ -69,25 +66,29 @@ def relabel_prior(cfg, batch: dict) -> dict:
                                   e.partition, e.source) for e in episodes])  # fmt: skip
 
 
+def instruction_of(cfg) -> str:
+    """The learned reward's instruction: `reward.instruction`, else the env class's `task_description`."""
+    from hydra.utils import get_class
+
+    given = cfg.get("reward", {}).get("instruction")
+    return given if given is not None else getattr(get_class(cfg.env._target_), "task_description", "")
+
+
 def uses_learned_reward(cfg) -> bool:
     reward = cfg.get("reward")
     return bool(reward) and "_target_" in reward
 
 
 def learner_side(cfg) -> bool:
-    reward = cfg.get("reward")
-    return bool(reward) and "_target_" in reward and reward.get("where", "actor") == "learner"
+    return uses_learned_reward(cfg) and cfg.reward.get("where", "actor") == "learner"
 
 
 def make_relabeller(cfg) -> IngestRelabeller | None:
     """The learner's relabeller when `reward.where=learner`, else None."""
     if not learner_side(cfg):
         return None
-    from hydra.utils import get_class
-
     r = cfg.reward
-    instruction = r.instruction if r.instruction is not None else getattr(get_class(cfg.env._target_),
-                                                                          "task_description", "")  # fmt: skip
+    instruction = instruction_of(cfg)
     shaper = {k: v for k, v in dict(r.shaper).items()}
     return IngestRelabeller(r.model, instruction, shaper, r.kind)
 
