@@ -103,8 +103,12 @@ def read_bc_checkpoint(path: str | Path) -> dict:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise BCCheckpointError(f"base checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("kind") != "bc_policy" or payload.get("format") != BC_FORMAT:
-        raise BCCheckpointError(f"base checkpoint {path} is not a robo_rl BC policy of format {BC_FORMAT}")
+    from policies.flow import GENERATIVE_FORMAT, GENERATIVE_KIND
+
+    formats = {"bc_policy": BC_FORMAT, GENERATIVE_KIND: GENERATIVE_FORMAT}
+    if not isinstance(payload, dict) or formats.get(payload.get("kind")) != payload.get("format"):
+        raise BCCheckpointError(f"base checkpoint {path} is not a robo_rl BC policy (MLP format {BC_FORMAT}, flow or "
+                                f"diffusion format {GENERATIVE_FORMAT})")  # fmt: skip
     payload["path"] = str(path)
     return payload
 
@@ -131,9 +135,14 @@ def feature_mismatch(config: dict, observation_space, action_dim: int, state_nam
 
 
 def load_bc_base(path: str | Path, observation_space, action_dim: int, state_names=None,
-                 device: str | torch.device = "cpu") -> BCBase:  # fmt: skip
-    """A BC checkpoint as a frozen base, refused in one line if missing, unreadable or made for another task."""
+                 device: str | torch.device = "cpu"):  # fmt: skip
+    """A BC checkpoint (an MLP, a flow or a diffusion policy) as a frozen base, refused in one line if missing,
+    unreadable or made for another task."""
     payload = read_bc_checkpoint(path)
+    if payload["kind"] != "bc_policy":
+        from policies.flow import load_generative_base
+
+        return load_generative_base(payload, observation_space, action_dim, state_names, device)
     config = payload["config"]
     problem = feature_mismatch(config, observation_space, action_dim, state_names)
     if problem:

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from policies.base import ChunkedBase
 from policies.bc import BCBase, BCPolicy
+from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.config import ConfigError, make_env
 from robo_rl.demos import load_or_make_demos, rollout_episode
 from robo_rl.evaluate import wilson_interval
@@ -82,41 +83,72 @@ def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device) -> tuple[dic
     return obs, to(action), to(mask).float()
 
 
-def chunk_loss(policy: BCPolicy, obs: dict, action: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean squared error over the real actions of each chunk (padding past the episode end is masked out)."""
+def chunk_loss(policy: BCPolicy | ChunkGenerator, obs: dict, action: torch.Tensor, mask: torch.Tensor,
+               generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """Over the real actions of each chunk (padding past the episode end is masked out): the mean squared error of
+    an MLP, the flow-matching or denoising loss of a generative policy."""
+    if isinstance(policy, ChunkGenerator):
+        return policy.loss(obs, action, mask, generator)
     error = (policy(obs) - action).pow(2).mean(-1)
     return (error * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 @torch.no_grad()
-def validation_loss(policy: BCPolicy, data: BCData, chunk: int, batch_size: int, device) -> float:
+def validation_loss(policy: BCPolicy | ChunkGenerator, data: BCData, chunk: int, batch_size: int, device) -> float:
+    """The held-out loss; a generative policy's draws its noise and times from one fixed seed (comparable from
+    epoch to epoch)."""
     policy.eval()
     total, weight = 0.0, 0.0
+    generator = torch.Generator(device=device).manual_seed(0)
     for lo in range(0, len(data.val_rows), batch_size):
         obs, action, mask = chunk_batch(data, data.val_rows[lo : lo + batch_size], chunk, device)
-        total += float(chunk_loss(policy, obs, action, mask)) * float(mask.sum())
+        total += float(chunk_loss(policy, obs, action, mask, generator)) * float(mask.sum())
         weight += float(mask.sum())
     policy.train()
     return total / weight if weight else math.nan
 
 
-def build_policy(bc_cfg, env, encoder: dict | None) -> BCPolicy:
-    """A fresh BCPolicy for this env: state only, or with its cameras when `bc.images` is on."""
+def generative_spec(cfg) -> dict | None:
+    """The flow/diffusion architecture `robo-rl bc` trains, or None for the MLP: `policy=flow|diffusion` itself, or
+    the `base.model` block of a policy whose base is trained first (`policy=dsrl`)."""
+    from omegaconf import OmegaConf
+
+    policy = cfg.get("policy") or {}
+    if str(policy.get("_target_", "")).endswith("GenerativePolicy"):
+        spec = OmegaConf.to_container(policy, resolve=True)
+    elif "base" in policy and policy.base.get("model"):
+        spec = OmegaConf.to_container(policy.base.model, resolve=True)
+    else:
+        return None
+    keys = ("kind", "chunk_size", "execute_steps", "steps", "hidden", "time_features", "diffusion_timesteps")
+    return {k: spec[k] for k in keys if spec.get(k) is not None}
+
+
+def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = None) -> BCPolicy | ChunkGenerator:
+    """A fresh policy for this env (an MLP, or the flow/diffusion model of `generative`): state only, or with its
+    cameras when `bc.images` is on."""
     space = env.observation_space
     cameras = {n: list(s.shape[:2]) for n, s in space["images"].spaces.items()} if bc_cfg.images else {}
     if bc_cfg.images and not cameras:
         raise ConfigError("bc.images=true but this env has no cameras (e.g. env.cameras=[front] or env.camera=true)")
+    if generative is not None:
+        arch = {k: v for k, v in generative.items() if k != "execute_steps"}
+        try:
+            return ChunkGenerator(space["state"].shape[0], env.action_space.shape[0], cameras=cameras, encoder=encoder,
+                                  state_names=list(getattr(env, "state_names", ())), **arch)  # fmt: skip
+        except ValueError as e:
+            raise ConfigError(f"policy: {e}") from None
     return BCPolicy(space["state"].shape[0], env.action_space.shape[0], bc_cfg.chunk_size, list(bc_cfg.hidden),
                     cameras, encoder, list(getattr(env, "state_names", ())))  # fmt: skip
 
 
-def train_policy(policy: BCPolicy, data: BCData, bc_cfg, seed: int, device, progress: bool = True,
+def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: int, device, progress: bool = True,
                  log=None) -> dict:  # fmt: skip
     """Adam on the chunk loss; after each epoch the held-out loss, stopping after `bc.patience` epochs without a
     better one. The policy ends with the weights of its best validation epoch. Returns the training summary."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    chunk, batch_size = int(bc_cfg.chunk_size), int(bc_cfg.batch_size)
+    chunk, batch_size = int(policy.chunk_size), int(bc_cfg.batch_size)
     policy.set_normalisation(data.buffer.data["state"][data.buffer.prev[data.train_rows]])
     policy.to(device).train()
     optimiser = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=float(bc_cfg.lr),
@@ -154,7 +186,7 @@ def train_policy(policy: BCPolicy, data: BCData, bc_cfg, seed: int, device, prog
             "episodes": data.episodes, "val_episodes": data.val_episodes}  # fmt: skip
 
 
-def evaluate_base(env, base: BCBase, episodes: int, seed: int, execute_steps: int | None = None,
+def evaluate_base(env, base: BCBase | GenerativeBase, episodes: int, seed: int, execute_steps: int | None = None,
                   progress: bool = False) -> dict:  # fmt: skip
     """Success rate (Wilson 95% interval) over seeds seed..seed+episodes-1, each episode starting from an empty
     chunk queue; with the base's inference time."""
@@ -207,7 +239,8 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
     env = make_env(cfg)
     try:
         torch.manual_seed(int(cfg.seed))  # the initial weights too: one config, one policy
-        policy = build_policy(cfg.bc, env, encoder)
+        generative = generative_spec(cfg)
+        policy = build_policy(cfg.bc, env, encoder, generative)
         if policy.state_dim != data.buffer.fields["state"][0][0] or (
                 policy.action_dim != data.buffer.fields["action_executed"][0][0]):  # fmt: skip
             raise ConfigError(f"demonstrations {data.source} have state/action sizes "
@@ -218,14 +251,15 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
             summary = train_policy(policy, data, cfg.bc, int(cfg.seed), device, progress, log)
         finally:
             log.close()
-        execute_steps = cfg.bc.execute_steps
+        execute_steps = (generative or {}).get("execute_steps", cfg.bc.execute_steps)
         summary["demonstrations"] = data.source
         actions = data.buffer.data["action_executed"][data.train_rows]
         action_range = {"low": actions.min(0).tolist(), "high": actions.max(0).tolist()}  # a residual's units
         save_atomic(policy.cpu().checkpoint(execute_steps=execute_steps, action_range=action_range, train=summary),
                     out / "policy.pt")  # fmt: skip
         if int(cfg.bc.eval_episodes) > 0:
-            result = evaluate_base(env, BCBase(policy), int(cfg.bc.eval_episodes), int(cfg.eval.seed),
+            base = GenerativeBase(policy) if generative else BCBase(policy)
+            result = evaluate_base(env, base, int(cfg.bc.eval_episodes), int(cfg.eval.seed),
                                    execute_steps, progress)  # fmt: skip
             (out / "eval.json").write_text(json.dumps(result, indent=2))
             summary["eval"] = {k: v for k, v in result.items() if k != "per_episode"}

@@ -1,0 +1,299 @@
+"""Flow-matching and diffusion policies: a chunk of actions generated from noise, conditioned on the observation.
+
+Both are one network `net(features(obs), x, t)` over a chunk x of shape [chunk, A] in the task's [-1, 1] actions:
+
+  flow (rectified flow):  x_t = (1 − t)·w + t·a, trained to predict the velocity a − w; sampled by K Euler steps
+                          from the noise w at t = 0 to the action at t = 1.
+  diffusion (DDPM/DDIM):  trained to predict the noise ε of x_k = √ᾱ_k·a + √(1 − ᾱ_k)·ε over T timesteps (cosine
+                          schedule); sampled by K deterministic DDIM steps (η = 0) from w = x_T, the predicted clean
+                          chunk clipped to [-1, 1] at every step.
+
+With K fixed, sampling is a deterministic map a = π(s, w) of the initial noise w ~ N(0, I) [chunk, A]: what DSRL
+steers (`policies/dsrl.py`) and what one-step distillation (`robo_rl/distill.py`) copies. `invert` runs the map
+backwards (the noise a chunk of actions came from), for demonstrations a noise-space learner must label.
+
+A checkpoint (`<run>/bc/policy.pt`, written by `robo-rl bc policy=flow|diffusion`) holds only tensors and plain
+containers, like the MLP's (`policies/bc.py`), with `kind: generative_policy`.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.bc import NORMALISED_CLIP, STD_FLOOR, BCCheckpointError, feature_mismatch
+from policies.encoders import EncoderConfig, ObservationEncoder
+from policies.mlp import mlp
+
+GENERATIVE_KIND = "generative_policy"
+GENERATIVE_FORMAT = 1
+KINDS = ("flow", "diffusion")
+MAX_STEPS = 1000
+COSINE_OFFSET = 0.008  # the cosine schedule's s (Nichol & Dhariwal)
+
+
+class ChunkGenerator(nn.Module):
+    """The network and its sampler; `config` rebuilds it (plain containers)."""
+
+    def __init__(self, state_dim: int, action_dim: int, chunk_size: int = 8, kind: str = "flow", steps: int = 8,
+                 hidden: list[int] = (256, 256, 256), cameras: dict[str, list[int]] | None = None,
+                 encoder: dict | None = None, state_names: list[str] | None = None, time_features: int = 32,
+                 diffusion_timesteps: int = 100) -> None:  # fmt: skip
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"a generative policy's kind must be flow or diffusion, got '{kind}'")
+        check_steps(steps, kind, diffusion_timesteps)
+        if chunk_size < 1 or action_dim < 1 or state_dim < 1 or time_features < 2:
+            raise ValueError(f"a generative policy needs positive sizes: state_dim={state_dim}, action_dim="
+                             f"{action_dim}, chunk_size={chunk_size}, time_features={time_features}")  # fmt: skip
+        cameras = {name: [int(h), int(w)] for name, (h, w) in (cameras or {}).items()}
+        self.config = {"state_dim": int(state_dim), "action_dim": int(action_dim), "chunk_size": int(chunk_size),
+                       "kind": kind, "steps": int(steps), "hidden": [int(h) for h in hidden], "cameras": cameras,
+                       "encoder": dict(encoder) if cameras and encoder else None,
+                       "state_names": list(state_names or []), "time_features": int(time_features),
+                       "diffusion_timesteps": int(diffusion_timesteps)}  # fmt: skip
+        self.state_dim, self.action_dim, self.chunk_size = state_dim, action_dim, chunk_size
+        self.kind, self.steps = kind, int(steps)
+        self.encoder = ObservationEncoder(state_dim, {n: tuple(s) for n, s in cameras.items()},
+                                          config=EncoderConfig.parse(self.config["encoder"]))  # fmt: skip
+        width = chunk_size * action_dim
+        self.net = mlp(self.encoder.out_dim + width + time_features, list(hidden), width, layer_norm=True)
+        self.register_buffer("state_mean", torch.zeros(state_dim))
+        self.register_buffer("state_std", torch.ones(state_dim))
+        freqs = torch.exp(torch.linspace(0.0, math.log(1000.0), time_features // 2))
+        self.register_buffer("time_freqs", freqs, persistent=False)
+        if kind == "diffusion":
+            k = torch.arange(diffusion_timesteps + 1, dtype=torch.float64) / diffusion_timesteps
+            f = torch.cos((k + COSINE_OFFSET) / (1 + COSINE_OFFSET) * math.pi / 2) ** 2
+            alpha_bar = (f[1:] / f[0]).clamp(1e-5, 1.0)  # ᾱ_k for k = 1..T (index k - 1)
+            self.register_buffer("alpha_bar", alpha_bar.float(), persistent=False)
+
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        return self.chunk_size, self.action_dim
+
+    def set_normalisation(self, states: np.ndarray) -> None:
+        states = torch.as_tensor(np.asarray(states, np.float32))
+        self.state_mean.copy_(states.mean(0))
+        self.state_std.copy_(states.std(0, unbiased=False).clamp_min(STD_FLOOR))
+
+    # --- the network ------------------------------------------------------------------------------
+    def features(self, obs: dict) -> torch.Tensor:
+        state = ((obs["state"] - self.state_mean) / self.state_std).clamp(-NORMALISED_CLIP, NORMALISED_CLIP)
+        images = {name: obs["images"][name] for name in self.config["cameras"]}
+        return self.encoder({"state": state, "images": images})
+
+    def predict(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The velocity (flow) or the noise (diffusion) at chunk x [B, chunk, A] and time t ∈ [0, 1] [B]."""
+        angles = t.float()[:, None] * self.time_freqs[None]
+        net_in = torch.cat([features, x.flatten(1), torch.sin(angles), torch.cos(angles)], dim=-1)
+        return self.net(net_in).view_as(x)
+
+    def forward(self, obs: dict) -> torch.Tensor:
+        """The chunk from zero noise (the distribution's centre path): [B, chunk, A]."""
+        features = self.features(obs)
+        return self.sample(features, features.new_zeros(len(features), *self.noise_shape))
+
+    # --- training ---------------------------------------------------------------------------------
+    def loss(self, obs: dict, actions: torch.Tensor, mask: torch.Tensor,
+             generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        """The flow-matching or denoising loss over the real actions of each chunk (padding masked out)."""
+        features = self.features(obs)
+        b = len(actions)
+        noise = torch.randn(actions.shape, generator=generator, device=actions.device)
+        if self.kind == "flow":
+            t = torch.rand(b, generator=generator, device=actions.device)
+            x = (1 - t)[:, None, None] * noise + t[:, None, None] * actions
+            target, time = actions - noise, t
+        else:
+            T = len(self.alpha_bar)
+            k = torch.randint(0, T, (b,), generator=generator, device=actions.device)
+            ab = self.alpha_bar[k][:, None, None]
+            x = ab.sqrt() * actions + (1 - ab).sqrt() * noise
+            target, time = noise, (k + 1).float() / T
+        error = (self.predict(features, x, time) - target).pow(2).mean(-1)
+        return (error * mask).sum() / mask.sum().clamp_min(1.0)
+
+    # --- sampling ---------------------------------------------------------------------------------
+    def flow_times(self, steps: int) -> list[float]:
+        return [k / steps for k in range(steps)]
+
+    def ddim_timesteps(self, steps: int) -> list[int]:
+        """DDIM's timesteps k (1..T), from T down, evenly spaced."""
+        T = len(self.alpha_bar)
+        return sorted({max(1, round(T * (i + 1) / steps)) for i in range(steps)}, reverse=True)
+
+    def sample(self, features: torch.Tensor, noise: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+        """a = π(s, w): the chunk [B, chunk, A] in [-1, 1] that `steps` (default K) deterministic steps make of
+        the initial noise w [B, chunk, A]."""
+        steps = steps or self.steps
+        x = noise
+        b = len(noise)
+        if self.kind == "flow":
+            for t in self.flow_times(steps):
+                x = x + self.predict(features, x, noise.new_full((b,), t)) / steps
+            return x.clamp(-1.0, 1.0)
+        timesteps = self.ddim_timesteps(steps)
+        T = len(self.alpha_bar)
+        for i, k in enumerate(timesteps):
+            ab = self.alpha_bar[k - 1]
+            eps = self.predict(features, x, noise.new_full((b,), k / T))
+            clean = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1.0, 1.0)
+            if i + 1 == len(timesteps):
+                return clean
+            ab_next = self.alpha_bar[timesteps[i + 1] - 1]
+            x = ab_next.sqrt() * clean + (1 - ab_next).sqrt() * eps
+        return x  # not reached: timesteps is never empty
+
+    def invert(self, features: torch.Tensor, actions: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+        """The initial noise whose sample is (close to) `actions` [B, chunk, A]: the sampler run backwards
+        (reverse Euler for the flow, DDIM inversion for diffusion). Approximate where the sample was clipped."""
+        steps = steps or self.steps
+        x = actions
+        b = len(actions)
+        if self.kind == "flow":
+            for t in reversed(self.flow_times(steps)):
+                x = x - self.predict(features, x, actions.new_full((b,), t + 1.0 / steps)) / steps
+            return x
+        timesteps = list(reversed(self.ddim_timesteps(steps)))  # up from the smallest
+        T = len(self.alpha_bar)
+        ab_prev = actions.new_tensor(1.0)
+        for k in timesteps:
+            ab = self.alpha_bar[k - 1]
+            eps = self.predict(features, x, actions.new_full((b,), k / T))
+            clean = (x - (1 - ab_prev).sqrt() * eps) / ab_prev.sqrt()
+            x = ab.sqrt() * clean + (1 - ab).sqrt() * eps
+            ab_prev = ab
+        return x
+
+    def checkpoint(self, **extra) -> dict:
+        weights = {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
+        return {"format": GENERATIVE_FORMAT, "kind": GENERATIVE_KIND, "config": self.config, "weights": weights,
+                **extra}  # fmt: skip
+
+
+def check_steps(steps: int, kind: str, diffusion_timesteps: int = 100) -> None:
+    """A step count the sampler can run, or a one-line ValueError."""
+    limit = diffusion_timesteps if kind == "diffusion" else MAX_STEPS
+    if not isinstance(steps, int | np.integer) or not 1 <= steps <= limit:
+        raise ValueError(f"a {kind} policy's steps must be an integer in [1, {limit}], got {steps}")
+
+
+class GenerativeBase:
+    """A loaded ChunkGenerator as a frozen base (`policies.base.BasePolicy`) that also takes its initial noise."""
+
+    def __init__(self, model: ChunkGenerator, device: str | torch.device = "cpu", execute_steps: int | None = None,
+                 action_range: tuple[list[float], list[float]] | None = None, seed: int = 0) -> None:  # fmt: skip
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval().requires_grad_(False)
+        self.action_dim, self.chunk_size = model.action_dim, model.chunk_size
+        self.noise_shape = model.noise_shape
+        self.execute_steps, self.action_range = execute_steps, action_range
+        self.cameras = list(model.config["cameras"])
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def reset(self) -> None:
+        pass  # no observation history
+
+    def obs_tensors(self, obs: dict) -> dict:
+        state = torch.as_tensor(np.asarray(obs["state"], np.float32), device=self.device).unsqueeze(0)
+        images = {n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0)
+                  for n in self.cameras}  # fmt: skip
+        return {"state": state, "images": images}
+
+    @torch.no_grad()
+    def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
+        """float32 [chunk, A]; from `noise` [chunk, A] when given, else from a fresh N(0, I) draw."""
+        if noise is None:
+            z = torch.randn((1, *self.noise_shape), generator=self.generator, device=self.device)
+        else:
+            z = torch.as_tensor(check_noise(noise, self.noise_shape), device=self.device)[None]
+        features = self.model.features(self.obs_tensors(obs))
+        return self.model.sample(features, z)[0].cpu().numpy().astype(np.float32)
+
+
+def check_noise(noise, shape: tuple[int, ...]) -> np.ndarray:
+    """float32 noise of exactly `shape`, finite, or a one-line ValueError."""
+    noise = np.asarray(noise, np.float32)
+    if noise.shape != tuple(shape):
+        raise ValueError(f"the initial noise has shape {noise.shape}, the policy takes {tuple(shape)}")
+    if not np.all(np.isfinite(noise)):
+        raise ValueError("the initial noise is not finite")
+    return noise
+
+
+def build_generator(payload: dict) -> ChunkGenerator:
+    """The ChunkGenerator of a checkpoint payload, its weights loaded (one-line error if they do not fit)."""
+    try:
+        model = ChunkGenerator(**payload["config"])
+        model.load_state_dict(payload["weights"])
+    except (KeyError, RuntimeError, TypeError, ValueError) as e:
+        raise BCCheckpointError(f"generative checkpoint {payload.get('path')} does not rebuild "
+                                f"({str(e).splitlines()[0][:160]})") from None  # fmt: skip
+    return model
+
+
+def load_generative_base(payload: dict, observation_space, action_dim: int, state_names=None,
+                         device: str | torch.device = "cpu") -> GenerativeBase:  # fmt: skip
+    problem = feature_mismatch(payload["config"], observation_space, action_dim, state_names)
+    if problem:
+        raise BCCheckpointError(f"base checkpoint {payload['path']} does not fit this task: its {problem}")
+    rng = payload.get("action_range")
+    return GenerativeBase(build_generator(payload), device, payload.get("execute_steps"),
+                          (rng["low"], rng["high"]) if rng else None)  # fmt: skip
+
+
+class GenerativePolicy(nn.Module):
+    """`policy=flow | diffusion` as the acting policy: a generative checkpoint run in chunks, each sampled from
+    fresh noise (what `robo-rl eval` and `robo-rl bc` evaluate). Its architecture keys are what `robo-rl bc
+    policy=flow` trains; `path` is the trained checkpoint."""
+
+    def __init__(self, observation_space, action_dim: int, path: str | None = None, kind: str = "flow",
+                 chunk_size: int = 8, execute_steps: int | None = None, steps: int = 8,
+                 hidden: list[int] = (256, 256, 256), time_features: int = 32, diffusion_timesteps: int = 100,
+                 encoder: dict | None = None) -> None:  # fmt: skip
+        super().__init__()
+        if path:
+            from policies.bc import read_bc_checkpoint
+
+            payload = read_bc_checkpoint(path)
+            if payload["kind"] != GENERATIVE_KIND:
+                raise BCCheckpointError(f"{payload['path']} is an MLP policy, not a flow or diffusion policy")
+            base = load_generative_base(payload, observation_space, action_dim)
+            self.model = base.model.requires_grad_(True)
+            execute_steps = execute_steps or base.execute_steps
+        else:
+            cams = {n: list(s.shape[:2]) for n, s in observation_space["images"].spaces.items()}
+            self.model = ChunkGenerator(observation_space["state"].shape[0], action_dim, chunk_size, kind, steps,
+                                        list(hidden), cams, encoder, None, time_features,
+                                        diffusion_timesteps)  # fmt: skip
+        self.action_dim = action_dim
+        self.execute_steps = min(execute_steps or self.model.chunk_size, self.model.chunk_size)
+        self.queue = collections.deque()
+
+    def __deepcopy__(self, memo):
+        memo[id(self.queue)] = self.queue  # the episode's chunk queue is one, whichever weights act
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
+    def reset(self) -> None:
+        self.queue.clear()
+
+    @torch.no_grad()
+    def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
+        """The next action of the current chunk (a batch of one); a new chunk when it is used up."""
+        if not self.queue:
+            features = self.model.features(obs)
+            noise = torch.randn(len(features), *self.model.noise_shape)
+            if deterministic:
+                noise.zero_()
+            self.queue.extend(self.model.sample(features, noise)[0, : self.execute_steps])
+        return self.queue.popleft()[None]

@@ -1,0 +1,139 @@
+"""Flow-matching and diffusion policies: they learn a conditional action distribution, sample it deterministically
+from a given noise (what DSRL steers), run backwards to the noise a chunk came from, train by `robo-rl bc
+policy=flow|diffusion` and load as a frozen base only on the task they were made for."""
+
+import numpy as np
+import pytest
+import torch
+
+from policies.bc import BCCheckpointError, load_bc_base
+from policies.flow import ChunkGenerator, GenerativeBase, GenerativePolicy
+from robo_rl.bc import train_bc
+from robo_rl.config import ConfigError, load_config, make_env, make_policy
+from robo_rl.envs import make_observation_space
+
+
+def _toy_data(n: int, generator: torch.Generator):
+    """state s ∈ [-1, 1]²; the chunk's actions are ±(0.5·s) (two modes, one per sign, equally likely)."""
+    s = torch.rand(n, 2, generator=generator) * 2 - 1
+    sign = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    actions = (sign[:, None] * 0.5 * s)[:, None].expand(n, 3, 2).contiguous()
+    return {"state": s, "images": {}}, actions
+
+
+def _fit(kind: str, steps: int = 1500) -> ChunkGenerator:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small MLP: more threads than cores only slow it down
+    try:
+        return _train(kind, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(kind: str, steps: int) -> ChunkGenerator:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = ChunkGenerator(2, 2, chunk_size=3, kind=kind, steps=8, hidden=[128, 128])
+    optim = torch.optim.Adam(model.parameters(), lr=2e-3)
+    for _ in range(steps):
+        obs, actions = _toy_data(256, g)
+        loss = model.loss(obs, actions, torch.ones(256, 3))
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=["flow", "diffusion"])
+def fitted(request):
+    return _fit(request.param)
+
+
+def test_it_learns_both_modes_of_a_conditional_distribution(fitted):
+    g = torch.Generator().manual_seed(1)
+    obs, _ = _toy_data(400, g)
+    with torch.no_grad():
+        chunk = fitted.sample(fitted.features(obs), torch.randn(400, 3, 2, generator=g))
+    target = 0.5 * obs["state"]
+    error = torch.minimum((chunk[:, 0] - target).norm(dim=-1), (chunk[:, 0] + target).norm(dim=-1))
+    assert error.median() < 0.15, float(error.median())  # on one of the two modes, not between them
+    far = target.norm(dim=-1) > 0.2
+    plus = ((chunk[:, 0] - target).norm(dim=-1) < (chunk[:, 0] + target).norm(dim=-1))[far].float().mean()
+    assert 0.25 < plus < 0.75, float(plus)  # both modes, in about their proportions
+    untrained = ChunkGenerator(2, 2, chunk_size=3, kind=fitted.kind, hidden=[128, 128])
+    with torch.no_grad():
+        bad = untrained.sample(untrained.features(obs), torch.randn(400, 3, 2, generator=g))[:, 0]
+    assert torch.minimum((bad - target).norm(dim=-1), (bad + target).norm(dim=-1)).median() > 2 * error.median()
+
+
+def test_sampling_is_a_deterministic_map_of_the_noise_and_inverts(fitted):
+    g = torch.Generator().manual_seed(2)
+    obs, _ = _toy_data(64, g)
+    noise = torch.randn(64, 3, 2, generator=g)
+    with torch.no_grad():
+        features = fitted.features(obs)
+        a, b = fitted.sample(features, noise), fitted.sample(features, noise)
+        other = fitted.sample(features, torch.randn(64, 3, 2, generator=g))
+        recovered = fitted.sample(features, fitted.invert(features, a))
+    assert torch.equal(a, b) and a.shape == (64, 3, 2) and a.abs().max() <= 1.0
+    assert (a - other).abs().mean() > 0.05  # the noise steers the chunk
+    assert (recovered - a).abs().mean() < 0.05, float((recovered - a).abs().mean())  # invert: back to the same chunk
+
+
+def test_bad_settings_and_bad_noise_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="steps must be an integer in"):
+        ChunkGenerator(2, 2, steps=0)
+    with pytest.raises(ValueError, match="diffusion policy's steps"):
+        ChunkGenerator(2, 2, kind="diffusion", steps=500, diffusion_timesteps=100)
+    with pytest.raises(ValueError, match="flow or diffusion"):
+        ChunkGenerator(2, 2, kind="gan")
+    base = GenerativeBase(ChunkGenerator(2, 2, chunk_size=3, hidden=[16]))
+    obs = {"state": np.zeros(2, np.float32), "images": {}}
+    assert base.predict_chunk(obs).shape == (3, 2)
+    with pytest.raises(ValueError, match=r"shape \(2, 2\), the policy takes \(3, 2\)"):
+        base.predict_chunk(obs, noise=np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="not finite"):
+        base.predict_chunk(obs, noise=np.full((3, 2), np.nan))
+
+
+@pytest.fixture(scope="module", params=["flow", "diffusion"])
+def bc_run(request, tmp_path_factory):
+    """`robo-rl bc policy=<kind>` on point_reach, briefly."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    cfg = load_config(["env=point_reach", "experiment=rlpd", f"policy={request.param}", f"cache_dir={tmp / 'cache'}",
+                       "logger.progress=false", "bc.eval_episodes=20", "bc.epochs=500", "bc.patience=500",
+                       "policy.chunk_size=2", "policy.steps=4", "policy.hidden=[64,64]"])  # fmt: skip
+    summary = train_bc(cfg, tmp / "run", progress=False)
+    return cfg, summary
+
+
+def test_robo_rl_bc_trains_a_generative_policy_that_loads_as_a_noise_taking_base(bc_run):
+    cfg, summary = bc_run
+    assert summary["eval"]["success_rate"] >= 0.5, summary["eval"]  # point_reach: untrained policies stay near 0
+    env = make_env(cfg)
+    base = load_bc_base(summary["checkpoint"], env.observation_space, 2)
+    assert isinstance(base, GenerativeBase) and base.noise_shape == (2, 2) and base.chunk_size == 2
+    obs, _ = env.reset(seed=0)
+    z = np.random.default_rng(0).standard_normal((2, 2)).astype(np.float32)
+    assert np.array_equal(base.predict_chunk(obs, noise=z), base.predict_chunk(obs, noise=z))
+    acting = make_policy(load_config(["env=point_reach", "experiment=rlpd", f"policy={cfg.policy.kind}",
+                                      f"policy.path={summary['checkpoint']}"]), env)  # fmt: skip
+    assert isinstance(acting, GenerativePolicy) and acting.model.kind == cfg.policy.kind
+    env.close()
+
+
+def test_a_generative_checkpoint_for_another_task_is_refused_naming_the_mismatch(bc_run):
+    _, summary = bc_run
+    with pytest.raises(BCCheckpointError, match="action dimension is 2, the task's is 3"):
+        load_bc_base(summary["checkpoint"], make_observation_space(4, {}), 3)
+    with pytest.raises(BCCheckpointError, match="state has 4 dimensions, the task's has 6"):
+        load_bc_base(summary["checkpoint"], make_observation_space(6, {}), 2)
+
+
+def test_an_out_of_range_step_count_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="policy.steps=0 is not allowed"):
+        load_config(["env=point_reach", "policy=flow", "policy.steps=0"])
+    cfg = load_config(["env=point_reach", "experiment=rlpd", "policy=diffusion", "policy.steps=200",
+                       f"cache_dir={tmp_path}", "logger.progress=false"])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"diffusion policy's steps must be an integer in \[1, 100\]"):
+        train_bc(cfg, tmp_path / "run", progress=False)
