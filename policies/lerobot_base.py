@@ -10,6 +10,17 @@ post-processor pipelines. Our observation is mapped onto the policy's input feat
 
 Its actions, un-normalised by its post-processor, are in the action space of the dataset it was trained on;
 for a dataset robo_rl exported that is our normalised action space, so they are clipped to [-1, 1].
+
+Noise steering (DSRL): a policy whose sampler starts from Gaussian noise takes that noise from the caller,
+`predict_chunk(obs, noise=z)` with z of shape `noise_shape`, through lerobot's `predict_action_chunk(batch, noise=)`:
+
+    smolvla, pi0, pi05    flow matching: z is x_1 of the Euler integration, (chunk_size, max_action_dim) (the padded
+                          action width; the columns past the task's action_dim are cut from the output, yet they
+                          enter the action expert, so they steer too)
+    diffusion             z is the initial sample, (horizon, action_dim); deterministic in z with a DDIM scheduler
+                          only: DDPM adds fresh noise at every denoising step
+
+Other policies (ACT, VQ-BeT, ...) and closed-loop runs (select_action draws its own noise) have `noise_shape` None.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
 CONFIG_FILE = "config.json"
 PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+FLOW_NOISE_TYPES = ("smolvla", "pi0", "pi05")  # sample_actions(noise=): [batch, chunk_size, max_action_dim], float32
+DIFFUSION_TYPE = "diffusion"  # conditional_sample(noise=): [batch, horizon, action_dim], the parameters' dtype
 
 
 class LeRobotBase:
@@ -44,6 +57,8 @@ class LeRobotBase:
         self.closed_loop = len(history or [0]) > 1 or getattr(cfg, "temporal_ensemble_coeff", None) is not None
         self.chunk_size = 1 if self.closed_loop else int(getattr(cfg, "n_action_steps", 1) or 1)
         self.time_axis = history is not None  # its inputs are [batch, time, ...] outside select_action (Diffusion)
+        # (chunk length, width) of the initial noise its sampler takes from predict_action_chunk; None: it takes none
+        self.noise_shape = None if self.closed_loop else noise_shape(cfg)
 
     @classmethod
     def load(cls, path_or_hub_id: str | Path, observation_space, action_dim: int, device: str = "cpu",
@@ -78,7 +93,13 @@ class LeRobotBase:
     def reset(self) -> None:
         self.policy.reset()
 
-    def predict_chunk(self, obs: dict) -> np.ndarray:
+    def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
+        """The next `chunk_size` actions, float32 [chunk_size, action_dim] in [-1, 1].
+
+        `noise`: the initial noise of the policy's sampler, float32 of shape `noise_shape` (DSRL steers it); None:
+        the policy draws its own. One-line ValueError for noise of another shape, non-finite noise, or noise given
+        to a policy that takes none."""
+        kwargs = {} if noise is None else {"noise": self._noise_tensor(noise)}
         with torch.inference_mode():
             batch = self.preprocessor(self._batch(obs))
             if self.closed_loop:
@@ -86,10 +107,29 @@ class LeRobotBase:
             else:
                 if self.time_axis:
                     batch = {k: v[:, None] if k in self.inputs else v for k, v in batch.items()}
-                actions = self.policy.predict_action_chunk(batch)[:, : self.chunk_size]  # [1, chunk, A]
+                actions = self.policy.predict_action_chunk(batch, **kwargs)[:, : self.chunk_size]  # [1, chunk, A]
             actions = self.postprocessor(actions)
         chunk = actions[0].to("cpu", torch.float32).numpy()
         return np.clip(chunk, -1.0, 1.0)
+
+    def _noise_tensor(self, noise: np.ndarray) -> torch.Tensor:
+        """The caller's noise as the policy's sampler takes it: [1, *noise_shape], on its device, in the dtype it
+        draws its own noise in."""
+        cfg = self.policy.config
+        if self.noise_shape is None:
+            steered = ", ".join((*FLOW_NOISE_TYPES, DIFFUSION_TYPE))
+            why = "it runs closed-loop through select_action, which draws its own noise" if self.closed_loop else (
+                f"its sampler takes none (noise steering: {steered})")  # fmt: skip
+            raise ValueError(f"base '{self.name}' ({cfg.type}) takes no initial noise: {why}")
+        z = np.asarray(noise)
+        if z.shape != self.noise_shape:
+            raise ValueError(f"noise for base '{self.name}' must have shape {self.noise_shape} (chunk length, noise "
+                             f"width), got {z.shape}")  # fmt: skip
+        if z.dtype.kind not in "fiu" or not np.all(np.isfinite(z)):
+            raise ValueError(f"noise for base '{self.name}' must be finite real numbers (got NaN, inf or non-numbers)")
+        param = next(self.policy.parameters())
+        dtype = torch.float32 if cfg.type in FLOW_NOISE_TYPES else param.dtype
+        return torch.as_tensor(z.astype(np.float32, copy=False))[None].to(param.device, dtype)
 
     def _batch(self, obs: dict) -> dict:
         """Our observation as the policy's preprocessor expects it: tensors with a batch dim, images float CHW."""
@@ -103,6 +143,16 @@ class LeRobotBase:
                 batch[key] = image.permute(2, 0, 1)[None].to(torch.float32).div_(255.0)
         batch["task"] = [self.task or ""]
         return batch
+
+
+def noise_shape(cfg) -> tuple[int, int] | None:
+    """(chunk length, width) of the initial noise that the open-loop sampler of a policy of this config takes;
+    None for a policy type whose `predict_action_chunk` takes no noise."""
+    if cfg.type in FLOW_NOISE_TYPES:
+        return int(cfg.chunk_size), int(cfg.max_action_dim)
+    if cfg.type == DIFFUSION_TYPE:
+        return int(cfg.horizon), int(cfg.action_feature.shape[0])
+    return None
 
 
 def dataset_action_range(postprocessor, action_dim: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -1,0 +1,150 @@
+"""A LeRobot VLA with a flow-matching action expert (SmolVLA) as a frozen base steered through its initial noise
+(DSRL): a tiny SmolVLA built offline (tests/vla_tiny.py), loaded by path as any pretrained_model folder is."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lerobot.policies.smolvla.modeling_smolvla")
+
+from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # noqa: E402
+from lerobot.policies.utils import prepare_observation_for_inference  # noqa: E402
+
+from policies.lerobot_base import LeRobotBase  # noqa: E402
+from robo_rl.envs import make_observation_space  # noqa: E402
+from tests.test_lerobot_base import ACTION_OUTPUT, STATE_INPUTS, save_tiny, stats, tiny_act  # noqa: E402, F401 (a fixture)
+from tests.vla_tiny import write_tiny_smolvla  # noqa: E402
+
+STATE_DIM, ACTION_DIM, CHUNK, CAMERA, IMAGE_HW, TASK = 4, 2, 4, "top", (24, 32), "pick the cube"
+SPACE = make_observation_space(STATE_DIM, {CAMERA: IMAGE_HW})
+
+
+@pytest.fixture(scope="module")
+def tiny_smolvla(tmp_path_factory) -> Path:
+    return write_tiny_smolvla(tmp_path_factory.mktemp("smolvla") / "pretrained_model", STATE_DIM, ACTION_DIM, CAMERA,
+                              IMAGE_HW, chunk_size=CHUNK)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smolvla(tiny_smolvla) -> LeRobotBase:
+    return LeRobotBase.load(tiny_smolvla, SPACE, ACTION_DIM, task=TASK)
+
+
+def observation(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"state": rng.standard_normal(STATE_DIM).astype(np.float32),
+            "images": {CAMERA: rng.integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)}}  # fmt: skip
+
+
+def noise(shape, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_tiny_smolvla_is_built_offline_and_loads_by_path(tiny_smolvla, smolvla):
+    size = sum(f.stat().st_size for f in tiny_smolvla.rglob("*") if f.is_file())
+    assert size < 4e6, f"the tiny SmolVLA takes {size / 1e6:.1f} MB"
+    cfg = json.loads((tiny_smolvla / "config.json").read_text())
+    assert cfg["type"] == "smolvla" and Path(cfg["vlm_model_name"]).is_dir()  # its own VLM folder: no hub id
+    assert smolvla.inputs == {"observation.state": "state", f"observation.images.{CAMERA}": f"images/{CAMERA}"}
+    assert (smolvla.chunk_size, smolvla.action_dim, smolvla.closed_loop) == (CHUNK, ACTION_DIM, False)
+    assert smolvla.noise_shape == (cfg["chunk_size"], cfg["max_action_dim"]) == (CHUNK, 32)
+    np.testing.assert_allclose(np.stack(smolvla.action_range), [[-1.0] * ACTION_DIM, [1.0] * ACTION_DIM])
+    with pytest.raises(ValueError, match="needs a task description: pass task="):
+        LeRobotBase.load(tiny_smolvla, SPACE, ACTION_DIM)
+
+
+def test_the_initial_noise_steers_the_chunk_deterministically(tiny_smolvla, smolvla):
+    obs, z = observation(), noise(smolvla.noise_shape)
+    smolvla.reset()
+    chunk = smolvla.predict_chunk(obs, noise=z)
+    assert chunk.shape == (CHUNK, ACTION_DIM) and chunk.dtype == np.float32 and np.all(np.abs(chunk) <= 1.0)
+    smolvla.reset()
+    np.testing.assert_array_equal(smolvla.predict_chunk(obs, noise=z.copy()), chunk)  # same z: the same chunk
+    assert not np.allclose(smolvla.predict_chunk(obs, noise=noise(smolvla.noise_shape, 1)), chunk, atol=1e-4)
+    padded = z.copy()
+    padded[:, ACTION_DIM:] = 0.0  # the padded columns are cut from the output, yet they enter the action expert
+    assert not np.allclose(smolvla.predict_chunk(obs, noise=padded), chunk, atol=1e-5)
+    assert not np.allclose(smolvla.predict_chunk(obs), smolvla.predict_chunk(obs), atol=1e-4)  # its own noise
+    assert not np.allclose(smolvla.predict_chunk(observation(1), noise=z), chunk, atol=1e-5)  # it sees the obs
+
+    # lerobot's own inference path on the same observation and noise: its processors, predict_action_chunk(noise=)
+    policy = get_policy_class("smolvla").from_pretrained(tiny_smolvla)
+    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(tiny_smolvla))
+    raw = {"observation.state": obs["state"].copy(), f"observation.images.{CAMERA}": obs["images"][CAMERA].copy()}
+    policy.reset()
+    with torch.inference_mode():
+        batch = pre(prepare_observation_for_inference(raw, torch.device("cpu"), task=TASK))
+        theirs = post(policy.predict_action_chunk(batch, noise=torch.from_numpy(z)[None]))
+    np.testing.assert_allclose(chunk, np.clip(theirs[0].numpy(), -1, 1), atol=1e-5)
+
+
+def refused_noise(base: LeRobotBase, z, obs=None) -> str:
+    with pytest.raises(ValueError) as err:
+        base.predict_chunk(observation() if obs is None else obs, noise=z)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_noise_that_does_not_fit_is_refused_in_one_line(smolvla):
+    for shape in ((CHUNK, ACTION_DIM), (1, CHUNK, 32), (32, CHUNK)):
+        msg = refused_noise(smolvla, noise(shape))
+        assert "must have shape (4, 32)" in msg and f"got {shape}" in msg
+    for bad in (np.nan, np.inf):
+        z = noise(smolvla.noise_shape)
+        z[1, 3] = bad
+        assert "must be finite" in refused_noise(smolvla, z)
+
+
+def test_noise_to_a_policy_that_takes_none_is_refused_in_one_line(tiny_act, tmp_path):  # noqa: F811 (imported)
+    act = LeRobotBase.load(tiny_act, make_observation_space(STATE_DIM, {}), ACTION_DIM)
+    assert act.noise_shape is None
+    obs = {"state": np.zeros(STATE_DIM, np.float32), "images": {}}
+    assert "(act) takes no initial noise: its sampler takes none" in refused_noise(act, noise((5, ACTION_DIM)), obs)
+    assert act.predict_chunk(obs).shape == (5, ACTION_DIM)  # without noise, as before
+
+    from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+    for n_obs_steps, shape in ((1, (8, ACTION_DIM)), (2, None)):  # a history runs closed-loop: select_action's noise
+        cfg = DiffusionConfig(input_features=dict(STATE_INPUTS), output_features=dict(ACTION_OUTPUT),
+                              n_obs_steps=n_obs_steps, horizon=8, n_action_steps=4, down_dims=(16, 32),
+                              diffusion_step_embed_dim=16, n_groups=4, kernel_size=3, num_train_timesteps=4,
+                              num_inference_steps=2, noise_scheduler_type="DDIM", pretrained_backbone_weights=None,
+                              device="cpu", push_to_hub=False)  # fmt: skip
+        folder = save_tiny(cfg, tmp_path / f"diffusion{n_obs_steps}", stats(ACTION_DIM))
+        diffusion = LeRobotBase.load(folder, make_observation_space(STATE_DIM, {}), ACTION_DIM)
+        assert diffusion.noise_shape == shape
+        if shape is None:
+            assert "takes no initial noise: it runs closed-loop" in refused_noise(diffusion, noise((8, 2)), obs)
+        else:  # DDIM: the chunk is a function of its initial sample
+            z = noise(shape)
+            chunk = diffusion.predict_chunk(obs, noise=z)
+            np.testing.assert_array_equal(diffusion.predict_chunk(obs, noise=z), chunk)
+            assert not np.allclose(diffusion.predict_chunk(obs, noise=noise(shape, 1)), chunk, atol=1e-5)
+
+
+def test_tiny_smolvla_cpu_latency(smolvla):
+    """Not asserted: one predict_chunk of the tiny SmolVLA on CPU, with torch's threads and with one (on a busy
+    machine, threads waiting on each other can cost far more than the model)."""
+    obs, z = observation(), noise(smolvla.noise_shape)
+    threads = torch.get_num_threads()
+    report = []
+    try:
+        for n in dict.fromkeys((threads, 1)):
+            torch.set_num_threads(n)
+            smolvla.predict_chunk(obs, noise=z)  # warm-up
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                smolvla.predict_chunk(obs, noise=z)
+                times.append(1e3 * (time.perf_counter() - start))
+            report.append(f"{n} thread(s): median {np.median(times):.1f} ms, min {min(times):.1f} ms")
+    finally:
+        torch.set_num_threads(threads)
+    print("\ntiny SmolVLA predict_chunk on CPU, " + "; ".join(report))

@@ -1,0 +1,94 @@
+"""A tiny SmolVLA with random weights, built offline: the real architecture (a SmolVLM backbone, its tokenizer and
+processor, the flow-matching action expert) at toy sizes, saved as `lerobot-train` saves a `pretrained_model`.
+
+SmolVLA takes its backbone by name (`vlm_model_name`, a hub id or a local folder): it builds the VLM from that
+folder's config (no VLM weights are read with `load_vlm_weights=False`: they are part of SmolVLA's own weights),
+reads its processor there (the tokenizer's image tokens), and its pre-processor tokenises the task with that folder's
+tokenizer. So a local folder with a tiny SmolVLM config, a byte-level BPE tokenizer trained on a few sentences and a
+SmolVLM processor stands in for `HuggingFaceTB/SmolVLM2-500M-Video-Instruct`; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VLM_FOLDER = "tiny_smolvlm"  # inside the pretrained_model folder, which names it by absolute path
+IMAGE_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
+                "video_token": "<video>"}  # fmt: skip
+CORPUS = ["pick the cube", "place the cube in the box", "push the red block to the left", "open the drawer\n"]
+
+
+def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, hidden: int = 32,
+                       layers: int = 2) -> Path:  # fmt: skip
+    """A SmolVLM (Idefics3 architecture) config, tokenizer and processor in `folder`, as AutoConfig, AutoTokenizer and
+    AutoProcessor read them; square images of `image_size` px, (image_size / patch_size / 2)^2 tokens per image."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMProcessor
+    from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMVideoProcessor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    special = ["<pad>", "<|im_start|>", *IMAGE_TOKENS.values()]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    # byte-level: every text tokenises, with no unknown token; a few merges from the corpus
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    bpe.train_from_iterator(CORPUS, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<|im_start|>",
+                                        eos_token=IMAGE_TOKENS["end_of_utterance_token"],
+                                        extra_special_tokens=dict(IMAGE_TOKENS))  # fmt: skip
+    size = {"longest_edge": image_size}
+    processor = SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(size=size, max_image_size=size, do_image_splitting=False),
+        tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size),
+        image_seq_len=(image_size // patch_size // 2) ** 2)  # fmt: skip
+    processor.save_pretrained(folder)
+    text = dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    vision = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2,
+                  image_size=image_size, patch_size=patch_size)  # fmt: skip
+    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKENS["image_token"])
+    config = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=2, image_token_id=image_token_id)
+    config.save_pretrained(folder)
+    return folder
+
+
+def write_tiny_smolvla(folder: Path, state_dim: int, action_dim: int, camera: str, image_hw: tuple[int, int],
+                       chunk_size: int = 4, max_action_dim: int = 32, num_steps: int = 4, image_size: int = 32,
+                       action_stats: dict | None = None, seed: int = 0) -> Path:  # fmt: skip
+    """A SmolVLA `pretrained_model` folder (config.json, model.safetensors, its pre- and post-processors with dataset
+    statistics) for a task with a state of `state_dim`, one camera `camera` of `image_hw` and actions of
+    `action_dim`; random weights from `seed`. Its initial noise is (chunk_size, max_action_dim)."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    folder = Path(folder).resolve()
+    vlm = write_tiny_smolvlm(folder / VLM_FOLDER, image_size=image_size)
+    height, width = image_hw
+    cfg = SmolVLAConfig(
+        input_features={"observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
+                        f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width))},
+        output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+        chunk_size=chunk_size, n_action_steps=chunk_size, max_state_dim=max(state_dim, 8),
+        max_action_dim=max_action_dim, resize_imgs_with_padding=(image_size, image_size), tokenizer_max_length=16,
+        num_steps=num_steps, vlm_model_name=str(vlm), load_vlm_weights=False, num_vlm_layers=-1,
+        device="cpu", push_to_hub=False)  # fmt: skip
+    with torch.random.fork_rng():  # the caller's random state stays as it was
+        torch.manual_seed(seed)
+        policy = SmolVLAPolicy(cfg)
+    dataset_stats = {"observation.state": _stats(state_dim), "action": action_stats or _stats(action_dim)}
+    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats)
+    for part in (policy, pre, post):
+        part.save_pretrained(folder)
+    return folder
+
+
+def _stats(dim: int) -> dict:
+    return {"mean": torch.zeros(dim), "std": torch.ones(dim), "min": -torch.ones(dim), "max": torch.ones(dim)}
