@@ -103,6 +103,18 @@ EXPERIMENTS = {
                              "hil_residual_weak with the residual also regressed on the human's corrections"),
     "residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "train.total_env_steps=6000",
                        "train.checkpoint_every_env_steps=1000"], None, "residual on the same weak base alone"),
+    # RL fine-tuning of a flow policy (issue 16): DSRL's two forms and the residual method on the same flow base
+    # (behaviour-cloned from 30 scripted demonstrations: about 0.35 success), the same budget
+    "dsrl_pick": (["experiment=dsrl_pick_cube", "train.total_env_steps=10000",
+                   "train.checkpoint_every_env_steps=1000"], None,
+                  "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "dsrl_noise_pick": (["experiment=dsrl_pick_cube", "algo.form=noise", "train.total_env_steps=10000",
+                         "train.checkpoint_every_env_steps=1000"], None, "DSRL's plain noise-space SAC"),
+    "residual_flow_pick": (["experiment=residual_pick_cube", *[f"+policy.base.model.{k}={v}" for k, v in (
+                            ("kind", "flow"), ("chunk_size", 4), ("execute_steps", 4), ("steps", 8),
+                            ("hidden", "[256,256,256]"))], "train.total_env_steps=10000",
+                            "train.checkpoint_every_env_steps=1000"], None,
+                           "the residual method on dsrl_pick's flow base, same demonstrations and budget"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,
@@ -166,11 +178,14 @@ def base_on_training_stream(run: Path, episodes: int) -> np.ndarray:
     cfg = load_saved_config(run / "config.yaml")
     env = make_env(cfg)
     policy = make_policy(cfg, env)  # a fresh residual policy: zero correction, the base alone
+    # DSRL: the base alone is its own sampler, noise ~ N(0, I) (the warm-up); a residual's is its zero correction
+    alone = "base" if getattr(policy, "warmup", None) == "base" else None
     obs, _ = env.reset(seed=int(cfg.seed))
     policy.reset()
     out = []
     while len(out) < episodes:
-        obs, _, terminated, truncated, info = env.step(policy_step(policy, obs, deterministic=True)[0])
+        action = policy_step(policy, obs, deterministic=True, explore=alone is not None)[0]
+        obs, _, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             out.append(bool(info.get("success", False)))
             policy.reset()

@@ -150,25 +150,62 @@ class ChunkGenerator(nn.Module):
             x = ab_next.sqrt() * clean + (1 - ab_next).sqrt() * eps
         return x  # not reached: timesteps is never empty
 
-    def invert(self, features: torch.Tensor, actions: torch.Tensor, steps: int | None = None) -> torch.Tensor:
-        """The initial noise whose sample is (close to) `actions` [B, chunk, A]: the sampler run backwards
-        (reverse Euler for the flow, DDIM inversion for diffusion). Approximate where the sample was clipped."""
-        steps = steps or self.steps
-        x = actions
+    def invert(self, features: torch.Tensor, actions: torch.Tensor, steps: int | None = None, iterations: int = 6,
+               refine: int = 60, bound: float | None = None) -> torch.Tensor:  # fmt: skip
+        """The initial noise whose sample is `actions` [B, chunk, A]: each sampling step undone in reverse order, its
+        implicit equation solved by fixed-point iteration (exact for the discrete sampler where nothing was clipped
+        to [-1, 1]), then `refine` gradient steps on ‖sample(w) − actions‖² through the sampler, w kept in
+        [-bound, bound] if given (the map is many-to-one where a clip or the network merges noises: any noise
+        that makes the same chunk will do)."""
+        features = features.detach()
+        with torch.no_grad():
+            noise = self._undo_steps(features, actions, steps or self.steps, iterations)
+        if bound is not None:
+            noise = noise.clamp(-bound, bound)
+        if refine:
+            noise = self._refine(features, actions, noise, steps or self.steps, refine, bound)
+        return noise
+
+    def _refine(self, features, actions, noise, steps: int, iterations: int, bound: float | None) -> torch.Tensor:
+        w = noise.clone().requires_grad_(True)
+        optim = torch.optim.Adam([w], lr=0.05)
+        best, best_error = noise.clone(), torch.full((len(noise),), float("inf"), device=noise.device)
+        with torch.enable_grad():
+            for _ in range(iterations + 1):
+                error = (self.sample(features, w, steps) - actions).pow(2).flatten(1).mean(1)
+                better = error.detach() < best_error
+                best[better], best_error[better] = w.detach()[better], error.detach()[better]
+                optim.zero_grad()
+                error.sum().backward()
+                optim.step()
+                if bound is not None:
+                    with torch.no_grad():
+                        w.clamp_(-bound, bound)
+        return best
+
+    def _undo_steps(self, features, actions, steps: int, iterations: int) -> torch.Tensor:
         b = len(actions)
-        if self.kind == "flow":
+        if self.kind == "flow":  # x_{k+1} = x_k + v(x_k, t_k)/K  →  x_k = x_{k+1} − v(x_k, t_k)/K
+            y = actions
             for t in reversed(self.flow_times(steps)):
-                x = x - self.predict(features, x, actions.new_full((b,), t + 1.0 / steps)) / steps
-            return x
-        timesteps = list(reversed(self.ddim_timesteps(steps)))  # up from the smallest
+                time, x = actions.new_full((b,), t), y
+                for _ in range(iterations):
+                    x = y - self.predict(features, x, time) / steps
+                y = x
+            return y
+        timesteps = self.ddim_timesteps(steps)
         T = len(self.alpha_bar)
-        ab_prev = actions.new_tensor(1.0)
-        for k in timesteps:
-            ab = self.alpha_bar[k - 1]
-            eps = self.predict(features, x, actions.new_full((b,), k / T))
-            clean = (x - (1 - ab_prev).sqrt() * eps) / ab_prev.sqrt()
-            x = ab.sqrt() * clean + (1 - ab).sqrt() * eps
-            ab_prev = ab
+        ab = [self.alpha_bar[k - 1] for k in timesteps]
+        # the last step returned clean = (x − √(1 − ᾱ)·ε(x)) / √ᾱ  →  x = √ᾱ·a + √(1 − ᾱ)·ε(x)
+        time = actions.new_full((b,), timesteps[-1] / T)
+        x = actions
+        for _ in range(iterations):
+            x = ab[-1].sqrt() * actions + (1 - ab[-1]).sqrt() * self.predict(features, x, time)
+        for i in range(len(timesteps) - 2, -1, -1):  # x' = √ᾱ'·(x − √(1 − ᾱ)·ε)/√ᾱ + √(1 − ᾱ')·ε, ε = ε(x, k_i)
+            time, after = actions.new_full((b,), timesteps[i] / T), x
+            for _ in range(iterations):
+                eps = self.predict(features, x, time)
+                x = ab[i].sqrt() * (after - (1 - ab[i + 1]).sqrt() * eps) / ab[i + 1].sqrt() + (1 - ab[i]).sqrt() * eps
         return x
 
     def checkpoint(self, **extra) -> dict:

@@ -176,7 +176,8 @@ class Learner:
 
     def sample(self) -> dict:
         spec = self.algo.batch_spec
-        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras)
+        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras,
+                                   spec.where)  # fmt: skip
         return batch_to_torch(batch, self.device)
 
     def update(self) -> dict:

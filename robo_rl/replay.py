@@ -90,28 +90,36 @@ class ReplayBuffer:
         return int(self._valid(np.arange(self.size)).sum())
 
     # --- sampling -----------------------------------------------------------------------------
-    def sample_rows(self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None) -> np.ndarray:
-        """Rows that end a valid transition, uniformly over `among` (default: all filled rows)."""
+    def sample_rows(self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None,
+                    where: str | None = None) -> np.ndarray:  # fmt: skip
+        """Rows that end a valid transition, uniformly over `among` (default: all filled rows); with `where` (a
+        policy extra's name), only rows where that extra is nonzero (e.g. the steps where a chunk was decided)."""
         pool = self.size if among is None else len(among)
         if pool == 0:
             raise ValueError("cannot sample from an empty replay buffer")
+        if where is not None and f"extra/{where}" not in self.data:
+            raise ValueError(f"this replay's records have no extra '{where}' to sample by")
         out = np.empty(0, np.int64)
         for _ in range(100):
             rows = rng.integers(0, pool, size=2 * batch_size)
             rows = rows if among is None else among[rows]
-            out = np.concatenate([out, rows[self._valid(rows)]])
+            keep = self._valid(rows)
+            if where is not None:
+                keep &= self.data[f"extra/{where}"][rows].reshape(len(rows), -1)[:, 0] != 0
+            out = np.concatenate([out, rows[keep]])
             if len(out) >= batch_size:
                 return out[:batch_size]
-        raise ValueError("replay buffer holds no complete transition yet")
+        raise ValueError("replay buffer holds no complete transition yet" + (f" with extra '{where}'" if where else ""))
 
     def intervention_rows(self) -> np.ndarray:
         """Rows whose transition a human took over (the interventions partition, a view of this buffer)."""
         return np.flatnonzero(self.data["intervention"][: self.size])
 
     def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1, chunk: int = 1,
-               extras: tuple[str, ...] = (), among: np.ndarray | None = None) -> dict:  # fmt: skip
-        """A batch of transitions as numpy arrays (see `gather`)."""
-        return self.gather(self.sample_rows(batch_size, rng, among), gamma, n_step, chunk, extras)
+               extras: tuple[str, ...] = (), among: np.ndarray | None = None,
+               where: str | None = None) -> dict:  # fmt: skip
+        """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`)."""
+        return self.gather(self.sample_rows(batch_size, rng, among, where), gamma, n_step, chunk, extras)
 
     def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
         return self.data[name][rows]

@@ -134,18 +134,18 @@ class LearnerReplay:
         return self.online.size > 0
 
     def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1,
-               chunk: int = 1, extras: tuple[str, ...] = ()) -> dict:  # fmt: skip
+               chunk: int = 1, extras: tuple[str, ...] = (), where: str | None = None) -> dict:  # fmt: skip
         """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
-        (by their sizes); all online when there is no prior data yet."""
+        (by their sizes); all online when there is no prior data yet. `where`: see `ReplayBuffer.sample_rows`."""
         interventions = self.online.intervention_rows() if self.cfg.interventions_in_prior else np.empty(0, np.int64)
         n_demo_rows = self.demos.size if self.demos else 0
         n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + len(interventions) else 0
         n_int = int(rng.binomial(n_prior, len(interventions) / (n_demo_rows + len(interventions)))) if n_prior else 0
-        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras)]
+        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where)]
         if n_int:
-            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions))
+            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where))
         if n_prior - n_int:
-            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras))
+            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras, where=where))
         return concat_batches(parts)
 
     # --- checkpoints ----------------------------------------------------------------------------

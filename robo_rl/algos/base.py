@@ -31,6 +31,7 @@ class BatchSpec:
     gamma: float = 0.99  # the replay discounts n-step returns with it
     chunk: int = 1  # action chunks of this length (an algorithm for chunked policies)
     extras: tuple[str, ...] = field(default=())  # policy extras gathered with obs and next_obs (`obs["extras"]`)
+    where: str | None = None  # only transitions whose policy extra of this name is nonzero (a chunk's decisions)
 
 
 class Algorithm(ABC):

@@ -1,0 +1,129 @@
+"""DSRL's acting policy: a frozen flow/diffusion policy steered through its initial noise.
+
+    w ~ π_W(·|s) = bound · tanh(N(μ(s), σ(s)))       the RL action: one noise for the whole chunk, in [-bound, bound]
+    a_{t..t+E-1} = π_base(s, w)[:E]                  the frozen policy's deterministic denoising of w, run open-loop
+
+Every record carries the decision's noise (`extra/noise`, held over the chunk) and `extra/decision` (1 on the step
+whose action opened a chunk, 0 on the rest), so the learner samples one transition per decision, with the E
+executed actions and their discounted rewards (`robo_rl/algos/dsrl.py`). The base (our flow or diffusion
+checkpoint, or a LeRobot policy whose sampler takes noise, e.g. SmolVLA or π0) is built by every process from the
+config and never sent: actors receive only the noise actor's weights.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.base import BasePolicy
+from policies.gaussian import TanhGaussianPolicy
+from policies.residual import load_base, observation_row
+
+WARMUPS = ("base", "uniform")
+
+
+class _Chunk:
+    """The chunk being executed: its remaining actions and the noise that made it (one per episode, shared by
+    every copy of the policy, so new weights never cut a chunk short)."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque = collections.deque()
+        self.noise: torch.Tensor | None = None
+
+
+class NoisePolicy(nn.Module):
+    def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, noise_bound: float = 1.5,
+                 hidden: list[int] = (256, 256), log_std_min: float = -5.0, log_std_max: float = 2.0,
+                 encoder: dict | None = None, warmup: str = "base",
+                 execute_steps: int | None = None) -> None:  # fmt: skip
+        super().__init__()
+        if not 0 < noise_bound <= 5:
+            raise ValueError(f"policy.noise_bound must be in (0, 5] (the box of the initial noise), got {noise_bound}")
+        if warmup not in WARMUPS:
+            raise ValueError(f"policy.warmup must be base or uniform, got '{warmup}'")
+        spec = dict(base) if isinstance(base, dict) else {}
+        spec.pop("model", None)  # what `robo-rl train` trains when no path is given
+        self.base = load_base(spec or base, observation_space, action_dim)
+        shape = getattr(self.base, "noise_shape", None)
+        if shape is None:
+            raise ValueError(f"DSRL steers the initial noise of a flow or diffusion policy; this base "
+                             f"({type(self.base).__name__}) takes none: train one with `robo-rl bc policy=flow`")
+        if self.base.action_dim != action_dim:
+            raise ValueError(f"the base acts in {self.base.action_dim} dimensions, the task in {action_dim}")
+        self.action_dim, self.noise_bound, self.warmup = action_dim, float(noise_bound), warmup
+        self.noise_shape = tuple(int(n) for n in shape)
+        self.noise_dim = int(np.prod(self.noise_shape))
+        chunk = self.base.chunk_size
+        execute = execute_steps or spec.get("execute_steps") or getattr(self.base, "execute_steps", None) or chunk
+        if not 1 <= execute <= chunk:
+            raise ValueError(f"policy.execute_steps={execute} must be in [1, {chunk}] (the base's chunk)")
+        self.execute_steps = int(execute)
+        self.actor = TanhGaussianPolicy(observation_space, self.noise_dim, list(hidden), log_std_min, log_std_max,
+                                        encoder=encoder)  # fmt: skip
+        self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
+        self.chunk = _Chunk()
+        self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32)}
+
+    def __deepcopy__(self, memo):
+        memo[id(self.base)] = self.base  # frozen: one for all copies
+        memo[id(self.chunk)] = self.chunk  # the episode's chunk, whichever weights act
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
+    def reset(self) -> None:
+        self.chunk.queue.clear()
+        self.chunk.noise = None
+        self.base.reset()
+
+    def sample_noise(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised noise in [-bound, bound] and its log-probability (of the tanh, before scaling: the
+        scale only shifts it by a constant)."""
+        w, log_prob = self.actor.sample(features)
+        return self.noise_bound * w, log_prob
+
+    def mean_noise(self, features: torch.Tensor) -> torch.Tensor:
+        return self.noise_bound * torch.tanh(self.actor.distribution_params(features)[0])
+
+    def _step(self, obs: dict, choose) -> tuple[torch.Tensor, dict]:
+        decision = not self.chunk.queue
+        if decision:
+            noise = choose().reshape(1, self.noise_dim).float()
+            chunk = self.base.predict_chunk(observation_row(obs, 0), noise=noise[0].numpy().reshape(self.noise_shape))
+            chunk = np.asarray(chunk, np.float32)
+            if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not np.all(np.isfinite(chunk)):
+                raise FloatingPointError(f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
+                                         f"or not {self.action_dim}-dimensional")  # fmt: skip
+            self.chunk.queue.extend(chunk[: self.execute_steps])
+            self.chunk.noise = noise
+        action = torch.from_numpy(np.asarray(self.chunk.queue.popleft(), np.float32))[None]
+        return action, {"noise": self.chunk.noise, "decision": torch.tensor([[float(decision)]])}
+
+    @torch.no_grad()
+    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
+        def choose():
+            features = self.encoder(obs)
+            return self.mean_noise(features) if deterministic else self.sample_noise(features)[0]
+
+        return self._step(obs, choose)
+
+    @torch.no_grad()
+    def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
+        return self.act_with_extras(obs, deterministic)[0]
+
+    @torch.no_grad()
+    def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict]:
+        """Warm-up (train.random_steps): the base's own behaviour (w ~ N(0, I), clipped to the box) or uniform
+        noise over the box."""
+        def choose():
+            if self.warmup == "uniform":
+                return (torch.rand(self.noise_dim) * 2 - 1) * self.noise_bound
+            return torch.randn(self.noise_dim).clamp(-self.noise_bound, self.noise_bound)
+
+        return self._step(obs, choose)
