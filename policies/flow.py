@@ -25,6 +25,7 @@ import math
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from policies.bc import NORMALISED_CLIP, STD_FLOOR, BCCheckpointError, feature_mismatch
 from policies.encoders import EncoderConfig, ObservationEncoder
@@ -88,11 +89,40 @@ class ChunkGenerator(nn.Module):
         images = {name: obs["images"][name] for name in self.config["cameras"]}
         return self.encoder({"state": state, "images": images})
 
-    def predict(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """The velocity (flow) or the noise (diffusion) at chunk x [B, chunk, A] and time t ∈ [0, 1] [B]."""
-        angles = t.float()[:, None] * self.time_freqs[None]
-        net_in = torch.cat([features, x.flatten(1), torch.sin(angles), torch.cos(angles)], dim=-1)
-        return self.net(net_in).view_as(x)
+    def time_embedding(self, t: torch.Tensor | float, batch: int) -> torch.Tensor:
+        """[B, time_features] sinusoids of t ∈ [0, 1] (a tensor [B], or one float for the whole batch: sampling
+        visits the same few times over and over, so their embeddings are computed once and kept)."""
+        if isinstance(t, torch.Tensor):
+            angles = t.float()[:, None] * self.time_freqs[None]
+            return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+        key = (float(t), self.time_freqs.device, torch.is_inference_mode_enabled())
+        cache = self.__dict__.setdefault("_time_cache", {})
+        if key not in cache:
+            angles = float(t) * self.time_freqs[None]
+            cache[key] = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+        return cache[key].expand(batch, -1)
+
+    def predict(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+        """The velocity (flow) or the noise (diffusion) at chunk x [B, chunk, A] and time t ∈ [0, 1] ([B] or one
+        float for all)."""
+        net_in = torch.cat([features, x.flatten(1), self.time_embedding(t, len(x))], dim=-1)
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type):
+            return self.net(net_in).view_as(x)
+        return self._inference_net(net_in).view_as(x)
+
+    def _inference_net(self, h: torch.Tensor) -> torch.Tensor:
+        """`net` without module calls (the same arithmetic): at batch 1 the actor's time goes mostly into per-call
+        overhead, a third of it into nn.Module.__call__."""
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                h = F.linear(h, layer.weight, layer.bias)
+            elif isinstance(layer, nn.LayerNorm):
+                h = F.layer_norm(h, layer.normalized_shape, layer.weight, layer.bias, layer.eps)
+            elif isinstance(layer, nn.ReLU):
+                h = F.relu(h)
+            else:
+                h = layer(h)
+        return h
 
     def forward(self, obs: dict) -> torch.Tensor:
         """The chunk from zero noise (the distribution's centre path): [B, chunk, A]."""
@@ -133,16 +163,15 @@ class ChunkGenerator(nn.Module):
         the initial noise w [B, chunk, A]."""
         steps = steps or self.steps
         x = noise
-        b = len(noise)
         if self.kind == "flow":
             for t in self.flow_times(steps):
-                x = x + self.predict(features, x, noise.new_full((b,), t)) / steps
+                x = x + self.predict(features, x, t) / steps
             return x.clamp(-1.0, 1.0)
         timesteps = self.ddim_timesteps(steps)
         T = len(self.alpha_bar)
         for i, k in enumerate(timesteps):
             ab = self.alpha_bar[k - 1]
-            eps = self.predict(features, x, noise.new_full((b,), k / T))
+            eps = self.predict(features, x, k / T)
             clean = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1.0, 1.0)
             if i + 1 == len(timesteps):
                 return clean
@@ -184,11 +213,10 @@ class ChunkGenerator(nn.Module):
         return best
 
     def _undo_steps(self, features, actions, steps: int, iterations: int) -> torch.Tensor:
-        b = len(actions)
         if self.kind == "flow":  # x_{k+1} = x_k + v(x_k, t_k)/K  →  x_k = x_{k+1} − v(x_k, t_k)/K
             y = actions
             for t in reversed(self.flow_times(steps)):
-                time, x = actions.new_full((b,), t), y
+                time, x = t, y
                 for _ in range(iterations):
                     x = y - self.predict(features, x, time) / steps
                 y = x
@@ -197,12 +225,12 @@ class ChunkGenerator(nn.Module):
         T = len(self.alpha_bar)
         ab = [self.alpha_bar[k - 1] for k in timesteps]
         # the last step returned clean = (x − √(1 − ᾱ)·ε(x)) / √ᾱ  →  x = √ᾱ·a + √(1 − ᾱ)·ε(x)
-        time = actions.new_full((b,), timesteps[-1] / T)
+        time = timesteps[-1] / T
         x = actions
         for _ in range(iterations):
             x = ab[-1].sqrt() * actions + (1 - ab[-1]).sqrt() * self.predict(features, x, time)
         for i in range(len(timesteps) - 2, -1, -1):  # x' = √ᾱ'·(x − √(1 − ᾱ)·ε)/√ᾱ + √(1 − ᾱ')·ε, ε = ε(x, k_i)
-            time, after = actions.new_full((b,), timesteps[i] / T), x
+            time, after = timesteps[i] / T, x
             for _ in range(iterations):
                 eps = self.predict(features, x, time)
                 x = ab[i].sqrt() * (after - (1 - ab[i + 1]).sqrt() * eps) / ab[i + 1].sqrt() + (1 - ab[i]).sqrt() * eps
@@ -243,7 +271,7 @@ class GenerativeBase:
                   for n in self.cameras}  # fmt: skip
         return {"state": state, "images": images}
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
         """float32 [chunk, A]; from `noise` [chunk, A] when given, else from a fresh N(0, I) draw."""
         if noise is None:
@@ -291,7 +319,7 @@ class GenerativePolicy(nn.Module):
     policy=flow` trains; `path` is the trained checkpoint."""
 
     def __init__(self, observation_space, action_dim: int, path: str | None = None, kind: str = "flow",
-                 chunk_size: int = 8, execute_steps: int | None = None, steps: int = 8,
+                 chunk_size: int = 8, execute_steps: int | None = None, steps: int = 10,
                  hidden: list[int] = (256, 256, 256), time_features: int = 32, diffusion_timesteps: int = 100,
                  encoder: dict | None = None) -> None:  # fmt: skip
         super().__init__()

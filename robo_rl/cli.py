@@ -17,7 +17,8 @@ commands:
   learner   start the learner alone (binds transport.* ports on loopback)
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
-  bc        behaviour-clone a base policy from demonstrations into <run>/bc/policy.pt, and evaluate it
+  bc        behaviour-clone a base policy (an MLP, or policy=flow|diffusion) into <run>/bc/policy.pt, evaluate it
+  distill   a K-step flow/diffusion policy (or a DSRL run) into a one-step flow: robo-rl distill checkpoint=<..>
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
   critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
@@ -49,8 +50,8 @@ class UsageError(ValueError):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "record": _cmd_record, "gui": cmd_gui,
-                "reward": _cmd_reward, "critic": _cmd_critic}  # fmt: skip
+                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "distill": cmd_distill, "record": _cmd_record,
+                "gui": cmd_gui, "reward": _cmd_reward, "critic": _cmd_critic}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -333,6 +334,30 @@ def cmd_bc(overrides: list[str]) -> int:
               f"[{e['success_ci95'][0]:.2f}, {e['success_ci95'][1]:.2f}]), base inference "
               f"{e.get('base_inference_ms_p50', float('nan')):.2f} ms (p50)")  # fmt: skip
     print(f"checkpoint: {s['checkpoint']}")
+    return 0
+
+
+def cmd_distill(overrides: list[str]) -> int:
+    """One-step distillation of a flow/diffusion policy or a DSRL run (`robo_rl/distill.py`)."""
+    from robo_rl.config import load_config
+    from robo_rl.distill import distill
+
+    cfg = load_config(overrides)
+    if not cfg.checkpoint:
+        raise UsageError("distill needs checkpoint=<a flow/diffusion bc/policy.pt, its run folder, or a DSRL run>")
+    run_dir = _run_dir_for(cfg)
+    print(f"run folder: {run_dir}")
+    s = distill(cfg, run_dir, progress=cfg.logger.progress)
+    teacher = s["distilled_from"]
+    print(f"distilled {teacher['kind']} teacher {teacher['path']} in {s['train']['train_s']:.0f} s "
+          f"(final loss {s['train']['final_loss']:.5f})")  # fmt: skip
+    if "student" in s:
+        t, o = s["teacher"], s["student"]
+        for name, r in (("teacher", t), ("one-step", o)):
+            print(f"{name:>8}: success {r['successes']}/{r['episodes']} = {r['success_rate']:.2f}, inference "
+                  f"p50 {r['base_inference_ms_p50']:.2f} ms, p99 {r['base_inference_ms_p99']:.2f} ms")  # fmt: skip
+        print(f"one step is {s['speedup_p50']:.1f}x faster (p50), success {s['success_points']:+.0f} points")
+    print(f"checkpoint: {s['checkpoint']} (a flow policy: policy=flow policy.path=..., or a DSRL/residual base)")
     return 0
 
 

@@ -49,10 +49,21 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
     "bc": (
         "robo-rl bc [overrides ...]",
         "Behaviour-clone a base policy: record (or reuse cached) scripted demonstrations, or read demos.path, train\n"
-        "an MLP that predicts bc.chunk_size actions (early-stopped on held-out episodes), write <run>/bc/policy.pt\n"
-        "(the base a residual learner or an actor loads) and evaluate it on bc.eval_episodes sim episodes.",
+        "an MLP that predicts bc.chunk_size actions (early-stopped on held-out episodes), or with policy=flow |\n"
+        "diffusion a flow-matching / diffusion policy of policy.chunk_size actions, write <run>/bc/policy.pt (the\n"
+        "base a residual or DSRL learner or an actor loads) and evaluate it on bc.eval_episodes sim episodes.",
         ("demos.num_episodes", "demos.noise_std", "demos.path", "bc.chunk_size", "bc.hidden", "bc.epochs",
          "bc.batch_size", "bc.lr", "bc.val_fraction", "bc.images", "bc.eval_episodes", "device"),
+        True,
+    ),  # fmt: skip
+    "distill": (
+        "robo-rl distill checkpoint=<flow/diffusion bc/policy.pt, its run folder, or a DSRL run> [overrides ...]",
+        "Distil a K-step flow/diffusion policy (as trained, or as a DSRL run fine-tuned it) into a one-step flow\n"
+        "policy of the same noise: regress it onto the teacher's chunks on the demonstrations' states and the\n"
+        "teacher's own rollouts, then evaluate both on the same seeds (success, inference p50/p99). Writes\n"
+        "<run>/distill/policy.pt (loads as policy=flow policy.path=..., or as a DSRL/residual base) and report.json.",
+        ("checkpoint", "distill.iterations", "distill.batch_size", "distill.lr", "distill.rollout_episodes",
+         "distill.eval_episodes", "eval.seed"),
         True,
     ),  # fmt: skip
     "record": (

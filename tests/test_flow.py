@@ -80,6 +80,17 @@ def test_sampling_is_a_deterministic_map_of_the_noise_and_inverts(fitted):
     assert (recovered - a).abs().mean() < 0.05, float((recovered - a).abs().mean())  # invert: back to the same chunk
 
 
+def test_the_actors_inference_path_computes_what_training_computes(fitted):
+    g = torch.Generator().manual_seed(3)
+    obs, _ = _toy_data(8, g)
+    noise = torch.randn(8, 3, 2, generator=g)
+    with torch.no_grad():
+        fast = fitted.sample(fitted.features(obs), noise)
+    with torch.enable_grad():
+        slow = fitted.sample(fitted.features(obs), noise)
+    assert torch.allclose(fast, slow, atol=1e-5)
+
+
 def test_bad_settings_and_bad_noise_are_refused_in_one_line():
     with pytest.raises(ValueError, match="steps must be an integer in"):
         ChunkGenerator(2, 2, steps=0)
