@@ -23,6 +23,7 @@ from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.replay_store import LearnerReplay
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
+from robo_rl.rollout import Rollout
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
 from robo_rl.schema import EXTRA, fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
@@ -80,6 +81,8 @@ class Learner:
             if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
                 demos = relabel_prior(cfg, demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
+        spec = self.algo.batch_spec
+        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps) if spec.rollout_env_steps else None
         print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
@@ -119,6 +122,8 @@ class Learner:
             if self.relabel is not None:
                 arrays = self.relabel(actor, arrays)
             self.replay.add(actor, arrays, session, seq, token_hash)
+            if self.rollout is not None:  # on-policy: the current version's decisions, older ones counted
+                self.rollout.add(actor, arrays)
         except Exception as e:
             if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback
                 log.exception("storing message %s of %s failed", seq, actor)
@@ -181,11 +186,24 @@ class Learner:
         return batch_to_torch(batch, self.device)
 
     def update(self) -> dict:
-        """One round of the algorithm's update on the fresh batches it asks for (counted as that many updates)."""
+        """One round of the algorithm's update on the fresh batches it asks for (counted as that many updates);
+        on-policy, on the current version's rollout, after which the new weights go out at once."""
+        if self.rollout is not None:
+            stale = self.rollout.stale_steps
+            metrics = self.algo.update([batch_to_torch(self.rollout.take(self.algo.batch_spec.extras), self.device)])
+            self.updates += 1
+            self.publish_weights()
+            metrics["stale_steps_dropped"] = stale
+            return metrics
         n = self.algo.batch_spec.batches
         metrics = self.algo.update([self.sample() for _ in range(n)])
         self.updates += n
         return metrics
+
+    def _can_update(self) -> bool:
+        if self.rollout is not None:  # on-policy: once the current version has acted its rollout's env steps
+            return self.rollout.env_steps >= self.rollout.wanted
+        return self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
 
     # --- the loop -----------------------------------------------------------------------------
     @property
@@ -208,7 +226,7 @@ class Learner:
         reason, m, crash = "done", {}, None
         try:
             while self.env_steps < train.total_env_steps:
-                can_update = self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
+                can_update = self._can_update()
                 before = self.env_steps
                 for actor, arrays, session, seq, token_hash in self.link.poll(timeout_ms=0 if can_update else 20):
                     self.ingest(actor, arrays, session, seq, token_hash)
@@ -216,7 +234,8 @@ class Learner:
                 bar.update(self.env_steps - before)
                 if can_update:
                     m = self.update()
-                    if self.updates % train.weights_every_updates < self.algo.batch_spec.batches:
+                    off_policy = self.rollout is None
+                    if off_policy and self.updates % train.weights_every_updates < self.algo.batch_spec.batches:
                         self.publish_weights()
                 now = time.monotonic()
                 if now - last_status > 0.02:
@@ -267,14 +286,21 @@ class Learner:
 
     def publish_weights(self) -> None:
         self.version += 1
+        if self.rollout is not None:  # from now on, only this version's decisions count
+            self.rollout.version = self.version
         self.link.publish_weights(self.version, state_dict_to_arrays(self.algo.actor_weights()))
         self._published[self.version] = time.monotonic()
         self._published.pop(self.version - 10_000, None)
 
     def publish_status(self) -> None:
         train = self.cfg.train
-        allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
-                   + self.cfg.actor.max_lead_steps)  # fmt: skip
+        if self.rollout is not None:  # on-policy: actors act what this version's rollout still lacks (and finish a
+            # chunk), then wait for new weights; steps an actor took with older weights do not count towards it
+            lead = min(self.cfg.actor.max_lead_steps, 2 * getattr(self.policy, "execute_steps", 1))
+            allowed = self.env_steps + max(0, self.rollout.wanted - self.rollout.env_steps) + lead
+        else:
+            allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
+                       + self.cfg.actor.max_lead_steps)  # fmt: skip
         self.link.publish_status({"env_steps": self.env_steps, "updates": self.updates,
                                   "allowed_env_steps": allowed, **self.health})  # fmt: skip
 

@@ -260,6 +260,22 @@ SETTINGS: dict[str, Setting] = {
     "policy.base.model.steps": _int("dsrl: the trained base's sampling steps", 1, 1000),
     "policy.base.model.execute_steps": _int("dsrl: the trained base's actions per chunk run", 1, nullable=True),
     "policy.base.model.hidden": _ints("dsrl: the trained base's network widths"),
+    "policy.method": _choice("reinflow/dppo: the chain", "reinflow", "dppo"),
+    "policy.stochastic_steps": _int("dppo: the last K' steps, stochastic and fine-tuned", 1, 1000, nullable=True),
+    "policy.sigma_min": _pos("reinflow/dppo: the smallest std of a chain step", high=1.0),
+    "policy.sigma_max": _pos("reinflow/dppo: the largest std of a chain step", high=1.0),
+    "policy.noise_hidden": _ints("reinflow: the noise network's widths"),
+    "algo.rollout_env_steps": _int("ppo: env steps of the current policy per iteration", 1),
+    "algo.gae_lambda": _float("ppo: GAE lambda", 0.0, 1.0),
+    "algo.clip": _float("ppo: the ratio clip", 0.0, 1.0, low_open=True),
+    "algo.epochs": _int("ppo: passes over each rollout", 1),
+    "algo.lr_policy": _pos("ppo: policy learning rate", high=1.0),
+    "algo.lr_value": _pos("ppo: value learning rate", high=1.0),
+    "algo.entropy_coef": _float("ppo: entropy bonus", 0.0),
+    "algo.value_coef": _float("ppo: value loss weight", 0.0),
+    "algo.value_hidden": _ints("ppo: value network widths"),
+    "algo.log_ratio_clamp": _pos("ppo: bound on |log pi_new - log pi_old|"),
+    "algo.target_kl": _pos("ppo: stop an iteration's epochs past this approximate KL", nullable=True),
     "algo.form": _choice("dsrl: aliased (action + noise critics) or noise (SAC in noise space)", "aliased", "noise"),
     "algo.alias_samples": _int("dsrl: noises per state regressed onto the action critic", 1, 256),
     "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),
@@ -312,6 +328,7 @@ SETTINGS: dict[str, Setting] = {
 RELATIONS = (
     ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
     ("policy.log_std_min", "policy.log_std_max", lambda a, b: a < b, "below policy.log_std_max"),
+    ("policy.sigma_min", "policy.sigma_max", lambda a, b: a <= b, "at most policy.sigma_max"),
 )
 
 

@@ -1,0 +1,182 @@
+"""On-policy fine-tuning of a flow/diffusion policy: its sampler made a Markov chain of Gaussian steps, each with an
+exact log-probability, so PPO can score and move the whole chain (`robo_rl/algos/ppo.py`).
+
+  reinflow (a flow policy)       x_{k+1} = x_k + v_θ(x_k, t_k)/K + σ_φ(s, t_k)·ε,  k = 0..K-1, x_0 ~ N(0, I)
+                                 σ_φ a small learnable noise network squashed into [σ_min, σ_max] per dimension
+                                 (ReinFlow, Zhang et al. 2025); K = 1-4 steps
+  dppo (a diffusion policy)      K DDIM steps; the first K − K′ deterministic, the last K′ stochastic:
+                                 x_{k-1} = μ_DDIM(x_k, ε_θ(x_k, k)) + σ_k·ε with σ_k ≥ σ_min (DPPO, Ren et al. 2024);
+                                 only those K′ steps are scored, so only they are fine-tuned by the gradient
+
+log π(chunk | s) = Σ over the scored steps of log N(x_next; μ_θ(x), σ²), kept with the chunk's chain of x's
+(`extra/chain`) and its log-probability when acting (`extra/log_prob`, `extra/decision`: 1 where a chunk opened),
+so the learner recomputes it under new weights from the same chain. The chunk executed is the chain's end, clipped
+to [-1, 1]. With `deterministic` (evaluation) the chain runs without noise.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.bc import BCCheckpointError, feature_mismatch, read_bc_checkpoint
+from policies.flow import GENERATIVE_KIND, ChunkGenerator, build_generator
+from policies.mlp import mlp
+
+METHODS = ("reinflow", "dppo")
+LOG_2PI = math.log(2 * math.pi)
+
+
+class ChainPolicy(nn.Module):
+    def __init__(self, observation_space, action_dim: int, path: str | None = None, method: str = "reinflow",
+                 steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
+                 sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
+                 model: ChunkGenerator | None = None) -> None:  # fmt: skip
+        super().__init__()
+        if method not in METHODS:
+            raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
+        if not 0 < sigma_min <= sigma_max <= 1.0:
+            raise ValueError(f"policy.sigma_min/sigma_max must satisfy 0 < min <= max <= 1, got {sigma_min}, "
+                             f"{sigma_max}")  # fmt: skip
+        if model is None:
+            if not path:
+                raise ValueError(f"policy={method} fine-tunes a trained policy: set policy.path to a `robo-rl bc "
+                                 f"policy={'flow' if method == 'reinflow' else 'diffusion'}` checkpoint")  # fmt: skip
+            payload = read_bc_checkpoint(path)
+            if payload["kind"] != GENERATIVE_KIND:
+                raise BCCheckpointError(f"{payload['path']} is an MLP policy: {method} fine-tunes a flow/diffusion one")
+            problem = feature_mismatch(payload["config"], observation_space, action_dim)
+            if problem:
+                raise BCCheckpointError(f"base checkpoint {payload['path']} does not fit this task: its {problem}")
+            model = build_generator(payload)
+            execute_steps = execute_steps or payload.get("execute_steps")
+        wanted = "flow" if method == "reinflow" else "diffusion"
+        if model.kind != wanted:
+            raise ValueError(f"policy.method={method} fine-tunes a {wanted} policy; this checkpoint is a {model.kind}")
+        self.model, self.method, self.action_dim = model, method, action_dim
+        self.steps = int(steps or model.steps)
+        if not 1 <= self.steps <= 100:
+            raise ValueError(f"policy.steps must be in [1, 100], got {self.steps}")
+        self.stochastic_steps = self.steps if method == "reinflow" else int(stochastic_steps or self.steps)
+        if not 1 <= self.stochastic_steps <= self.steps:
+            raise ValueError(f"policy.stochastic_steps={self.stochastic_steps} must be in [1, {self.steps}]")
+        self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
+        chunk = model.chunk_size
+        if method == "reinflow":  # σ_φ(features, t) per dimension of the chunk
+            self.noise_net = mlp(model.encoder.out_dim + model.config["time_features"], list(noise_hidden),
+                                 chunk * action_dim)  # fmt: skip
+        # DPPO fine-tunes the last K′ steps only: the first K − K′ run a frozen copy (never sent, rebuilt by each
+        # process from the checkpoint); a list keeps it out of the state dict
+        self.frozen = [copy.deepcopy(model).requires_grad_(False)]
+        self.execute_steps = min(execute_steps or chunk, chunk)
+        self.chain_shape = (self.stochastic_steps + 1, chunk, action_dim)
+        self.queue = collections.deque()
+        self.extras_spec = {"chain": ((int(np.prod(self.chain_shape)),), np.float32), "log_prob": ((1,), np.float32),
+                            "decision": ((1,), np.float32)}  # fmt: skip
+
+    def __deepcopy__(self, memo):
+        memo[id(self.queue)] = self.queue  # the episode's chunk, whichever weights act
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
+    # --- the chain ------------------------------------------------------------------------------
+    def _steps(self) -> list[tuple[float, int, int]]:
+        """Per sampling step: (its time for the network, the DDIM timestep k, the next one; 0, 0 for a flow)."""
+        if self.method == "reinflow":
+            return [(t, 0, 0) for t in self.model.flow_times(self.steps)]
+        ts = self.model.ddim_timesteps(self.steps)
+        T = len(self.model.alpha_bar)
+        return [(k / T, k, ts[i + 1] if i + 1 < len(ts) else 0) for i, k in enumerate(ts)]
+
+    def features(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The fine-tuned network's observation features, and the frozen copy's where unscored steps need them."""
+        frozen = None
+        if self.stochastic_steps < self.steps:
+            with torch.no_grad():
+                frozen = self.frozen[0].features(obs)
+        return self.model.features(obs), frozen
+
+    def step_mean_std(self, features: tuple, x: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of sampling step i from x (std 0 where the step is deterministic)."""
+        t, k, nxt = self._steps()[i]
+        scored = i >= self.steps - self.stochastic_steps
+        m = self.model if scored else self.frozen[0]  # DPPO: the unscored early steps keep the original network
+        features = features[0] if scored else features[1]
+        if self.method == "reinflow":
+            mean = x + m.predict(features, x, t) / self.steps
+            raw = self.noise_net(torch.cat([features, m.time_embedding(t, len(x))], dim=-1)).view_as(x)
+            return mean, self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(raw)
+        ab = m.alpha_bar[k - 1]
+        eps = m.predict(features, x, t)
+        clean = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1.0, 1.0)
+        if nxt == 0:  # the last step lands on the clean chunk
+            mean = clean
+        else:
+            ab_next = m.alpha_bar[nxt - 1]
+            mean = ab_next.sqrt() * clean + (1 - ab_next).sqrt() * eps
+        return mean, torch.full_like(mean, self.sigma_min if scored else 0.0)
+
+    def sample_chain(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise."""
+        features = self.features(obs)
+        b, device = len(features[0]), features[0].device
+        x = torch.randn(b, *self.model.noise_shape, device=device)
+        first = self.steps - self.stochastic_steps
+        chain, log_prob = [], torch.zeros(b, device=device)
+        for i in range(self.steps):
+            if i >= first:  # the scored part of the chain: every x from its start to the chunk
+                chain.append(x)
+            mean, std = self.step_mean_std(features, x, i)
+            if deterministic or i < first:
+                x = mean
+            else:
+                x = mean + std * torch.randn_like(mean)
+                log_prob = log_prob + gaussian_log_prob(x, mean, std)
+        chain.append(x)
+        return torch.stack(chain, dim=1), log_prob
+
+    def chain_log_prob(self, obs: dict, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log π of each recorded chain [B, K′+1, chunk, A] under the current weights, and the mean per-step
+        Gaussian entropy (for an entropy bonus)."""
+        features = self.features(obs)
+        first = self.steps - self.stochastic_steps
+        log_prob = torch.zeros(len(chain), device=chain.device)
+        entropy = []
+        for j in range(self.stochastic_steps):
+            mean, std = self.step_mean_std(features, chain[:, j], first + j)
+            log_prob = log_prob + gaussian_log_prob(chain[:, j + 1], mean, std)
+            entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).sum(-1))
+        return log_prob, torch.stack(entropy).mean(0)
+
+    # --- acting ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.queue.clear()
+
+    @torch.no_grad()
+    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
+        decision = not self.queue
+        if decision:
+            chain, log_prob = self.sample_chain(obs, deterministic)
+            chunk = chain[0, -1].clamp(-1.0, 1.0)
+            self.queue.extend((a, chain[0].flatten(), log_prob) for a in chunk[: self.execute_steps])
+        action, chain, log_prob = self.queue.popleft()
+        return action[None], {"chain": chain[None], "log_prob": log_prob.view(1, 1),
+                              "decision": torch.tensor([[float(decision)]])}  # fmt: skip
+
+    @torch.no_grad()
+    def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
+        return self.act_with_extras(obs, deterministic)[0]
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Σ over all but the batch dimension of log N(x; mean, std²)."""
+    return (-0.5 * ((x - mean) / std) ** 2 - std.log() - 0.5 * LOG_2PI).flatten(1).sum(-1)
+

@@ -1,0 +1,147 @@
+"""PPO over the denoising chain of a flow/diffusion policy: ReinFlow (`policy=reinflow`) or DPPO-style
+(`policy=dppo`); the chain and its log-probability are `policies/chain.py`'s.
+
+On-policy: the algorithm's `BatchSpec.rollout_env_steps` tells the learner to collect that many env steps of the
+current policy version (`robo_rl/rollout.py`; older versions' data is dropped and counted), hand them over as one
+batch of decisions, and publish new weights after each update. Per update (one PPO iteration):
+
+  values V(s) on the decision observations (the policy's features, detached), GAE(γ, λ) over each episode's
+  decisions (a chunk of n steps discounts by γ^n), advantages normalised;
+  `epochs` passes of minibatches: ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
+  loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.chain import ChainPolicy
+from policies.mlp import mlp
+from robo_rl.algos.base import Algorithm, BatchSpec
+
+
+@dataclass
+class PPOConfig:
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.01  # ReinFlow's; DPPO: 0.001-0.01
+    epochs: int = 5
+    batch_size: int = 128
+    lr_policy: float = 3e-5
+    lr_value: float = 1e-3
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    value_hidden: tuple[int, ...] = (256, 256)
+    log_ratio_clamp: float = 5.0  # log-probabilities of long chains are large: their difference is bounded
+    grad_clip_norm: float = 1.0
+    target_kl: float | None = None  # stop the epochs of an iteration once the approximate KL passes this
+
+
+class PPO(Algorithm):
+    def __init__(self, policy: ChainPolicy, cfg: PPOConfig, spec: BatchSpec) -> None:
+        self.policy, self.cfg, self.batch_spec = policy, cfg, spec
+        self.device = next(policy.parameters()).device
+        self.value = mlp(policy.model.encoder.out_dim, list(cfg.value_hidden), 1).to(self.device)
+        self.policy_optim = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr_policy)
+        self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
+        self.iterations = 0
+
+    def values(self, obs: dict) -> torch.Tensor:
+        with torch.no_grad():
+            features = self.policy.model.features(obs)
+        return self.value(features).squeeze(-1)
+
+    def advantages(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over each episode's consecutive decisions; (advantages, returns)."""
+        with torch.no_grad():
+            v, v_next = self.values(batch["obs"]), self.values(batch["next_obs"])
+        delta = batch["reward"] + batch["discount"] * v_next - v
+        adv = torch.zeros_like(delta)
+        running = torch.zeros((), device=delta.device)
+        keep = batch["continues"].float() * batch["discount"] * self.cfg.gae_lambda
+        for i in range(len(delta) - 1, -1, -1):
+            running = delta[i] + keep[i] * running
+            adv[i] = running
+        return adv, adv + v
+
+    def update(self, batches: list[dict]) -> dict:
+        batch = batches[0]
+        n = len(batch["reward"])
+        if n == 0:
+            return {"decisions": 0}
+        p, cfg = self.policy, self.cfg
+        adv, returns = self.advantages(batch)
+        norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
+        chain = batch["extras"]["chain"].view(n, *p.chain_shape)
+        old_log_prob = batch["extras"]["log_prob"].view(n)
+        stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
+        stop = False
+        for _ in range(cfg.epochs):
+            order = torch.randperm(n)
+            for lo in range(0, n, cfg.batch_size):
+                idx = order[lo : lo + cfg.batch_size]
+                obs = {"state": batch["obs"]["state"][idx],
+                       "images": {k: v[idx] for k, v in batch["obs"]["images"].items()}}  # fmt: skip
+                log_prob, entropy = p.chain_log_prob(obs, chain[idx])
+                log_ratio = (log_prob - old_log_prob[idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+                ratio = log_ratio.exp()
+                a = norm_adv[idx]
+                policy_loss = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
+                value = self.value(p.model.features(obs).detach()).squeeze(-1)
+                value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
+                loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
+                self.policy_optim.zero_grad(set_to_none=True)
+                self.value_optim.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(p.parameters(), cfg.grad_clip_norm)
+                nn.utils.clip_grad_norm_(self.value.parameters(), cfg.grad_clip_norm)
+                self.policy_optim.step()
+                self.value_optim.step()
+                with torch.no_grad():
+                    kl = ((ratio - 1) - log_ratio).mean().item()
+                for key, value in (("policy_loss", policy_loss.item()), ("value_loss", value_loss.item()),
+                                   ("approx_kl", kl), ("entropy", entropy.mean().item()),
+                                   ("clip_frac", ((ratio - 1).abs() > cfg.clip).float().mean().item())):
+                    stats[key].append(value)  # fmt: skip
+                if cfg.target_kl is not None and kl > cfg.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        self.iterations += 1
+        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out.update(decisions=n, rollout_env_steps=int(batch["steps"].sum()), return_mean=float(returns.mean()),
+                   advantage_std=float(adv.std()) if n > 1 else 0.0, ppo_iteration=self.iterations)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
+                "policy_optim": self.policy_optim.state_dict(), "value_optim": self.value_optim.state_dict(),
+                "iterations": self.iterations}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.value.load_state_dict(state["value"])
+        self.policy_optim.load_state_dict(state["policy_optim"])
+        self.value_optim.load_state_dict(state["value_optim"])
+        self.iterations = int(state["iterations"])
+
+
+def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
+              rollout_env_steps: int, **keys) -> PPO:  # fmt: skip
+    """`algo=ppo`: needs `policy=reinflow` or `policy=dppo` (a flow/diffusion policy's stochastic chain)."""
+    if not isinstance(policy, ChainPolicy):
+        raise ValueError("algo=ppo fine-tunes a denoising chain: use policy=reinflow (a flow) or policy=dppo "
+                         "(a diffusion policy)")
+    known = PPOConfig.__dataclass_fields__
+    cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
+    if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
+        raise ValueError(f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
+                         f"{cfg.epochs}, {rollout_env_steps})")  # fmt: skip
+    spec = BatchSpec(batch_size=cfg.batch_size, gamma=cfg.gamma, extras=("chain", "log_prob"),
+                     rollout_env_steps=int(rollout_env_steps))  # fmt: skip
+    return PPO(policy, cfg, spec)

@@ -1,0 +1,140 @@
+"""ReinFlow and DPPO-style PPO over a flow/diffusion policy's denoising chain: exact chain log-probabilities, a
+learner that waits for the current weights' rollout and drops (and counts) older data, and both methods move the
+policy towards higher return."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from policies.chain import ChainPolicy, gaussian_log_prob
+from policies.flow import ChunkGenerator
+from robo_rl.algos.ppo import build_ppo
+from robo_rl.bc import save_atomic
+from robo_rl.envs import make_observation_space
+from robo_rl.rollout import Rollout
+
+SPACE = make_observation_space(2, {})
+
+
+def chain_policy(method: str, **kw) -> ChainPolicy:
+    from tests.test_flow import _fit
+
+    model = _fit("flow" if method == "reinflow" else "diffusion", steps=300)
+    steps = {"reinflow": {"steps": 4}, "dppo": {"steps": 10, "stochastic_steps": 4, "sigma_min": 0.1,
+                                                "sigma_max": 0.1}}[method]  # fmt: skip
+    return ChainPolicy(SPACE, 2, method=method, model=model, **{**steps, **kw})
+
+
+@pytest.mark.parametrize("method", ["reinflow", "dppo"])
+def test_the_chain_log_probability_is_exact_and_recomputed_from_the_record(method):
+    policy = chain_policy(method)
+    obs = {"state": torch.rand(16, 2) * 2 - 1, "images": {}}
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+        again, _ = policy.chain_log_prob(obs, chain)
+    assert chain.shape == (16, *policy.chain_shape) and torch.allclose(again, log_prob, atol=1e-3)
+    if method == "reinflow":  # by hand: Σ_k log N(x_{k+1}; x_k + v/K, σ_k²) with σ in [σ_min, σ_max]
+        features = policy.features(obs)
+        total = torch.zeros(16)
+        for k in range(policy.steps):
+            mean, std = policy.step_mean_std(features, chain[:, k], k)
+            assert std.min() >= policy.sigma_min and std.max() <= policy.sigma_max
+            total += gaussian_log_prob(chain[:, k + 1], mean, std)
+        assert torch.allclose(total, log_prob, atol=1e-3)
+    with torch.no_grad():
+        det, _ = policy.sample_chain(obs, deterministic=True)
+        det2, _ = policy.sample_chain(obs, deterministic=True)
+    assert not torch.equal(det, det2)  # the initial noise still varies; the steps add none
+    policy.reset()
+    _, extras = policy.act_with_extras({"state": torch.zeros(1, 2), "images": {}})
+    assert extras["chain"].shape == (1, int(np.prod(policy.chain_shape))) and float(extras["decision"]) == 1
+
+
+def test_dppo_scores_and_fine_tunes_only_its_last_steps():
+    policy = chain_policy("dppo")
+    assert policy.chain_shape[0] == policy.stochastic_steps + 1 == 5
+    frozen = policy.frozen[0]
+    assert not any(p.requires_grad for p in frozen.parameters())
+    assert not any(k.startswith("frozen") for k in policy.state_dict())  # never sent: rebuilt by every process
+
+
+@pytest.mark.parametrize("method", ["reinflow", "dppo"])
+def test_ppo_moves_the_policy_towards_higher_return(method):
+    """A one-decision task: reward −|a − a*|² over the chunk, a* one of the two modes the policy learned (the
+    other is penalised): PPO must shift the chunks towards a*."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy(method)
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
+                     lr_value=3e-3, clip=0.2, value_hidden=[64])  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+
+    def reward(chunks, s):
+        return -((chunks - 0.5 * s[:, None]) ** 2).sum((-1, -2))  # the "+" mode of tests/test_flow.py's data
+
+    def rollout(n=512):
+        s = torch.rand(n, 2, generator=gen) * 2 - 1
+        obs = {"state": s, "images": {}}
+        with torch.no_grad():
+            chain, log_prob = policy.sample_chain(obs)
+        r = reward(chain[:, -1].clamp(-1, 1), s)
+        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(n), "steps": torch.full((n,), 3),
+                 "continues": torch.zeros(n, dtype=torch.bool),
+                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+        return batch, r.mean()
+
+    before = float(np.mean([float(rollout()[1]) for _ in range(4)]))
+    metrics = {}
+    for _ in range(25):
+        metrics = algo.update([rollout()[0]])
+    after = float(np.mean([float(rollout()[1]) for _ in range(4)]))
+    assert after > before + 0.3 * abs(before), (before, after, metrics)
+    assert np.isfinite(metrics["approx_kl"]) and metrics["decisions"] == 512
+
+
+def test_the_rollout_keeps_the_current_versions_decisions_and_counts_the_rest():
+    roll = Rollout(gamma=0.9, env_steps=4)
+
+    def message(episode, versions, decisions, rewards, steps, end=False):
+        n = len(steps)
+        return {"episode_id": np.full(n, episode), "step": np.array(steps),
+                "state": np.arange(n * 2, dtype=np.float32).reshape(n, 2), "reward": np.array(rewards, np.float32),
+                "terminated": np.array([False] * (n - 1) + [end]), "truncated": np.zeros(n, bool),
+                "policy_version": np.array(versions), "extra/decision": np.array(decisions, np.float32)[:, None],
+                "extra/log_prob": np.zeros((n, 1), np.float32),
+                "extra/chain": np.zeros((n, 2), np.float32)}  # fmt: skip
+
+    roll.version = 2
+    # steps 1-2: a chunk of version 1 (stale), 3-4: version 2, 5: version 2 (running, the episode not over)
+    roll.add("a", message(7, [1, 1, 1, 2, 2, 2], [0, 1, 0, 1, 0, 1], [0, 1, 1, 1, 2, 0], [0, 1, 2, 3, 4, 5]))
+    assert roll.stale_steps == 2 and roll.stale_decisions == 1 and roll.env_steps == 2
+    roll.add("a", message(7, [2], [0], [5], [6], end=True))  # the running chunk ends with the episode
+    assert roll.env_steps == 4
+    batch = roll.take(("log_prob",))
+    np.testing.assert_allclose(batch["reward"], [1 + 0.9 * 2, 0 + 0.9 * 5])
+    np.testing.assert_allclose(batch["discount"], [0.81, 0.0])  # the episode terminated in the second chunk
+    assert batch["continues"].tolist() == [True, False] and batch["steps"].tolist() == [2, 2]
+    np.testing.assert_array_equal(batch["obs"]["state"][1], batch["next_obs"]["state"][0])
+
+
+def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
+    """The learner waits for each rollout of the current weights, updates once on it, publishes, and the actor
+    acts the next one with the new weights; data from older weights is dropped and counted."""
+    from tests.test_pipeline import run_pair, toy_config
+
+    model = ChunkGenerator(4, 2, chunk_size=3, steps=4, hidden=[32])
+    path = save_atomic(model.checkpoint(execute_steps=3), tmp_path / "bc4" / "policy.pt")
+    cfg = toy_config(tmp_path, "policy=reinflow", "algo=ppo", f"policy.path={path}", "algo.rollout_env_steps=120",
+                     "train.total_env_steps=500", "train.random_steps=0", "train.learning_starts=0",
+                     "algo.value_hidden=[32]")  # fmt: skip
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done" and learner.updates >= 3 and learner.version == learner.updates + 1
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    iters = {x["ppo_iteration"]: x for x in lines if "ppo_iteration" in x}
+    assert all(x["rollout_env_steps"] >= 120 for x in iters.values())
+    assert learner.rollout.stale_steps < learner.env_steps / 3, "actors wait for new weights instead of running on"
+    versions = learner.replay.online.data["policy_version"][: learner.replay.online.size]
+    assert len(set(versions.tolist())) >= 3  # every record is kept in the replay, whatever its version
