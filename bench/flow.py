@@ -7,9 +7,13 @@ inference latency (p50/p99) and success, on our pick task from state.
   latency   `predict_chunk` of teacher and student on the same observations, interleaved call by call (a loaded
             machine slows both alike), one torch thread, as the actor runs it; the ratio is the figure
   success   teacher and student on the same evaluation seeds
+  ppo       wall time of one PPO iteration (a rollout of `rollout` env steps on the pick env with the policy acting,
+            then the update: 5 epochs of 128-decision minibatches), ReinFlow (the flow teacher, K = 4 and K = 1
+            noisy Euler steps) against DPPO-style (the diffusion teacher, K = 20 DDIM steps, the last K' = 10 scored),
+            in one process, alternating, one torch thread
 
     python bench/flow.py            # both teachers, 50 evaluation episodes each, full distillation: minutes
-    python bench/flow.py --quick    # the flow teacher, 20 episodes, a short distillation: within 60 s
+    python bench/flow.py --quick    # the flow teacher, 20 episodes, a short distillation, 1 PPO iteration each: ≤ 60 s
 
 The learning curves (DSRL and the residual method on the same flow base) are `bench/learning.py dsrl_pick`,
 `dsrl_noise_pick`, `residual_flow_pick`. The last line is one JSON object.
@@ -51,7 +55,12 @@ def latency(teacher, student, observations: list[dict], calls: int) -> dict:
     return out
 
 
-def one_kind(kind: str, quick: bool, work: Path) -> dict:
+def one_teacher(kind: str, quick: bool, work: Path) -> str:
+    """Only the behaviour-cloned teacher; its checkpoint."""
+    return one_kind(kind, quick, work, distil=False)
+
+
+def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | str:
     import torch
 
     from policies.bc import read_bc_checkpoint
@@ -68,6 +77,8 @@ def one_kind(kind: str, quick: bool, work: Path) -> dict:
     start = time.perf_counter()
     bc = train_bc(cfg, work / kind, progress=False)
     bc_s = time.perf_counter() - start
+    if not distil:
+        return bc["checkpoint"]
     dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", f"distill.iterations={400 if quick else 3000}",
                         f"distill.rollout_episodes={0 if quick else 30}",
                         f"distill.eval_episodes={20 if quick else 50}"])  # fmt: skip
@@ -102,6 +113,76 @@ def one_kind(kind: str, quick: bool, work: Path) -> dict:
             "distill_s": round(distill_s, 1)}  # fmt: skip
 
 
+def ppo_iteration(policy, env, rollout_steps: int, seed: int) -> dict:
+    """One PPO iteration as the learner runs it: the rollout's env steps acted by `policy` (records through the
+    learner's Rollout), then `algo.update`. Returns its seconds, split into acting and updating."""
+    from robo_rl.algos.ppo import build_ppo
+    from robo_rl.policy_io import batch_to_torch, policy_step
+    from robo_rl.rollout import Rollout
+    from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+
+    space, adim = env.observation_space, env.action_space.shape[0]
+    algo = build_ppo(policy, space, adim, rollout_env_steps=rollout_steps, batch_size=128, epochs=5)
+    rollout = Rollout(0.99, rollout_steps)
+    fields = fields_for_env(env, policy)
+    recorder = EpisodeRecorder(adim, {k[6:]: v for k, v in fields.items() if k.startswith("extra/")})
+    start = time.perf_counter()
+    episode = 0
+    while rollout.env_steps < rollout_steps:
+        obs, _ = env.reset(seed=seed + episode)
+        policy.reset()
+        records = [recorder.reset(obs, episode, 1)]
+        done = False
+        while not done:
+            action, extras = policy_step(policy, obs, deterministic=False)
+            obs, reward, terminated, truncated, info = env.step(action)
+            records.append(recorder.record_step(obs, reward, terminated, truncated, info, 1, 0.0, extras))
+            done = terminated or truncated
+        rollout.add("bench", stack_records(records, fields))
+        episode += 1
+    acted = time.perf_counter()
+    metrics = algo.update([batch_to_torch(rollout.take(algo.batch_spec.extras))])
+    end = time.perf_counter()
+    return {"iteration_s": end - start, "act_s": acted - start, "update_s": end - acted,
+            "decisions": metrics["decisions"], "env_steps": metrics["rollout_env_steps"]}  # fmt: skip
+
+
+def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool) -> dict:
+    """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10), iterations alternating on the same env."""
+    import torch
+
+    from policies.chain import ChainPolicy
+    from robo_rl.config import load_config, make_env
+
+    env = make_env(load_config(["experiment=rlpd"]))
+    space, adim = env.observation_space, env.action_space.shape[0]
+    variants = {
+        "reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
+        "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
+        "dppo_k20_ft10": lambda: ChainPolicy(space, adim, diffusion_ckpt, "dppo", steps=20, stochastic_steps=10,
+                                             sigma_min=0.1, sigma_max=0.1),  # fmt: skip
+    }
+    rollout, iterations = (300, 1) if quick else (2000, 3)
+    times: dict[str, list[dict]] = {name: [] for name in variants}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for i in range(iterations):
+            for name, make in variants.items():
+                torch.manual_seed(i)
+                times[name].append(ppo_iteration(make(), env, rollout, 1000 * i))
+    finally:
+        torch.set_num_threads(threads)
+        env.close()
+    out = {"rollout_env_steps": rollout, "iterations": iterations}
+    for name, runs in times.items():
+        out[name] = {k: round(float(np.mean([r[k] for r in runs])), 3) for k in ("iteration_s", "act_s", "update_s")}
+    dppo = out["dppo_k20_ft10"]["iteration_s"]
+    out["dppo_over_reinflow_k4"] = round(dppo / out["reinflow_k4"]["iteration_s"], 2)
+    out["dppo_over_reinflow_k1"] = round(dppo / out["reinflow_k1"]["iteration_s"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -110,6 +191,11 @@ def main() -> None:
     kinds = ["flow"] if args.quick else ["flow", "diffusion"]
     with tempfile.TemporaryDirectory() as tmp:
         results = [one_kind(kind, args.quick, Path(tmp)) for kind in kinds]
+        if args.quick:  # the diffusion teacher for DPPO: behaviour cloning only
+            diffusion = one_teacher("diffusion", True, Path(tmp))
+        else:
+            diffusion = str(Path(tmp) / "diffusion" / "bc" / "policy.pt")
+        ppo = ppo_timing(str(Path(tmp) / "flow" / "bc" / "policy.pt"), diffusion, args.quick)
     load = os.getloadavg()[0]
     for r in results:
         lat = r["latency"]
@@ -118,8 +204,12 @@ def main() -> None:
               f"{lat['student']['p99_ms']:.3f} | {lat['speedup_p50']:.1f}x (p50), {lat['speedup_p99']:.1f}x (p99) | "
               f"success {r['teacher_success']:.2f} -> {r['student_success']:.2f} ({r['success_points']:+.0f} points, "
               f"{r['eval_episodes']} episodes)")  # fmt: skip
+    print(f"PPO iteration ({ppo['rollout_env_steps']} env steps + update): ReinFlow K=4 "
+          f"{ppo['reinflow_k4']['iteration_s']:.2f} s, K=1 {ppo['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
+          f"{ppo['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {ppo['dppo_over_reinflow_k4']:.1f}x (K=4), "
+          f"{ppo['dppo_over_reinflow_k1']:.1f}x (K=1)")  # fmt: skip
     result = {"bench": "flow", "quick": args.quick, "load_avg_1m": round(load, 2),
-              "wall_s": round(time.perf_counter() - start, 1), "results": results}  # fmt: skip
+              "wall_s": round(time.perf_counter() - start, 1), "results": results, "ppo": ppo}  # fmt: skip
     out = ROOT / "bench" / "results" / f"flow{'_quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -36,13 +36,15 @@ class ChainPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, path: str | None = None, method: str = "reinflow",
                  steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
                  sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
-                 model: ChunkGenerator | None = None) -> None:  # fmt: skip
+                 model: dict | None = None, generator: ChunkGenerator | None = None) -> None:  # fmt: skip
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
         if not 0 < sigma_min <= sigma_max <= 1.0:
             raise ValueError(f"policy.sigma_min/sigma_max must satisfy 0 < min <= max <= 1, got {sigma_min}, "
                              f"{sigma_max}")  # fmt: skip
+        # `model`: the architecture `robo-rl train` behaviour-clones when no path is given (read there, not here)
+        model = generator
         if model is None:
             if not path:
                 raise ValueError(f"policy={method} fine-tunes a trained policy: set policy.path to a `robo-rl bc "

@@ -110,7 +110,8 @@ def validation_loss(policy: BCPolicy | ChunkGenerator, data: BCData, chunk: int,
 
 def generative_spec(cfg) -> dict | None:
     """The flow/diffusion architecture `robo-rl bc` trains, or None for the MLP: `policy=flow|diffusion` itself, or
-    the `base.model` block of a policy whose base is trained first (`policy=dsrl`)."""
+    the `model` block (`base.model`) of a policy whose (base) checkpoint is trained first (`policy=reinflow|dppo`,
+    `policy=dsrl`)."""
     from omegaconf import OmegaConf
 
     policy = cfg.get("policy") or {}
@@ -118,6 +119,8 @@ def generative_spec(cfg) -> dict | None:
         spec = OmegaConf.to_container(policy, resolve=True)
     elif "base" in policy and policy.base.get("model"):
         spec = OmegaConf.to_container(policy.base.model, resolve=True)
+    elif "path" in policy and policy.get("model"):
+        spec = OmegaConf.to_container(policy.model, resolve=True)
     else:
         return None
     keys = ("kind", "chunk_size", "execute_steps", "steps", "hidden", "time_features", "diffusion_timesteps")

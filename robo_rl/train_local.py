@@ -36,6 +36,8 @@ def train(overrides: list[str]) -> int:
     spec = _ensure_env_spec(cfg, run_dir)
     if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
         child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar, spec)}")
+    elif "path" in cfg.policy and cfg.policy.get("model"):  # a flow/diffusion policy to fine-tune: cloned first
+        child_args.append(f"policy.path={_ensure_base(cfg, run_dir, bar, spec, key='path')}")
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
     procs = {}
     try:
@@ -108,22 +110,24 @@ def _ensure_env_spec(cfg, run_dir: Path):
     return spec
 
 
-def _ensure_base(cfg, run_dir: Path, bar, spec) -> str:
-    """The residual policy's base: the one configured, or a BC base trained here from the demonstrations (its
-    path then goes into the run's config.yaml, so a resume finds it). Checked against the task's `spec` in one
-    line."""
+def _ensure_base(cfg, run_dir: Path, bar, spec, key: str = "base.path") -> str:
+    """The policy's frozen base (`policy.base.path`), or the policy to fine-tune (`policy.path`): the one
+    configured, or one behaviour-cloned here from the demonstrations (its path then goes into the run's
+    config.yaml, so a resume finds it). Checked against the task's `spec` in one line."""
+    from omegaconf import OmegaConf
+
     from robo_rl.config import make_policy, save_config
 
-    if not cfg.policy.base.path:
+    if not OmegaConf.select(cfg.policy, key):
         from robo_rl.bc import train_bc
 
         bar.phase("behaviour-cloning a base")
         summary = train_bc(cfg, run_dir, progress=cfg.logger.progress)
-        cfg.policy.base.path = summary["checkpoint"]
+        OmegaConf.update(cfg.policy, key, summary["checkpoint"])
         bar.bar.write(f"base: {summary['checkpoint']} (success {summary.get('eval', {}).get('success_rate', '?')})")
         save_config(cfg, run_dir / "config.yaml")
     make_policy(cfg, spec)  # a missing base or one for another task: ConfigError, one line
-    return str(cfg.policy.base.path)
+    return str(OmegaConf.select(cfg.policy, key))
 
 
 def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:

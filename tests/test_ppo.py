@@ -24,7 +24,7 @@ def chain_policy(method: str, **kw) -> ChainPolicy:
     model = _fit("flow" if method == "reinflow" else "diffusion", steps=300)
     steps = {"reinflow": {"steps": 4}, "dppo": {"steps": 10, "stochastic_steps": 4, "sigma_min": 0.1,
                                                 "sigma_max": 0.1}}[method]  # fmt: skip
-    return ChainPolicy(SPACE, 2, method=method, model=model, **{**steps, **kw})
+    return ChainPolicy(SPACE, 2, method=method, generator=model, **{**steps, **kw})
 
 
 @pytest.mark.parametrize("method", ["reinflow", "dppo"])
