@@ -8,6 +8,7 @@ runs chunks open-loop from a queue that is emptied at every episode start, and t
 from __future__ import annotations
 
 import collections
+import copy
 import time
 from typing import Protocol, runtime_checkable
 
@@ -75,3 +76,15 @@ def action_range(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
         raise ValueError(f"the base's action range does not fit its {base.action_dim} action dimensions "
                          f"(low {low.tolist()}, high {high.tolist()})")  # fmt: skip
     return low, high
+
+
+def copy_sharing(obj, memo: dict, *shared):
+    """`copy.deepcopy(obj)` that keeps the `shared` objects as they are (a frozen base; the chunk the episode is
+    running, which must go on whichever copy of the weights acts next): for a policy's `__deepcopy__`."""
+    for item in shared:
+        memo[id(item)] = item
+    new = obj.__class__.__new__(obj.__class__)
+    memo[id(obj)] = new
+    for key, value in obj.__dict__.items():
+        new.__dict__[key] = copy.deepcopy(value, memo)
+    return new

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.base import copy_sharing
 from policies.bc import BCCheckpointError, feature_mismatch, read_bc_checkpoint
 from policies.flow import GENERATIVE_KIND, ChunkGenerator, build_generator
 from policies.mlp import mlp
@@ -81,13 +82,8 @@ class ChainPolicy(nn.Module):
         self.extras_spec = {"chain": ((int(np.prod(self.chain_shape)),), np.float32), "log_prob": ((1,), np.float32),
                             "decision": ((1,), np.float32)}  # fmt: skip
 
-    def __deepcopy__(self, memo):
-        memo[id(self.queue)] = self.queue  # the episode's chunk, whichever weights act
-        new = self.__class__.__new__(self.__class__)
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = copy.deepcopy(value, memo)
-        return new
+    def __deepcopy__(self, memo):  # the episode's chunk, whichever weights act
+        return copy_sharing(self, memo, self.queue)
 
     # --- the chain ------------------------------------------------------------------------------
     def _steps(self) -> list[tuple[float, int, int]]:

@@ -13,13 +13,12 @@ config and never sent: actors receive only the noise actor's weights.
 from __future__ import annotations
 
 import collections
-import copy
 
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import BasePolicy
+from policies.base import BasePolicy, copy_sharing
 from policies.gaussian import TanhGaussianPolicy
 from policies.residual import load_base, observation_row
 
@@ -68,14 +67,8 @@ class NoisePolicy(nn.Module):
         self.chunk = _Chunk()
         self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32)}
 
-    def __deepcopy__(self, memo):
-        memo[id(self.base)] = self.base  # frozen: one for all copies
-        memo[id(self.chunk)] = self.chunk  # the episode's chunk, whichever weights act
-        new = self.__class__.__new__(self.__class__)
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = copy.deepcopy(value, memo)
-        return new
+    def __deepcopy__(self, memo):  # the base is frozen; the episode's chunk goes on whichever weights act
+        return copy_sharing(self, memo, self.base, self.chunk)
 
     def reset(self) -> None:
         self.chunk.queue.clear()

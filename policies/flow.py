@@ -19,7 +19,6 @@ containers, like the MLP's (`policies/bc.py`), with `kind: generative_policy`.
 from __future__ import annotations
 
 import collections
-import copy
 import math
 
 import numpy as np
@@ -27,7 +26,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policies.bc import NORMALISED_CLIP, STD_FLOOR, BCCheckpointError, feature_mismatch
+from policies.base import copy_sharing
+from policies.bc import NORMALISED_CLIP, BCCheckpointError, BCPolicy, feature_mismatch
 from policies.encoders import EncoderConfig, ObservationEncoder
 from policies.mlp import mlp
 
@@ -78,10 +78,7 @@ class ChunkGenerator(nn.Module):
     def noise_shape(self) -> tuple[int, int]:
         return self.chunk_size, self.action_dim
 
-    def set_normalisation(self, states: np.ndarray) -> None:
-        states = torch.as_tensor(np.asarray(states, np.float32))
-        self.state_mean.copy_(states.mean(0))
-        self.state_std.copy_(states.std(0, unbiased=False).clamp_min(STD_FLOOR))
+    set_normalisation = BCPolicy.set_normalisation  # per-dimension mean and std of the training states
 
     # --- the network ------------------------------------------------------------------------------
     def features(self, obs: dict) -> torch.Tensor:
@@ -341,13 +338,8 @@ class GenerativePolicy(nn.Module):
         self.execute_steps = min(execute_steps or self.model.chunk_size, self.model.chunk_size)
         self.queue = collections.deque()
 
-    def __deepcopy__(self, memo):
-        memo[id(self.queue)] = self.queue  # the episode's chunk queue is one, whichever weights act
-        new = self.__class__.__new__(self.__class__)
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = copy.deepcopy(value, memo)
-        return new
+    def __deepcopy__(self, memo):  # the episode's chunk queue is one, whichever weights act
+        return copy_sharing(self, memo, self.queue)
 
     def reset(self) -> None:
         self.queue.clear()

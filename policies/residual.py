@@ -16,13 +16,11 @@ actors receive only the residual's weights.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import BasePolicy, ChunkedBase, action_range
+from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
 
@@ -75,13 +73,8 @@ class ResidualPolicy(nn.Module):
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
         self.nan_base_steps = 0
 
-    def __deepcopy__(self, memo):
-        memo[id(self.base)] = self.base  # frozen, and its chunk queue belongs to the episode: one for all copies
-        new = self.__class__.__new__(self.__class__)
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = copy.deepcopy(value, memo)
-        return new
+    def __deepcopy__(self, memo):  # frozen, and its chunk queue belongs to the episode: one for all copies
+        return copy_sharing(self, memo, self.base)
 
     def set_action_range(self, mode: str) -> None:
         """Centre c and widened half-width h per dimension (buffers: they follow `.to(device)`, but are not in the

@@ -194,6 +194,9 @@ class Learner:
             self.updates += 1
             self.publish_weights()
             metrics["stale_steps_dropped"] = stale
+            log.info("on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
+                     "weights dropped so far", self.updates, metrics.get("decisions", 0),
+                     metrics.get("rollout_env_steps", 0), self.version - 1, stale)  # fmt: skip
             return metrics
         n = self.algo.batch_spec.batches
         metrics = self.algo.update([self.sample() for _ in range(n)])
