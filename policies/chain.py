@@ -8,7 +8,9 @@ exact log-probability, so PPO can score and move the whole chain (`robo_rl/algos
                                  x_{k-1} = μ_DDIM(x_k, ε_θ(x_k, k)) + σ_k·ε with σ_k ≥ σ_min (DPPO, Ren et al. 2024);
                                  only those K′ steps are scored, so only they are fine-tuned by the gradient
 
-log π(chunk | s) = Σ over the scored steps of log N(x_next; μ_θ(x), σ²), kept with the chunk's chain of x's
+log π(chunk | s): each scored step's exact Gaussian log-density log N(x_next; μ_θ(x), σ²), per element clamped to
+[-5, 2] and averaged over the chunk's elements and the scored steps (a per-dimension figure: PPO's clip then means
+the same whatever the chunk's size, as DPPO and ReinFlow use it), kept with the chunk's chain of x's
 (`extra/chain`) and its log-probability when acting (`extra/log_prob`, `extra/decision`: 1 where a chunk opened),
 so the learner recomputes it under new weights from the same chain. The chunk executed is the chain's end, clipped
 to [-1, 1]. With `deterministic` (evaluation) the chain runs without noise.
@@ -31,6 +33,7 @@ from policies.mlp import mlp
 
 METHODS = ("reinflow", "dppo")
 LOG_2PI = math.log(2 * math.pi)
+LOG_PROB_MIN, LOG_PROB_MAX = -5.0, 2.0  # per element (DPPO clamps its log-probabilities to these)
 
 
 class ChainPolicy(nn.Module):
@@ -137,7 +140,7 @@ class ChainPolicy(nn.Module):
                 x = mean
             else:
                 x = mean + std * torch.randn_like(mean)
-                log_prob = log_prob + gaussian_log_prob(x, mean, std)
+                log_prob = log_prob + step_log_prob(x, mean, std) / self.stochastic_steps
         chain.append(x)
         return torch.stack(chain, dim=1), log_prob
 
@@ -150,8 +153,8 @@ class ChainPolicy(nn.Module):
         entropy = []
         for j in range(self.stochastic_steps):
             mean, std = self.step_mean_std(features, chain[:, j], first + j)
-            log_prob = log_prob + gaussian_log_prob(chain[:, j + 1], mean, std)
-            entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).sum(-1))
+            log_prob = log_prob + step_log_prob(chain[:, j + 1], mean, std) / self.stochastic_steps
+            entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
         return log_prob, torch.stack(entropy).mean(0)
 
     # --- acting ---------------------------------------------------------------------------------
@@ -175,6 +178,13 @@ class ChainPolicy(nn.Module):
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Σ over all but the batch dimension of log N(x; mean, std²)."""
-    return (-0.5 * ((x - mean) / std) ** 2 - std.log() - 0.5 * LOG_2PI).flatten(1).sum(-1)
+    """Element-wise log N(x; mean, std²)."""
+    return -0.5 * ((x - mean) / std) ** 2 - std.log() - 0.5 * LOG_2PI
+
+
+def step_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """One step's log-probability as PPO uses it: each element's exact Gaussian log-density clamped to
+    [LOG_PROB_MIN, LOG_PROB_MAX] (DPPO's bounds), averaged over the chunk's elements, so that a PPO ratio of
+    1 ± clip means a per-dimension change whatever the chunk's size."""
+    return gaussian_log_prob(x, mean, std).clamp(LOG_PROB_MIN, LOG_PROB_MAX).flatten(1).mean(-1)
 

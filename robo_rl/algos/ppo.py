@@ -89,6 +89,8 @@ class PPO(Algorithm):
                 log_prob, entropy = p.chain_log_prob(obs, chain[idx])
                 log_ratio = (log_prob - old_log_prob[idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
                 ratio = log_ratio.exp()
+                if "start_log_ratio" not in stats:  # before any step: 0 unless acting and learning disagree
+                    stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
                 a = norm_adv[idx]
                 policy_loss = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
                 value = self.value(p.model.features(obs).detach()).squeeze(-1)
