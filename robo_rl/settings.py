@@ -281,6 +281,7 @@ SETTINGS: dict[str, Setting] = {
     "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),
     "policy.model.steps": _int("the trained policy's sampling steps", 1, 1000),
     "policy.model.hidden": _ints("the trained policy's network widths"),
+    "train.actors": _int("sim actor processes robo-rl train starts", 1, 64),
     "algo.form": _choice("dsrl: aliased (action + noise critics) or noise (SAC in noise space)", "aliased", "noise"),
     "algo.alias_samples": _int("dsrl: noises per state regressed onto the action critic", 1, 256),
     "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),

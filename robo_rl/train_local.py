@@ -60,6 +60,12 @@ def train(overrides: list[str]) -> int:
                         bar.finish(done=False)
                         _discard_run_dir(run_dir)
                     raise
+        for i in range(1, int(cfg.train.actors)):  # more sim actors (on-policy rollouts fill faster), each seeded
+            name = f"actor-{i}"
+            procs[name] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "actor", *child_args,
+                                            f"actor.id={name}", f"seed={int(cfg.seed) + 1000 * i}"],
+                                           stdout=open(run_dir / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+                                           env=child_env)  # fmt: skip
         bar.phase("waiting for the actor")
         _follow_progress(cfg, run_dir, procs, bar)
     except KeyboardInterrupt:
@@ -149,6 +155,7 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
 
     with open(run_dir / "metrics.jsonl") as f:
         f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history (the bar starts at its step count)
+        extra = {k: p for k, p in procs.items() if k.startswith("actor-")}
         while procs["learner"].poll() is None or procs["actor"].poll() is None:
             for line in f.readlines():
                 try:
@@ -159,10 +166,11 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
                     bar.learner_line(m)
             if procs["learner"].poll() is not None and procs["actor"].poll() is None:
                 time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
-                _stop({"actor": procs["actor"]})
+                _stop({"actor": procs["actor"], **extra})
             if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
                 _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint
             time.sleep(0.5)
+    _stop(extra)  # the other actors end with the run
     bar.finish(done=procs["learner"].returncode == 0)
 
 
