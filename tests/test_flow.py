@@ -148,3 +148,16 @@ def test_an_out_of_range_step_count_is_a_config_error(tmp_path):
                        f"cache_dir={tmp_path}", "logger.progress=false"])  # fmt: skip
     with pytest.raises(ConfigError, match=r"diffusion policy's steps must be an integer in \[1, 100\]"):
         train_bc(cfg, tmp_path / "run", progress=False)
+
+
+def test_sac_on_a_flow_policy_is_refused_with_the_ways_to_fine_tune_it(bc_run):
+    from robo_rl.config import make_algorithm
+
+    _, summary = bc_run
+    cfg = load_config(["env=point_reach", "experiment=rlpd", "policy=flow", f"policy.path={summary['checkpoint']}"])
+    env = make_env(cfg)
+    try:
+        with pytest.raises(ConfigError, match="policy=dsrl.*algo=ppo"):
+            make_algorithm(cfg, make_policy(cfg, env), env)
+    finally:
+        env.close()

@@ -193,8 +193,12 @@ class SAC(Algorithm):
 def build_sac(policy: nn.Module, observation_space, action_dim: int, state_names: tuple = (), *, batch_size: int,
               n_step: int = 1, critic_updates_per_actor: int = 1, **keys) -> SAC:  # fmt: skip
     """`algo=sac`: SAC/RLPD from the YAML's keys (those SACConfig does not know, e.g. `name`, are ignored)."""
+    from policies.flow import GenerativePolicy
     from policies.hybrid import HybridGripperPolicy
 
+    if isinstance(policy, GenerativePolicy):
+        raise ValueError("policy=flow|diffusion is trained by `robo-rl bc`; to fine-tune it with RL use "
+                         "experiment=dsrl_pick_cube (policy=dsrl), policy=reinflow|dppo with algo=ppo, or a residual")
     if isinstance(policy, HybridGripperPolicy):
         raise ValueError("policy=hybrid_gripper learns its gripper with a discrete critic: use algo=sac_gripper")
     known = SACConfig.__dataclass_fields__
