@@ -33,36 +33,21 @@ FORMS = ("aliased", "noise")
 
 
 @dataclass
-class DSRLConfig:
+class DSRLConfig(SACConfig):
+    """SAC's settings (critic ensemble, learning rates, temperature, augmentation, precision) plus DSRL's own."""
+
     form: str = "aliased"
-    gamma: float = 0.99
-    tau: float = 0.005
-    lr_actor: float = 3e-4
-    lr_critic: float = 3e-4
-    lr_alpha: float = 3e-4
-    init_temperature: float = 0.1
-    target_entropy: float = 0.0  # the paper's; per noise dimension it is 0 / (chunk × A)
-    num_critics: int = 2
-    critic_subsample: int = 2
-    critic_hidden: tuple[int, ...] = (256, 256)
-    critic_layer_norm: bool = True
-    grad_clip_norm: float = 10.0
+    target_entropy: float | None = 0.0  # the paper's; per noise dimension it is 0 / (chunk × A)
     alias_samples: int = 4  # aliased: noises per state for the noise critic's regression (half N(0, I), half π_W)
-    image_augmentation: str | None = "random_shift"
-    augment_pad: int = 4
-    target_q_clip: tuple[float, float] | None = None
-    precision: str = "auto"
 
 
 class DSRL(Algorithm):
     def __init__(self, policy: NoisePolicy, observation_space, cfg: DSRLConfig, spec: BatchSpec) -> None:
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
         check_augmentation(cfg.image_augmentation)
-        critic_cfg = SACConfig(num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden,
-                               critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
         self.device = next(policy.parameters()).device
         enc = policy.encoder_config
-        self.noise_critic = CriticEnsemble(observation_space, policy.noise_dim, critic_cfg, enc,
+        self.noise_critic = CriticEnsemble(observation_space, policy.noise_dim, cfg, enc,
                                            share_frozen_from=policy.encoder)  # fmt: skip
         critics = [self.noise_critic]
         self.action_critic = self.base_model = None
@@ -72,8 +57,8 @@ class DSRL(Algorithm):
                 raise ValueError(f"algo.form=aliased runs the base on the learner, in batches; this base "
                                  f"({type(policy.base).__name__}) cannot: use algo.form=noise")  # fmt: skip
             self.base_model = copy.deepcopy(model).to(self.device).requires_grad_(False).eval()
-            self.action_critic = CriticEnsemble(observation_space, policy.execute_steps * policy.action_dim,
-                                                critic_cfg, enc, share_frozen_from=policy.encoder)  # fmt: skip
+            self.action_critic = CriticEnsemble(observation_space, policy.execute_steps * policy.action_dim, cfg,
+                                                enc, share_frozen_from=policy.encoder)  # fmt: skip
             critics.append(self.action_critic)
         self.td_critic = self.action_critic if cfg.form == "aliased" else self.noise_critic
         shared = {id(m): m for m in frozen_backbones(*critics, policy)}
@@ -172,7 +157,7 @@ class DSRL(Algorithm):
         actor_loss.backward()
         nn.utils.clip_grad_norm_(self.policy.actor.parameters(), self.cfg.grad_clip_norm)
         self.actor_optim.step()
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.cfg.target_entropy)).mean()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + (self.cfg.target_entropy or 0.0))).mean()
         self.alpha_optim.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optim.step()
