@@ -289,6 +289,7 @@ def finished_run_seed(run: Path, name: str, overrides: list[str]) -> int:
         raise SystemExit(f"--runs: {run} is not a finished `{name}` benchmark run")
     for item in overrides:
         key, value = item.split("=", 1)
+        key, item = key.lstrip("+"), item.lstrip("+")  # `+key=value` adds a key the config lacks
         if key in ("experiment", "env"):
             continue  # config groups: their contents were merged, the name is not kept
         if OmegaConf.select(cfg, key) != OmegaConf.select(OmegaConf.from_dotlist([item]), key):
