@@ -197,3 +197,44 @@ def _chunk_of(policy, torch_obs) -> list:
     """The chunk the policy acts (deterministic: the actor's mean noise), step by step from a fresh chunk."""
     policy.reset()
     return [policy.act(torch_obs, deterministic=True).numpy() for _ in range(CHUNK)]
+
+
+def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
+    """The residual method on the tiny SmolVLA as its frozen base: a one-step task, reward −|a − a*|² with a* the
+    VLA's own first action shifted by +0.2 in every dimension; the residual learns that shift (within its bound)."""
+    from policies.residual import ResidualPolicy
+    from robo_rl.algos.residual import build_residual
+    from robo_rl.policy_io import obs_to_torch, policy_step
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = ResidualPolicy(SPACE, ACTION_DIM, smolvla, scale=0.3, hidden=[64, 64], exploration_std=0.0,
+                            action_range="full", encoder={"features": 8, "kernels": [3, 3], "strides": [2, 2]})
+    algo = build_residual(policy, SPACE, ACTION_DIM, batch_size=64, n_step=1, critic_updates_per_actor=2,
+                          lr_actor=3e-3, lr_critic=3e-3, critic_hidden=[64, 64], precision="float32",
+                          image_augmentation=None)  # fmt: skip
+    obs = observation(2)
+    smolvla.reset()
+    torch.manual_seed(123)  # the VLA draws its own noise: the same draw here and when the residual policy acts
+    base = torch.from_numpy(smolvla.predict_chunk(obs)[0])
+    target = (base + 0.2).clamp(-1, 1)
+    o = obs_to_torch(obs)
+    o64 = {"state": o["state"].expand(64, -1), "images": {k: v.expand(64, -1, -1, -1) for k, v in o["images"].items()}}
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        a = (base + (torch.rand(64, ACTION_DIM, generator=gen) * 2 - 1) * 0.3).clamp(-1, 1)
+        b = base.expand(64, -1)
+        return {"obs": o64, "next_obs": o64, "action": a, "reward": -((a - target) ** 2).sum(-1),
+                "discount": torch.zeros(64), "extras": {"base_action": b}, "next_extras": {"base_action": b},
+                "next_extras_valid": torch.ones(64, dtype=torch.bool),
+                "intervention": torch.zeros(64, dtype=torch.bool)}  # fmt: skip
+
+    before = float(((base - target) ** 2).sum())
+    for _ in range(150):
+        algo.update([batch(), batch()])
+    policy.reset()
+    torch.manual_seed(123)
+    action = torch.from_numpy(policy_step(policy, obs, deterministic=True)[0])
+    after = float(((action - target) ** 2).sum())
+    assert after < 0.3 * before, (before, after, action, target)
