@@ -345,6 +345,9 @@ def cmd_distill(overrides: list[str]) -> int:
     cfg = load_config(overrides)
     if not cfg.checkpoint:
         raise UsageError("distill needs checkpoint=<a flow/diffusion bc/policy.pt, its run folder, or a DSRL run>")
+    if not Path(cfg.checkpoint).exists():  # before a run folder is made for nothing
+        raise UsageError(f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
+                         "run folder, or a DSRL run)")  # fmt: skip
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
     s = distill(cfg, run_dir, progress=cfg.logger.progress)
