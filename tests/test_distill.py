@@ -103,3 +103,12 @@ def test_what_cannot_be_distilled_is_refused_in_one_line(tmp_path):
         env.close()
     with pytest.raises(ConfigError, match="distill needs checkpoint="):
         distill(_cfg(tmp_path), tmp_path / "out", progress=False)
+
+
+def test_robo_rl_distill_refuses_a_missing_checkpoint_before_making_a_run_folder(tmp_path, capsys):
+    from robo_rl.cli import main
+
+    assert main(["distill", f"checkpoint={tmp_path / 'none.pt'}", f"outputs_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none.pt does not exist" in err[0]
+    assert not (tmp_path / "out").exists()
