@@ -59,20 +59,20 @@ class Rollout:
                 self.stale_steps += len(chunk)
                 self.stale_decisions += 1
             else:
-                self._keep(key, records[i - 1], chunk, follows=end is not None and not ends)
+                self._keep(key, records[i - 1], chunk)
             last_consumed = stop - 1  # the chunk's last record is the next decision's observation
         if any(r["terminated"] or r["truncated"] for r in records[last_consumed:]):
             del self.streams[key]
         else:
             self.streams[key] = records[last_consumed:]
 
-    def _keep(self, key: tuple, before: dict, chunk: list[dict], follows: bool) -> None:
+    def _keep(self, key: tuple, before: dict, chunk: list[dict]) -> None:
         rewards = np.array([r["reward"] for r in chunk], np.float64)
         last = chunk[-1]
         self.ready.append({
             "key": key, "before": before, "last": last, "first": chunk[0], "n": len(chunk),
             "reward": float((self.gamma ** np.arange(len(chunk)) * rewards).sum()),
-            "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk), "follows": follows,
+            "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk),
         })  # fmt: skip
         self.env_steps += len(chunk)
 
@@ -89,13 +89,13 @@ class Rollout:
             return {"state": np.stack([r[which]["state"] for r in rows]),
                     "images": {c[6:]: np.stack([r[which][c] for r in rows]) for c in cams}}  # fmt: skip
 
-        order_ok = np.array([r["follows"] for r in rows[:-1]] + [False]) if rows else np.zeros(0, bool)
-        # a row continues into the next row only if that row is the following decision of the same episode
+        # a row continues into the next row only if that row is the following decision of the same episode: its
+        # observation is this chunk's last record (an episode that ended starts the next from a reset record)
         same = [rows[k + 1]["before"] is rows[k]["last"] for k in range(len(rows) - 1)] + [False] if rows else []
         batch = {"obs": obs("before"), "next_obs": obs("last"),
                  "reward": np.array([r["reward"] for r in rows], np.float32),
                  "discount": np.array([r["discount"] for r in rows], np.float32),
-                 "continues": order_ok & np.array(same, bool), "steps": np.array([r["n"] for r in rows], np.int64),
+                 "continues": np.array(same, bool), "steps": np.array([r["n"] for r in rows], np.int64),
                  "extras": {name: np.stack([np.asarray(r["first"][f"{EXTRA}{name}"], np.float32) for r in rows])
                             for name in extras}}  # fmt: skip
         self.ready, self.env_steps = [], 0  # the learner sets `version` when it publishes the next weights
