@@ -268,6 +268,10 @@ class GenerativeBase:
                   for n in self.cameras}  # fmt: skip
         return {"state": state, "images": images}
 
+    def chunks(self, obs: dict, z: torch.Tensor) -> torch.Tensor:
+        """The chunks [B, chunk, A] this policy makes of a batch of observations (tensors) and noises."""
+        return self.model.sample(self.model.features(obs), z)
+
     @torch.inference_mode()
     def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
         """float32 [chunk, A]; from `noise` [chunk, A] when given, else from a fresh N(0, I) draw."""
@@ -275,8 +279,7 @@ class GenerativeBase:
             z = torch.randn((1, *self.noise_shape), generator=self.generator, device=self.device)
         else:
             z = torch.as_tensor(check_noise(noise, self.noise_shape), device=self.device)[None]
-        features = self.model.features(self.obs_tensors(obs))
-        return self.model.sample(features, z)[0].cpu().numpy().astype(np.float32)
+        return self.chunks(self.obs_tensors(obs), z)[0].cpu().numpy().astype(np.float32)
 
 
 def check_noise(noise, shape: tuple[int, ...]) -> np.ndarray:

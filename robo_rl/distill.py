@@ -43,20 +43,11 @@ class DSRLTeacher(GenerativeBase):
         w = p.noise_bound * torch.tanh(mean + log_std.exp() * z.flatten(1))
         return self.model.sample(self.model.features(obs), w.view(len(w), *p.noise_shape))
 
-    @torch.no_grad()
-    def predict_chunk(self, obs: dict, noise=None) -> np.ndarray:
-        """As an actor runs it: z ~ N(0, I) per chunk (or the z given)."""
-        z = torch.randn((1, *self.noise_shape), generator=self.generator) if noise is None else (
-            torch.as_tensor(np.asarray(noise, np.float32))[None])  # fmt: skip
-        return self.chunks(self.obs_tensors(obs), z)[0].numpy().astype(np.float32)
-
 
 def base_chunks(base: GenerativeBase, obs: dict, z: torch.Tensor) -> torch.Tensor:
     """The teacher's chunks for a batch of observations and noises (no gradients)."""
     with torch.no_grad():
-        if isinstance(base, DSRLTeacher):
-            return base.chunks(obs, z)
-        return base.model.sample(base.model.features(obs), z)
+        return base.chunks(obs, z)
 
 
 def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
