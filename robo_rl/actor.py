@@ -19,9 +19,10 @@ from tqdm import tqdm
 
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
+from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.intervention import InterventionWrapper
 from robo_rl.envs.spec import spec_of, write_spec
-from robo_rl.envs.wrappers import find_wrapper, make_actor_env
+from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import policy_step
 from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
@@ -52,6 +53,7 @@ class Actor:
             self.env, web = attach_web_device(self.env)
         self.human: InterventionWrapper | None = find_wrapper(self.env, InterventionWrapper)
         self.reward = find_wrapper(self.env, _reward_wrapper_class()) if cfg.reward else None
+        self.safety = find_safety(self.env)  # a robot's safety layer (hardware/safety.py), found by what it does
         run_dir = cfg.run_dir or cfg.resume
         if run_dir:  # the learner reads the spaces from here; an env that differs from the run's is refused
             try:
@@ -82,6 +84,9 @@ class Actor:
             from robo_rl.gui.actor_view import ActorView
 
             self.gui = ActorView(self, web)
+        self._obs = None
+        if self.safety is not None and self.gui is not None:  # the page keeps showing the cameras while it waits
+            self.safety.on_wait.append(lambda: self.gui.tick(self._obs))
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -103,6 +108,8 @@ class Actor:
                 stats.update(self.reward.stats())
             except RuntimeError:  # the worker appended a scoring time while we read them
                 pass
+        if self.safety is not None:
+            stats.update({f"safety_{k}": v for k, v in self.safety.stats().items()})
         if self.human is not None:
             try:
                 stats.update({f"human_{k}": v for k, v in self.human.stats().items()})
@@ -235,7 +242,8 @@ class Actor:
                     if terminated or truncated:
                         episode += 1
                         self._send(pending)
-                        obs, _ = self.env.reset()
+                        self._obs = obs
+                        obs, _ = self.env.reset()  # after a safety stop: waits for a human's acknowledgement
                         self._new_episode()
                         pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
                         if self.gui is not None:
@@ -248,6 +256,9 @@ class Actor:
                         time.sleep(max(0.0, next_tick - time.monotonic()))
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
+        except SafetyStop as e:  # stopped by the safety layer and not released: every record so far is kept
+            self.stop_reason = f"safety: {e}"
+            log.error("the actor stops: %s", e)
         finally:
             ignore_further_interrupts()
             if pending:

@@ -23,6 +23,8 @@ commands:
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
   critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
   gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
+  doctor    check a robot workstation (arm, cameras, rate, workspace, e-stop, watchdog): doctor env=so101 | twin=so101
+  calibrate record an arm's workspace box and home pose by moving it: calibrate env=so101 [out=<file>]
   show      print the composed config
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
@@ -40,7 +42,8 @@ USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointEr
                ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
                ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
                ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"),
-               ("robo_rl.rewards.cli", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"))  # fmt: skip
+               ("robo_rl.rewards.cli", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"),
+               ("hardware.arm", "HardwareError"), ("hardware.cameras", "CameraError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
                 "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "distill": cmd_distill, "record": _cmd_record,
-                "gui": cmd_gui, "reward": _cmd_reward, "critic": _cmd_critic}  # fmt: skip
+                "gui": cmd_gui, "reward": _cmd_reward, "critic": _cmd_critic, "doctor": _cmd_doctor,
+                "calibrate": _cmd_calibrate}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -101,6 +105,19 @@ def _cmd_record(args: list[str]) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # device errors show
     return cmd_record(args)
+
+
+def _cmd_doctor(args: list[str]) -> int:
+    from hardware.doctor import cmd_doctor  # robot tools live with the drivers; the core never imports them itself
+
+    return cmd_doctor(args)
+
+
+def _cmd_calibrate(args: list[str]) -> int:
+    from hardware.calibrate import cmd_calibrate
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return cmd_calibrate(args)
 
 
 def _cmd_reward(args: list[str]) -> int:

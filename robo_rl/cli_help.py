@@ -82,6 +82,24 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         (),
         True,
     ),
+    "doctor": (
+        "robo-rl doctor env=<so101|franka|ur5e> | twin=<so101|franka|ur5e> [report=<file.json>] [overrides ...]",
+        "Check a robot workstation and say what is wrong and how to fix it: the robot's SDK, serial ports / network,\n"
+        "cameras, the connection, control rate and jitter through driver + safety (the arm goes home, then holds\n"
+        "still), camera frame ages, the workspace box against the arm's reach, the e-stop and watchdog paths.\n"
+        "twin=<robot> runs the same checks on the arm's MuJoCo twin; hardware.dry_run=true on a real config's twin.",
+        ("hardware.dry_run", "safety.watchdog_s", "safety.effort_limit"),
+        False,
+    ),
+    "calibrate": (
+        "robo-rl calibrate env=<so101|franka|ur5e> [out=<file.yaml>] [mode=hand|device human=<device>] [margin_m=0.01]",
+        "Record an arm's home pose and workspace box: move the arm by hand (its torque off / free-drive) or with a\n"
+        "teleop device to the home pose (Enter or the device's success button), then through the corners of the\n"
+        "space it may use (Enter / success again). Writes a file that hardware.calibration=<file> applies\n"
+        "(safety.workspace and env.driver.home).",
+        ("hardware.dry_run",),
+        False,
+    ),
     "gui": (
         "robo-rl gui [overrides]",
         "Serve the intervention page (http://gui.host:gui.port/) for actors started with gui=true: cameras, who is\n"

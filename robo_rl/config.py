@@ -47,8 +47,36 @@ def load_config(overrides: list[str]) -> DictConfig:
         cfg = _compose(overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(e, overrides)) from None
+    cfg = _apply_calibration(cfg, overrides)
     OmegaConf.set_struct(cfg, True)
     _check(cfg)
+    return cfg
+
+
+CALIBRATED_KEYS = ("safety.workspace", "env.driver.home")  # what a `robo-rl calibrate` file sets
+
+
+def _apply_calibration(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """`hardware.calibration=<file>`: its workspace box and home pose join the config (the command line wins)."""
+    from omegaconf import OmegaConf
+
+    path = OmegaConf.select(cfg, "hardware.calibration", default=None)
+    if not path:
+        return cfg
+    try:
+        data = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"hardware.calibration={path}: no such file (robo-rl calibrate writes one)") from None
+    except Exception as e:  # noqa: BLE001 - a broken file: one line naming it
+        raise ConfigError(f"hardware.calibration={path} cannot be read: {_one_line(e)}") from None
+    given = {o.partition("=")[0].lstrip("+") for o in overrides}
+    for key in CALIBRATED_KEYS:
+        value = OmegaConf.select(data, key, default=None)
+        if value is not None and key not in given:
+            if key == "env.driver.home" and OmegaConf.select(cfg, "env.driver", default=None) is None:
+                raise ConfigError(f"hardware.calibration={path} has a home pose, but env={cfg.env.get('_target_')} "
+                                  "has no arm driver")  # fmt: skip
+            OmegaConf.update(cfg, key, value, force_add=True)
     return cfg
 
 

@@ -23,6 +23,7 @@ class Setting:
     nullable: bool = False
     choices: tuple = ()
     length: int | None = None  # lists: exactly this many elements
+    or_mapping: bool = False  # lists: a mapping keyed by such values is allowed too (a robot's camera specs)
 
     def allowed(self) -> str:
         kind = self.kind.split()[0]
@@ -119,6 +120,27 @@ SETTINGS: dict[str, Setting] = {
     "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
     "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
     "human.success_reward": _float("reward of a step the human labels a success", nullable=True),
+    # safety (hardware/safety.py) and hardware
+    "safety.max_step_m": _pos("end-effector translation per step, m", nullable=True),
+    "safety.max_ee_speed_m_s": _pos("end-effector speed limit, m/s", nullable=True),
+    "safety.max_rot_step_rad": _pos("rotation per step, rad", nullable=True),
+    "safety.joint_margin_rad": _float("joint targets stay this far inside the joint limits, rad", 0.0),
+    "safety.max_joint_speed_rad_s": _pos("joint speed limit, rad/s", nullable=True),
+    "safety.effort_limit": _pos("external force (N) or motor load (fraction) that stops the arm", nullable=True),
+    "safety.watchdog_s": _pos("no command for this long: the arm holds, seconds", nullable=True),
+    "safety.ack_timeout_s": _pos("a stop not acknowledged within this ends the actor, seconds", nullable=True),
+    "env.driver.control_hz": _pos("the driver's command period (UR servoJ), Hz"),
+    "env.max_rot_step_rad": _pos("end-effector rotation per step at action 1, rad"),
+    "env.ik_recovery_after": _int("IK failures in a row before a joint-space step toward home", 1),
+    "env.recovery_step_rad": _pos("the joint-space recovery step per joint, rad"),
+    "env.reset_timeout_s": _pos("the move home must finish within this, seconds"),
+    "env.reach.low": _floats("the reach target box's low corner, m", length=3),
+    "env.reach.high": _floats("the reach target box's high corner, m", length=3),
+    "env.reach.tolerance_m": _pos("the reach target counts as reached within this, m"),
+    "safety.workspace.low": _floats("the workspace box's low corner, m (the arm's base frame)", length=3),
+    "safety.workspace.high": _floats("the workspace box's high corner, m", length=3),
+    "hardware.dry_run": Setting("bool", "a robot env's commands go to the arm's MuJoCo twin"),
+    "hardware.calibration": Setting("str", "a robo-rl calibrate file (workspace box, home pose)", nullable=True),
     # reward (a learned reward on the actor, robo_rl/rewards)
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
     "reward.kind": _choice("the reward model's kind, checked against the folder", "classifier", "progress",
@@ -315,9 +337,10 @@ SETTINGS: dict[str, Setting] = {
     "env.lift_height_m": _pos("lift success height, metres"),
     "env.reach_height_m": _float("reach target height above the cube, metres", 0.0),
     "env.reach_tolerance_m": _pos("reach success distance, metres"),
-    "env.cameras": Setting("str list", "cameras in the observation"),
+    "env.cameras": Setting("str list", "cameras in the observation (a robot env: camera name → its device)",
+                           or_mapping=True),
     "env.image_size": _int("camera image height and width, pixels", 1, 1024),
-    "env.gripper": _choice("gripper action", "absolute", "discrete"),
+    "env.gripper": _choice("gripper action", "absolute", "discrete", "none"),
     "env.state": _choice("state: full, or proprio (no object pose)", "full", "proprio"),
     "env.step_size": _pos("point move per step at action 1"),
     "env.camera": Setting("bool", "add an 8x8 top camera"),
@@ -344,6 +367,8 @@ def problem(key: str, value: Any) -> str | None:
     if s is None or (value is None and s.nullable):
         return None
     if s.kind.endswith("list"):
+        if s.or_mapping and isinstance(value, dict):
+            value = list(value)
         if not isinstance(value, (list, tuple)) or (s.length is not None and len(value) != s.length):
             return f"must be {s.allowed()}"
         return next((f"must be {s.allowed()}" for v in value if _bad_scalar(s, s.kind.split()[0], v)), None)

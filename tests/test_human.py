@@ -150,8 +150,8 @@ def test_the_actor_env_is_the_task_inside_the_configured_wrappers_and_none_is_sk
         env.close()
     with pytest.raises(ConfigError, match="unknown teleop device 'keybord'.*keyboard"):
         make_actor_env(load_config(["env=point_reach", "human=keyboard", "human.devices=[{kind: keybord}]"]))
-    with pytest.raises(ConfigError, match="actor.wrappers names 'safety'"):
-        make_actor_env(load_config(["env=point_reach", "actor.wrappers=[safety]"]))
+    with pytest.raises(ConfigError, match="actor.wrappers names 'guard'"):
+        make_actor_env(load_config(["env=point_reach", "actor.wrappers=[guard]"]))
 
 
 # --- arbitration ---------------------------------------------------------------------------------------------------

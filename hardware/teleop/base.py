@@ -5,7 +5,7 @@ A device runs its own reader (a listener thread, an HID poll, the web page's han
 up by a device. One-shot events (a success label, a re-record request) are delivered once, by the next `read()`.
 
 Event names follow lerobot's `TeleopEvents` (`is_intervention`, `success`, `failure`, `rerecord_episode`,
-`terminate_episode`), plus `pause` and `estop`:
+`terminate_episode`), plus `pause`, `estop` and `acknowledge`:
 
     is_intervention   the human holds control (a toggle, a held button, or device motion above a threshold)
     success/failure   label the episode; it ends (`terminated`, ended_by human_success / human_failure)
@@ -13,6 +13,7 @@ Event names follow lerobot's `TeleopEvents` (`is_intervention`, `success`, `fail
     terminate_episode abort the episode (`truncated`, ended_by human_abort)
     pause             the actor holds the robot still until the next pause event
     estop             stop the robot now (ended_by estop); the actor stops acting
+    acknowledge       a human has looked at a safety stop (hardware/safety.py): the arm may move again
 
 Motion is a normalised end-effector command: `motion` = [x, y, z, roll, pitch, yaw] in [-1, 1] (the env scales it
 like a policy action) and `gripper` in [-1, 1] (-1 open, +1 closed), or None when the device does not say. A
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 import numpy as np
 
 AXES = ("x", "y", "z", "roll", "pitch", "yaw")
-EVENTS = ("success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop")
+EVENTS = ("success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop", "acknowledge")
 
 
 class DeviceUnavailable(RuntimeError):

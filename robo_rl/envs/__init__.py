@@ -5,10 +5,11 @@ from robo_rl.envs.base import (
     INFO_KEYS,
     RobotEnv,
     RobotWrapper,
+    SafetyStop,
     check_action,
     check_observation,
     make_observation_space,
 )
 
-__all__ = ["make_observation_space", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper", "check_action",
+__all__ = ["make_observation_space", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper", "SafetyStop", "check_action",
            "check_observation"]

@@ -28,6 +28,11 @@ INFO_KEYS = (
 )
 
 
+class SafetyStop(RuntimeError):
+    """The safety layer will not let the robot move on (it stopped and nobody acknowledged, or an e-stop came while
+    it waited): the actor ends its run with this reason."""
+
+
 class RobotEnv(gym.Env):
     """Base class: subclasses set `observation_space`, `action_space`, `control_hz`, `state_names`
     and implement `_reset` and `_step`; this class validates actions and fills the info contract."""

@@ -30,6 +30,7 @@ import numpy as np
 from hardware.teleop import make_device
 from hardware.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
 from robo_rl.envs.base import RobotWrapper
+from robo_rl.envs.wrappers import find_safety
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ class InterventionWrapper(RobotWrapper):
         self._step = 0
         self.counts = collections.Counter()
         self.latency_ms: collections.deque = collections.deque(maxlen=2000)
+        self._safety = find_safety(env)  # a safety layer inside: its stops wait for this human's acknowledgement
+        if self._safety is not None:
+            self._safety.add_poller(self.poll)
 
     @property
     def timeline(self) -> list[list]:
@@ -123,6 +127,7 @@ class InterventionWrapper(RobotWrapper):
             self.counts["intervention_steps"] += 1
         self.counts["steps"] += 1
         estop_by = next((n for n, r in readings.items() if "estop" in r.events), None)
+        self._acknowledge(readings)
         reward, terminated, truncated = self._labels(events, info, reward, terminated, truncated, estop_by)
         if terminated or truncated:
             if self._controller is not None:
@@ -164,7 +169,13 @@ class InterventionWrapper(RobotWrapper):
             log.info("human: %s", "paused" if self.paused else "resumed")
         if "estop" in events:
             self.estopped = next(n for n, r in readings.items() if "estop" in r.events)
+        self._acknowledge(readings)
         return events
+
+    def _acknowledge(self, readings: dict[str, TeleopReading]) -> None:
+        by = next((n for n, r in readings.items() if "acknowledge" in r.events), None)
+        if by is not None and self._safety is not None and self._safety.acknowledge(by):
+            log.info("human: %s acknowledged the safety stop", by)
 
     def _read(self, policy_action: np.ndarray) -> dict[str, TeleopReading]:
         readings = {}

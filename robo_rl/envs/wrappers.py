@@ -62,6 +62,16 @@ def wrapper_extras(cfg) -> dict[str, tuple]:
     return extras
 
 
+def find_safety(env):
+    """The safety layer in `env`'s chain (a wrapper that can be acknowledged after a stop), or None: the core finds
+    it by what it does, never importing `hardware`."""
+    while env is not None:
+        if hasattr(type(env), "acknowledge") and hasattr(type(env), "stats"):
+            return env
+        env = getattr(env, "env", None)
+    return None
+
+
 def find_wrapper(env, cls):
     """The wrapper of type `cls` in `env`'s chain, or None."""
     while env is not None:

@@ -58,9 +58,11 @@ class ActorView:
         self.tick(obs)
 
     def tick(self, obs: dict | None) -> None:
-        human = self.actor.human
+        human, safety = self.actor.human, self.actor.safety
         if human is not None and human.estopped:
             mode = "ESTOP"
+        elif safety is not None and safety.stopped:
+            mode = "SAFETY"
         elif human is not None and human.paused:
             mode = "PAUSED"
         else:
@@ -70,6 +72,8 @@ class ActorView:
                 "step": int(self.t), "reward": self.reward, "return": self.ret, "success_prob": self.success_prob,
                 "interventions": human.timeline if human is not None else [], "loop": self._loop_stats(),
                 "learner": self._learner(), "notice": self.notice}  # fmt: skip
+        if safety is not None:
+            meta.update(safety=_safety_line(safety), safety_counts=safety.stats())
         images = view = None
         if obs is not None and self.bridge.wants_frame():
             images = obs.get("images") or {}
@@ -108,3 +112,12 @@ class ActorView:
     def _learner(self) -> dict:
         status = self.actor.transport.status or {}
         return {k: status[k] for k in LEARNER_FIELDS if isinstance(status.get(k), int | float)}
+
+
+def _safety_line(safety) -> str | None:
+    """What the operator reads: why the arm is stopped, else what the safety layer did on the last step."""
+    if safety.stopped:
+        return f"STOPPED: {safety.stopped}: check the arm, then Acknowledge"[:300]
+    if safety.last:
+        return ("last step: " + ", ".join(f"{k} {v}" for k, v in safety.last.items()))[:300]
+    return None

@@ -7,7 +7,8 @@ actor → GUI (the actor's DEALER, identity = its id, to the GUI's ROUTER):
                (and `view/<name>` for a larger rendered view) at most `gui.frame_hz` times a second
   gui_episode  a finished episode: how it ended, its length, return and intervention steps
 GUI → actor:
-  gui_command  a button: intervention_toggle, success, failure, rerecord_episode, terminate_episode, pause, estop
+  gui_command  a button: intervention_toggle, success, failure, rerecord_episode, terminate_episode, pause, estop,
+               acknowledge (a safety stop)
   gui_key      a key of the page, down or up (the keyboard's key table interprets it, `hardware.teleop.keyboard`)
   gui_release  the operator who held control is gone: hand control back
   gui_deadman  no page watches any more (or the controlling one went away): the actor's dead-man policy applies
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 from robo_rl.transport.messages import _actor_id, _bool, _int, _number, _stats, _text, check_meta
 
-MODES = ("POLICY", "HUMAN", "PAUSED", "ESTOP")
-COMMANDS = ("intervention_toggle", "success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop")
+MODES = ("POLICY", "HUMAN", "PAUSED", "ESTOP", "SAFETY")
+COMMANDS = ("intervention_toggle", "success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop",
+            "acknowledge")
 MAX_TIMELINE = 1000
 
 
@@ -58,6 +60,8 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
         "loop": (_stats, False),
         "learner": (_stats, False),
         "notice": (_optional(_text(200)), False),  # something the operator should know (a learned reward down)
+        "safety": (_optional(_text(300)), False),  # the safety layer: why the arm is stopped, or what it clipped
+        "safety_counts": (_stats, False),
     },
     "gui_episode": {
         "actor": (_actor_id, True),

@@ -87,7 +87,8 @@ class ActorState:
             "view": next(iter(self.views.values()), None), "recent": recent,
             "intervention_rate": sum(e["intervention_steps"] for e in recent) / steps if steps else 0.0,
             "success_rate": sum(e["success"] for e in recent) / len(recent) if recent else 0.0,
-            "loop": t.get("loop", {}), "notice": t.get("notice"),
+            "loop": t.get("loop", {}), "notice": t.get("notice"), "safety": t.get("safety"),
+            "safety_counts": t.get("safety_counts", {}),
         }  # fmt: skip
 
 

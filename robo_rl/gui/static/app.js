@@ -6,10 +6,10 @@
 const V = 1, HEARTBEAT_MS = 250, RECONNECT_MS = 1000, MAX_MESSAGES = 6;
 const RATE_WINDOW = 10;      // episodes in the running means of the rates plot
 const RECENT_SLOTS = 50;     // width of the recent-episodes strip, in episodes
-const MODE_WORD = { POLICY: 'POLICY', HUMAN: 'HUMAN', PAUSED: 'PAUSED', ESTOP: 'E-STOP' };
+const MODE_WORD = { POLICY: 'POLICY', HUMAN: 'HUMAN', PAUSED: 'PAUSED', ESTOP: 'E-STOP', SAFETY: 'SAFETY STOP' };
 const BUTTONS = [
   ['intervention_toggle', 'Intervene'], ['success', 'Success'], ['failure', 'Failure'],
-  ['rerecord_episode', 'Re-record'], ['pause', 'Pause'], ['estop', 'E-STOP'],
+  ['rerecord_episode', 'Re-record'], ['pause', 'Pause'], ['estop', 'E-STOP'], ['acknowledge', 'Acknowledge'],
 ];
 const LEARNER_FIELDS = ['env_steps', 'updates', 'updates_per_s', 'realised_utd', 'staleness_versions', 'buffer', 'actors_alive'];
 const PREVENT_KEYS = new Set(['ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', ' ', 'PageUp', 'PageDown', 'Backspace', 'Enter']);
@@ -189,11 +189,12 @@ function createRow(id) {
     r[cls] = el('span', { class: 'stat-value ' + cls, text: '—' });
     return el('div', { class: 'stat' }, el('span', { class: 'stat-label', text: label }), r[cls]);
   };
-  const [marker, mode, camBox, viewBox, ratesText, loop, notice, rewardCv, timelineCv, ratesCv] = [
+  const [marker, mode, camBox, viewBox, ratesText, loop, notice, safety, rewardCv, timelineCv, ratesCv] = [
     ['span', 'offline-marker'], ['div', 'mode'], ['div', 'cams'], ['div', 'cams view-box'], ['div', 'rates-text'],
-    ['div', 'loop'], ['div', 'notice'], ['canvas', 'reward-trace'], ['canvas', 'timeline'], ['canvas', 'rates'],
+    ['div', 'loop'], ['div', 'notice'], ['div', 'safety'], ['canvas', 'reward-trace'], ['canvas', 'timeline'],
+    ['canvas', 'rates'],
   ].map(([tag, cls]) => el(tag, { class: cls }));
-  Object.assign(r, { marker, mode, camBox, viewBox, ratesText, loop, notice, rewardCv, timelineCv, ratesCv });
+  Object.assign(r, { marker, mode, camBox, viewBox, ratesText, loop, notice, safety, rewardCv, timelineCv, ratesCv });
   const buttons = el('div', { class: 'buttons' });
   for (const [cmd, label] of BUTTONS) {
     r.labels[cmd] = el('span', { class: 'label', text: label });
@@ -216,7 +217,7 @@ function createRow(id) {
       el('div', { class: 'actor-info' },
         el('div', { class: 'stats' },
           stat('episode', 'episode'), stat('step', 'step'), stat('return', 'return'), stat('P(success)', 'success-prob')),
-        r.ratesText, r.loop, r.notice),
+        r.ratesText, r.loop, r.notice, r.safety),
       el('div', { class: 'plots' }, r.rewardCv, r.timelineCv, r.ratesCv)),
     buttons);
   r.root.addEventListener('click', () => select(id));
@@ -246,6 +247,16 @@ function modeText(a) {
   return detail ? `${word} · ${detail}` : word;
 }
 
+// The safety layer's line: why the arm is stopped, or what it clipped on the last step, with its running counts.
+function safetyText(a) {
+  const counts = a.safety_counts && typeof a.safety_counts === 'object' ? a.safety_counts : {};
+  const shown = ['workspace', 'translation_m', 'rotation_rad', 'joint_limits', 'joint_speed', 'refused', 'stop',
+    'watchdog_hold_s'].filter((k) => isNum(counts[k]) && counts[k] > 0).map((k) => `${k} ${counts[k]}`);
+  const line = typeof a.safety === 'string' ? a.safety : '';
+  if (!line && !shown.length) return '';
+  return `safety: ${line}${line && shown.length ? ' · ' : ''}${shown.length ? 'counts: ' + shown.join(', ') : ''}`;
+}
+
 function updateRow(r, a) {
   setOffline(r, a.alive === false, a.last_seen_s);
   const modeClass = MODE_WORD[a.mode] ? `mode mode-${a.mode}` : 'mode';
@@ -264,6 +275,9 @@ function updateRow(r, a) {
   const jitter = isNum(loop.jitter_ms_p99) ? ` · jitter ${loop.jitter_ms_p99.toFixed(1)} ms p99` : '';
   setText(r.loop, isNum(loop.period_ms_p50) ? `loop ${loop.period_ms_p50.toFixed(1)} ms p50${jitter}` : '');
   setText(r.notice, typeof a.notice === 'string' ? a.notice : '');  // e.g. a learned reward that does not answer
+  setText(r.safety, safetyText(a));
+  r.safety.classList.toggle('stopped', a.mode === 'SAFETY');
+  r.root.querySelector('button[data-command="acknowledge"]').disabled = a.mode !== 'SAFETY';
   setText(r.labels.intervention_toggle, a.mode === 'HUMAN' ? 'Hand back' : 'Intervene');
   setText(r.labels.pause, a.mode === 'PAUSED' ? 'Resume' : 'Pause');
   updateCameras(r, a);
