@@ -84,6 +84,7 @@ class ArmDriver:
     them, `recover` (clear a fault) and `hold` (a native stop); everything else is shared."""
 
     robot = "arm"
+    joint_names: tuple[str, ...] = ()  # the kinematic model's arm joints: the learner's spec is told from these
     effort_kind = "current"
     default_effort_limit = 0.8  # where the safety layer stops the arm, in `effort_kind` units
 

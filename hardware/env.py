@@ -24,6 +24,7 @@ import numpy as np
 from hardware.arm import ArmDriver, ArmState, VirtualClock
 from hardware.kinematics import quat_mul, rotvec_to_quat
 from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs.spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,8 @@ class ArmEnv(RobotEnv):
         self.reset_timeout_s = float(reset_timeout_s)
         self.terminate_on_success = bool(terminate_on_success)
         self.task = ReachTask(**reach) if reach else None
-        self.action_names = ("x", "y", "z") + (("roll", "pitch", "yaw") if self.rotation else ()) + (
-            ("gripper",) if self.has_gripper else ())  # fmt: skip
-        self.state_names = ("ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz", "gripper_pos") + tuple(
-            f"q_{j}" for j in self.model.joint_names) + (self.task.state_names if self.task else ())  # fmt: skip
+        self.action_names = _action_names(self.rotation, gripper)
+        self.state_names = _state_names(self.model.joint_names, bool(reach))
         self.joint_guard = None  # the safety layer's: (q_target, ArmState, dt) -> (q_safe, notes)
         self.last_state: ArmState | None = None
         self._read_wall = 0.0
@@ -115,6 +114,20 @@ class ArmEnv(RobotEnv):
         import gymnasium as gym
 
         self.action_space = gym.spaces.Box(-1.0, 1.0, (len(self.action_names),), np.float32)
+
+    @classmethod
+    def spec_from_config(cls, driver: dict, cameras: dict | None = None, control_hz: float = 10.0,
+                         rotation: bool = False, gripper: str = "absolute", reach: dict | None = None, **_) -> EnvSpec:
+        """The spaces this config gives, without opening the arm (the learner never does)."""
+        from hydra.utils import get_class
+
+        joints = get_class(driver["_target_"]).joint_names
+        if not joints:
+            raise ValueError(f"{driver['_target_']} names no joints (ArmDriver.joint_names)")
+        names = _state_names(joints, bool(reach))
+        sizes = {n: (int(c.get("height", 128)), int(c.get("width", 128))) for n, c in (cameras or {}).items()}
+        actions = _action_names(bool(rotation), gripper)
+        return EnvSpec(len(names), len(actions), sizes, names, actions, float(control_hz))
 
     def _open_cameras(self, specs: dict) -> dict:
         from hardware.cameras import make_camera
@@ -250,6 +263,15 @@ class ArmEnv(RobotEnv):
         self.driver.close()
         if self.driver_twin is not None:
             self.driver_twin.close()
+
+
+def _action_names(rotation: bool, gripper: str) -> tuple[str, ...]:
+    return ("x", "y", "z") + (("roll", "pitch", "yaw") if rotation else ()) + (("gripper",) if gripper != "none" else ())
+
+
+def _state_names(joints, reach: bool) -> tuple[str, ...]:
+    return ("ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz", "gripper_pos") + tuple(
+        f"q_{j}" for j in joints) + (ReachTask.state_names if reach else ())  # fmt: skip
 
 
 def _make_driver(spec: dict | ArmDriver, dry_run: bool, twin_clock: str) -> ArmDriver:

@@ -44,6 +44,7 @@ class FrankaDriver(ArmDriver):
     replaces the SDK (what the twin path does)."""
 
     robot = "franka"
+    joint_names = PANDA_JOINTS
     effort_kind = "force_n"
     default_effort_limit = FRANKA_FORCE_LIMIT_N
 

@@ -33,6 +33,7 @@ from robo_rl.envs.base import RobotWrapper, SafetyStop
 log = logging.getLogger(__name__)
 
 WAIT_POLL_S = 0.05  # while stopped: how often devices and the GUI are read for an acknowledgement
+WATCHDOG_POLL_S = 0.02  # the watchdog looks this often: it holds the arm at most this long after `watchdog_s`
 AXES = ("x", "y", "z")
 
 
@@ -178,10 +179,17 @@ class SafetyWrapper(RobotWrapper):
         self._last_step_end = time.monotonic()
         self._armed = self.stopped is None
 
-    def close(self):
+    def detach(self) -> None:
+        """Stop guarding the env (the watchdog ends, the joint guard goes) without closing it: the doctor wraps one
+        env in several safety layers in turn."""
         self._closing.set()
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)
+        if self.arm.joint_guard == self.guard_joints:
+            self.arm.joint_guard = None
+
+    def close(self):
+        self.detach()
         return self.env.close()
 
     # --- the checks ---------------------------------------------------------------------------
@@ -257,7 +265,7 @@ class SafetyWrapper(RobotWrapper):
 
     # --- the watchdog -------------------------------------------------------------------------
     def _watch(self) -> None:
-        period = self.watchdog_s / 5
+        period = min(WATCHDOG_POLL_S, self.watchdog_s / 5)
         while not self._closing.wait(period):
             idle = time.monotonic() - self._last_step_end
             if self._armed and self._held_at is None and idle > self.watchdog_s:

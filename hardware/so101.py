@@ -105,6 +105,7 @@ class SO101Driver(ArmDriver):
     """
 
     robot = "so101"
+    joint_names = ARM_MOTORS
     effort_kind = "current"
 
     def __init__(self, port: str = "/dev/ttyACM0", id: str = "so101", robot_type: str = "so101_follower",  # noqa: A002

@@ -123,6 +123,7 @@ class URDriver(ArmDriver):
     with `rtde_control`, `rtde_receive`, `dashboard_client` and, optionally, `socket_connect` for the gripper."""
 
     robot = "ur"
+    joint_names = UR5E_JOINTS
     effort_kind = "force_n"
     default_effort_limit = UR_FORCE_LIMIT_N
 

@@ -277,7 +277,7 @@ def cmd_actor(overrides: list[str]) -> int:
 def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
     report of the training run itself, written by `train` and by a learner started alone)."""
-    from robo_rl.config import load_config, load_saved_config, make_env, make_policy, override_value
+    from robo_rl.config import load_config, load_saved_config, make_policy, override_value
 
     ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
@@ -309,7 +309,9 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
-    env = make_env(cfg)
+    from robo_rl.envs.wrappers import make_guarded_env
+
+    env = make_guarded_env(cfg)  # a robot is evaluated behind its safety layer, as it was trained
     try:
         policy = make_policy(cfg, env)
         try:

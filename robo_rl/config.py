@@ -180,9 +180,11 @@ def make_env(cfg: DictConfig, **overrides):
     spec = OmegaConf.to_container(cfg.env, resolve=True)
     spec.pop("expert", None)
     try:
-        return instantiate({**spec, **overrides}, _convert_="all")
-    except Exception as e:
-        raise ConfigError(f"cannot build env {spec.get('_target_')}: {_one_line(e)}") from None
+        return instantiate({**spec, **overrides}, _convert_="all", _recursive_=False)  # a robot's driver spec stays a
+        # spec: the env builds it (against its twin on a dry run)
+    except Exception as e:  # hydra wraps the env's own error: name that one (a missing SDK, a port not found)
+        cause = e.__cause__ if e.__cause__ is not None and "Error in call to target" in str(e) else e
+        raise ConfigError(f"cannot build env {spec.get('_target_')}: {_one_line(cause)}") from None
 
 
 def make_expert(cfg: DictConfig, env, **kwargs):

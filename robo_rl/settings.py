@@ -338,7 +338,7 @@ SETTINGS: dict[str, Setting] = {
     "env.reach_height_m": _float("reach target height above the cube, metres", 0.0),
     "env.reach_tolerance_m": _pos("reach success distance, metres"),
     "env.cameras": Setting("str list", "cameras in the observation (a robot env: camera name → its device)",
-                           or_mapping=True),
+                           or_mapping=True, nullable=True),
     "env.image_size": _int("camera image height and width, pixels", 1, 1024),
     "env.gripper": _choice("gripper action", "absolute", "discrete", "none"),
     "env.state": _choice("state: full, or proprio (no object pose)", "full", "proprio"),

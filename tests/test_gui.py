@@ -24,10 +24,14 @@ ARTIFACTS = Path(os.environ.get("ROBO_RL_TEST_ARTIFACTS", Path(__file__).resolve
 PERIOD_S = 0.1  # point_reach's 10 Hz control period
 
 
-class GuiRun:
-    """A GUI app under uvicorn (a thread), a learner and a real-time actor (threads) on point_reach with a camera."""
+POINT_WITH_CAMERA = ("env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8")
 
-    def __init__(self, tmp_path, *overrides):
+
+class GuiRun:
+    """A GUI app under uvicorn (a thread), a learner and a real-time actor (threads) on point_reach with a camera
+    (or the env `task` names)."""
+
+    def __init__(self, tmp_path, *overrides, task=POINT_WITH_CAMERA):
         import uvicorn
 
         from robo_rl.actor import Actor
@@ -36,8 +40,8 @@ class GuiRun:
 
         self.http_port, zmq_port = free_ports(2)
         self.cfg = toy_config(
-            tmp_path, "env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8", "gui=true",
-            f"gui.port={self.http_port}", f"gui.zmq_port={zmq_port}", "gui.view_size=48", "gui.deadman_grace_s=0.3",
+            tmp_path, *task, "gui=true", f"gui.port={self.http_port}", f"gui.zmq_port={zmq_port}", "gui.view_size=48",
+            "gui.deadman_grace_s=0.3",
             "actor.realtime=true", "actor.throttle_to_learner=false", "train.learning_starts=100000",
             "train.total_env_steps=100000", "env.max_episode_steps=200", *overrides,
         )  # fmt: skip
@@ -91,8 +95,8 @@ class GuiRun:
 def gui_run(tmp_path):
     runs = []
 
-    def start(*overrides):
-        runs.append(GuiRun(tmp_path / f"run{len(runs)}", *overrides))
+    def start(*overrides, **kw):
+        runs.append(GuiRun(tmp_path / f"run{len(runs)}", *overrides, **kw))
         return runs[-1]
 
     yield start
@@ -430,3 +434,33 @@ def test_a_learned_reward_that_does_not_answer_is_said_on_the_page(gui_run, brow
     wait_until(lambda: "learned reward" in notice.inner_text(), what="the notice")
     assert run.executed[-1][2]["reward_fallback"] is True
     assert page.locator('.actor[data-actor="actor-0"] .success-prob').inner_text() == "—"
+
+
+SO101_TWIN = ("env=so101_twin", "env.twin_clock=real", "safety=default",
+              "env.cameras={front: {type: twin, width: 48, height: 48, fps: 10}}", "policy.encoder.resize=[32,32]",
+              "policy.encoder.channels=8", "demos.num_episodes=0")  # fmt: skip
+
+
+def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm_move_again(gui_run, browser):
+    run = gui_run(task=SO101_TWIN)
+    page = open_page(browser, run, "sam")
+    row = '.actor[data-actor="actor-0"]'
+    ack = page.locator(f'{row} button[data-command="acknowledge"]')
+    page.locator(f'{row} img.camera[data-camera="front"]').wait_for(timeout=15000)  # the twin's camera is shown
+    wait_until(lambda: mode_of(page).startswith("POLICY"), what="the policy in control")
+    assert ack.is_disabled()
+    twin = run.actor.env.unwrapped.driver.twin
+    twin.inject_force(40.0, duration_s=0.5)  # a collision
+    wait_until(lambda: mode_of(page).startswith("SAFETY STOP"), what="the safety stop on the page")
+    assert "STOPPED: motor load" in page.locator(f"{row} .safety").inner_text()
+    stopped_at = time.monotonic()
+    time.sleep(1.0)  # nobody has acknowledged: the arm stays stopped, the actor waits
+    assert run.actor.safety.stopped
+    moved = [t for t, q in twin.commands if t > stopped_at]
+    assert not moved, "no command reaches the arm while it waits for the acknowledgement"
+    ack.click()
+    wait_until(lambda: run.actor.safety.stopped is None, what="the acknowledgement to reach the actor")
+    wait_until(lambda: mode_of(page).startswith("POLICY"), what="the policy back in control")
+    assert run.actor.safety.stats()["acknowledged"] == 1
+    assert any(i.get("ended_by") == "safety" for _, _, i in run.executed)
+    assert not page.js_errors

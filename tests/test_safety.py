@@ -174,7 +174,7 @@ def test_a_stalled_actor_triggers_the_watchdog_hold_within_the_configured_time()
         time.sleep(limit * 2.5)
         holds = [t for t, _ in twin.commands if t > last_command]
         assert env.stats()["watchdog_holds"] == 1 and len(holds) == 1  # held once, not hammered
-        assert limit <= holds[0] - stalled_at <= limit + 0.15, holds[0] - stalled_at
+        assert limit <= holds[0] - stalled_at <= limit + 0.1, holds[0] - stalled_at
         moving = twin.read()[2]
         assert np.allclose(moving, 0.0)  # the hold's target is where the arm is
         _, _, _, truncated, info = env.step(act(env, [0, 0, 0]))

@@ -49,6 +49,23 @@ def make_actor_env(cfg):
     return env
 
 
+def make_guarded_env(cfg):
+    """The task's env behind its safety layer when one is configured (`safety=default` on a robot): what evaluation
+    runs, so that a checkpoint's evaluation on metal is guarded like its training."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    env = make_env(cfg)
+    node = OmegaConf.select(cfg, "safety", default=None)
+    if node and "_target_" in node:
+        try:
+            env = instantiate(_settings(node), env=env, _convert_="all", _recursive_=False)
+        except Exception as e:
+            env.close()
+            raise ConfigError(f"the safety layer: {e.__cause__ or e}") from None
+    return env
+
+
 def wrapper_extras(cfg) -> dict[str, tuple]:
     """What the configured wrappers add to each record, from the config alone (a wrapper class says so in its
     `record_extras_from_config(**settings)`): the learner's record layout without opening the env."""

@@ -1,0 +1,100 @@
+"""`robo-rl doctor` and `robo-rl calibrate` on the twins (and on a robot that is not there)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from hardware.calibrate import calibrate, write_calibration
+from hardware.so101 import SO101Driver
+from robo_rl.cli import main
+from robo_rl.config import ConfigError, load_config
+
+BOX = "safety.workspace={low: [0.1, -0.1, 0.05], high: [0.25, 0.1, 0.2]}"
+
+
+def test_the_doctor_passes_the_so101_twin_and_reports_its_figures(tmp_path, capsys):
+    report = tmp_path / "doctor.json"
+    assert main(["doctor", "twin=so101", BOX, f"report={report}"]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "0 failed" in out
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    for name in ("connect", "control rate", "workspace", "e-stop", "watchdog"):
+        assert checks[name]["status"] == "ok", checks[name]
+    figures = json.loads(report.read_text())["figures"]
+    assert 8.0 < figures["rate"]["achieved_hz"] < 11.0 and figures["watchdog_hold_s"] <= 0.6
+
+
+def test_the_doctor_names_what_is_wrong_and_how_to_fix_it(capsys):
+    # a workspace the arm cannot reach, on the twin
+    assert main(["doctor", "twin=so101", "safety.workspace={low: [0.5, -0.1, 0.05], high: [0.7, 0.1, 0.2]}"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] workspace: 8 of 8 corners" in out and "shrink safety.workspace" in out
+    # the real arm: no serial port, no SDK here
+    assert main(["doctor", "env=so101", "env.driver.port=/dev/ttyNOPE"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] serial port: /dev/ttyNOPE does not exist" in out and "env.driver.port=" in out
+    assert "uv sync --extra so101" in out
+    assert main(["doctor", "twin=kuka"]) == 2
+
+
+def test_calibrating_by_hand_records_the_home_pose_and_the_box_the_tool_visited(tmp_path):
+    driver = SO101Driver(twin=True)
+    driver.connect()
+    twin, model = driver.twin, driver.model
+    home = np.array([0.2, -0.3, 0.5, 1.1, 0.0])
+    corners = [np.array([dx, -0.3 + dz, 0.5 - dz / 2, 1.1, 0.0]) for dx in (-0.3, 0.3) for dz in (-0.5, 0.5)]
+    visited = [model.fk(q)[0] for q in corners]
+
+    class Hand:  # the person, and their Enter: home in the first phase, then each corner in turn
+        def start(self):
+            self.poses = [home] if not hasattr(self, "poses") else list(corners)
+
+        def done(self):
+            if not self.poses:
+                return True
+            twin.move_by_hand(self.poses.pop(0))  # the driver turned the torque off for this
+            return False
+
+    try:
+        got_home, low, high = calibrate(driver, Hand(), margin_m=0.005)
+        assert twin.torque_enabled  # back on after the hand is done
+    finally:
+        driver.close()
+    assert np.allclose(got_home, home, atol=0.01)
+    assert np.allclose(low, np.min(visited, axis=0) + 0.005, atol=0.005)
+    assert np.allclose(high, np.max(visited, axis=0) - 0.005, atol=0.005)
+    path = tmp_path / "so101.yaml"
+    write_calibration(path, "so101", "twin", got_home, low, high)
+    cfg = load_config(["env=so101", "safety=default", f"hardware.calibration={path}"])
+    assert np.allclose(cfg.safety.workspace.low, low, atol=1e-4)
+    assert np.allclose(cfg.env.driver.home, got_home, atol=1e-4)
+    given = load_config(["env=so101", "safety=default", f"hardware.calibration={path}", "env.driver.home=[0,0,0,0,0]"])
+    assert list(given.env.driver.home) == [0, 0, 0, 0, 0]  # the command line wins
+
+
+def test_free_drive_turns_the_so101_torque_off_and_back_on_holding_where_it_was_left():
+    driver = SO101Driver(twin=True)
+    driver.connect()
+    try:
+        driver.freedrive(True)
+        assert not driver.twin.torque_enabled
+        driver.twin.move_by_hand(np.array([0.3, -0.2, 0.4, 1.0, 0.1]))
+        driver.freedrive(False)
+        assert driver.twin.torque_enabled
+        time.sleep(0.2)
+        assert np.allclose(driver.read().joints, [0.3, -0.2, 0.4, 1.0, 0.1], atol=0.01)  # no jump to an old goal
+    finally:
+        driver.close()
+
+
+def test_a_calibration_that_hardly_moved_is_refused_and_a_missing_file_named(tmp_path, capsys):
+    assert main(["calibrate", "twin=so101", "record_s=0.2", f"out={tmp_path / 'c.yaml'}"]) == 2
+    assert "hardly moved" in capsys.readouterr().err and not (tmp_path / "c.yaml").exists()
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(["env=so101", f"hardware.calibration={tmp_path / 'missing.yaml'}"])
+    assert OmegaConf.select(load_config(["env=so101"]), "hardware.calibration") is None
