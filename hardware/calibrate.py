@@ -107,6 +107,21 @@ def calibrate(driver, signal: Signal, margin_m: float, step=None, hand: bool = T
     return home, low, high
 
 
+def jog_session(env_cfg: dict, devices: list):
+    """The arm behind the safety layer (no box yet) with the human's devices in control (implicit takeover), and a
+    `step()` that advances it one control period: a device jogs the arm while the calibration records."""
+    from hardware.env import ArmEnv
+    from hardware.safety import SafetyWrapper
+    from robo_rl.envs.intervention import InterventionWrapper
+
+    settings = {k: v for k, v in env_cfg.items() if k != "_target_"}
+    arm = ArmEnv(**{**settings, "reach": None, "max_episode_steps": 10**9})
+    env = InterventionWrapper(SafetyWrapper(arm, watchdog_s=None), devices, takeover="implicit")
+    env.reset(seed=0)
+    still = np.zeros(arm.action_space.shape, np.float32)  # the 'policy' asks for nothing; the device moves the arm
+    return env, lambda: env.step(still)
+
+
 def write_calibration(path: Path, robot: str, where: str, home: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
     from omegaconf import OmegaConf
 
@@ -123,7 +138,7 @@ def cmd_calibrate(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from hardware.doctor import TWINS
-    from hardware.env import ArmEnv, _make_driver
+    from hardware.env import _make_driver
     from robo_rl.config import ConfigError, load_config
 
     opts = {k: v for k, _, v in (o.partition("=") for o in overrides) if k in ("out", "mode", "margin_m", "record_s",
@@ -145,21 +160,10 @@ def cmd_calibrate(overrides: list[str]) -> int:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     env = None
     if mode == "device":
-        from hardware.safety import SafetyWrapper
-        from robo_rl.envs.intervention import InterventionWrapper
-
         if not cfg.get("human") or "devices" not in cfg.human:
             raise ConfigError("mode=device needs a teleop device: human=keyboard | spacemouse | gamepad | ...")
-        env_cfg.pop("_target_")
-        env_cfg.pop("reach", None)
-        arm = ArmEnv(**{**env_cfg, "reach": None, "max_episode_steps": 10**9})
-        devices = OmegaConf.to_container(cfg.human.devices, resolve=True)
-        env = InterventionWrapper(SafetyWrapper(arm, watchdog_s=None), devices, takeover="implicit")
-        driver = arm.driver
-        zero = np.zeros(arm.action_space.shape, np.float32)
-        signal = Signal(record_s, env.devices)
-        env.reset(seed=0)
-        step = lambda: env.step(zero)  # noqa: E731 - the human's device moves the arm; the 'policy' asks for nothing
+        env, step = jog_session(env_cfg, OmegaConf.to_container(cfg.human.devices, resolve=True))
+        driver, signal = env.unwrapped.driver, Signal(record_s, env.devices)
     else:
         driver = _make_driver(env_cfg["driver"], bool(env_cfg.get("dry_run")), env_cfg.get("twin_clock", "real"))
         driver.connect()

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from hardware.arm import ArmDriver, ArmState, VirtualClock
+from hardware.cameras import CameraError
 from hardware.kinematics import quat_mul, rotvec_to_quat
 from robo_rl.envs import RobotEnv, make_observation_space
 from robo_rl.envs.spec import EnvSpec
@@ -213,7 +214,11 @@ class ArmEnv(RobotEnv):
         self._tick = max(self._tick + 1.0 / self.control_hz, self.driver.clock.now() - 1.0 / self.control_hz)
         self.driver.clock.sleep_until(self._tick)
         new = self._read()
-        obs, info_obs = self._observe(new)
+        try:
+            obs, info_obs = self._observe(new)
+        except CameraError:  # the policy cannot see: the arm holds before the error ends the run
+            self.driver.hold()
+            raise
         info.update(info_obs)
         info["action_executed"] = self._executed(action, state, q_target)
         if notes:

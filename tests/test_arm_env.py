@@ -128,12 +128,14 @@ def test_a_driver_given_built_cannot_be_dry_run_and_a_bad_gripper_mode_is_refuse
         ArmEnv(FrankaDriver(franky_module=object()), dry_run=True)
 
 
-def test_a_whole_actor_learner_run_on_the_so101_twin_with_the_safety_layer(tmp_path):
+def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_safety_layer(tmp_path):
     from robo_rl.runs import read_metrics
     from tests.test_pipeline import run_pair, toy_config
 
-    cfg = toy_config(tmp_path, "env=so101_twin", "safety=default", "demos.num_episodes=0",
-                     "safety.workspace={low: [0.1, -0.12, 0.04], high: [0.3, 0.12, 0.22]}",
+    cfg = toy_config(tmp_path, "env=so101", "hardware.dry_run=true", "env.twin_clock=virtual",  # the real config
+                     "env.reach={low: [0.16, -0.08, 0.08], high: [0.24, 0.08, 0.16]}", "env.max_episode_steps=50",
+                     "safety=default", "demos.num_episodes=0",
+                     "safety.workspace={low: [0.12, -0.06, 0.06], high: [0.24, 0.06, 0.16]}", "env.max_ee_step_m=0.03",
                      "train.total_env_steps=300", "train.learning_starts=100", "actor.throttle_to_learner=false")
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")

@@ -98,3 +98,32 @@ def test_a_calibration_that_hardly_moved_is_refused_and_a_missing_file_named(tmp
     with pytest.raises(ConfigError, match="no such file"):
         load_config(["env=so101", f"hardware.calibration={tmp_path / 'missing.yaml'}"])
     assert OmegaConf.select(load_config(["env=so101"]), "hardware.calibration") is None
+
+
+def test_calibrating_with_a_device_jogs_the_arm_through_the_safety_layer():
+    from hardware.calibrate import jog_session
+    from hardware.teleop.base import FakeDevice
+
+    pad = FakeDevice("pad")
+    cfg = load_config(["env=so101", "hardware.dry_run=true", "env.twin_clock=virtual"])
+    env, step = jog_session(OmegaConf.to_container(cfg.env, resolve=True), [pad])
+    moves = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [-1, -1, -1]]
+
+    class Operator:  # pushes the stick one way for a few steps, then presses success (the phase's Enter)
+        def start(self):
+            self.left = [m for m in moves for _ in range(5)] if hasattr(self, "left") else [[0, 0, 0]]
+
+        def done(self):
+            if not self.left:
+                pad.push(["success"])
+                return "success" in pad.read().events
+            pad.push(motion=[*self.left.pop(0), 0, 0, 0])
+            return False
+
+    try:
+        home, low, high = calibrate(env.unwrapped.driver, Operator(), margin_m=0.0, step=step, hand=False)
+        assert env.counts["intervention_steps"] > 0  # the device, not the policy, moved the arm
+    finally:
+        env.close()
+    assert np.all(high - low > 0.02)  # it went some way along every axis
+    assert np.allclose(home, env.unwrapped.driver.home_joints, atol=0.02)
