@@ -271,7 +271,8 @@ class ArmEnv(RobotEnv):
 
 
 def _action_names(rotation: bool, gripper: str) -> tuple[str, ...]:
-    return ("x", "y", "z") + (("roll", "pitch", "yaw") if rotation else ()) + (("gripper",) if gripper != "none" else ())
+    rotations = ("roll", "pitch", "yaw") if rotation else ()
+    return ("x", "y", "z") + rotations + (("gripper",) if gripper != "none" else ())
 
 
 def _state_names(joints, reach: bool) -> tuple[str, ...]:
