@@ -26,7 +26,23 @@ WAIT_STEP_S = 0.01
 WAIT_TIMEOUT_S = 30.0
 
 
-class RTDEControlInterface:
+class _Session:
+    """An RTDE connection's state: ur_rtde's connect/disconnect calls on both interfaces."""
+
+    _connected = True
+
+    def isConnected(self) -> bool:  # noqa: N802 - ur_rtde's names
+        return self._connected
+
+    def disconnect(self) -> None:
+        self._connected = False
+
+    def reconnect(self) -> bool:
+        self._connected = True
+        return True
+
+
+class RTDEControlInterface(_Session):
     """ur_rtde's control interface on the twin. `twin` is set by `modules_for`."""
 
     twin: ArmTwin
@@ -107,18 +123,8 @@ class RTDEControlInterface:
     def isSteady(self) -> bool:
         return bool(np.all(np.abs(self.twin.read()[2]) < REACHED_RAD))
 
-    def isConnected(self) -> bool:
-        return self._connected
 
-    def disconnect(self) -> None:
-        self._connected = False
-
-    def reconnect(self) -> bool:
-        self._connected = True
-        return True
-
-
-class RTDEReceiveInterface:
+class RTDEReceiveInterface(_Session):
     """ur_rtde's receive interface on the twin."""
 
     twin: ArmTwin
@@ -152,16 +158,6 @@ class RTDEReceiveInterface:
 
     def getTimestamp(self) -> float:
         return self.twin.clock.now()
-
-    def isConnected(self) -> bool:
-        return self._connected
-
-    def disconnect(self) -> None:
-        self._connected = False
-
-    def reconnect(self) -> bool:
-        self._connected = True
-        return True
 
 
 class DashboardClient:

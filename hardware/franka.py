@@ -15,7 +15,7 @@ import numpy as np
 
 from hardware.arm import ArmDriver, ArmState, Clock, HardwareError, import_sdk
 from hardware.kinematics import ArmModel, robosuite_robot_xml
-from hardware.twin import ArmTwin
+from hardware.twin import ArmTwin, resolve_twin
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 PANDA_HOME_RAD = (0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi / 4)  # franky's "ready" pose
@@ -53,16 +53,7 @@ class FrankaDriver(ArmDriver):
                  franky_module=None, **twin_kw) -> None:  # fmt: skip
         if not 0.0 < dynamics_factor <= 1.0:
             raise ValueError(f"franka: dynamics_factor must be in (0, 1], got {dynamics_factor}")
-        if twin_kw and not twin:
-            raise ValueError(f"franka: twin options {sorted(twin_kw)} given without twin=True")
-        if isinstance(twin, ArmTwin):
-            self.twin: ArmTwin | None = twin
-            clock = clock or twin.clock
-        elif twin:
-            clock = clock or Clock()
-            self.twin = ArmTwin(panda_model(), clock, **twin_kw)
-        else:
-            self.twin = None
+        self.twin, clock = resolve_twin("franka", twin, clock, panda_model, twin_kw)
         super().__init__(self.twin.arm if self.twin else panda_model(), clock, home)
         if franky_module is None:
             if self.twin is not None:

@@ -39,18 +39,6 @@ def robosuite_robot_xml(robot: str) -> Path:
     return path
 
 
-def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
-    """Quaternion of a MuJoCo camera at `pos` looking at `target` (cameras look along their -z)."""
-    z = np.asarray(pos, float) - np.asarray(target, float)
-    z /= np.linalg.norm(z)
-    x = np.cross(up, z)
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    quat = np.empty(4)
-    mujoco.mju_mat2Quat(quat, np.stack([x, y, z], axis=1).ravel())
-    return quat
-
-
 def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(4)
     mujoco.mju_mulQuat(out, np.asarray(a, float), np.asarray(b, float))

@@ -15,11 +15,23 @@ import mujoco
 import numpy as np
 
 from hardware.arm import Clock
-from hardware.kinematics import ArmModel, look_at_quat
+from hardware.kinematics import ArmModel
+from sim.render import fast_renderer, look_at_quat
 
 LOAD_AT_REST = 0.05  # fraction of the motor limit a servo holding still draws
 LOAD_PER_RAD = 1.5  # load per radian of tracking error (a servo pushing against its target)
 DEFAULT_CAMERA = {"front": ((1.0, 0.0, 0.6), (0.3, 0.0, 0.2))}  # name: (position m, looks at m)
+
+
+def resolve_twin(robot: str, twin, clock: Clock | None, make_model, twin_kw: dict) -> tuple[ArmTwin | None, Clock]:
+    """A driver's `twin=` argument: an ArmTwin given (its clock too), True (one built on `make_model()`), or False
+    (the metal: None). Twin options without a twin to build are refused by name."""
+    if twin_kw and (twin is False or isinstance(twin, ArmTwin)):
+        raise ValueError(f"{robot}: {sorted(twin_kw)} are options of a twin the driver builds (twin=True)")
+    if isinstance(twin, ArmTwin):
+        return twin, clock or twin.clock
+    clock = clock or Clock()
+    return (ArmTwin(make_model(), clock, **twin_kw) if twin else None), clock
 
 
 class ArmTwin:
@@ -119,8 +131,6 @@ class ArmTwin:
 
     def render(self, camera: str, height: int, width: int) -> np.ndarray:
         """An RGB frame of the twin now from `camera` (fast-render preset)."""
-        from sim.render import fast_renderer
-
         with self.lock:
             scene = self._scene_model()
             q = self.read()[1]

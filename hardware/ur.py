@@ -19,7 +19,7 @@ import numpy as np
 
 from hardware.arm import ArmDriver, ArmState, Clock, HardwareError, import_sdk
 from hardware.kinematics import ArmModel, robosuite_robot_xml
-from hardware.twin import ArmTwin
+from hardware.twin import ArmTwin, resolve_twin
 
 UR5E_JOINTS = ("shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
                "wrist_3_joint")  # fmt: skip
@@ -141,16 +141,7 @@ class URDriver(ArmDriver):
             raise ValueError(f"ur: control_hz must be positive, got {control_hz}")
         if gripper not in ("robotiq", None):
             raise ValueError(f"ur: gripper must be 'robotiq' or None, got {gripper!r}")
-        if twin_kw and not twin:
-            raise ValueError(f"ur: twin options {sorted(twin_kw)} given without twin=True")
-        if isinstance(twin, ArmTwin):
-            self.twin: ArmTwin | None = twin
-            clock = clock or twin.clock
-        elif twin:
-            clock = clock or Clock()
-            self.twin = ArmTwin(ur5e_model(tcp_m), clock, **twin_kw)
-        else:
-            self.twin = None
+        self.twin, clock = resolve_twin("ur", twin, clock, lambda: ur5e_model(tcp_m), twin_kw)
         super().__init__(self.twin.arm if self.twin else ur5e_model(tcp_m), clock, home)
         if rtde_modules is None:
             if self.twin is not None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from robo_rl.envs.spec import EnvSpec
-from sim.render import fast_renderer, render_cameras
+from sim.render import fast_renderer, look_at_quat, render_cameras
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
 TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin
@@ -62,18 +62,6 @@ POS_SCALE_M = 0.1  # relative positions are reported in units of 10 cm
 def panda_xml_path() -> str:
     """The Panda + 2F-85 MJCF shipped by gym_hil (Apache-2.0); loaded in place, never copied."""
     return str(importlib.resources.files("gym_hil") / "assets" / "panda.xml")
-
-
-def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
-    """Quaternion of a MuJoCo camera at `pos` looking at `target` (cameras look along their -z)."""
-    z = np.asarray(pos, float) - np.asarray(target, float)
-    z /= np.linalg.norm(z)
-    x = np.cross(up, z)
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    quat = np.empty(4)
-    mujoco.mju_mat2Quat(quat, np.stack([x, y, z], axis=1).ravel())
-    return quat
 
 
 @functools.lru_cache(maxsize=4)

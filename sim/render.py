@@ -27,3 +27,15 @@ def render_cameras(renderer: mujoco.Renderer, data: mujoco.MjData, cameras, scen
         renderer.update_scene(data, camera=name, scene_option=scene_option)
         images[name] = renderer.render()
     return images
+
+
+def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """Quaternion of a MuJoCo camera at `pos` looking at `target` (cameras look along their -z)."""
+    z = np.asarray(pos, float) - np.asarray(target, float)
+    z /= np.linalg.norm(z)
+    x = np.cross(up, z)
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
+    quat = np.empty(4)
+    mujoco.mju_mat2Quat(quat, np.stack([x, y, z], axis=1).ravel())
+    return quat
