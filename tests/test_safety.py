@@ -199,3 +199,20 @@ def test_the_safety_layer_refuses_an_env_that_is_not_an_arm():
 
     with pytest.raises(ValueError, match="guards an arm env"):
         SafetyWrapper(PointReachEnv())
+
+
+def test_rotation_steps_are_limited_per_step_on_an_arm_with_orientation_actions():
+    from hardware.franka import FrankaDriver
+    from hardware.kinematics import quat_error
+
+    env = SafetyWrapper(ArmEnv(FrankaDriver(twin=True, clock=VirtualClock()), rotation=True, max_rot_step_rad=0.1),
+                        max_rot_step_rad=0.05, watchdog_s=None)  # fmt: skip
+    try:
+        env.reset(seed=0)
+        before = env.unwrapped.last_state.ee_quat
+        _, _, _, _, info = env.step(np.array([0, 0, 0, 1, 1, 1, -1], np.float32))
+        assert info["safety"]["rotation_rad"] == pytest.approx(0.1 * np.sqrt(3), abs=1e-3)
+        turned = np.linalg.norm(quat_error(env.unwrapped.last_state.ee_quat, before))
+        assert 0.04 < turned <= 0.051, turned  # it turned, by the limit and no more
+    finally:
+        env.close()
