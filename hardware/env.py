@@ -29,7 +29,7 @@ from robo_rl.envs.spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
-REACH_SHAPING_PER_M = 10.0  # reach reward 1 - tanh(k d): still has slope 20 cm away
+REACH_SHAPING_PER_M = 10.0  # reach reward -tanh(k d): still has slope 20 cm away
 GRIPPER_MODES = ("absolute", "discrete", "none")  # discrete: below -0.5 open, above 0.5 close, between keep
 DISCRETE_GRIPPER_DEADBAND = 0.5
 
@@ -55,7 +55,8 @@ class ReachTask:
 
     def evaluate(self, arm: ArmState) -> tuple[float, bool]:
         distance = float(np.linalg.norm(self.target - arm.ee_pos))
-        return 1.0 - float(np.tanh(REACH_SHAPING_PER_M * distance)), distance < self.tolerance_m
+        # never positive: ending the episode by reaching beats hovering near the target for more reward
+        return -float(np.tanh(REACH_SHAPING_PER_M * distance)), distance < self.tolerance_m
 
 
 class ArmEnv(RobotEnv):
