@@ -6,7 +6,8 @@ Action: ``[dx, dy, dz, gripper]`` in [-1, 1]; the position part is scaled by `ma
 +1 = closed (`gripper="discrete"`: below -0.5 open, above 0.5 close, in between keep the last command, for a
 discrete open/stay/close gripper policy). A damped-least-squares IK, run once per control step, turns the
 end-effector target (top-down, fixed yaw) into joint position targets that the arm's position servos track
-during the physics substeps.
+during the physics substeps. `randomize` (sim/randomize.py) varies the cube's size, mass and friction (and the
+finger pads'), its start, the lights, both cameras, image and action noise, latency and the step's duration.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from robo_rl.envs.spec import EnvSpec
+from sim.randomize import DomainRandomizer, Randomization
 from sim.render import fast_renderer, look_at_quat, render_cameras
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
@@ -57,6 +59,7 @@ GRASP_MAX_OFFSET_M = 0.02  # cube centre within this of the fingertip pads' midp
 REACH_SHAPING_PER_M = 5.0  # reach reward 1 - tanh(k d): still has slope 30 cm away
 REWARD_WEIGHTS = {"reach": 0.25, "grasp": 0.25, "lift": 0.5}  # staged progress, sums to 1
 POS_SCALE_M = 0.1  # relative positions are reported in units of 10 cm
+NEUTRAL_ACTION = np.array([0.0, 0.0, 0.0, -1.0], np.float32)  # no motion, gripper open (as at reset)
 
 
 def panda_xml_path() -> str:
@@ -198,8 +201,10 @@ class PickCubeEnv(RobotEnv):
         image_size: int = 128,
         gripper: str = "absolute",
         state: str = "full",
+        randomize: dict | None = None,  # domain randomisation, see sim/randomize.py; None: nominal
     ) -> None:
         super().__init__()
+        self.randomization = Randomization.from_config(randomize)
         if state not in ("full", "proprio"):
             raise ValueError(f"state must be 'full' or 'proprio' (no cube pose: learn it from cameras), got {state!r}")
         self.state_mode = state
@@ -229,6 +234,7 @@ class PickCubeEnv(RobotEnv):
         self.cube_xy_range_m = np.array(cube_xy_range_m, float)
         self.cube_yaw_range_rad = float(cube_yaw_range_rad)
         self.cube_half_size_m, self.cube_mass_kg = float(cube_half_size_m), float(cube_mass_kg)
+        self._cube_half_m = self.cube_half_size_m  # this episode's (randomize.object_size_scale)
         self.ee_start_m = np.array(ee_start_m, float)
         self.ee_start_noise_m = float(ee_start_noise_m)
         self.lift_height_m, self.reach_height_m = float(lift_height_m), float(reach_height_m)
@@ -266,6 +272,15 @@ class PickCubeEnv(RobotEnv):
         self.action_names = ACTION_NAMES
         self._ee_target = np.zeros(3)
         self._q_target = REST_QPOS.copy()
+        self._randomizer = None
+        if not self.randomization.is_nominal:
+            d = self._ik_data  # scratch: forwarded at the ready pose, where each camera's aim point is found
+            d.qpos[:7] = REST_QPOS
+            mujoco.mj_forward(m, d)
+            self._randomizer = DomainRandomizer(
+                self.randomization, m, d, object_body=self._cube_body, finger_geoms=self._left_pads + self._right_pads,
+                cameras=("front", "wrist"), surface_z_m=0.0, neutral_action=NEUTRAL_ACTION,
+            )  # fmt: skip
 
     # --- control ------------------------------------------------------------------------------
     def _solve_ik(self, q: np.ndarray, pos: np.ndarray, iters: int) -> np.ndarray:
@@ -297,9 +312,15 @@ class PickCubeEnv(RobotEnv):
         mujoco.mj_resetData(m, d)
         # Draw every random number even when options override it, so the rest of the episode's stream is unchanged.
         cube_xy = self.cube_center_xy_m + rng.uniform(-1, 1, 2) * self.cube_xy_range_m
-        cube_xy = np.asarray(options.get("cube_xy", cube_xy), float)
-        yaw = float(options.get("cube_yaw", rng.uniform(-1, 1) * self.cube_yaw_range_rad))
+        yaw = rng.uniform(-1, 1) * self.cube_yaw_range_rad
         ee = self.ee_start_m + rng.uniform(-1, 1, 3) * self.ee_start_noise_m
+        info = {"success": False}
+        if self._randomizer is not None:  # drawn after the pose: a seed places the cube as in the nominal env
+            info["randomization"] = self._randomizer.reset(rng)
+            cube_xy = cube_xy + self._randomizer.object_xy_offset
+            self._cube_half_m = self.cube_half_size_m * self._randomizer.object_scale
+        cube_xy = np.asarray(options.get("cube_xy", cube_xy), float)
+        yaw = float(options.get("cube_yaw", yaw))
         self._ee_target = np.clip(ee, self.workspace_low_m, self.workspace_high_m)
         self._gripper_cmd = -1.0  # open
         self._q_target = self._solve_ik(REST_QPOS.copy(), self._ee_target, IK_ITERS_RESET)
@@ -307,12 +328,15 @@ class PickCubeEnv(RobotEnv):
         d.ctrl[:7] = self._q_target
         d.act[:7] = self._q_target  # the arm servos' filtered targets (their activations) start there too
         cube_quat = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
-        d.qpos[self._cube_qpos : self._cube_qpos + 7] = [*cube_xy, self.cube_half_size_m, *cube_quat]
+        d.qpos[self._cube_qpos : self._cube_qpos + 7] = [*cube_xy, self._cube_half_m, *cube_quat]
         mujoco.mj_forward(m, d)
-        return self._observation(), {"success": False}
+        return self._observation(), info
 
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         m, d = self.model, self.data
+        n_substeps = self._n_substeps
+        if self._randomizer is not None:
+            action, n_substeps = self._randomizer.action(action), self._randomizer.substeps(n_substeps)
         pinch = d.site_xpos[self._pinch]
         # Accumulate on the previous target, but never more than one step ahead of the arm (no wind-up on contact).
         base = pinch + np.clip(self._ee_target - pinch, -self.max_ee_step_m, self.max_ee_step_m)
@@ -324,7 +348,7 @@ class PickCubeEnv(RobotEnv):
         elif abs(action[3]) > 0.5:  # discrete: open / close; in between, stay with the last command
             self._gripper_cmd = float(np.sign(action[3]))
         d.ctrl[7] = (self._gripper_cmd + 1.0) * 0.5 * GRIPPER_CTRL_MAX
-        mujoco.mj_step(m, d, nstep=self._n_substeps)
+        mujoco.mj_step(m, d, nstep=n_substeps)
         mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's
         progress, success = self._progress()
         if self.reward_type == "dense":
@@ -332,7 +356,12 @@ class PickCubeEnv(RobotEnv):
         else:
             reward = float(success)
         terminated = bool(success and self.terminate_on_success)
-        return self._observation(), reward, terminated, {"success": success, "progress": progress}
+        info = {"success": success, "progress": progress}
+        if self.task == "lift":  # what an evaluation's failure modes read (never grasped, dropped)
+            info["grasped"] = self._is_grasped()
+        if self._randomizer is not None:
+            self._randomizer.add_first_step_info(info)
+        return self._observation(), reward, terminated, info
 
     # --- task ---------------------------------------------------------------------------------
     def _is_grasped(self) -> bool:
@@ -345,7 +374,7 @@ class PickCubeEnv(RobotEnv):
             return False
         left, right = d.geom_xpos[self._left_pads[0]], d.geom_xpos[self._right_pads[0]]  # the fingertip pads
         centred = np.linalg.norm(d.xpos[self._cube_body] - 0.5 * (left + right)) < GRASP_MAX_OFFSET_M
-        return bool(centred and np.linalg.norm(right - left) > self.cube_half_size_m)
+        return bool(centred and np.linalg.norm(right - left) > self._cube_half_m)
 
     def _progress(self) -> tuple[float, bool]:
         """Task progress in [0, 1] (exactly 1 on success) and ground-truth success."""
@@ -355,7 +384,7 @@ class PickCubeEnv(RobotEnv):
             dist = np.linalg.norm(cube + [0.0, 0.0, self.reach_height_m] - pinch)
             success = bool(dist < self.reach_tolerance_m)
             return float(1.0 - np.tanh(REACH_SHAPING_PER_M * max(dist - self.reach_tolerance_m, 0.0))), success
-        lift = (cube[2] - self.cube_half_size_m) / self.lift_height_m  # placed resting on the table
+        lift = (cube[2] - self._cube_half_m) / self.lift_height_m  # placed resting on the table
         if self._is_grasped():
             success = bool(lift >= 1.0)
             w = REWARD_WEIGHTS
@@ -380,10 +409,11 @@ class PickCubeEnv(RobotEnv):
             2.0 * (cube - lo) / (hi - lo) - 1.0,
             (cube - pinch) / POS_SCALE_M,
             [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
-            [(cube[2] - self.cube_half_size_m) / self.lift_height_m],
+            [(cube[2] - self._cube_half_m) / self.lift_height_m],
         ]).astype(np.float32)  # fmt: skip
         self.full_state = state  # with state="proprio", what scripted experts read (the cube pose too)
-        return {"state": state[: len(self.state_names)], "images": self._render()}
+        images = self._render() if self._randomizer is None else self._randomizer.images(self._render())
+        return {"state": state[: len(self.state_names)], "images": images}
 
     def _render(self) -> dict[str, np.ndarray]:
         if not self.camera_names:

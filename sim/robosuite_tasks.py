@@ -25,6 +25,12 @@ Seeding: robosuite 1.5 draws object placement, robot start noise and object size
 generator (its own `seed`/`rng` go unused), so each reset runs robosuite with the global generator seeded from the
 episode's generator and then restores it: the same ``reset(seed=...)`` places the same object, and the caller's
 global stream is left as it was. The model is built once (``hard_reset=False``), its random sizes from `model_seed`.
+
+Randomisation (`randomize`, sim/randomize.py), applied to robosuite's compiled model at each reset: the object's
+mass and friction (and the fingers'), its start shifted by `object_xy_offset_m`, the lights and the observed cameras
+on both tasks; `object_size_scale` only for the Lift cube (a box: the can is a mesh, refused), which then starts at
+the same gap above the table; success stays robosuite's (Lift: the cube's centre 4 cm above the table, whatever
+its size). Image and action noise, action latency and control jitter (whole 2 ms substeps) on both.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
+from sim.randomize import DomainRandomizer, Randomization
 from sim.render import fast_renderer, render_cameras
 from sim.seeding import global_numpy_seed
 
@@ -60,6 +67,8 @@ TASK_DESCRIPTIONS = {
 }
 KEY_ALIASES = {"object": "object-state"}  # robomimic's name → robosuite's
 AXES = {3: ("x", "y", "z"), 4: ("qx", "qy", "qz", "qw"), 2: ("left", "right")}
+NEUTRAL_ACTION = np.array([0.0] * 6 + [-1.0], np.float32)  # no motion, gripper open (as at reset)
+HALF_SUBSTEP = 0.5  # robosuite runs int(control_timestep / model_timestep) substeps: aim between two counts
 
 
 def controller_config(max_ee_step_m: float = 0.05, max_ee_rot_rad: float = 0.5) -> dict:
@@ -93,8 +102,10 @@ class RobosuiteEnv(RobotEnv):
         cameras: list[str] | tuple[str, ...] = ("agentview", "robot0_eye_in_hand"),
         image_size: int = 84,
         model_seed: int = 0,  # seeds what robosuite draws once, at build time (the Lift cube's size)
+        randomize: dict | None = None,  # domain randomisation, see sim/randomize.py; None: nominal
     ) -> None:
         super().__init__()
+        self.randomization = Randomization.from_config(randomize)
         if task not in TASK_DEFAULTS:
             raise ValueError(f"task must be one of {sorted(TASK_DEFAULTS)}, got {task!r}")
         if observation not in ("low_dim", "image"):
@@ -144,6 +155,24 @@ class RobosuiteEnv(RobotEnv):
             raise ValueError(f"unknown cameras {sorted(set(cameras) - set(known))}; robosuite's {task} has {known}")
         obj = self._env.cube if task == "Lift" else self._env.objects[self._env.object_to_id["can"]]
         self._object_size = np.asarray(obj.get_bounding_box_half_size(), float)
+        self._object_scale = 1.0  # this episode's size factor (randomize.object_size_scale)
+        self._object_qpos = self._model.jnt_qposadr[self._model.joint(obj.joints[0]).id]
+        self._randomizer = None
+        if not self.randomization.is_nominal:
+            gripper = self._env.robots[0].gripper
+            gripper = next(iter(gripper.values())) if isinstance(gripper, dict) else gripper  # one per arm
+            fingers = [self._model.geom(n).id for part in ("left_finger", "right_finger")
+                       for n in gripper.important_geoms[part]]  # fmt: skip
+            self._env.sim.forward()  # the start pose, where each camera's aim point is found
+            try:
+                self._randomizer = DomainRandomizer(
+                    self.randomization, self._model, self._data, object_body=self._model.body(obj.root_body).id,
+                    finger_geoms=fingers, cameras=cameras, surface_z_m=self._surface_z(),
+                    neutral_action=NEUTRAL_ACTION,
+                )  # fmt: skip
+            except ValueError:
+                self._env.close()
+                raise
 
         default_keys = PROPRIO_KEYS if observation == "image" else (*PROPRIO_KEYS, "object")
         self.state_keys = tuple(state_keys or default_keys)
@@ -174,20 +203,52 @@ class RobosuiteEnv(RobotEnv):
 
     # --- RobotEnv -----------------------------------------------------------------------------
     def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
-        with global_numpy_seed(int(rng.integers(2**32))):
+        seed, info = int(rng.integers(2**32)), {"success": False}
+        r = self._randomizer
+        if r is not None:  # drawn after robosuite's seed: a seed places the object as in the nominal env
+            info["randomization"] = r.reset(rng)
+        with global_numpy_seed(seed):
             raw = self._env.reset()
-        return self._observation(raw), {"success": False}
+        if r is not None:  # robosuite placed the nominal object: shift it, and lift a scaled one onto the table
+            self._object_scale = r.object_scale
+            lift = (r.object_scale - 1.0) * self._object_size[2]
+            self._data.qpos[self._object_qpos : self._object_qpos + 3] += [*r.object_xy_offset, lift]
+            self._env.sim.forward()
+            raw = self._observe_now()
+        return self._observation(raw), info
 
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
-        raw, reward, _, _ = self._env.step(action.astype(np.float64))
+        r, info = self._randomizer, {}
+        if r is None:
+            raw, reward, _, _ = self._env.step(action.astype(np.float64))
+        else:
+            env, info = self._env, r.add_first_step_info(info)
+            nominal_s = env.control_timestep
+            substeps = r.substeps(round(nominal_s / env.model_timestep))
+            env.control_timestep = (substeps + HALF_SUBSTEP) * env.model_timestep
+            try:
+                raw, reward, _, _ = env.step(r.action(action).astype(np.float64))
+            finally:
+                env.control_timestep = nominal_s
+            env.cur_time -= HALF_SUBSTEP * env.model_timestep  # robosuite's clock: the time really simulated
+            raw = self._observe_now()  # a jittered step ends off robosuite's observation sampling grid
         success = bool(self._env._check_success())
         terminated = success and self.terminate_on_success
-        return self._observation(raw), float(reward), terminated, {"success": success}
+        return self._observation(raw), float(reward), terminated, {**info, "success": success}
+
+    def _observe_now(self) -> dict:
+        """robosuite's observation of the current sim state, its observables' sampling clocks left as they are."""
+        env = self._env
+        env._obs_cache = {}
+        for observable in env._observables.values():
+            observable.update(timestep=0.0, obs_cache=env._obs_cache, force=True)
+        return env._get_observations()
 
     def _observation(self, raw: dict) -> dict:
         self._raw = raw
         parts = [np.ravel(raw[KEY_ALIASES.get(k, k)]) for k in self.state_keys]
-        return {"state": np.concatenate(parts).astype(np.float32), "images": self._render()}
+        images = self._render() if self._randomizer is None else self._randomizer.images(self._render())
+        return {"state": np.concatenate(parts).astype(np.float32), "images": images}
 
     # --- ground truth for scripted experts ----------------------------------------------------
     def task_state(self) -> dict:
@@ -198,11 +259,10 @@ class RobosuiteEnv(RobotEnv):
         must go (PickPlaceCan: its bin compartment's centre at the bin floor; Lift: the object's x, y at the height
         its centre must pass for success)."""
         raw, obj = self._raw, TASK_DEFAULTS[self.task]["object"]
+        table_z = self._surface_z()
         if self.task == "Lift":
-            table_z = float(self._env.model.mujoco_arena.table_offset[2])
             target = np.array([*raw["cube_pos"][:2], table_z + 0.04])  # robosuite's Lift success height
         else:
-            table_z = float(self._env.bin1_pos[2])
             target = np.array(self._env.target_bin_placements[self._env.object_to_id["can"]], float)
         return {
             "eef_pos": np.array(raw["robot0_eef_pos"], float),
@@ -210,10 +270,16 @@ class RobosuiteEnv(RobotEnv):
             "gripper_qpos": np.array(raw["robot0_gripper_qpos"], float),
             "object_pos": np.array(raw[f"{obj}_pos"], float),
             "object_quat": np.array(raw[f"{obj}_quat"], float),
-            "object_size": self._object_size.copy(),
+            "object_size": self._object_size * self._object_scale,
             "table_z": table_z,
             "target_pos": target,
         }
+
+    def _surface_z(self) -> float:
+        """Height of the surface the object starts on (Lift: the table; PickPlaceCan: the first bin's floor)."""
+        if self.task == "Lift":
+            return float(self._env.model.mujoco_arena.table_offset[2])
+        return float(self._env.bin1_pos[2])
 
     # --- images -------------------------------------------------------------------------------
     def _render(self) -> dict[str, np.ndarray]:
