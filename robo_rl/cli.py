@@ -14,9 +14,11 @@ USAGE = """usage: robo-rl <command> [overrides ...]
 
 commands:
   train     record demonstrations, start a learner and an actor process, train, evaluate
+  launch    start a layout's processes (learner, N actors, GUI, critic; over SSH too) with one status line each
   learner   start the learner alone (binds transport.* ports on loopback)
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
+            suites: eval checkpoint=<run> suite=<name>; eval compare <run> <run> ... suite=<name>
   bc        behaviour-clone a base policy (an MLP, or policy=flow|diffusion) into <run>/bc/policy.pt, evaluate it
   distill   a K-step flow/diffusion policy (or a DSRL run) into a one-step flow: robo-rl distill checkpoint=<..>
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
@@ -43,7 +45,8 @@ USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointEr
                ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
                ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"),
                ("robo_rl.rewards.cli", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"),
-               ("hardware.arm", "HardwareError"), ("hardware.cameras", "CameraError"))  # fmt: skip
+               ("hardware.arm", "HardwareError"), ("hardware.cameras", "CameraError"),
+               ("launch.launcher", "LayoutError"), ("robo_rl.eval_suite", "SuiteError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
                 "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "distill": cmd_distill, "record": _cmd_record,
                 "gui": cmd_gui, "reward": _cmd_reward, "critic": _cmd_critic, "doctor": _cmd_doctor,
-                "calibrate": _cmd_calibrate}  # fmt: skip
+                "calibrate": _cmd_calibrate, "launch": _cmd_launch}  # fmt: skip
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -105,6 +108,12 @@ def _cmd_record(args: list[str]) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # device errors show
     return cmd_record(args)
+
+
+def _cmd_launch(args: list[str]) -> int:
+    from launch.launcher import cmd_launch  # the launchers are not part of the core: imported only by this command
+
+    return cmd_launch(args)
 
 
 def _cmd_doctor(args: list[str]) -> int:
@@ -276,7 +285,16 @@ def cmd_actor(overrides: list[str]) -> int:
 
 def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
-    report of the training run itself, written by `train` and by a learner started alone)."""
+    report of the training run itself, written by `train` and by a learner started alone). With suite=<name> (or a
+    person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: robo_rl/eval_suite.py."""
+    if overrides and overrides[0] in ("compare", "sim_vs_real"):
+        from robo_rl.eval_suite import cmd_eval_compare
+
+        return cmd_eval_compare(overrides[0], overrides[1:])
+    from robo_rl.eval_suite import cmd_eval_suite, wants_suite_runner
+
+    if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
+        return cmd_eval_suite(overrides)
     from robo_rl.config import load_config, load_saved_config, make_policy, override_value
 
     ckpt_arg = override_value(overrides, "checkpoint")

@@ -22,6 +22,16 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
          "demos.num_episodes", "demos.path", "algo.batch_size", "eval.episodes", "resume", "outputs_dir"),
         True,
     ),  # fmt: skip
+    "launch": (
+        "robo-rl launch <layout or path.yaml> [launch.<setting>=<value> ...] [overrides ...]",
+        "Start the processes a layout names (launch/layouts/; robo-rl launch alone lists them) with free ports and\n"
+        "one run folder (logs in <run>/logs/<name>.log), one status line per process; a crashed actor is restarted\n"
+        "(launch.max_restarts), the learner's end ends the launch, Ctrl-C stops every process. Processes with host:\n"
+        "start over SSH (CURVE keys made and copied once); launch.ray=true places them on a Ray cluster (many sim\n"
+        "actors). The overrides apply to every process; launch.<setting>= sets the layout's own (actors=N, ...).",
+        (),
+        False,
+    ),
     "learner": (
         "robo-rl learner [overrides ...]",
         "Start the learner alone: it binds the transport ports on transport.host, receives transitions from\n"
@@ -39,11 +49,20 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         True,
     ),  # fmt: skip
     "eval": (
-        "robo-rl eval checkpoint=<file.pt or run folder> [overrides ...]",
+        "robo-rl eval checkpoint=<file.pt or run folder> [suite=<name>] [overrides ...]\n"
+        "       robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]\n"
+        "       robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> <real report>",
         "Evaluate a checkpoint on eval.episodes seeded episodes and print the success rate with its 95% interval.\n"
         "With a run folder, its saved config is the base (the env it was trained on); env.* overrides change the\n"
-        "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder.",
-        ("checkpoint", "eval.episodes", "eval.seed", "env.cube_xy_range_m", "env.max_episode_steps"),
+        "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder.\n"
+        "suite=<name> (launch/conf/suite/, or a .yaml) runs each of the suite's conditions (config overrides) on the\n"
+        "same seeds in eval.workers env processes; <run>/eval/<suite>/report.{md,html,json}: success with Wilson\n"
+        "intervals, lengths, wall times, failure modes, a success and a failure clip per condition (eval.video=false:\n"
+        "none). compare puts runs side by side on one suite (Fisher's exact test per condition). On a real robot a\n"
+        "person resets the scene before each episode (a device's success button or Enter) and, with eval.score=human,\n"
+        "labels each one; its report goes to <suite>_real/, and sim_vs_real sets it beside the simulator's.",
+        ("checkpoint", "eval.suite", "eval.workers", "eval.score", "eval.episodes", "eval.seed", "eval.video",
+         "env.cube_xy_range_m", "env.max_episode_steps"),
         True,
     ),  # fmt: skip
     "bc": (

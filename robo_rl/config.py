@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 # Found by path, not by importing `launch`: the core does not import the launchers.
 CONF_DIR = Path(importlib.util.find_spec("launch").submodule_search_locations[0]) / "conf"
 
+# Where one robot's config differs from another's on the same learner (which bus, which address, its calibration),
+# left out of the config hash; the env spec (the spaces) is still checked for every actor.
+PER_MACHINE_DRIVER_KEYS = ("port", "id", "host", "home")
+PER_MACHINE_CAMERA_KEYS = ("device", "serial")
 # What actor and learner must agree on: the task (spaces, dynamics) and the policy (its weights must load).
 # Learner-only settings (algo, train budget, checkpoints) may differ, e.g. on resume with a longer budget.
 SHARED_KEYS = ("env", "policy")
@@ -169,6 +173,13 @@ def config_hash(cfg: DictConfig) -> str:
     from omegaconf import OmegaConf
 
     data = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in SHARED_KEYS}
+    env = data.get("env") or {}
+    for key in PER_MACHINE_DRIVER_KEYS:  # two arms on one learner differ here, and may: the env spec still must match
+        (env.get("driver") or {}).pop(key, None)
+    for camera in (env.get("cameras") or {}).values() if isinstance(env.get("cameras"), dict) else ():
+        for key in PER_MACHINE_CAMERA_KEYS:
+            camera.pop(key, None)
+    env.pop("dry_run", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -1,0 +1,1041 @@
+"""Evaluation suites: one policy under a named list of conditions, on the same seeds for every condition and policy.
+
+    robo-rl eval checkpoint=<run> suite=<name or file.yaml> [eval.workers=2] [eval.score=env|human] [env.*=...]
+    robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]
+    robo-rl eval sim_vs_real <run> [suite=<name>]       (or: sim_vs_real <sim report> <real report>)
+
+A suite (launch/conf/suite/<name>.yaml) names `episodes`, a first `seed` and `conditions`, each a list of config
+overrides applied on top of the run's config. Every condition runs seeds seed .. seed+episodes-1 with the
+deterministic policy, in `eval.workers` spawned env processes, each building the env (behind its safety layer) and
+the policy from the condition's config and the checkpoint file; they return plain per-episode results over local
+queues. Success is the env's own check (`info["success"]`) or a person's label (`eval.score=human`), never the
+reward model a policy was trained on. On a real robot (an env with a `driver` that is not a twin) a person resets
+the scene by hand between episodes, answering a prompt with a device's success button or Enter.
+
+The report goes to <run>/eval/<suite>/ (a real robot's to <suite>_real/): report.json, report.md, report.html (a
+bar chart of success with Wilson 95% intervals, failure modes, one success and one failure clip per condition).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import difflib
+import html
+import json
+import math
+import queue
+import re
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from robo_rl.config import CONF_DIR, ConfigError
+
+SUITE_DIR = CONF_DIR / "suite"
+SCORES = ("env", "human")
+FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
+SAFETY_ENDINGS = ("safety", "estop")  # ended_by values that mean the robot was stopped
+HUMAN_LABELS = {"human_success": True, "human_failure": False}
+SIGNIFICANCE_LEVEL = 0.05  # two-sided, per condition
+TEST_NAME = "Fisher's exact test, two-sided"
+CLIP_SIZE_PX = 96  # longest side of a report clip
+CLIP_MAX_FRAMES = 60  # a longer episode is subsampled evenly (its first and last frame kept)
+PROMPT_POLL_S = 0.05  # how often devices are read while a prompt waits for a person
+WORKER_POLL_S = 1.0  # how often the parent checks that its workers are alive while it waits for results
+NOT_OUTCOME_KEYS = ("logger.", "torch_threads", "outputs_dir", "cache_dir", "name=")  # a report stays reusable
+TIMING_KEYS = ("episode_s", "step_ms")  # per-episode fields that differ run to run (wall time)
+EVAL_KEYS = ("eval.suite", "eval.workers", "eval.score", "eval.video", "eval.episodes", "eval.seed")
+REWARD_REFUSAL = ("eval.score=reward is refused: a policy scored by the reward model it was trained on is graded by "
+                  "the critic it learned to please (and may have learned to fool); use eval.score=env (the env's own "
+                  "success check) or eval.score=human (a person's labels)")  # fmt: skip
+
+
+class SuiteError(ValueError):
+    """A suite, a condition or an evaluation request a user can fix; the text names it."""
+
+
+class PromptError(SuiteError):
+    """A person's answer is needed and nothing can give it (no device, stdin closed)."""
+
+
+# --- suites -------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    overrides: tuple[str, ...] = ()
+    setup: str | None = None  # what a person changes by hand for this condition on a real robot
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    episodes: int
+    seed: int
+    conditions: tuple[Condition, ...]
+    source: str = ""
+
+    def seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.episodes))
+
+    def signature(self) -> dict:
+        """What two evaluations must share to be compared episode for episode."""
+        return {"suite": self.name, "episodes": self.episodes, "seed": self.seed,
+                "conditions": [[c.name, list(c.overrides)] for c in self.conditions]}  # fmt: skip
+
+
+def suite_names() -> list[str]:
+    return sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+
+
+def load_suite(spec: str) -> Suite:
+    """A suite by name (launch/conf/suite/<name>.yaml) or by path; any problem is one line naming it."""
+    import yaml
+
+    path = Path(spec)
+    if path.suffix not in (".yaml", ".yml"):
+        path = SUITE_DIR / f"{spec}.yaml"
+        if not path.is_file():
+            close = difflib.get_close_matches(spec, suite_names(), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise SuiteError(f"no suite '{spec}'{hint} (the suites: {', '.join(suite_names())}; or a path to a "
+                             "suite .yaml)")  # fmt: skip
+    elif not path.is_file():
+        raise SuiteError(f"suite file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SuiteError(f"suite {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    where = f"suite {path}"
+    if not isinstance(data, dict):
+        raise SuiteError(f"{where}: must be a mapping with name, episodes, seed and conditions")
+    unknown = set(data) - {"name", "episodes", "seed", "conditions"}
+    if unknown:
+        raise SuiteError(f"{where}: unknown keys {sorted(unknown)} (known: name, episodes, seed, conditions)")
+    name, episodes, seed = data.get("name", path.stem), data.get("episodes"), data.get("seed", 0)
+    if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
+        raise SuiteError(f"{where}: name must be letters, digits, '_', '.' or '-', got {name!r}")
+    for key, value, low in (("episodes", episodes, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise SuiteError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
+    conditions = data.get("conditions")
+    if not isinstance(conditions, list) or not conditions:
+        raise SuiteError(f"{where}: conditions must be a non-empty list of {{name, overrides}}")
+    parsed = [_condition(c, i, where) for i, c in enumerate(conditions)]
+    names = [c.name for c in parsed]
+    if len(set(names)) != len(names):
+        raise SuiteError(f"{where}: two conditions share a name ({sorted({n for n in names if names.count(n) > 1})})")
+    return Suite(name, episodes, seed, tuple(parsed), str(path))
+
+
+def _condition(entry, index: int, where: str) -> Condition:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise SuiteError(f"{where}: condition {index + 1} must be a mapping with a name, got {entry!r}")
+    name = entry["name"]
+    if not re.fullmatch(r"[\w.-]+", name):
+        raise SuiteError(f"{where}: condition name {name!r}: letters, digits, '_', '.' or '-' only (a file name)")
+    unknown = set(entry) - {"name", "overrides", "setup"}
+    if unknown:
+        raise SuiteError(f"{where}: condition '{name}': unknown keys {sorted(unknown)} (known: overrides, setup)")
+    overrides = entry.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+        raise SuiteError(f"{where}: condition '{name}': overrides must be a list of 'key=value' strings")
+    bad = [o for o in overrides if o.split("=", 1)[0].startswith("eval.")]
+    if bad:
+        raise SuiteError(f"{where}: condition '{name}': {bad[0]}: a condition changes the task, not the evaluation")
+    return Condition(name, tuple(overrides), entry.get("setup"))
+
+
+def nominal_suite(episodes: int, seed: int) -> Suite:
+    """The one-condition suite of a plain evaluation that needs the suite runner (eval.score=human)."""
+    return Suite("nominal", episodes, seed, (Condition("nominal"),), "eval.episodes/eval.seed")
+
+
+# --- episodes -----------------------------------------------------------------------------------------------------
+def failure_mode(success: bool, ended_by: str, grasped_ever: bool | None, grasped_at_end: bool | None) -> str | None:
+    """Why an episode failed (None: it did not). Grasp modes need the env's `info["grasped"]`; an env that does
+    not report it falls back on what ended the episode."""
+    if success:
+        return None
+    if ended_by in SAFETY_ENDINGS:
+        return "safety_stop"
+    if grasped_ever is not None:
+        if not grasped_ever:
+            return "never_grasped"
+        if not grasped_at_end:
+            return "dropped"
+    return "timed_out" if ended_by == "time_limit" else "other"
+
+
+def needs_hand_reset(env) -> bool:
+    """A real robot: an env (or wrapper chain) with an arm `driver` that is not a MuJoCo twin."""
+    return getattr(env, "driver", None) is not None and getattr(env, "driver_twin", None) is None
+
+
+def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: HumanPrompt | None = None,
+                film: bool = False) -> tuple[dict, list[np.ndarray]]:  # fmt: skip
+    """One deterministic episode: its result (success as `score` says, failure mode, wall times) and, with `film`,
+    a frame before every action and one after the last step."""
+    from robo_rl.policy_io import policy_action
+    from robo_rl.video import render_frame
+
+    getattr(policy, "reset", lambda: None)()  # a policy with per-episode state (a base's chunk queue)
+    frames: list[np.ndarray] = []
+    start = time.perf_counter()
+    obs, _ = env.reset(seed=seed)
+    steps_start = time.perf_counter()
+    length, ret, interventions = 0, 0.0, 0
+    grasped_ever = grasped = None
+    while True:
+        if getattr(env, "paused", False):  # a person paused the robot (a device's pause): wait, reading devices
+            env.poll()
+            if getattr(env, "estopped", None):
+                break
+            time.sleep(PROMPT_POLL_S)
+            continue
+        if film:
+            frames.append(render_frame(env))
+        obs, reward, terminated, truncated, info = env.step(policy_action(policy, obs, True))
+        length, ret = length + 1, ret + float(reward)
+        interventions += bool(info.get("intervention"))
+        if info.get("grasped") is not None:
+            grasped = bool(info["grasped"])
+            grasped_ever = bool(grasped_ever) or grasped
+        if terminated or truncated:
+            break
+    end = time.perf_counter()
+    if film:
+        frames.append(render_frame(env))
+    ended_by = (info.get("ended_by") or ("env" if terminated else "time_limit")) if length else "estop"
+    if score != "human":  # the env's own check; a person's label (a device on a real robot) does not score here
+        success = bool(length and info.get("success", False) and ended_by not in HUMAN_LABELS)
+    elif ended_by in HUMAN_LABELS:
+        success = HUMAN_LABELS[ended_by]
+    elif ended_by in SAFETY_ENDINGS:
+        success = False
+    else:  # ended by the env's own check or the time limit: the person says how it went
+        success = (prompt or HumanPrompt()).ask_label(
+            f"episode {index + 1} (seed {seed}) ended by {ended_by}: a success? press success / failure, or type y / n "
+            "and Enter")  # fmt: skip
+    result = {"episode": index, "seed": seed, "success": bool(success), "length": length, "return": ret,
+              "ended_by": ended_by, "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
+              "interventions": interventions, "episode_s": end - start,
+              "step_ms": (end - steps_start) / max(1, length) * 1e3}  # fmt: skip
+    return result, frames
+
+
+def run_condition(env, policy, seeds: list[int], score: str = "env", prompt: HumanPrompt | None = None,
+                  condition: Condition | None = None, on_episode=None) -> list[dict]:  # fmt: skip
+    """Every seed once, in order; on a real robot a person resets the scene by hand before each episode."""
+    hand = needs_hand_reset(env)
+    if (hand or score == "human") and prompt is None:
+        prompt = HumanPrompt(human_devices(env))
+    if hand and condition is not None and condition.setup:
+        prompt.wait_for_reset(f"condition '{condition.name}': {condition.setup}; press success (or Enter) when set")
+    results = []
+    for i, seed in enumerate(seeds):
+        if hand:
+            name = f" ({condition.name})" if condition is not None else ""
+            prompt.wait_for_reset(f"episode {i + 1}/{len(seeds)}{name}: reset the scene by hand, then press "
+                                  "success (or Enter)")  # fmt: skip
+        result, _ = run_episode(env, policy, seed, i, score, prompt)
+        results.append(result)
+        if on_episode is not None:
+            on_episode(result)
+        if getattr(env, "estopped", None):
+            raise EvaluationStopped(f"e-stop from {env.estopped}")
+    return results
+
+
+class EvaluationStopped(Exception):
+    """A person or the safety layer ended the evaluation early; the episodes so far are reported."""
+
+
+def human_devices(env) -> list:
+    """The started teleop devices of the env's human wrapper (none when it has none)."""
+    while env is not None:
+        if isinstance(getattr(env, "devices", None), list):
+            return env.devices
+        env = getattr(env, "env", None)
+    return []
+
+
+class HumanPrompt:
+    """A person's answer: a teleop device's success / failure button, or a line typed on stdin (read on a thread,
+    so the devices are polled meanwhile; nothing blocks on `input()`)."""
+
+    def __init__(self, devices=(), lines=None, say=print, poll_s: float = PROMPT_POLL_S) -> None:
+        self.devices, self.say, self.poll_s = list(devices), say, poll_s
+        self._lines: queue.Queue = queue.Queue()
+        source = lines if lines is not None else sys.stdin
+        self._open = source is not None and not getattr(source, "closed", False)
+        if self._open:
+            threading.Thread(target=self._read, args=(source,), name="eval-prompt", daemon=True).start()
+
+    def _read(self, source) -> None:
+        try:
+            for line in source:
+                self._lines.put(line.strip().lower())
+        except (OSError, ValueError):  # stdin closed under us
+            pass
+        self._lines.put(None)
+
+    def _answer(self, events: tuple[str, ...], words: dict[str, str]) -> str:
+        while True:
+            for device in self.devices:
+                seen = device.read().events
+                hit = next((e for e in events if e in seen), None)
+                if hit is not None:
+                    return hit
+            if not self._open and not self.devices:
+                raise PromptError("a person's answer is needed, but stdin is closed and no teleop device is "
+                                  "configured: run in a terminal, or give human=<device>")  # fmt: skip
+            try:
+                line = self._lines.get(timeout=self.poll_s) if self._open else time.sleep(self.poll_s)
+            except queue.Empty:
+                continue
+            if line is None:
+                self._open = False
+            elif line in words:
+                return words[line]
+            elif self._open:
+                self.say(f"  answer with {' / '.join(repr(w) if w else 'Enter' for w in words)}")
+
+    def wait_for_reset(self, text: str) -> None:
+        self.say(text)
+        self._answer(("success",), {"": "success"})
+
+    def ask_label(self, text: str) -> bool:
+        self.say(text)
+        answer = self._answer(("success", "failure"), {"y": "success", "s": "success", "n": "failure", "f": "failure"})
+        return answer == "success"
+
+
+# --- running a suite ----------------------------------------------------------------------------------------------
+def build_env(cfg, score: str = "env"):
+    """The task's env behind its safety layer (as trained), with the person's devices when they score it or a real
+    robot needs them (hand resets, pause, e-stop, acknowledging a safety stop)."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.envs.wrappers import make_guarded_env
+
+    env = make_guarded_env(cfg)
+    node = OmegaConf.select(cfg, "human", default=None)
+    if (score == "human" or is_real_robot_config(cfg)) and node and "_target_" in node:
+        from hydra.utils import instantiate
+
+        try:
+            env = instantiate(OmegaConf.to_container(node, resolve=True), env=env, _convert_="all", _recursive_=False)
+        except Exception as e:
+            env.close()
+            raise ConfigError(f"the human's devices: {e.__cause__ or e}") from None
+    return env
+
+
+def load_policy(cfg, env, payload: dict):
+    from robo_rl.config import make_policy
+    from robo_rl.runs import CheckpointError
+
+    policy = make_policy(cfg, env)
+    try:
+        policy.load_state_dict(payload["algo"]["policy"])
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {payload.get('path')} does not fit this policy/env config "
+                              f"({str(e)[:120]})") from None  # fmt: skip
+    return policy.eval()
+
+
+@dataclass
+class SuiteRun:
+    """Per condition its episodes (in seed order), clips and whether a real robot ran it."""
+
+    episodes: list[list[dict]]
+    clips: list[dict] = field(default_factory=list)
+    real_robot: bool = False
+    stopped: str | None = None
+
+
+def run_suite(
+    suite: Suite,
+    cfgs: list,
+    payload: dict,
+    workers: int = 1,
+    score: str = "env",
+    film: bool = True,
+    clip_dir: Path | None = None,
+    progress: bool = False,
+    prompt: HumanPrompt | None = None,
+) -> SuiteRun:
+    """Every condition of `suite` (its config in `cfgs`) on the suite's seeds. One worker (and always on a real
+    robot or with a person scoring): in this process; more: spawned env processes, each episode once."""
+    from tqdm import tqdm
+
+    total = len(cfgs) * suite.episodes
+    bar = tqdm(total=total, desc=f"suite {suite.name}", unit="ep", disable=not progress)
+    try:
+        if workers > 1 and score == "env" and not any(is_real_robot_config(c) for c in cfgs):
+            run = SuiteRun(_run_in_workers(suite, cfgs, payload, workers, bar))
+        else:
+            run = _run_in_process(suite, cfgs, payload, score, bar, prompt)
+    finally:
+        bar.close()
+    run.clips = [{} for _ in cfgs]
+    if film and clip_dir is not None and not run.real_robot:
+        shutil.rmtree(clip_dir, ignore_errors=True)  # an earlier run's clips would show other episodes
+        for i, (cond, cfg) in enumerate(zip(suite.conditions, cfgs, strict=True)):
+            run.clips[i] = film_condition(cfg, payload, cond, run.episodes[i], clip_dir)
+    return run
+
+
+def _run_in_process(suite: Suite, cfgs: list, payload: dict, score: str, bar, prompt) -> SuiteRun:
+    from robo_rl.envs.base import SafetyStop
+
+    run = SuiteRun([[] for _ in cfgs])
+    try:
+        for i, (cond, cfg) in enumerate(zip(suite.conditions, cfgs, strict=True)):
+            try:
+                env = build_env(cfg, score)
+            except ConfigError as e:
+                raise SuiteError(f"suite {suite.name}, condition '{cond.name}': {e}") from None
+            try:
+                run.real_robot = run.real_robot or needs_hand_reset(env)
+                if needs_hand_reset(env) or score == "human":  # one prompt for the whole run: stdin has one reader
+                    if prompt is None:
+                        prompt = HumanPrompt(human_devices(env))
+                    elif human_devices(env):
+                        prompt.devices = human_devices(env)  # this condition's env has its own devices
+                policy = load_policy(cfg, env, payload)
+                run_condition(
+                    env,
+                    policy,
+                    suite.seeds(),
+                    score,
+                    prompt,
+                    cond,
+                    on_episode=lambda r, out=run.episodes[i]: (out.append(r), bar.update(1)),
+                )
+            finally:
+                env.close()
+    except (EvaluationStopped, SafetyStop) as e:
+        run.stopped = str(e)
+    except KeyboardInterrupt:
+        if not run.real_robot:  # a simulator's evaluation is cheap to run again
+            raise
+        run.stopped = "interrupted (Ctrl-C)"
+    return run
+
+
+def _run_in_workers(suite: Suite, cfgs: list, payload: dict, workers: int, bar) -> list[list[dict]]:
+    """Chunks of (condition, episodes) to `workers` spawned processes; results come back episode by episode."""
+    import multiprocessing
+
+    from omegaconf import OmegaConf
+
+    ctx = multiprocessing.get_context("spawn")  # no forked torch/MuJoCo/OpenGL state
+    tasks, results = ctx.Queue(), ctx.Queue()
+    chunk = math.ceil(suite.episodes / workers)
+    for c, cfg in enumerate(cfgs):
+        text = OmegaConf.to_yaml(cfg, resolve=True)
+        for start in range(0, suite.episodes, chunk):
+            tasks.put((c, text, [(i, suite.seed + i) for i in range(start, min(suite.episodes, start + chunk))]))
+    for _ in range(workers):
+        tasks.put(None)
+    threads = int(OmegaConf.select(cfgs[0], "torch_threads", default=1))
+    procs = [ctx.Process(target=_worker, args=(tasks, results, payload["path"], threads), daemon=True,
+                         name=f"eval-worker-{k}") for k in range(workers)]  # fmt: skip
+    for p in procs:
+        p.start()
+    out: list[list[dict | None]] = [[None] * suite.episodes for _ in cfgs]
+    left, quiet_after_exit = len(cfgs) * suite.episodes, 0
+    try:
+        while left:
+            try:
+                message = results.get(timeout=WORKER_POLL_S)
+            except queue.Empty:
+                dead = next((p for p in procs if p.exitcode not in (None, 0)), None)
+                if dead is not None:
+                    raise RuntimeError(
+                        f"{dead.name} died (exit code {dead.exitcode}) with {left} episodes left"
+                    ) from None
+                quiet_after_exit += all(p.exitcode == 0 for p in procs)  # their last results may still be in the pipe
+                if quiet_after_exit > 1:
+                    raise RuntimeError(f"the evaluation workers ended with {left} episodes left") from None
+                continue
+            if message[0] == "error":
+                _, c, kind, text = message
+                where = f"suite {suite.name}, condition '{suite.conditions[c].name}': " if c is not None else ""
+                raise _worker_error(kind, where + text)
+            _, c, result = message
+            out[c][result["episode"]] = result
+            left -= 1
+            bar.update(1)
+    finally:
+        for p in procs:
+            p.join(timeout=5.0 if not left else 0.1)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    return out  # type: ignore[return-value]
+
+
+def _worker(tasks, results, checkpoint: str, torch_threads: int) -> None:
+    """An env process: builds each task's condition (env + policy) once and runs its episodes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
+    import torch
+    from omegaconf import OmegaConf
+
+    from robo_rl.runs import load_checkpoint
+
+    torch.set_num_threads(torch_threads)
+    built, env, c = None, None, None
+    try:
+        payload = load_checkpoint(checkpoint)
+        while (task := tasks.get()) is not None:
+            c, text, episodes = task
+            if built != c:
+                if env is not None:
+                    env.close()
+                env = None
+                cfg = OmegaConf.create(text)
+                env = build_env(cfg)
+                policy, built = load_policy(cfg, env, payload), c
+            for i, seed in episodes:
+                results.put(("episode", c, run_episode(env, policy, seed, i)[0]))
+    except Exception as e:  # noqa: BLE001 - the parent says it in one line
+        results.put(("error", c, type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else repr(e)))
+    finally:
+        if env is not None:
+            env.close()
+
+
+def _worker_error(kind: str, text: str) -> Exception:
+    from robo_rl.runs import CheckpointError
+
+    if kind == "CheckpointError":
+        return CheckpointError(text)
+    if kind in ("ConfigError", "VideoError", "SuiteError"):
+        return ConfigError(text)
+    return RuntimeError(f"evaluation worker: {kind}: {text}")
+
+
+def is_real_robot_config(cfg) -> bool:
+    """A config whose env drives an arm (not its twin, not a dry run): people reset it, one process runs it."""
+    from omegaconf import OmegaConf
+
+    driver = OmegaConf.select(cfg, "env.driver", default=None)
+    if not driver or "_target_" not in driver:
+        return False
+    return not (driver.get("twin") or OmegaConf.select(cfg, "env.dry_run", default=False)
+                or OmegaConf.select(cfg, "hardware.dry_run", default=False))  # fmt: skip
+
+
+# --- clips --------------------------------------------------------------------------------------------------------
+def film_condition(cfg, payload: dict, cond: Condition, episodes: list[dict], clip_dir: Path) -> dict:
+    """One success and one failure of the condition, replayed from their seeds (policy and env are deterministic)
+    and written as small GIFs; {} when the env cannot render (the report says so)."""
+    from robo_rl.video import VideoError
+
+    picks = {outcome: next((r for r in episodes if r["success"] == (outcome == "success")), None)
+             for outcome in ("success", "failure")}  # fmt: skip
+    if not any(picks.values()):
+        return {}
+    env = build_env(cfg)
+    clips = {}
+    try:
+        policy = load_policy(cfg, env, payload)
+        fps = float(getattr(env, "control_hz", 10.0))
+        for outcome, episode in picks.items():
+            if episode is None:
+                continue
+            result, frames = run_episode(env, policy, episode["seed"], episode["episode"], film=True)
+            path = write_gif(Path(clip_dir) / f"{cond.name}_{outcome}.gif", frames, fps)
+            clips[outcome] = {
+                "path": f"{Path(clip_dir).name}/{path.name}",
+                "episode": episode["episode"],
+                "seed": episode["seed"],
+                "replayed_as_evaluated": result["success"] == episode["success"],
+            }
+    except VideoError as e:
+        clips = {"error": str(e)}
+    except Exception as e:  # noqa: BLE001 - a clip that cannot be made must not lose the evaluation
+        clips = {"error": f"no clip: {type(e).__name__}: {e}"}
+    finally:
+        env.close()
+    return clips
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: float) -> Path:
+    """At most CLIP_MAX_FRAMES frames (evenly picked, playing in the episode's real time), CLIP_SIZE_PX at most."""
+    from PIL import Image
+
+    picked = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), CLIP_MAX_FRAMES)).round().astype(int))
+    height, width = frames[0].shape[:2]
+    scale = min(1.0, CLIP_SIZE_PX / max(height, width))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    images = [Image.fromarray(np.ascontiguousarray(frames[i])).resize(size, Image.BILINEAR) for i in picked]
+    frame_ms = max(20, round(1000.0 * len(frames) / fps / len(images)))  # GIF players floor shorter delays
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=frame_ms, loop=0)
+    tmp.replace(path)
+    return path
+
+
+# --- statistics ---------------------------------------------------------------------------------------------------
+def fisher_exact_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test on successes k1/n1 vs k2/n2: with the margins fixed, the probability
+    of a table at most as likely as the one seen."""
+    k, n = k1 + k2, n1 + n2
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    tables = math.comb(n, k)
+    prob = [math.comb(n1, x) * math.comb(n2, k - x) / tables for x in range(max(0, k - n2), min(k, n1) + 1)]
+    seen = math.comb(n1, k1) * math.comb(n2, k - k1) / tables
+    return min(1.0, sum(p for p in prob if p <= seen * (1 + 1e-9)))
+
+
+def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) -> dict:
+    """A condition's line of the report: success with its Wilson 95% interval, lengths, wall times, failure modes."""
+    from robo_rl.evaluate import wilson_interval
+
+    n, k = len(episodes), sum(r["success"] for r in episodes)
+    low, high = wilson_interval(k, n)
+    mean = lambda key: float(np.mean([r[key] for r in episodes])) if episodes else float("nan")  # noqa: E731
+    modes = {**dict.fromkeys(FAILURE_MODES, 0), **collections.Counter(r["failure_mode"] for r in episodes if
+                                                                       r["failure_mode"] is not None)}  # fmt: skip
+    ended = dict(collections.Counter(r["ended_by"] for r in episodes))
+    return {"name": cond.name, "overrides": list(cond.overrides), "setup": cond.setup, "n": n, "successes": k,
+            "success_rate": k / n if n else float("nan"), "success_ci95": [low, high],
+            "mean_length": mean("length"), "mean_return": mean("return"), "episode_s": mean("episode_s"),
+            "step_ms": mean("step_ms"), "failure_modes": modes, "ended_by": ended,
+            "intervention_steps": sum(r["interventions"] for r in episodes), "seeds": [r["seed"] for r in episodes],
+            "clips": clips or {}, "episodes": episodes}  # fmt: skip
+
+
+# --- reports ------------------------------------------------------------------------------------------------------
+def write_suite_report(out_dir: Path, report: dict) -> Path:
+    """report.json, report.md and report.html (self-contained but for the clips, linked beside it)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    (out / "report.md").write_text(_markdown(report))
+    (out / "report.html").write_text(_html(report))
+    return out / "report.md"
+
+
+def _header_lines(report: dict) -> list[str]:
+    lines = [f"checkpoint: `{report['checkpoint']}` (after {report['env_steps']} env steps)",
+             f"conditions: {len(report['conditions'])}, episodes each: {report['episodes']}, seeds {report['seed']} .. "
+             f"{report['seed'] + report['episodes'] - 1} (the same for every condition), success scored by "
+             f"{'a person' if report['score'] == 'human' else 'the env'}"
+             f"{', on a real robot' if report['real_robot'] else ''}"]  # fmt: skip
+    if report.get("stopped"):
+        lines.append(f"**stopped early: {report['stopped']}** (the episodes run so far are reported)")
+    return lines
+
+
+def _ci(c: dict) -> str:
+    return f"[{c['success_ci95'][0]:.2f}, {c['success_ci95'][1]:.2f}]"
+
+
+def _markdown(report: dict) -> str:
+    head = ["condition", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
+            *(m.replace("_", " ") for m in FAILURE_MODES), "clips"]  # fmt: skip
+    text = f"# Suite {report['suite']}\n\n" + "\n".join(f"{ln}  " for ln in _header_lines(report)) + "\n\n"
+    text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    for c in report["conditions"]:
+        clips = " ".join(f"[{k}]({v['path']})" for k, v in c["clips"].items() if isinstance(v, dict))
+        text += (f"| {c['name']} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {_ci(c)} "
+                 f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
+                 + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES) + f" | {clips} |\n")  # fmt: skip
+    text += ("\nFailure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
+             "was not stopped counts as timed out (time limit) or other.\n")  # fmt: skip
+    return text
+
+
+def success_chart_svg(rows: list[tuple[str, float, float, float]]) -> str:
+    """A bar per (label, rate, CI low, CI high), its Wilson 95% interval as an error bar; inline SVG."""
+    bar_w, gap, plot_h, left, top, bottom = 28, 16, 200, 44, 16, 110  # px
+    width = left + len(rows) * (bar_w + gap) + gap
+    y = lambda p: top + plot_h * (1.0 - p)  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + plot_h + bottom}" '
+             'font-family="sans-serif" font-size="11">']  # fmt: skip
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{left}" x2="{width}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')  # fmt: skip
+    for i, (label, rate, low, high) in enumerate(rows):
+        x = left + gap + i * (bar_w + gap)
+        mid = x + bar_w / 2
+        if not math.isnan(rate):
+            parts.append(f'<rect x="{x}" y="{y(rate):.1f}" width="{bar_w}" height="{plot_h * rate:.1f}" '
+                         f'fill="#4c78a8"><title>{html.escape(label)}: {rate:.2f} [{low:.2f}, {high:.2f}]</title>'
+                         '</rect>')  # fmt: skip
+        parts.append(f'<path d="M{mid} {y(low):.1f}V{y(high):.1f}M{mid - 5} {y(low):.1f}h10M{mid - 5} '
+                     f'{y(high):.1f}h10" stroke="#222" fill="none"/>')  # fmt: skip
+        base = top + plot_h + 12
+        parts.append(
+            f'<text x="{mid}" y="{base}" text-anchor="end" transform="rotate(-45 {mid} {base})">'
+            f"{html.escape(label)}</text>"
+        )
+    return "".join(parts) + "</svg>"
+
+
+def _html(report: dict) -> str:
+    esc = html.escape
+    conditions = report["conditions"]
+    chart = success_chart_svg([(c["name"], c["success_rate"], *c["success_ci95"]) for c in conditions])
+    head = ["condition", "overrides", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
+            *(m.replace("_", " ") for m in FAILURE_MODES)]  # fmt: skip
+    rows = "".join(
+        f"<tr><td>{esc(c['name'])}</td><td><code>{esc(' '.join(c['overrides']))}</code></td>"
+        f"<td>{c['successes']}/{c['n']}</td><td>{c['success_rate']:.2f}</td><td>{_ci(c)}</td>"
+        f"<td>{c['mean_length']:.1f}</td><td>{c['episode_s']:.3g}</td><td>{c['step_ms']:.3g}</td>"
+        + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES) + "</tr>"
+        for c in conditions
+    )  # fmt: skip
+    clips = ""
+    for c in conditions:
+        cells = []
+        for outcome in ("success", "failure"):
+            clip = c["clips"].get(outcome)
+            if clip:
+                cells.append(f'<figure><img src="{esc(clip["path"])}" alt="{outcome}"><figcaption>{outcome}, seed '
+                             f"{clip['seed']}</figcaption></figure>")  # fmt: skip
+        note = c["clips"].get("error") or ("" if cells else "no episode to film")
+        clips += f"<h3>{esc(c['name'])}</h3>{''.join(cells)}<p>{esc(note)}</p>" if cells or note else ""
+    header = "".join(f"<p>{esc(ln.replace('**', '').replace('`', ''))}</p>" for ln in _header_lines(report))
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>suite " + esc(report["suite"]) + "</title><style>"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+            "padding:3px 8px;text-align:right;white-space:nowrap}td:first-child,td:nth-child(2){text-align:left}"
+            "figure{display:inline-block;margin:0 1em 0 0}img{image-rendering:pixelated;width:192px}</style></head>"
+            f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
+            f"{chart}<h2>Conditions</h2><table><tr>"
+            + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table><h2>Clips</h2>{clips}"
+            "<p>Never grasped / dropped need the env's info['grasped']; without it a failure that was not stopped "
+            "counts as timed out (time limit) or other.</p></body></html>")  # fmt: skip
+
+
+# --- comparisons --------------------------------------------------------------------------------------------------
+def compare_reports(entries: list[tuple[str, dict]]) -> dict:
+    """Per condition each report's rate and interval, and each report against the first: the difference and
+    whether it is significant at SIGNIFICANCE_LEVEL."""
+    names = list(dict.fromkeys(c["name"] for _, r in entries for c in r["conditions"]))
+    base_label = entries[0][0]
+    rows = []
+    for name in names:
+        found = {label: next((c for c in r["conditions"] if c["name"] == name), None) for label, r in entries}
+        results = {label: None if c is None else {"n": c["n"], "successes": c["successes"],
+                                                  "success_rate": c["success_rate"],
+                                                  "success_ci95": c["success_ci95"]}
+                   for label, c in found.items()}  # fmt: skip
+        base, tests = results[base_label], []
+        for label, other in list(results.items())[1:]:
+            if base is None or other is None or not base["n"] or not other["n"]:
+                continue
+            p = fisher_exact_p(other["successes"], other["n"], base["successes"], base["n"])
+            tests.append({"a": base_label, "b": label, "difference": other["success_rate"] - base["success_rate"],
+                          "p_value": p, "significant": p < SIGNIFICANCE_LEVEL})  # fmt: skip
+        same_seeds = len({tuple(c["seeds"]) for c in found.values() if c is not None}) <= 1
+        rows.append({"condition": name, "results": results, "tests": tests, "same_seeds": same_seeds})
+    return {"suite": entries[0][1]["suite"],
+            "test": f"{TEST_NAME}, each against {base_label}, at {SIGNIFICANCE_LEVEL} per condition (not corrected "
+                    "for multiple comparisons)",
+            "policies": [{"label": label, "checkpoint": r["checkpoint"], "score": r["score"],
+                          "real_robot": r["real_robot"], "report": r.get("report_dir")} for label, r in entries],
+            "rows": rows}  # fmt: skip
+
+
+def compare_markdown(comparison: dict, title: str) -> str:
+    labels = [p["label"] for p in comparison["policies"]]
+    others = labels[1:]
+    head = ["condition", *labels, *(f"{b} - {labels[0]}" for b in others)]
+    text = f"# {title}: suite {comparison['suite']}\n\n"
+    text += "".join(f"- {p['label']}: `{p['checkpoint']}` (scored by {p['score']}"
+                    f"{', real robot' if p['real_robot'] else ''})\n" for p in comparison["policies"])  # fmt: skip
+    text += f"\nsignificance: {comparison['test']}; * = significant\n\n"
+    text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    for row in comparison["rows"]:
+        cells = [row["condition"] + ("" if row["same_seeds"] else " (different seeds)")]
+        for label in labels:
+            r = row["results"][label]
+            cells.append("-" if r is None else f"{r['success_rate']:.2f} [{r['success_ci95'][0]:.2f}, "
+                         f"{r['success_ci95'][1]:.2f}] ({r['successes']}/{r['n']})")  # fmt: skip
+        tests = {t["b"]: t for t in row["tests"]}
+        for label in others:
+            t = tests.get(label)
+            cells.append("-" if t is None else f"{t['difference']:+.2f} (p={t['p_value']:.3g})"
+                         + (" *" if t["significant"] else ""))  # fmt: skip
+        text += "| " + " | ".join(cells) + " |\n"
+    return text
+
+
+def write_comparison(out_dir: Path, stem: str, comparison: dict, title: str) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(comparison, indent=2))
+    md = out / f"{stem}.md"
+    md.write_text(compare_markdown(comparison, title))
+    return md
+
+
+# --- the commands -------------------------------------------------------------------------------------------------
+@dataclass
+class EvalRequest:
+    checkpoint: str
+    suite: str | None
+    workers: int | None  # None: the config's
+    score: str | None
+    video: bool | None
+    episodes: int | None
+    seed: int | None
+    rest: list[str]  # the other overrides, applied to every condition
+
+
+def parse_request(overrides: list[str]) -> EvalRequest:
+    """The suite runner's own settings out of the command line, each checked; the rest are config overrides. Read
+    here rather than from the run's config: a run folder saved before a setting existed does not have it."""
+    import yaml
+
+    from robo_rl.settings import SETTINGS, problem
+
+    given: dict[str, object] = {}
+    rest = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = "eval.suite" if key == "suite" else key
+        if key in (*EVAL_KEYS, "checkpoint"):
+            given[key] = value if key in ("checkpoint", "eval.suite") else yaml.safe_load(value)
+        else:
+            rest.append(o)
+    if given.get("eval.score") == "reward":
+        raise SuiteError(REWARD_REFUSAL)
+    for key, value in given.items():
+        if key in SETTINGS and (text := problem(key, value)):
+            raise ConfigError(f"{key}={value} is not allowed: {text} ({SETTINGS[key].meaning})")
+    if not given.get("checkpoint"):
+        raise SuiteError("eval with a suite needs checkpoint=<file.pt or run folder>")
+    suite = given.get("eval.suite")
+    return EvalRequest(
+        str(given["checkpoint"]),
+        None if suite in (None, "", "null") else str(suite),
+        given.get("eval.workers"),
+        given.get("eval.score"),
+        given.get("eval.video"),
+        given.get("eval.episodes"),
+        given.get("eval.seed"),
+        rest,
+    )  # type: ignore[arg-type]
+
+
+def wants_suite_runner(overrides: list[str]) -> bool:
+    """`robo-rl eval` goes to the suite runner with a suite, or with a person scoring (a one-condition suite)."""
+    from robo_rl.config import override_value
+
+    suite = override_value(overrides, "suite") or override_value(overrides, "eval.suite")
+    score = override_value(overrides, "eval.score")
+    if score == "reward":
+        raise SuiteError(REWARD_REFUSAL)
+    return suite not in (None, "", "null") or score == "human"
+
+
+def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> tuple[dict, Path]:
+    """Evaluate a checkpoint (`checkpoint=`) on a suite; with `reuse`, an existing report of the same checkpoint,
+    suite, seeds, scoring and overrides is returned instead. Returns (report, its folder)."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import load_config, load_saved_config
+
+    req = parse_request(overrides)
+
+    def configs(run_dir: Path | None) -> tuple:
+        saved = run_dir is not None and (run_dir / "config.yaml").exists()
+
+        def one(extra: list[str]):
+            if saved:
+                return load_saved_config(run_dir / "config.yaml", [*req.rest, *extra])
+            return load_config([*req.rest, *_under_null_nodes(base, extra)] if extra else req.rest)
+
+        base = one([])  # the user's own overrides: a problem there is theirs, not a condition's
+        if req.suite is not None:
+            suite = load_suite(req.suite)
+        else:
+            suite = nominal_suite(int(base.eval.episodes), int(base.eval.seed))
+        suite = Suite(suite.name, req.episodes or suite.episodes, suite.seed if req.seed is None else req.seed,
+                      suite.conditions, suite.source)  # fmt: skip
+        cfgs = []
+        for cond in suite.conditions:
+            try:
+                cfgs.append(one(list(cond.overrides)))
+            except ConfigError as e:
+                raise SuiteError(f"suite {suite.name}, condition '{cond.name}': {e}") from None
+        return base, suite, cfgs
+
+    given = Path(req.checkpoint)
+    guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
+    base, suite, cfgs = configs(guessed)  # config errors answer before torch and the simulators are imported
+    from robo_rl.runs import load_newest_readable
+
+    payload, skipped = load_newest_readable(req.checkpoint)
+    for problem in skipped:
+        say(f"warning: {problem}: skipped, evaluating the checkpoint before it")
+    path = Path(payload["path"])
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir != guessed:
+        base, suite, cfgs = configs(run_dir)
+    score = req.score or OmegaConf.select(base, "eval.score", default="env")
+    workers = req.workers or int(OmegaConf.select(base, "eval.workers", default=1))
+    real = any(is_real_robot_config(c) for c in cfgs)
+    if real or score == "human":
+        workers = 1
+    folder = suite.name + ("_real" if real else "")
+    out_dir = (run_dir if run_dir is not None else path.parent) / "eval" / folder
+    outcome_overrides = [o for o in req.rest if not o.lstrip("+~").startswith(NOT_OUTCOME_KEYS)]
+    key = {"signature": suite.signature(), "checkpoint": str(path.resolve()), "score": score,
+           "overrides": outcome_overrides}  # fmt: skip
+    if reuse and (out_dir / "report.json").exists():
+        old = json.loads((out_dir / "report.json").read_text())
+        if {k: old.get(k) for k in key} == key and not old.get("stopped"):
+            say(f"reusing {out_dir / 'report.json'} (same checkpoint, suite, seeds, scoring and overrides)")
+            return old, out_dir
+    import torch
+
+    torch.set_num_threads(base.torch_threads)
+    film = req.video is not False  # clips unless eval.video=false: a suite's report shows what failing looks like
+    run = run_suite(suite, cfgs, payload, workers, score, film, out_dir / "clips", bool(base.logger.progress))
+    report = {**key, "suite": suite.name, "suite_file": suite.source, "episodes": suite.episodes,
+              "seed": suite.seed, "env_steps": int(payload.get("counters", {}).get("env_steps", 0)),
+              "real_robot": run.real_robot, "workers": workers, "stopped": run.stopped,
+              "created": datetime.datetime.now().isoformat(timespec="seconds"), "report_dir": str(out_dir.resolve()),
+              "conditions": [summarize(c, e, clips) for c, e, clips in
+                             zip(suite.conditions, run.episodes, run.clips, strict=True)]}  # fmt: skip
+    write_suite_report(out_dir, report)
+    return report, out_dir
+
+
+def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
+    """Hydra adds a key under a node that is null by default (`env.randomize: null`) only when told to (`++`); a
+    saved config takes it as it is."""
+    from omegaconf import OmegaConf
+
+    out = []
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        parent = key.rpartition(".")[0]
+        null_parent = parent and OmegaConf.select(cfg, parent, default="absent") is None
+        out.append(f"++{o}" if null_parent and not key.startswith(("+", "~")) else o)
+    return out
+
+
+def cmd_eval_suite(overrides: list[str]) -> int:
+    report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
+    print(f"suite {report['suite']}: " + _header_lines(report)[1])
+    width = max(len(c["name"]) for c in report["conditions"])
+    for c in report["conditions"]:
+        fails = ", ".join(f"{m.replace('_', ' ')} {n}" for m, n in c["failure_modes"].items() if n)
+        print(f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {_ci(c)}  "
+              f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}")  # fmt: skip
+    if report["stopped"]:
+        print(f"stopped early: {report['stopped']}")
+    print(f"report: {out_dir / 'report.md'} (and report.html, report.json)")
+    return 0 if not report["stopped"] else 1
+
+
+def _read_report(arg: str) -> dict | None:
+    """A report.json given as itself or by its folder (None: not a report, a run or checkpoint to evaluate)."""
+    path = Path(arg)
+    if path.is_dir() and (path / "report.json").exists() and not (path / "checkpoints").is_dir():
+        path = path / "report.json"
+    if path.is_file() and path.suffix == ".json":
+        try:
+            report = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise SuiteError(f"{path}: not a suite report ({e})") from None
+        if not isinstance(report, dict) or "conditions" not in report or "suite" not in report:
+            raise SuiteError(f"{path}: not a suite report (robo-rl eval checkpoint=... suite=... writes one)")
+        report.setdefault("report_dir", str(path.parent))
+        return report
+    return None
+
+
+def _labels(args: list[str]) -> list[str]:
+    """A short name per source: the run folder's (a report at <run>/eval/<suite>/report.json too)."""
+    labels = []
+    for arg in args:
+        p = Path(arg)
+        if p.is_dir() and (p / "report.json").exists() and not (p / "checkpoints").is_dir():
+            p = p / "report.json"
+        if p.suffix == ".json":
+            name = p.parents[2].name if p.parent.parent.name == "eval" else p.parent.name
+        elif p.suffix == ".pt":
+            name = p.parents[1].name if p.parent.name == "checkpoints" else p.stem
+        else:
+            name = p.name
+        label, k = name or arg, 2
+        while label in labels:
+            label, k = f"{name}_{k}", k + 1
+        labels.append(label)
+    return labels
+
+
+def cmd_eval_compare(kind: str, args: list[str]) -> int:
+    """`compare <a> <b> ...`: side by side on one suite; `sim_vs_real <run>` or `<sim report> <real report>`."""
+    positional = [a for a in args if "=" not in a]
+    options = [a for a in args if "=" in a]
+    out = next((o.split("=", 1)[1] for o in options if o.startswith("out=")), None)
+    options = [o for o in options if not o.startswith("out=")]
+    suite_arg = next((o.split("=", 1)[1] for o in options if o.split("=", 1)[0] in ("suite", "eval.suite")), None)
+    if kind == "sim_vs_real":
+        positional, labels, out = _sim_vs_real_sources(positional, suite_arg, out)
+    elif len(positional) < 2:
+        raise SuiteError("usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] "
+                         "[out=<folder>]")  # fmt: skip
+    else:
+        labels = _labels(positional)
+    entries = []
+    for label, arg in zip(labels, positional, strict=True):
+        report = _read_report(arg)
+        if report is None:
+            if suite_arg is None:
+                raise SuiteError(f"compare: {arg} is a run, not a report: give suite=<name> to evaluate it "
+                                 f"(the suites: {', '.join(suite_names())})")  # fmt: skip
+            print(f"{label}: evaluating {arg} on suite {suite_arg}", file=sys.stderr)
+            report, _ = evaluate_on_suite([f"checkpoint={arg}", *options], reuse=True,
+                                          say=lambda text: print(text, file=sys.stderr))  # fmt: skip
+        entries.append((label, report))
+    suites = {r["suite"] for _, r in entries}
+    if len(suites) > 1:
+        raise SuiteError(f"compare: the reports are of different suites ({', '.join(sorted(suites))})")
+    comparison = compare_reports(entries)
+    title = "Sim vs real" if kind == "sim_vs_real" else "Comparison"
+    stem = f"{kind if kind == 'sim_vs_real' else 'compare'}_{comparison['suite']}"
+    md = write_comparison(Path(out) if out else Path("eval"), stem, comparison, title)
+    print(compare_markdown(comparison, title), end="")
+    print(f"\nwritten: {md} and {md.with_suffix('.json')}")
+    return 0
+
+
+def _sim_vs_real_sources(positional: list[str], suite: str | None, out: str | None):
+    """(sources, labels, out folder): a run folder's <suite>/ and <suite>_real/ reports, or two reports given."""
+    if len(positional) == 2:
+        return positional, ["sim", "real"], out
+    if len(positional) != 1:
+        raise SuiteError("usage: robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> "
+                         "<real report> [out=<folder>]")  # fmt: skip
+    eval_dir = Path(positional[0]) / "eval"
+    pairs = sorted(p.name[: -len("_real")] for p in eval_dir.glob("*_real") if (p / "report.json").exists()
+                   and (eval_dir / p.name[: -len("_real")] / "report.json").exists())  # fmt: skip
+    if suite is None and len(pairs) == 1:
+        suite = pairs[0]
+    if suite is None or suite not in pairs:
+        raise SuiteError(f"sim_vs_real: {eval_dir} needs <suite>/report.json (sim) and <suite>_real/report.json "
+                         f"(a real robot's) for the same suite; found pairs: {', '.join(pairs) or 'none'}"
+                         + ("" if suite is None else f" (asked: {suite})"))  # fmt: skip
+    sources = [str(eval_dir / suite / "report.json"), str(eval_dir / f"{suite}_real" / "report.json")]
+    return sources, ["sim", "real"], out or str(eval_dir)
