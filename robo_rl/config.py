@@ -243,7 +243,7 @@ def save_config(cfg: DictConfig, path: Path) -> None:
 
 def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     """A run folder's resolved config, with optional overrides applied on top, ranges checked."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     if not path.exists():
@@ -255,7 +255,13 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     cfg = OmegaConf.load(path)
     OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:
-        cfg.merge_with(OmegaConf.from_dotlist(list(overrides)))
+        for override in overrides:  # in order: a mapping given for an existing key replaces it (as on a fresh
+            key = override.split("=", 1)[0]  # config's command line) instead of merging into its keys
+            value = OmegaConf.select(OmegaConf.from_dotlist([override]), key)
+            if isinstance(value, DictConfig) and OmegaConf.select(cfg, key, default="absent") != "absent":
+                OmegaConf.update(cfg, key, OmegaConf.to_container(value), merge=False)
+            else:
+                cfg.merge_with(OmegaConf.from_dotlist([override]))
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         if key and "not in struct" in str(e):

@@ -863,6 +863,7 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
             return load_config([*req.rest, *_under_null_nodes(base, extra)] if extra else req.rest)
 
         base = one([])  # the user's own overrides: a problem there is theirs, not a condition's
+        given_randomize = any(o.lstrip("+~").startswith("env.randomize") for o in req.rest)
         if req.suite is not None:
             suite = load_suite(req.suite)
         else:
@@ -871,8 +872,9 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
                       suite.conditions, suite.source)  # fmt: skip
         cfgs = []
         for cond in suite.conditions:
+            extra = list(cond.overrides) if given_randomize else _perturbation(base, list(cond.overrides))
             try:
-                cfgs.append(one(list(cond.overrides)))
+                cfgs.append(one(extra))
             except ConfigError as e:
                 raise SuiteError(f"suite {suite.name}, condition '{cond.name}': {e}") from None
         return base, suite, cfgs
@@ -917,6 +919,28 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
                              zip(suite.conditions, run.episodes, run.clips, strict=True)]}  # fmt: skip
     write_suite_report(out_dir, report)
     return report, out_dir
+
+
+def _perturbation(cfg, overrides: list[str]) -> list[str]:
+    """A condition's `env.randomize.<key>` overrides as one node that replaces the run's own: the randomisation a
+    policy was trained with is not the condition's (nominal is nominal for every policy compared)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(cfg, "env.randomize", default="absent") == "absent":
+        return overrides  # an env without randomisation
+    draws, rest = {}, []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key == "env.randomize":
+            return overrides  # the condition gives the whole node itself
+        if key.startswith("env.randomize."):
+            draws[key.removeprefix("env.randomize.")] = yaml.safe_load(value)
+        else:
+            rest.append(o)
+    node = "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in draws.items()) + "}" if draws else "null"
+    return [*rest, f"env.randomize={node}"]
 
 
 def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:

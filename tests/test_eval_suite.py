@@ -299,3 +299,20 @@ def test_the_pick_robustness_suite_varies_each_perturbation_alone_at_two_strengt
     together = [c for c in suite.conditions if len(c.overrides) > 1]
     assert [c.name for c in together] == ["all_mild", "all_strong"]
     assert all(sorted(o.split("=")[0] for o in c.overrides) == sorted(set(keys)) for c in together)
+
+
+def test_a_condition_replaces_the_randomisation_a_run_was_trained_with(tmp_path):
+    from robo_rl.config import load_saved_config
+    from robo_rl.eval_suite import _perturbation
+
+    cfg = load_config(["env.randomize={object_mass_scale: [0.5, 2.0]}"])
+    assert _perturbation(cfg, []) == ["env.randomize=null"]  # nominal is nominal, whatever the policy trained on
+    assert _perturbation(cfg, ["env.randomize.image_noise_std=8", "env.randomize.friction_scale=[0.5,0.5]",
+                               "env.max_episode_steps=20"]) == [
+        "env.max_episode_steps=20", "env.randomize={image_noise_std: 8, friction_scale: [0.5, 0.5]}"]
+    point = load_config(["env=point_reach"])
+    assert _perturbation(point, ["env.max_episode_steps=4"]) == ["env.max_episode_steps=4"]
+    save_config(cfg, tmp_path / "config.yaml")  # a run trained with randomised masses, evaluated under noise alone
+    merged = load_saved_config(tmp_path / "config.yaml", _perturbation(cfg, ["env.randomize.image_noise_std=8"]))
+    assert dict(merged.env.randomize) == {"image_noise_std": 8}
+    assert load_saved_config(tmp_path / "config.yaml", _perturbation(cfg, [])).env.randomize is None
