@@ -6,7 +6,8 @@ Suite throughput: the `pick_robustness` suite (27 conditions) on the pick task, 
 untrained policy (the episodes run their full 50 steps, the slowest case) or `--checkpoint`, clips off; ours with 2
 workers against the same suite with 1 (the baseline, same run). Launcher throughput: `robo-rl launch sim_four
 launch.actors=N` on point_reach with SAC/RLPD, unthrottled actors (`actor.throttle_to_learner=false`), the env
-steps the learner received per second of wall time between its first and last metrics line, against `sim_one`
+steps the learner received per second of wall time between its first and last metrics line (episode and learner
+lines), against `sim_one`
 (1 actor) in the same run. Robustness (`--compare run_a run_b`): `robo-rl eval compare` on `pick_robustness`.
 
     python bench/eval.py                 # 10 episodes per condition; launcher 8 actors vs 1 (a few minutes)
@@ -75,7 +76,7 @@ def suite_throughput(checkpoint: Path, suite: str, episodes: int, workers: int) 
 
 
 def launcher_throughput(layout: str, actors: int | None, steps: int, out: Path) -> dict:
-    """Env steps per second the learner received from `robo-rl launch <layout>` (wall time between its first and
+    """Env steps per second the learner received from `robo-rl launch <layout>` (wall time between the first and
     last metrics line that count env steps)."""
     args = [sys.executable, "-m", "robo_rl.cli", "launch", layout, "env=point_reach", "experiment=rlpd",
             f"train.total_env_steps={steps}", "train.learning_starts=200", "demos.num_episodes=5",
@@ -89,7 +90,8 @@ def launcher_throughput(layout: str, actors: int | None, steps: int, out: Path) 
         raise RuntimeError(f"robo-rl launch {layout} failed ({proc.returncode}): {proc.stderr[-600:]}")
     metrics = sorted(out.glob("*/*/metrics.jsonl"), key=lambda p: p.stat().st_mtime)[-1]
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    counted = [m for m in lines if m.get("kind") == "learner" and m.get("env_steps")]
+    counted = [m for m in lines if m.get("kind") in ("learner", "episode") and m.get("env_steps")]  # the episodes
+    # say when each step arrived, between the learner's periodic lines
     span = counted[-1]["time"] - counted[0]["time"]
     received = counted[-1]["env_steps"] - counted[0]["env_steps"]
     return {"layout": layout, "actors": actors or 1, "env_steps": counted[-1]["env_steps"], "wall_s": round(wall, 1),

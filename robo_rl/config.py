@@ -248,6 +248,7 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
 
     if not path.exists():
         raise ConfigError(f"{path} does not exist: is this a run folder made by robo-rl?")
+    overrides = [_shorthand(o) for o in overrides]
     groups = [o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0].lstrip("+~") in config_groups()]
     if groups:
         raise ConfigError(f"{path.parent} has its config resolved in config.yaml: a group option ({', '.join(groups)}="

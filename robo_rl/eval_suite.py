@@ -10,7 +10,8 @@ deterministic policy, in `eval.workers` spawned env processes, each building the
 the policy from the condition's config and the checkpoint file; they return plain per-episode results over local
 queues. Success is the env's own check (`info["success"]`) or a person's label (`eval.score=human`), never the
 reward model a policy was trained on. On a real robot (an env with a `driver` that is not a twin) a person resets
-the scene by hand between episodes, answering a prompt with a device's success button or Enter.
+the scene by hand between episodes, answering a prompt with a device's success button or Enter; with `gui=true` the
+intervention page shows the prompt and its buttons answer it (robo_rl/gui/eval_view.py).
 
 The report goes to <run>/eval/<suite>/ (a real robot's to <suite>_real/): report.json, report.md, report.html (a
 bar chart of success with Wilson 95% intervals, failure modes, one success and one failure clip per condition).
@@ -202,6 +203,8 @@ def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: 
             frames.append(render_frame(env))
         obs, reward, terminated, truncated, info = env.step(policy_action(policy, obs, True))
         length, ret = length + 1, ret + float(reward)
+        if prompt is not None and prompt.gui is not None:
+            prompt.gui.step(obs, reward)
         interventions += bool(info.get("intervention"))
         if info.get("grasped") is not None:
             grasped = bool(info["grasped"])
@@ -222,6 +225,8 @@ def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: 
         success = (prompt or HumanPrompt()).ask_label(
             f"episode {index + 1} (seed {seed}) ended by {ended_by}: a success? press success / failure, or type y / n "
             "and Enter")  # fmt: skip
+    if prompt is not None and prompt.gui is not None:
+        prompt.gui.episode_end(bool(success), ended_by)
     result = {"episode": index, "seed": seed, "success": bool(success), "length": length, "return": ret,
               "ended_by": ended_by, "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
               "interventions": interventions, "episode_s": end - start,
@@ -271,6 +276,7 @@ class HumanPrompt:
 
     def __init__(self, devices=(), lines=None, say=print, poll_s: float = PROMPT_POLL_S) -> None:
         self.devices, self.say, self.poll_s = list(devices), say, poll_s
+        self.gui = None  # the intervention page (robo_rl/gui/eval_view.py): it shows the prompt while we wait
         self._lines: queue.Queue = queue.Queue()
         source = lines if lines is not None else sys.stdin
         self._open = source is not None and not getattr(source, "closed", False)
@@ -285,8 +291,10 @@ class HumanPrompt:
             pass
         self._lines.put(None)
 
-    def _answer(self, events: tuple[str, ...], words: dict[str, str]) -> str:
+    def _answer(self, events: tuple[str, ...], words: dict[str, str], text: str = "") -> str:
         while True:
+            if self.gui is not None:
+                self.gui.waiting(text)
             for device in self.devices:
                 seen = device.read().events
                 hit = next((e for e in events if e in seen), None)
@@ -308,11 +316,12 @@ class HumanPrompt:
 
     def wait_for_reset(self, text: str) -> None:
         self.say(text)
-        self._answer(("success",), {"": "success"})
+        self._answer(("success",), {"": "success"}, text)
 
     def ask_label(self, text: str) -> bool:
         self.say(text)
-        answer = self._answer(("success", "failure"), {"y": "success", "s": "success", "n": "failure", "f": "failure"})
+        answer = self._answer(("success", "failure"), {"y": "success", "s": "success", "n": "failure", "f": "failure"},
+                              text)  # fmt: skip
         return answer == "success"
 
 
@@ -334,6 +343,12 @@ def build_env(cfg, score: str = "env"):
         except Exception as e:
             env.close()
             raise ConfigError(f"the human's devices: {e.__cause__ or e}") from None
+    if (score == "human" or is_real_robot_config(cfg)) and OmegaConf.select(cfg, "gui.enabled", default=False):
+        from robo_rl.gui.eval_view import EvalView
+
+        view = EvalView(cfg, env)  # the page's web device joins the person's devices; its Success answers prompts
+        env = view.env
+        env.eval_view = view
     return env
 
 
@@ -409,6 +424,7 @@ def _run_in_process(suite: Suite, cfgs: list, payload: dict, score: str, bar, pr
                         prompt = HumanPrompt(human_devices(env))
                     elif human_devices(env):
                         prompt.devices = human_devices(env)  # this condition's env has its own devices
+                    prompt.gui = getattr(env, "eval_view", None)
                 policy = load_policy(cfg, env, payload)
                 run_condition(
                     env,
@@ -420,6 +436,8 @@ def _run_in_process(suite: Suite, cfgs: list, payload: dict, score: str, bar, pr
                     on_episode=lambda r, out=run.episodes[i]: (out.append(r), bar.update(1)),
                 )
             finally:
+                if getattr(env, "eval_view", None) is not None:
+                    env.eval_view.close()
                 env.close()
     except (EvaluationStopped, SafetyStop) as e:
         run.stopped = str(e)

@@ -464,3 +464,42 @@ def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm
     assert run.actor.safety.stats()["acknowledged"] == 1
     assert any(i.get("ended_by") == "safety" for _, _, i in run.executed)
     assert not page.js_errors
+
+
+def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_button_answers(tmp_path, browser):
+    """`robo-rl eval ... eval.score=human gui=true`: the episode's end asks on the page; its Success labels it."""
+    import uvicorn
+
+    from robo_rl.eval_suite import evaluate_on_suite
+    from robo_rl.gui.server import make_app
+    from tests.test_eval_suite import make_run
+
+    run = make_run(tmp_path, "still", "bad")  # stands still: every episode reaches the time limit, unlabelled
+    http_port, zmq_port = free_ports(2)
+    app = make_app(toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning",
+                                           ws="websockets-sansio"))  # fmt: skip
+    threading.Thread(target=server.run, daemon=True).start()
+    outcome: dict = {}
+
+    def evaluate():
+        overrides = [f"checkpoint={run}", "eval.score=human", "eval.episodes=1", "gui=true", f"gui.zmq_port={zmq_port}",
+                     "env.max_episode_steps=5", "eval.video=false"]
+        outcome["report"], _ = evaluate_on_suite(overrides, say=lambda *_: None)
+
+    worker = threading.Thread(target=evaluate, daemon=True)
+    try:
+        worker.start()
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{http_port}/?name=eve")
+        notice = page.locator('.actor[data-actor="actor-0"] .notice')
+        notice.wait_for(timeout=15000)
+        wait_until(lambda: "a success?" in notice.inner_text(), what="the label prompt on the page")
+        assert mode_of(page).startswith("PAUSED")
+        page.locator('.actor[data-actor="actor-0"] button[data-command="success"]').click()
+        worker.join(20)
+        assert not worker.is_alive()
+        episode = outcome["report"]["conditions"][0]["episodes"][0]
+        assert episode["success"] and episode["ended_by"] == "time_limit"  # the person's label, not the env's check
+    finally:
+        server.should_exit = True
