@@ -130,7 +130,7 @@ def main() -> None:
                   f"{two['episodes_per_s']} with 2 (x{result['suite']['ratio']})", flush=True)
             if not args.quick or args.launch:
                 actors = 2 if args.quick else args.actors
-                steps = 1500 if args.quick else 6000
+                steps = 1500 if args.quick else 30000
                 base = launcher_throughput("sim_one", None, steps, root / "one")
                 many = launcher_throughput("sim_four", actors, steps, root / "many")
                 result["launch"] = {"one_actor": base, "many_actors": many,
