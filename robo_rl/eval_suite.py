@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import datetime
 import difflib
-import html
 import json
 import math
 import queue
@@ -37,14 +36,20 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.config import CONF_DIR, ConfigError
+from robo_rl.eval_report import (
+    FAILURE_MODES,
+    ci_text,
+    compare_markdown,
+    compare_reports,
+    header_lines,
+    write_comparison,
+    write_suite_report,
+)
 
 SUITE_DIR = CONF_DIR / "suite"
 SCORES = ("env", "human")
-FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
 SAFETY_ENDINGS = ("safety", "estop")  # ended_by values that mean the robot was stopped
 HUMAN_LABELS = {"human_success": True, "human_failure": False}
-SIGNIFICANCE_LEVEL = 0.05  # two-sided, per condition
-TEST_NAME = "Fisher's exact test, two-sided"
 CLIP_SIZE_PX = 96  # longest side of a report clip
 CLIP_MAX_FRAMES = 60  # a longer episode is subsampled evenly (its first and last frame kept)
 PROMPT_POLL_S = 0.05  # how often devices are read while a prompt waits for a person
@@ -607,16 +612,6 @@ def write_gif(path: Path, frames: list[np.ndarray], fps: float) -> Path:
 
 
 # --- statistics ---------------------------------------------------------------------------------------------------
-def fisher_exact_p(k1: int, n1: int, k2: int, n2: int) -> float:
-    """Two-sided p-value of Fisher's exact test on successes k1/n1 vs k2/n2: with the margins fixed, the probability
-    of a table at most as likely as the one seen."""
-    k, n = k1 + k2, n1 + n2
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    tables = math.comb(n, k)
-    prob = [math.comb(n1, x) * math.comb(n2, k - x) / tables for x in range(max(0, k - n2), min(k, n1) + 1)]
-    seen = math.comb(n1, k1) * math.comb(n2, k - k1) / tables
-    return min(1.0, sum(p for p in prob if p <= seen * (1 + 1e-9)))
 
 
 def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) -> dict:
@@ -638,169 +633,9 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
 
 
 # --- reports ------------------------------------------------------------------------------------------------------
-def write_suite_report(out_dir: Path, report: dict) -> Path:
-    """report.json, report.md and report.html (self-contained but for the clips, linked beside it)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    (out / "report.md").write_text(_markdown(report))
-    (out / "report.html").write_text(_html(report))
-    return out / "report.md"
-
-
-def _header_lines(report: dict) -> list[str]:
-    lines = [f"checkpoint: `{report['checkpoint']}` (after {report['env_steps']} env steps)",
-             f"conditions: {len(report['conditions'])}, episodes each: {report['episodes']}, seeds {report['seed']} .. "
-             f"{report['seed'] + report['episodes'] - 1} (the same for every condition), success scored by "
-             f"{'a person' if report['score'] == 'human' else 'the env'}"
-             f"{', on a real robot' if report['real_robot'] else ''}"]  # fmt: skip
-    if report.get("stopped"):
-        lines.append(f"**stopped early: {report['stopped']}** (the episodes run so far are reported)")
-    return lines
-
-
-def _ci(c: dict) -> str:
-    return f"[{c['success_ci95'][0]:.2f}, {c['success_ci95'][1]:.2f}]"
-
-
-def _markdown(report: dict) -> str:
-    head = ["condition", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
-            *(m.replace("_", " ") for m in FAILURE_MODES), "clips"]  # fmt: skip
-    text = f"# Suite {report['suite']}\n\n" + "\n".join(f"{ln}  " for ln in _header_lines(report)) + "\n\n"
-    text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
-    for c in report["conditions"]:
-        clips = " ".join(f"[{k}]({v['path']})" for k, v in c["clips"].items() if isinstance(v, dict))
-        text += (f"| {c['name']} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {_ci(c)} "
-                 f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
-                 + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES) + f" | {clips} |\n")  # fmt: skip
-    text += ("\nFailure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
-             "was not stopped counts as timed out (time limit) or other.\n")  # fmt: skip
-    return text
-
-
-def success_chart_svg(rows: list[tuple[str, float, float, float]]) -> str:
-    """A bar per (label, rate, CI low, CI high), its Wilson 95% interval as an error bar; inline SVG."""
-    bar_w, gap, plot_h, left, top, bottom = 28, 16, 200, 44, 16, 110  # px
-    width = left + len(rows) * (bar_w + gap) + gap
-    y = lambda p: top + plot_h * (1.0 - p)  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + plot_h + bottom}" '
-             'font-family="sans-serif" font-size="11">']  # fmt: skip
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{left}" x2="{width}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')  # fmt: skip
-    for i, (label, rate, low, high) in enumerate(rows):
-        x = left + gap + i * (bar_w + gap)
-        mid = x + bar_w / 2
-        if not math.isnan(rate):
-            parts.append(f'<rect x="{x}" y="{y(rate):.1f}" width="{bar_w}" height="{plot_h * rate:.1f}" '
-                         f'fill="#4c78a8"><title>{html.escape(label)}: {rate:.2f} [{low:.2f}, {high:.2f}]</title>'
-                         '</rect>')  # fmt: skip
-        parts.append(f'<path d="M{mid} {y(low):.1f}V{y(high):.1f}M{mid - 5} {y(low):.1f}h10M{mid - 5} '
-                     f'{y(high):.1f}h10" stroke="#222" fill="none"/>')  # fmt: skip
-        base = top + plot_h + 12
-        parts.append(
-            f'<text x="{mid}" y="{base}" text-anchor="end" transform="rotate(-45 {mid} {base})">'
-            f"{html.escape(label)}</text>"
-        )
-    return "".join(parts) + "</svg>"
-
-
-def _html(report: dict) -> str:
-    esc = html.escape
-    conditions = report["conditions"]
-    chart = success_chart_svg([(c["name"], c["success_rate"], *c["success_ci95"]) for c in conditions])
-    head = ["condition", "overrides", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
-            *(m.replace("_", " ") for m in FAILURE_MODES)]  # fmt: skip
-    rows = "".join(
-        f"<tr><td>{esc(c['name'])}</td><td><code>{esc(' '.join(c['overrides']))}</code></td>"
-        f"<td>{c['successes']}/{c['n']}</td><td>{c['success_rate']:.2f}</td><td>{_ci(c)}</td>"
-        f"<td>{c['mean_length']:.1f}</td><td>{c['episode_s']:.3g}</td><td>{c['step_ms']:.3g}</td>"
-        + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES) + "</tr>"
-        for c in conditions
-    )  # fmt: skip
-    clips = ""
-    for c in conditions:
-        cells = []
-        for outcome in ("success", "failure"):
-            clip = c["clips"].get(outcome)
-            if clip:
-                cells.append(f'<figure><img src="{esc(clip["path"])}" alt="{outcome}"><figcaption>{outcome}, seed '
-                             f"{clip['seed']}</figcaption></figure>")  # fmt: skip
-        note = c["clips"].get("error") or ("" if cells else "no episode to film")
-        clips += f"<h3>{esc(c['name'])}</h3>{''.join(cells)}<p>{esc(note)}</p>" if cells or note else ""
-    header = "".join(f"<p>{esc(ln.replace('**', '').replace('`', ''))}</p>" for ln in _header_lines(report))
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>suite " + esc(report["suite"]) + "</title><style>"
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:3px 8px;text-align:right;white-space:nowrap}td:first-child,td:nth-child(2){text-align:left}"
-            "figure{display:inline-block;margin:0 1em 0 0}img{image-rendering:pixelated;width:192px}</style></head>"
-            f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
-            f"{chart}<h2>Conditions</h2><table><tr>"
-            + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table><h2>Clips</h2>{clips}"
-            "<p>Never grasped / dropped need the env's info['grasped']; without it a failure that was not stopped "
-            "counts as timed out (time limit) or other.</p></body></html>")  # fmt: skip
 
 
 # --- comparisons --------------------------------------------------------------------------------------------------
-def compare_reports(entries: list[tuple[str, dict]]) -> dict:
-    """Per condition each report's rate and interval, and each report against the first: the difference and
-    whether it is significant at SIGNIFICANCE_LEVEL."""
-    names = list(dict.fromkeys(c["name"] for _, r in entries for c in r["conditions"]))
-    base_label = entries[0][0]
-    rows = []
-    for name in names:
-        found = {label: next((c for c in r["conditions"] if c["name"] == name), None) for label, r in entries}
-        results = {label: None if c is None else {"n": c["n"], "successes": c["successes"],
-                                                  "success_rate": c["success_rate"],
-                                                  "success_ci95": c["success_ci95"]}
-                   for label, c in found.items()}  # fmt: skip
-        base, tests = results[base_label], []
-        for label, other in list(results.items())[1:]:
-            if base is None or other is None or not base["n"] or not other["n"]:
-                continue
-            p = fisher_exact_p(other["successes"], other["n"], base["successes"], base["n"])
-            tests.append({"a": base_label, "b": label, "difference": other["success_rate"] - base["success_rate"],
-                          "p_value": p, "significant": p < SIGNIFICANCE_LEVEL})  # fmt: skip
-        same_seeds = len({tuple(c["seeds"]) for c in found.values() if c is not None}) <= 1
-        rows.append({"condition": name, "results": results, "tests": tests, "same_seeds": same_seeds})
-    return {"suite": entries[0][1]["suite"],
-            "test": f"{TEST_NAME}, each against {base_label}, at {SIGNIFICANCE_LEVEL} per condition (not corrected "
-                    "for multiple comparisons)",
-            "policies": [{"label": label, "checkpoint": r["checkpoint"], "score": r["score"],
-                          "real_robot": r["real_robot"], "report": r.get("report_dir")} for label, r in entries],
-            "rows": rows}  # fmt: skip
-
-
-def compare_markdown(comparison: dict, title: str) -> str:
-    labels = [p["label"] for p in comparison["policies"]]
-    others = labels[1:]
-    head = ["condition", *labels, *(f"{b} - {labels[0]}" for b in others)]
-    text = f"# {title}: suite {comparison['suite']}\n\n"
-    text += "".join(f"- {p['label']}: `{p['checkpoint']}` (scored by {p['score']}"
-                    f"{', real robot' if p['real_robot'] else ''})\n" for p in comparison["policies"])  # fmt: skip
-    text += f"\nsignificance: {comparison['test']}; * = significant\n\n"
-    text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
-    for row in comparison["rows"]:
-        cells = [row["condition"] + ("" if row["same_seeds"] else " (different seeds)")]
-        for label in labels:
-            r = row["results"][label]
-            cells.append("-" if r is None else f"{r['success_rate']:.2f} [{r['success_ci95'][0]:.2f}, "
-                         f"{r['success_ci95'][1]:.2f}] ({r['successes']}/{r['n']})")  # fmt: skip
-        tests = {t["b"]: t for t in row["tests"]}
-        for label in others:
-            t = tests.get(label)
-            cells.append("-" if t is None else f"{t['difference']:+.2f} (p={t['p_value']:.3g})"
-                         + (" *" if t["significant"] else ""))  # fmt: skip
-        text += "| " + " | ".join(cells) + " |\n"
-    return text
-
-
-def write_comparison(out_dir: Path, stem: str, comparison: dict, title: str) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(comparison, indent=2))
-    md = out / f"{stem}.md"
-    md.write_text(compare_markdown(comparison, title))
-    return md
 
 
 # --- the commands -------------------------------------------------------------------------------------------------
@@ -977,11 +812,11 @@ def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
 
 def cmd_eval_suite(overrides: list[str]) -> int:
     report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
-    print(f"suite {report['suite']}: " + _header_lines(report)[1])
+    print(f"suite {report['suite']}: " + header_lines(report)[1])
     width = max(len(c["name"]) for c in report["conditions"])
     for c in report["conditions"]:
         fails = ", ".join(f"{m.replace('_', ' ')} {n}" for m, n in c["failure_modes"].items() if n)
-        print(f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {_ci(c)}  "
+        print(f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
               f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}")  # fmt: skip
     if report["stopped"]:
         print(f"stopped early: {report['stopped']}")

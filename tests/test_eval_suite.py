@@ -15,13 +15,12 @@ from robo_rl.cli import main
 from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.envs import RobotEnv, make_observation_space
 from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.eval_report import FAILURE_MODES, fisher_exact_p
 from robo_rl.eval_suite import (
-    FAILURE_MODES,
     TIMING_KEYS,
     HumanPrompt,
     PromptError,
     evaluate_on_suite,
-    fisher_exact_p,  # fmt: skip
     load_suite,
     run_condition,
 )
