@@ -17,22 +17,17 @@ from pathlib import Path
 import pytest
 
 from launch.launcher import (
-    LayoutError,
     Network,
     choose_ports,
     key_deploy_commands,
-    layout_names,
-    load_layout,
-    merge_overrides,
-    parse_layout,
     prepare,
     process_args,
     remote_process_command,
     scp_argv,
-    split_options,
     ssh_argv,
     ssh_signal_argv,
 )
+from launch.layout import LayoutError, layout_names, load_layout, merge_overrides, parse_layout, split_options
 from robo_rl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
