@@ -58,7 +58,7 @@ class Doctor:
     def run(self) -> int:
         from omegaconf import OmegaConf
 
-        driver_cfg = OmegaConf.to_container(self.cfg.env.get("driver") or {}, resolve=True)
+        driver_cfg = OmegaConf.to_container(self.cfg.env.get("driver") or OmegaConf.create(), resolve=True)
         target = driver_cfg.get("_target_")
         if target is None:
             self.add("robot", "fail", f"env {self.cfg.env.get('_target_')} drives no arm",
@@ -122,8 +122,7 @@ class Doctor:
         from hardware.cameras import find_cameras
 
         found = find_cameras()
-        wanted = list((self.cfg.env.get("cameras") or {}).keys()) if hasattr(self.cfg.env.get("cameras") or {},
-                                                                             "keys") else []  # fmt: skip
+        wanted = list(self.cfg.env.get("cameras") or [])  # the names: a robot's mapping, a simulator's list
         text = ", ".join(f"{c.get('path', c.get('serial'))} ({c['type']})" for c in found) or "none"
         status = "ok" if found or not wanted or self.twin or self.cfg.hardware.dry_run else "fail"
         self.add("cameras found", status, f"{text}; the config uses {', '.join(wanted) or 'no cameras'}",
@@ -148,10 +147,9 @@ class Doctor:
 
         from hardware.safety import SafetyWrapper
 
-        node = self.cfg.get("safety") or {}
-        settings = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"} if node \
-            else {}  # fmt: skip
-        settings.update(overrides)
+        node = self.cfg.get("safety")
+        given = OmegaConf.to_container(node, resolve=True) if node else {}
+        settings = {**{k: v for k, v in given.items() if k != "_target_"}, **overrides}
         return SafetyWrapper(env, **settings)
 
     def rate(self, env) -> None:

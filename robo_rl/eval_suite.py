@@ -336,18 +336,12 @@ def build_env(cfg, score: str = "env"):
     robot needs them (hand resets, pause, e-stop, acknowledging a safety stop)."""
     from omegaconf import OmegaConf
 
-    from robo_rl.envs.wrappers import make_guarded_env
+    from robo_rl.envs.wrappers import make_guarded_env, wrap
 
     env = make_guarded_env(cfg)
     node = OmegaConf.select(cfg, "human", default=None)
     if (score == "human" or is_real_robot_config(cfg)) and node and "_target_" in node:
-        from hydra.utils import instantiate
-
-        try:
-            env = instantiate(OmegaConf.to_container(node, resolve=True), env=env, _convert_="all", _recursive_=False)
-        except Exception as e:
-            env.close()
-            raise ConfigError(f"the human's devices: {e.__cause__ or e}") from None
+        env = wrap(env, node, "the human's devices")
     if (score == "human" or is_real_robot_config(cfg)) and OmegaConf.select(cfg, "gui.enabled", default=False):
         from robo_rl.gui.eval_view import EvalView
 

@@ -30,40 +30,33 @@ def _settings(node) -> dict:
     return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "where"}
 
 
-def make_actor_env(cfg):
+def wrap(env, node, name: str):
+    """`env` inside the wrapper config `node` names (nested specs stay specs); a wrapper that refuses its settings is
+    one line naming it (`name`), and the env is closed."""
     from hydra.utils import instantiate
 
-    env = make_env(cfg)
     try:
-        for entry, node in actor_wrapper_nodes(cfg):
-            spec = _settings(node)
-            try:
-                env = instantiate(spec, env=env, _convert_="all", _recursive_=False)  # nested specs stay specs
-            except Exception as e:  # a wrapper that refuses its settings: one line naming it
-                cause = e.__cause__ or e
-                raise ConfigError(f"actor wrapper '{entry if isinstance(entry, str) else spec['_target_']}': "
-                                  f"{cause}") from None  # fmt: skip
-    except BaseException:
+        return instantiate(_settings(node), env=env, _convert_="all", _recursive_=False)
+    except Exception as e:
         env.close()
-        raise
+        raise ConfigError(f"{name}: {e.__cause__ or e}") from None
+
+
+def make_actor_env(cfg):
+    env = make_env(cfg)
+    for entry, node in actor_wrapper_nodes(cfg):
+        env = wrap(env, node, f"actor wrapper '{entry if isinstance(entry, str) else node._target_}'")
     return env
 
 
 def make_guarded_env(cfg):
     """The task's env behind its safety layer when one is configured (`safety=default` on a robot): what evaluation
     runs, so that a checkpoint's evaluation on metal is guarded like its training."""
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     env = make_env(cfg)
     node = OmegaConf.select(cfg, "safety", default=None)
-    if node and "_target_" in node:
-        try:
-            env = instantiate(_settings(node), env=env, _convert_="all", _recursive_=False)
-        except Exception as e:
-            env.close()
-            raise ConfigError(f"the safety layer: {e.__cause__ or e}") from None
-    return env
+    return wrap(env, node, "the safety layer") if node and "_target_" in node else env
 
 
 def wrapper_extras(cfg) -> dict[str, tuple]:
