@@ -152,7 +152,7 @@ def cmd_calibrate(overrides: list[str]) -> int:
             raise ConfigError(f"twin={opts['twin']}: one of {', '.join(TWINS)}")
         rest = [f"env={opts['twin']}", "hardware.dry_run=true", "env.twin_clock=real", *rest]
     cfg = load_config(rest)
-    driver_cfg = OmegaConf.to_container(cfg.env.get("driver") or {}, resolve=True)
+    driver_cfg = OmegaConf.to_container(cfg.env.get("driver") or OmegaConf.create(), resolve=True)
     if not driver_cfg:
         raise ConfigError(f"env {cfg.env.get('_target_')} drives no arm: env=so101 | franka | ur5e")
     margin = float(opts.get("margin_m", 0.01))

@@ -40,6 +40,8 @@ def test_the_doctor_names_what_is_wrong_and_how_to_fix_it(capsys):
     assert "[FAIL] serial port: /dev/ttyNOPE does not exist" in out and "env.driver.port=" in out
     assert "uv sync --extra so101" in out
     assert main(["doctor", "twin=kuka"]) == 2
+    assert main(["doctor", "env=point_reach"]) == 1 and "drives no arm" in capsys.readouterr().out
+    assert main(["calibrate", "env=point_reach"]) == 2 and "drives no arm" in capsys.readouterr().err
 
 
 def test_calibrating_by_hand_records_the_home_pose_and_the_box_the_tool_visited(tmp_path):
