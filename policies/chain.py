@@ -88,6 +88,12 @@ class ChainPolicy(nn.Module):
     def __deepcopy__(self, memo):  # the episode's chunk, whichever weights act
         return copy_sharing(self, memo, self.queue)
 
+    def _apply(self, fn, recurse: bool = True):
+        """`.to(device)` / `.half()` move the frozen copy too (a list hides it from the state dict, not from the
+        device: the learner on a GPU runs its first K − K′ steps there)."""
+        self.frozen[0]._apply(fn, recurse)
+        return super()._apply(fn, recurse)
+
     # --- the chain ------------------------------------------------------------------------------
     def _steps(self) -> list[tuple[float, int, int]]:
         """Per sampling step: (its time for the network, the DDIM timestep k, the next one; 0, 0 for a flow)."""

@@ -203,7 +203,8 @@ class ObservationEncoder(nn.Module):
             self.cameras = nn.ModuleDict()
             for name, (h, w) in prepared.items():
                 with torch.no_grad():
-                    _, c, fh, fw = self.backbone(torch.zeros(1, 3, h, w)).shape
+                    probe = torch.zeros(1, 3, h, w, device=module_device(self.backbone))
+                    _, c, fh, fw = self.backbone(probe).shape
                 self.cameras[name] = PoolHead(config.pool or "spatial_embedding", c, fh, fw, config.features)
         self.out_dim = state_dim + config.features * len(cameras)
 
@@ -269,6 +270,13 @@ class ObservationEncoder(nn.Module):
         for backbone in frozen_backbones(self):
             backbone.eval()  # frozen means frozen: no normalisation statistics move
         return self
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """Where a module's weights are (a frozen backbone may hold them as buffers only)."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def encoder_for_space(observation_space, image_features: int = 64, config: EncoderConfig | dict | None = None,

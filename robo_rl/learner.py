@@ -340,12 +340,16 @@ class Learner:
             "algo": self.algo.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
                          "version": self.version},
-            "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state},
+            "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state, **self._device_rng()},
             "replay": self.replay.state(),
             "recent": list(self.recent),
             "returns": [[a, e, r] for (a, e), r in self._returns.items()],
             "config_hash": config_hash(self.cfg),
         })  # fmt: skip
+
+    def _device_rng(self) -> dict:
+        """The GPU's random generator (the policy's and critics' sampling on a GPU draw from it): exact resume."""
+        return {"cuda": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
 
     def _resume(self, run: str) -> dict[str, list]:
         """Restore the latest checkpoint and the stored replay; data stored after the checkpoint (before a
@@ -374,6 +378,8 @@ class Learner:
         self.env_steps, self.updates, self.episodes, self.version = (
             c["env_steps"], c["updates"], c["episodes"], c["version"])  # fmt: skip
         torch.set_rng_state(payload["rng"]["torch"])
+        if self.device.type == "cuda" and "cuda" in payload["rng"]:  # the GPU's generator too (a GPU run resumed there)
+            torch.cuda.set_rng_state(payload["rng"]["cuda"], self.device)
         self.rng.bit_generator.state = payload["rng"]["numpy"]
         self.recent.extend(payload.get("recent", []))
         self._returns = {(a, int(e)): float(r) for a, e, r in payload.get("returns", [])}

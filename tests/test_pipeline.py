@@ -1,5 +1,6 @@
 """Learner and actor together (threads of one process, real ZeroMQ sockets) on the toy env."""
 
+import os
 import signal
 import threading
 
@@ -14,6 +15,8 @@ from robo_rl.runs import load_checkpoint, read_metrics
 from robo_rl.transport.link import free_ports
 
 TOY = ["env=point_reach", "experiment=rlpd"]  # SAC/RLPD; the default experiment is residual RL
+# the learner's device in every toy run: `ROBO_RL_TEST_DEVICE=cuda pytest ...` runs the learner tests on a GPU
+TEST_DEVICE = os.environ.get("ROBO_RL_TEST_DEVICE", "cpu")
 
 
 def toy_config(tmp_path, *extra):
@@ -23,7 +26,7 @@ def toy_config(tmp_path, *extra):
     return load_config([
         *toy, f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}",
         f"transport.ctrl_port={p[2]}", "logger.progress=false", "logger.log_every_s=0.2", "demos.num_episodes=5",
-        "train.learning_starts=100", "algo.batch_size=64", "eval.episodes=20", *extra,
+        "train.learning_starts=100", "algo.batch_size=64", "eval.episodes=20", f"device={TEST_DEVICE}", *extra,
     ])  # fmt: skip
 
 

@@ -54,14 +54,14 @@ class ResidualAlgorithm(Algorithm):
         check_augmentation(cfg.image_augmentation)
         critic_cfg = SACConfig(num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden,
                                critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
+        self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
         self.critic = CriticEnsemble(observation_space, policy.action_dim, critic_cfg, policy.encoder_config,
-                                     share_frozen_from=policy.encoder)  # fmt: skip
+                                     share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
         shared = {id(m): m for m in frozen_backbones(self.critic, policy)}
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
         self.target_policy = copy.deepcopy(policy, shared).requires_grad_(False)
         self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
-        self.device = next(policy.parameters()).device
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
         self.critic_updates = 0
 

@@ -86,18 +86,19 @@ class SAC(Algorithm):
         clip = cfg.target_q_clip
         if clip is not None and (len(clip) != 2 or clip[0] >= clip[1]):
             raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(clip)}")
+        self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
         self.critic = CriticEnsemble(observation_space, action_dim, cfg, getattr(policy, "encoder_config", None),
-                                     share_frozen_from=policy.encoder)  # fmt: skip
+                                     share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
         if cfg.share_encoder:  # one encoder module: the critic's loss trains it, the actor reads it detached
             self.critic.encoder = policy.encoder
         shared = {id(m): m for m in frozen_backbones(self.critic)}  # a frozen backbone is not copied
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), requires_grad=True)
+        self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), device=self.device,
+                                      requires_grad=True)  # fmt: skip
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2
         self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor, fused=True)
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic, fused=True)
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha, fused=True)
-        self.device = next(policy.parameters()).device
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
 
     @property
