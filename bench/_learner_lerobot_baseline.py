@@ -86,12 +86,18 @@ class _ResNet10(nn.Module):
 class _PrebuiltBatches:
     """Stands in for the learner's OnlineOfflineMixer: RLTrainer asks it for `get_iterator(batch_size, ...)`."""
 
-    def __init__(self, batches: list[dict]) -> None:
-        self.batches = batches
+    def __init__(self, batches: list[dict], device: str = "cpu") -> None:
+        self.batches, self.device = batches, torch.device(device)
 
     def get_iterator(self, batch_size: int, async_prefetch: bool = True, queue_size: int = 2):
         for batch in itertools.cycle(self.batches):
-            yield {**batch}  # preprocess_rl_batch rebinds state/next_state in the dict it is handed
+            # preprocess_rl_batch rebinds state/next_state in the dict it is handed; on a GPU each batch is copied
+            # there, as its ReplayBuffer.sample does (`.to(self.device)` of every field, from CPU storage)
+            yield {**batch} if self.device.type == "cpu" else _to(batch, self.device)
+
+
+def _to(tree, device: torch.device):
+    return {k: _to(v, device) for k, v in tree.items()} if isinstance(tree, dict) else tree.to(device)
 
 
 def _batches(n: int, batch_size: int, state_dim: int, action_dim: int, image_keys: list[str], image_hw,
@@ -116,8 +122,10 @@ def _count(params) -> int:
 def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int = 0, image_hw=(128, 128),
                         hidden: tuple = (256, 256), num_critics: int = 2, batch_size: int = 256,
                         vision_encoder: str | None = None, seconds: float = 20.0, seed: int = 0,
-                        bf16_autocast: bool = False, warmup: tuple[int, float] = (2, 3.0)) -> dict:  # fmt: skip
-    """Updates/s of LeRobot's SAC learner step on CPU, one torch thread. `vision_encoder`: None for the config's
+                        bf16_autocast: bool = False, warmup: tuple[int, float] = (2, 3.0),
+                        device: str = "cpu") -> dict:  # fmt: skip
+    """Updates/s of LeRobot's SAC learner step on `device` (its config's `device`: the policy there, batches moved
+    there by its pre-processor's device step), one torch thread. `vision_encoder`: None for the config's
     default (`vision_encoder_name=None`: its 4-conv DefaultImageEncoder, no hub weights), or "resnet10-random".
     `bf16_autocast`: run its step inside `torch.autocast("cpu", bfloat16)` (LeRobot's learner does not do this;
     a reference for our mixed precision). `warmup`: at least this many updates and seconds before measuring."""
@@ -138,7 +146,7 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
     stats = {k: imagenet for k in image_keys} | {
         "observation.state": {"min": [-1.0] * state_dim, "max": [1.0] * state_dim},
         "action": {"min": [-1.0] * action_dim, "max": [1.0] * action_dim}}  # fmt: skip
-    policy_kwargs = dict(device="cpu", input_features=input_features, dataset_stats=stats,
+    policy_kwargs = dict(device=device, input_features=input_features, dataset_stats=stats,
                          output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
                          actor_network_kwargs=ActorNetworkConfig(hidden_dims=list(hidden)))  # fmt: skip
     if vision_encoder == "resnet10-random":
@@ -156,7 +164,8 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
     preprocessor, _ = make_pre_post_processors(policy_cfg=policy_cfg, dataset_stats=policy_cfg.dataset_stats)
     batches = _batches(2 if cameras else 4, batch_size, state_dim, action_dim, image_keys, image_hw,
                        torch.Generator().manual_seed(seed))  # fmt: skip
-    trainer = trainer_mod.RLTrainer(algorithm=algorithm, data_mixer=_PrebuiltBatches(batches), batch_size=batch_size,
+    mixer = _PrebuiltBatches(batches, device)
+    trainer = trainer_mod.RLTrainer(algorithm=algorithm, data_mixer=mixer, batch_size=batch_size,
                                     preprocessor=preprocessor)  # fmt: skip
     algorithm.optimization_step = 0
 
@@ -164,8 +173,10 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
 
     def step() -> float:
         t0, c0 = time.perf_counter(), time.process_time()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16_autocast):
             trainer.training_step()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
         cpu.append(time.process_time() - c0)
         return time.perf_counter() - t0
 
@@ -206,7 +217,7 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
             "image_encoder_frozen": _count(image_enc.parameters()) if image_enc is not None else 0,
         },
         "config": {
-            "policy": "GaussianActorPolicy(config=GaussianActorConfig(device='cpu', input_features=..., "
+            "policy": f"GaussianActorPolicy(config=GaussianActorConfig(device={device!r}, input_features=..., "
                       f"output_features=..., dataset_stats=..., actor_network_kwargs=ActorNetworkConfig("
                       f"hidden_dims={list(hidden)})" + (f", vision_encoder_name={RESNET10_HUB_NAME!r}"
                                                         if vision_encoder else "") + "))",  # fmt: skip

@@ -55,12 +55,13 @@ def latency(teacher, student, observations: list[dict], calls: int) -> dict:
     return out
 
 
-def one_teacher(kind: str, quick: bool, work: Path) -> str:
+def one_teacher(kind: str, quick: bool, work: Path, device: str = "cpu") -> str:
     """Only the behaviour-cloned teacher; its checkpoint."""
-    return one_kind(kind, quick, work, distil=False)
+    return one_kind(kind, quick, work, distil=False, device=device)
 
 
-def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | str:
+def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: str = "cpu") -> dict | str:
+    """Behaviour cloning (on `device`), distillation (CPU), and the latency of both policies on `device`."""
     import torch
 
     from policies.bc import read_bc_checkpoint
@@ -72,14 +73,15 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | 
     overrides = ["experiment=rlpd", f"policy={kind}", "demos.num_episodes=30", "logger.progress=false",
                  f"cache_dir={ROOT / '.cache' / 'robo_rl'}", f"outputs_dir={work}", "torch_threads=1",
                  f"bc.eval_episodes={20 if quick else 50}", f"bc.epochs={150 if quick else 300}",
-                 "bc.patience=1000"]  # fmt: skip
+                 "bc.patience=1000", f"device={device}"]  # fmt: skip
     cfg = load_config(overrides)
     start = time.perf_counter()
     bc = train_bc(cfg, work / kind, progress=False)
     bc_s = time.perf_counter() - start
     if not distil:
         return bc["checkpoint"]
-    dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", f"distill.iterations={400 if quick else 3000}",
+    iterations = 400 if quick else 3000  # the distillation runs on the CPU (`robo-rl distill` has no device)
+    dcfg = load_config([*overrides[:-1], f"checkpoint={bc['checkpoint']}", f"distill.iterations={iterations}",
                         f"distill.rollout_episodes={0 if quick else 30}",
                         f"distill.eval_episodes={20 if quick else 50}"])  # fmt: skip
     start = time.perf_counter()
@@ -88,8 +90,8 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | 
     env = make_env(cfg)
     try:
         space, adim = env.observation_space, env.action_space.shape[0]
-        teacher = load_generative_base(read_bc_checkpoint(bc["checkpoint"]), space, adim)
-        student = load_generative_base(read_bc_checkpoint(report["checkpoint"]), space, adim)
+        teacher = load_generative_base(read_bc_checkpoint(bc["checkpoint"]), space, adim, device=device)
+        student = load_generative_base(read_bc_checkpoint(report["checkpoint"]), space, adim, device=device)
         assert isinstance(teacher, GenerativeBase) and student.model.steps == 1
         rng = np.random.default_rng(0)
         observations = []
@@ -105,7 +107,8 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | 
     finally:
         torch.set_num_threads(threads)
     t, s = report["teacher"], report["student"]
-    return {"kind": kind, "teacher_steps": teacher.model.steps, "bc_success": bc["eval"]["success_rate"],
+    return {"kind": kind, "device": device, "teacher_steps": teacher.model.steps,
+            "bc_success": bc["eval"]["success_rate"],
             "teacher_success": t["success_rate"], "student_success": s["success_rate"],
             "teacher_success_ci95": t["success_ci95"], "student_success_ci95": s["success_ci95"],
             "success_points": round(100 * (s["success_rate"] - t["success_rate"]), 1), "eval_episodes": t["episodes"],
@@ -113,16 +116,22 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True) -> dict | 
             "distill_s": round(distill_s, 1)}  # fmt: skip
 
 
-def ppo_iteration(policy, env, rollout_steps: int, seed: int) -> dict:
-    """One PPO iteration as the learner runs it: the rollout's env steps acted by `policy` (records through the
-    learner's Rollout), then `algo.update`. Returns its seconds, split into acting and updating."""
+def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu") -> dict:
+    """One PPO iteration as the learner runs it: the rollout's env steps acted by `policy` on the CPU, as an actor
+    does (records through the learner's Rollout), then `algo.update` on `device` (the learner's copy of the policy
+    there). Returns its seconds, split into acting and updating."""
+    import copy
+
+    import torch
+
     from robo_rl.algos.ppo import build_ppo
     from robo_rl.policy_io import batch_to_torch, policy_step
     from robo_rl.rollout import Rollout
     from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 
     space, adim = env.observation_space, env.action_space.shape[0]
-    algo = build_ppo(policy, space, adim, rollout_env_steps=rollout_steps, batch_size=128, epochs=5)
+    learner_policy = copy.deepcopy(policy).to(device)
+    algo = build_ppo(learner_policy, space, adim, rollout_env_steps=rollout_steps, batch_size=128, epochs=5)
     rollout = Rollout(0.99, rollout_steps)
     fields = fields_for_env(env, policy)
     recorder = EpisodeRecorder(adim, {k[6:]: v for k, v in fields.items() if k.startswith("extra/")})
@@ -141,13 +150,15 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int) -> dict:
         rollout.add("bench", stack_records(records, fields))
         episode += 1
     acted = time.perf_counter()
-    metrics = algo.update([batch_to_torch(rollout.take(algo.batch_spec.extras))])
+    metrics = algo.update([batch_to_torch(rollout.take(algo.batch_spec.extras), torch.device(device))])
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     end = time.perf_counter()
     return {"iteration_s": end - start, "act_s": acted - start, "update_s": end - acted,
             "decisions": metrics["decisions"], "env_steps": metrics["rollout_env_steps"]}  # fmt: skip
 
 
-def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool) -> dict:
+def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool, device: str = "cpu") -> dict:
     """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10), iterations alternating on the same env."""
     import torch
 
@@ -170,11 +181,11 @@ def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool) -> dict:
         for i in range(iterations):
             for name, make in variants.items():
                 torch.manual_seed(i)
-                times[name].append(ppo_iteration(make(), env, rollout, 1000 * i))
+                times[name].append(ppo_iteration(make(), env, rollout, 1000 * i, device))
     finally:
         torch.set_num_threads(threads)
         env.close()
-    out = {"rollout_env_steps": rollout, "iterations": iterations}
+    out = {"rollout_env_steps": rollout, "iterations": iterations, "update_device": device}
     for name, runs in times.items():
         out[name] = {k: round(float(np.mean([r[k] for r in runs])), 3) for k in ("iteration_s", "act_s", "update_s")}
     dppo = out["dppo_k20_ft10"]["iteration_s"]
@@ -186,16 +197,23 @@ def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", default="cpu", help="where BC trains, the policies' latency is timed and PPO "
+                        "updates: cpu (default), cuda, auto; acting and distillation stay on the CPU")
     args = parser.parse_args()
+    import torch
+
+    from robo_rl.algos.base import resolve_device
+
+    device = str(resolve_device(args.device))
     start = time.perf_counter()
     kinds = ["flow"] if args.quick else ["flow", "diffusion"]
     with tempfile.TemporaryDirectory() as tmp:
-        results = [one_kind(kind, args.quick, Path(tmp)) for kind in kinds]
+        results = [one_kind(kind, args.quick, Path(tmp), device=device) for kind in kinds]
         if args.quick:  # the diffusion teacher for DPPO: behaviour cloning only
-            diffusion = one_teacher("diffusion", True, Path(tmp))
+            diffusion = one_teacher("diffusion", True, Path(tmp), device)
         else:
             diffusion = str(Path(tmp) / "diffusion" / "bc" / "policy.pt")
-        ppo = ppo_timing(str(Path(tmp) / "flow" / "bc" / "policy.pt"), diffusion, args.quick)
+        ppo = ppo_timing(str(Path(tmp) / "flow" / "bc" / "policy.pt"), diffusion, args.quick, device)
     load = os.getloadavg()[0]
     for r in results:
         lat = r["latency"]
@@ -208,9 +226,11 @@ def main() -> None:
           f"{ppo['reinflow_k4']['iteration_s']:.2f} s, K=1 {ppo['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
           f"{ppo['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {ppo['dppo_over_reinflow_k4']:.1f}x (K=4), "
           f"{ppo['dppo_over_reinflow_k1']:.1f}x (K=1)")  # fmt: skip
-    result = {"bench": "flow", "quick": args.quick, "load_avg_1m": round(load, 2),
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
+    result = {"bench": "flow", "quick": args.quick, "device": device, "gpu": gpu, "load_avg_1m": round(load, 2),
               "wall_s": round(time.perf_counter() - start, 1), "results": results, "ppo": ppo}  # fmt: skip
-    out = ROOT / "bench" / "results" / f"flow{'_quick' if args.quick else ''}.json"
+    suffix = ("_quick" if args.quick else "") + ("_cuda" if gpu else "")
+    out = ROOT / "bench" / "results" / f"flow{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))

@@ -22,6 +22,7 @@ sides (prebuilt batches). Rates are given per wall second and per CPU second (ro
 
     python bench/learner.py            # 20 s per measurement
     python bench/learner.py --quick    # 3 s per measurement, state/pixels/default only (about 45 s in all)
+    python bench/learner.py --device cuda --seconds 8   # both learners on a GPU (batches copied there per update)
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _learner_lerobot_baseline import lerobot_sac_figures  # noqa: E402
 
 from policies.gaussian import TanhGaussianPolicy  # noqa: E402
+from robo_rl.algos.base import resolve_device  # noqa: E402
 from robo_rl.algos.sac import SAC, SACConfig  # noqa: E402
 from robo_rl.envs import make_observation_space  # noqa: E402
+from robo_rl.policy_io import batch_to_torch  # noqa: E402
+
+CPU = torch.device("cpu")
 
 STATE_DIM, ACTION_DIM = 18, 4
 LEROBOT_LIKE_CNN = {"kind": "cnn", "channels": 32, "kernels": [7, 5, 3, 3], "strides": [2, 2, 2, 2], "freeze": True,
@@ -59,12 +64,16 @@ CONFIGS = {
 }  # fmt: skip
 
 
+def as_numpy(tree):
+    return {k: as_numpy(v) for k, v in tree.items()} if isinstance(tree, dict) else tree.numpy()
+
+
 def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, seconds: float, seed: int = 0,
-         warmup_s: float = 2.0) -> dict:
+         warmup_s: float = 2.0, device: torch.device = CPU) -> dict:
     torch.manual_seed(seed)
     names = [f"cam{i}" for i in range(cameras)]
     space = make_observation_space(STATE_DIM, {n: (hw, hw) for n in names})
-    policy = TanhGaussianPolicy(space, ACTION_DIM, hidden=[256, 256], encoder=encoder)
+    policy = TanhGaussianPolicy(space, ACTION_DIM, hidden=[256, 256], encoder=encoder).to(device)
     sac = SAC(policy, space, SACConfig(num_critics=2, critic_hidden=(256, 256), **algo))
     gen = torch.Generator().manual_seed(seed)
 
@@ -75,11 +84,16 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
     batches = [{"obs": obs(), "next_obs": obs(), "action": torch.rand(batch, ACTION_DIM, generator=gen) * 2 - 1,
                 "reward": torch.rand(batch, generator=gen), "discount": torch.full((batch,), 0.99)}
                for _ in range(2 if cameras else 4)]  # fmt: skip
+    if device.type != "cpu":  # as the learner hands them over: numpy from the replay, pinned, copied non-blocking
+        batches = [as_numpy(b) for b in batches]
     times, cpu = [], []
 
     def step(i: int) -> None:
         t, c = time.perf_counter(), time.process_time()
-        sac.update([batches[i % len(batches)]])
+        b = batches[i % len(batches)]
+        sac.update([b if device.type == "cpu" else batch_to_torch(b, device)])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
 
@@ -103,22 +117,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 s measurements, 1 s warm-up, no resnet10")
     parser.add_argument("--configs", nargs="+", default=None, choices=sorted(CONFIGS))
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto: where both learners run")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (20; --quick: 3)")
     args = parser.parse_args()
+    device = resolve_device(args.device)
     torch.set_num_threads(1)
     # measurement seconds; warm-up seconds for ours; (updates, seconds) of warm-up for LeRobot at least
     seconds, warmup_s, lerobot_warmup = (3.0, 1.0, (1, 1.0)) if args.quick else (20.0, 2.0, (2, 3.0))
+    seconds = args.seconds or seconds
     names = args.configs or (["state", "pixels", "default"] if args.quick else list(CONFIGS))
-    result = {"seconds_per_measurement": seconds, "torch_threads": 1}
+    result = {"seconds_per_measurement": seconds, "torch_threads": 1, "device": str(device)}
+    if device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(device)
     for name in names:
         c = CONFIGS[name]
-        a = ours(c["cameras"], c["hw"], c["batch"], c["encoder"], c["algo"], seconds, warmup_s=warmup_s)
+        a = ours(c["cameras"], c["hw"], c["batch"], c["encoder"], c["algo"], seconds, warmup_s=warmup_s, device=device)
         entry = {"ours": a}
         if name != "default":  # LeRobot has no counterpart of our default pixel configuration
             vision = "resnet10-random" if name == "resnet10" else None
             b = lerobot_sac_figures(state_dim=STATE_DIM, action_dim=ACTION_DIM, cameras=c["cameras"],
                                     image_hw=(c["hw"], c["hw"]), batch_size=c["batch"], vision_encoder=vision,
                                     seconds=seconds, bf16_autocast=c.get("lerobot_bf16", False),
-                                    warmup=lerobot_warmup)  # fmt: skip
+                                    warmup=lerobot_warmup, device=str(device))  # fmt: skip
             entry["lerobot"] = {k: b[k] for k in ("updates_per_s", "updates_per_cpu_s_median", "ms_per_update_median",
                                                   "updates", "params")}  # fmt: skip
             entry["ratio_wall"] = a["updates_per_s"] / b["updates_per_s"]

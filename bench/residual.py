@@ -41,8 +41,9 @@ sys.path.insert(0, str(ROOT))
 from bench.base_inference import ACTION_DIM, CAMERA_PX, STATE_DIM, observations, save_act  # noqa: E402
 from policies.base import ChunkedBase  # noqa: E402
 from policies.residual import ResidualPolicy  # noqa: E402
+from robo_rl.algos.base import resolve_device  # noqa: E402
 from robo_rl.envs import make_observation_space  # noqa: E402
-from robo_rl.policy_io import policy_step  # noqa: E402
+from robo_rl.policy_io import batch_to_torch, policy_step  # noqa: E402
 
 CONTROL_HZ = 10.0  # our pick task's and most real arms' policy rate
 LEARNING = {"pick": ("residual_pick", "rlpd_pick30"), "lift": ("residual_lift", "rlpd_lift10"),
@@ -120,7 +121,11 @@ def random_batch(state_dim: int, action_dim: int, size: int, gen: torch.Generato
             "intervention": torch.zeros(size, dtype=torch.bool)}  # fmt: skip
 
 
-def updates(seconds: float, tmp: Path) -> dict:
+def as_numpy(tree):
+    return {k: as_numpy(v) for k, v in tree.items()} if isinstance(tree, dict) else tree.numpy()
+
+
+def updates(seconds: float, tmp: Path, device: torch.device | None = None, precision: str = "float32") -> dict:
     """Updates/s of the residual algorithm and of SAC (RLPD) on the same batches: 256 samples, 4 critic steps and
     one actor step per update, 2 critics of 256x256 with LayerNorm, state 18, action 4 (our pick task's sizes)."""
     from policies.gaussian import TanhGaussianPolicy
@@ -132,16 +137,26 @@ def updates(seconds: float, tmp: Path) -> dict:
     gen = torch.Generator().manual_seed(0)
     batches = [random_batch(state_dim, action_dim, 256, gen) for _ in range(8)]
     base = {"kind": "bc", "path": str(save_mlp_base(tmp / "mlp18", state_dim, action_dim))}
-    residual = build_residual(ResidualPolicy(space, action_dim, base, hidden=[256, 256]), space, action_dim,
-                              batch_size=256, critic_updates_per_actor=4, precision="float32")  # fmt: skip
-    sac = build_sac(TanhGaussianPolicy(space, action_dim, hidden=[256, 256]), space, action_dim, batch_size=256,
-                    critic_updates_per_actor=4, precision="float32")  # fmt: skip
-    out = {}
+    residual = build_residual(ResidualPolicy(space, action_dim, base, hidden=[256, 256]).to(device), space,
+                              action_dim, batch_size=256, critic_updates_per_actor=4, precision=precision)  # fmt: skip
+    sac = build_sac(TanhGaussianPolicy(space, action_dim, hidden=[256, 256]).to(device), space, action_dim,
+                    batch_size=256, critic_updates_per_actor=4, precision=precision)  # fmt: skip
+    device = device or torch.device("cpu")
+    if device.type != "cpu":  # as the learner hands them over: numpy from the replay, pinned, copied non-blocking
+        batches = [as_numpy(b) for b in batches]
+
+    def update(algo, i: int) -> None:
+        four = batches[4 * (i % 2) : 4 * (i % 2) + 4]
+        algo.update(four if device.type == "cpu" else [batch_to_torch(b, device) for b in four])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    out = {"device": str(device), "precision": precision}
     for name, algo in (("residual", residual), ("sac", sac)):
-        algo.update(batches[:4])  # warm-up
+        update(algo, 0)  # warm-up
         n, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            algo.update(batches[4 * (n % 2) : 4 * (n % 2) + 4])
+            update(algo, n)
             n += 1
         out[f"{name}_updates_per_s"] = round(n / (time.perf_counter() - start), 2)
     out["ratio_residual_to_sac"] = round(out["residual_updates_per_s"] / out["sac_updates_per_s"], 3)
@@ -176,13 +191,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="MLP base only, short update timing (< 60 s)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: the actor and the learner each take one core)")
+    parser.add_argument("--device", default="cpu", help="where the learner's update runs: cpu (default), cuda, auto")
+    parser.add_argument("--precision", default="float32", help="both algorithms' algo.precision (float32, auto...)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     result = {"cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "threads": args.threads,
               "control_hz": CONTROL_HZ, "quick": args.quick}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         result["acting"] = acting(args.quick, Path(tmp))
-        result["updates"] = updates(5.0 if args.quick else 20.0, Path(tmp))
+        result["updates"] = updates(5.0 if args.quick else 20.0, Path(tmp), device, args.precision)
     for name, r in result["acting"].items():
         o, b = r["base_plus_residual"], r["base_alone"]
         print(f"acting {name}: base + residual per step p50 {o['step_ms']['p50']:.3f} ms p99 {o['step_ms']['p99']:.3f} "
