@@ -21,10 +21,13 @@ IMAGE_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": 
 CORPUS = ["pick the cube", "place the cube in the box", "push the red block to the left", "open the drawer\n"]
 
 
-def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, hidden: int = 32,
-                       layers: int = 2) -> Path:  # fmt: skip
+def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, hidden: int = 32, layers: int = 2, *,
+                       text: dict | None = None, vision: dict | None = None,
+                       scale_factor: int = 2) -> Path:  # fmt: skip
     """A SmolVLM (Idefics3 architecture) config, tokenizer and processor in `folder`, as AutoConfig, AutoTokenizer and
-    AutoProcessor read them; square images of `image_size` px, (image_size / patch_size / 2)^2 tokens per image."""
+    AutoProcessor read them; square images of `image_size` px, (image_size / patch_size / scale_factor)^2 tokens per
+    image. `text` and `vision`: config fields over the tiny ones (bench/vla.py writes SmolVLM2-500M's sizes so); the
+    tokenizer stays the tiny one, whatever the text model's vocab_size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMProcessor
     from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMVideoProcessor
@@ -45,15 +48,16 @@ def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, 
     processor = SmolVLMProcessor(
         image_processor=SmolVLMImageProcessor(size=size, max_image_size=size, do_image_splitting=False),
         tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size),
-        image_seq_len=(image_size // patch_size // 2) ** 2)  # fmt: skip
+        image_seq_len=(image_size // patch_size // scale_factor) ** 2)  # fmt: skip
     processor.save_pretrained(folder)
-    text = dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-    vision = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2,
-                  image_size=image_size, patch_size=patch_size)  # fmt: skip
+    text = {**dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                   num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                   max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id), **(text or {})}  # fmt: skip
+    vision = {**dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2),
+              **(vision or {}), "image_size": image_size, "patch_size": patch_size}  # fmt: skip
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKENS["image_token"])
-    config = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=2, image_token_id=image_token_id)
+    config = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=scale_factor,
+                           image_token_id=image_token_id)  # fmt: skip
     config.save_pretrained(folder)
     return folder
 
