@@ -81,7 +81,7 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
     if not distil:
         return bc["checkpoint"]
     iterations = 400 if quick else 3000  # the distillation runs on the CPU (`robo-rl distill` has no device)
-    dcfg = load_config([*overrides[:-1], f"checkpoint={bc['checkpoint']}", f"distill.iterations={iterations}",
+    dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", f"distill.iterations={iterations}",
                         f"distill.rollout_episodes={0 if quick else 30}",
                         f"distill.eval_episodes={20 if quick else 50}"])  # fmt: skip
     start = time.perf_counter()

@@ -26,7 +26,8 @@ if [[ $part == all || $part == train ]]; then
   runs=/tmp/robo_rl_gpu_runs
   rm -rf "$runs"
   port=7100
-  for exp in reach_smoke pick_cube_gripper residual_pick_cube dsrl_pick_cube reinflow_pick_cube pick_cube_pixels; do
+  experiments=(reach_smoke pick_cube_gripper residual_pick_cube dsrl_pick_cube reinflow_pick_cube pick_cube_pixels)
+  for exp in "${experiments[@]}"; do
     extra=(train.total_env_steps=2000 train.checkpoint_every_env_steps=1000 eval.episodes=20)
     [[ $exp == reinflow_pick_cube ]] && extra=(train.total_env_steps=4000 train.checkpoint_every_env_steps=2000 eval.episodes=20)
     $py -m robo_rl.cli train experiment=$exp device=cuda "${extra[@]}" logger.progress=false \
@@ -35,7 +36,7 @@ if [[ $part == all || $part == train ]]; then
     port=$((port + 10))
   done
   wait
-  for exp in reach_smoke pick_cube_gripper residual_pick_cube dsrl_pick_cube reinflow_pick_cube pick_cube_pixels; do
+  for exp in "${experiments[@]}"; do
     echo "== $exp"; grep -E "success|Error|error|crash|Traceback" "$runs.$exp.log" | tail -4
   done | tee "$out/train_cuda.txt"
 fi
