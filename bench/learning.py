@@ -11,6 +11,8 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py residual_pixels  # residual RL from two 64² cameras on an image BC base
     python bench/learning.py gt_pick_pixels / learned_classifier_pick / learned_progress_pick
                                              # RL with a learned reward (models from bench/critic.py) vs the sim's
+    python bench/learning.py learned_classifier_residual_pick / learned_progress_residual_pick
+                                             # the same under residual RL, beside residual_pixels
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -93,6 +95,12 @@ EXPERIMENTS = {
                                  f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
                                  "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
                                 "required: ≥ 0.9 × gt_pick_pixels at the same env steps")
+       for kind in ("classifier", "progress")},
+    # the same models under the default algorithm (residual RL on an image BC base): beside `residual_pixels`
+    **{f"learned_{kind}_residual_pick": (["experiment=residual_pick_cube_pixels", "reward=model",
+                                          f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
+                                          "train.total_env_steps=6000"],
+                                         None, "required: ≥ 0.9 × residual_pixels at the same env steps")
        for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
                            "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
