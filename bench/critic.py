@@ -46,19 +46,42 @@ MODELS = ROOT / "outputs" / "bench_critic"  # the trained models (not committed)
 CAMERAS = ("front", "wrist")
 
 
-def collect(n_success: int, n_failed: int, seed: int, overrides: list[str]):
-    """Expert successes and untrained-policy failures, as Episodes."""
+HOLD_STEPS = 10  # an expert success goes on this many steps past its first success frame (the env does not end it)
+
+
+def _episode(env, act, seed: int, episode_id: int, hold: int) -> tuple[list[dict], bool]:
+    """One episode's records and whether it succeeded; a success runs `hold` steps on (while the env lets it), so
+    that the classifier sees the task done from more than one frame, as a person recording success frames does."""
+    from robo_rl.schema import EpisodeRecorder
+
+    recorder = EpisodeRecorder(env.action_space.shape[0])
+    obs, _ = env.reset(seed=seed)
+    records, first = [recorder.reset(obs, episode_id)], None
+    while True:
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        records.append(recorder.record_step(obs, reward, terminated, truncated, info))
+        if info["success"] and first is None:
+            first = len(records) - 1
+        if terminated or truncated or (first is not None and len(records) - 1 >= first + hold):
+            records[-1]["terminated"] = bool(first is not None) or terminated
+            return records, first is not None
+
+
+def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold: int = HOLD_STEPS):
+    """Expert successes (each held `hold` steps past its first success where the env allows) and untrained-policy
+    failures, as Episodes."""
     import torch
 
     from robo_rl.config import load_config, make_env, make_expert, make_policy
     from robo_rl.datasets import Episode
-    from robo_rl.demos import rollout_episode
     from robo_rl.policy_io import policy_step
     from robo_rl.rewards.relabel import instruction_of
     from robo_rl.schema import fields_for_env, stack_records
 
     torch.manual_seed(seed)
     cfg = load_config([*overrides, f"seed={seed}"])
+    if hold and "terminate_on_success" in cfg.env:
+        cfg.env.terminate_on_success = False  # the episode goes on past the success: `_episode` ends it
     env = make_env(cfg)
     fields = fields_for_env(env)
     expert = make_expert(cfg, env, noise_std=0.1, seed=seed)
@@ -69,7 +92,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str]):
         while got < want and attempt < 10 * (n_success + n_failed):
             expert.reset()
             act = expert.act if success_wanted else (lambda o: policy_step(policy, o, deterministic=False)[0])
-            records, success = rollout_episode(env, act, seed * 1000 + attempt, attempt)
+            records, success = _episode(env, act, seed * 1000 + attempt, attempt, hold)
             attempt += 1
             if success == success_wanted:
                 episodes.append(Episode(stack_records(records, fields), "demos" if success else "online"))
@@ -154,11 +177,10 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="then the RL runs with each reward")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--task", choices=sorted(TASKS), default="pick", help="the scene (gym_hil: gym-hil's)")
+    parser.add_argument("--models", nargs="+", choices=["classifier", "progress"], default=["classifier", "progress"],
+                        help="which models to train, save and measure (the others' saved folders are left as they are)")
     args = parser.parse_args()
     import torch
-
-    from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
-    from robo_rl.rewards.progress import evaluate_progress, train_progress_critic
 
     torch.set_num_threads(1)
     n, held = (6, 4) if args.quick else (40, 20)
@@ -170,13 +192,40 @@ def main() -> None:
     result: dict = {"task": args.task, "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
                     "collect_s": round(time.monotonic() - t0, 1)}  # fmt: skip
 
+    frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
+    samples = 20 if args.quick else 200
+    seconds = 4.0 if args.quick else 30.0
+    result["latency"], result["jitter"] = {}, {"without": loop_jitter(None, seconds, overrides)}
+    if "classifier" in args.models:
+        result["classifier"], result["latency"]["classifier_local"] = classifier(args, train_eps, test_eps,
+                                                                                 instruction, prefix, frames, samples)
+    if "progress" in args.models:
+        result["progress"], critic, critic_dir = progress(args, train_eps, test_eps, instruction, prefix)
+        result["latency"].update(progress_local=latency(critic, frames, samples),
+                                 progress_remote=remote_latency(critic_dir, frames, samples))
+        result["jitter"]["with_progress_critic"] = loop_jitter(critic_dir, seconds, overrides)
+    if args.train and not args.quick and args.task == "pick":
+        for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
+            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",
+                            *map(str, args.seeds)], check=True)  # fmt: skip
+    report(result)
+
+
+def classifier(args, train_eps, test_eps, instruction, prefix, frames, samples) -> tuple[dict, dict]:
+    from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
+
     t = time.monotonic()
     clf, _ = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
                               resize=[64, 64], channels=16)  # fmt: skip
     clf.instructions = (instruction,)
     clf.save(MODELS / f"{prefix}classifier{'_quick' if args.quick else ''}")
-    result["classifier"] = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items()
-                               if isinstance(v, int | float)}, "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
+    quality = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
+               "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
+    return quality, latency(clf, frames, samples)
+
+
+def progress(args, train_eps, test_eps, instruction, prefix) -> tuple[dict, object, Path]:
+    from robo_rl.rewards.progress import evaluate_progress, train_progress_critic
 
     t = time.monotonic()
     critic = train_progress_critic(train_eps, CAMERAS, [instruction] * len(train_eps),
@@ -185,33 +234,22 @@ def main() -> None:
                                    size=48)  # fmt: skip
     critic_dir = critic.save(MODELS / f"{prefix}progress{'_quick' if args.quick else ''}")
     quality = evaluate_progress(critic, test_eps, [instruction] * len(test_eps), "open the drawer")
-    result["progress"] = {**quality, "train_s": round(time.monotonic() - t, 1)}
+    return {**quality, "train_s": round(time.monotonic() - t, 1)}, critic, critic_dir
 
-    frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
-    samples = 20 if args.quick else 200
-    result["latency"] = {"classifier_local": latency(clf, frames, samples),
-                         "progress_local": latency(critic, frames, samples),
-                         "progress_remote": remote_latency(critic_dir, frames, samples)}  # fmt: skip
-    seconds = 4.0 if args.quick else 30.0
-    result["jitter"] = {"without": loop_jitter(None, seconds, overrides),
-                        "with_progress_critic": loop_jitter(critic_dir, seconds, overrides)}
 
-    if args.train and not args.quick and args.task == "pick":
-        for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
-            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",
-                            *map(str, args.seeds)], check=True)  # fmt: skip
-
-    c, p, lat, j = result["classifier"], result["progress"], result["latency"], result["jitter"]
-    print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
-          f"(threshold {c['threshold']:.2f}), trained in {c['train_s']} s")  # fmt: skip
-    print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
-          f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
-          f"{p['stalled_abs_delta']:.3f}, trained in {p['train_s']} s")  # fmt: skip
-    print(f"scoring one frame: classifier {lat['classifier_local']['ms_p50']} ms, critic "
-          f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote "
-          "(p50)")  # fmt: skip
-    print(f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
-          f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor")  # fmt: skip
+def report(result: dict) -> None:
+    lat, j = result["latency"], result["jitter"]
+    if c := result.get("classifier"):
+        print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
+              f"(threshold {c['threshold']:.2f}), trained in {c['train_s']} s; one frame "
+              f"{lat['classifier_local']['ms_p50']} ms (p50)")  # fmt: skip
+    if p := result.get("progress"):
+        print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
+              f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
+              f"{p['stalled_abs_delta']:.3f}, trained in {p['train_s']} s; one frame "
+              f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote (p50)")
+        print(f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
+              f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor")  # fmt: skip
     result["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, default=float))
 

@@ -62,17 +62,28 @@ def trained():
     return episodes, model, report
 
 
-def test_label_frames_positives_at_the_end_margin_left_out_failures_negative():
+def test_label_frames_flagged_positives_margin_left_out_failures_negative():
     episodes = _episodes(2)  # 0 succeeds, 1 fails
     human = ({"top": np.zeros((4, SIZE, SIZE, 3), np.uint8)}, np.array([1, 0, 1, 0], np.float32))
-    frames, labels, index = label_frames(episodes, ["top"], positives_last=3, margin=2, human_labelled=human)
+    frames, labels, index = label_frames(episodes, ["top"], margin=2, human_labelled=human)
     ok = index == 0  # 16 records: 11 negatives, 2 left out, 3 positives
     assert labels[ok].tolist() == [0.0] * 11 + [1.0] * 3
     np.testing.assert_array_equal(frames["top"][ok], episodes[0].records["image/top"][np.r_[0:11, 13:16]])
     assert (index == 1).sum() == T + 1 and not labels[index == 1].any()
     assert labels[index == -1].tolist() == [1, 0, 1, 0] and frames["top"].shape == (14 + 16 + 4, SIZE, SIZE, 3)
-    _, labels5, _ = label_frames(episodes[:1], ["top"], positives_last=5, margin=0)
-    assert labels5.tolist() == [0.0] * 11 + [1.0] * 5
+
+
+def test_label_frames_follow_per_frame_success_flags():
+    """A success held for several frames: exactly the flagged frames are positives (never frames before the success,
+    which look almost done), and the margin before the first one is left out."""
+    flags = np.zeros(T + 1, bool)
+    flags[6:] = True  # succeeds at record 6 and holds to the end
+    episode = Episode({**_episodes(1)[0].records, "success": flags})
+    frames, labels, _ = label_frames([episode], ["top"], margin=2)
+    assert labels.tolist() == [0.0] * 4 + [1.0] * 10  # records 4, 5 (the margin) left out
+    np.testing.assert_array_equal(frames["top"], episode.records["image/top"][np.r_[0:4, 6:16]])
+    _, labels0, _ = label_frames([episode], ["top"], margin=0)
+    assert labels0.tolist() == [0.0] * 6 + [1.0] * 10
 
 
 def test_training_separates_success_and_splits_by_episode(trained):

@@ -3,8 +3,9 @@
 A small CNN per camera (`policies.encoders.ConvEncoder`; frames first resized to one size, so any camera resolution
 works, unless `resize` is None), the features concatenated, an MLP head to one logit.
 
-`train_classifier` learns it from episodes (`label_frames`: the last frames of a successful episode are positives,
-its earlier frames and every frame of a failed episode negatives, a margin just before the success left out). It
+`train_classifier` learns it from episodes (`label_frames`: the frames a successful episode's records flag as a
+success are positives, its earlier frames and every frame of a failed episode negatives, a margin just before the
+first success left out; so record successes held for a few frames, not ended at the first one). It
 splits by episode - neighbouring frames are near copies, so a split by frame would leak - samples the classes
 evenly, and shifts images at random. The decision `threshold` is then chosen on the held-out episodes to keep the
 per-frame false-positive rate at most `max_fpr` (0.5 if that is higher). `evaluate_classifier` reports frame AUROC,
@@ -14,6 +15,7 @@ success ends an episode early, so that is the figure to watch.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -26,6 +28,8 @@ from policies.augment import random_shift
 from policies.encoders import ConvEncoder, _resize
 from robo_rl.datasets import Episode
 from robo_rl.rewards.base import RewardModel, RewardModelError, Scores, Task
+
+log = logging.getLogger(__name__)
 
 ARCH = {"channels": 32, "features": 64, "hidden": 256, "resize": [128, 128], "image_sizes": None,
         "kernels": [3, 3, 3, 3], "strides": [2, 2, 2, 1]}  # fmt: skip
@@ -118,17 +122,21 @@ class SuccessClassifier(RewardModel):
         self.net.load_state_dict(state)  # strict: another architecture's weights raise RuntimeError
 
 
-def _episode_labels(n: int, success: bool, positives_last: int, margin: int) -> tuple[np.ndarray, np.ndarray]:
-    """Labels (float32) and which frames to keep for an episode of n frames."""
+def _episode_labels(episode: Episode, margin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Labels (float32) and which frames to keep for one episode: the frames a successful episode's records flag as
+    a success (the simulator's check, a person's per-frame label) are its positives, every other frame a negative,
+    and the `margin` frames just before its first positive are left out (they look almost done but are not)."""
+    n = len(episode.records["step"])
     labels, keep = np.zeros(n, np.float32), np.ones(n, bool)
-    if success:
-        p = min(positives_last, n)
-        labels[n - p :] = 1
-        keep[max(0, n - p - margin) : n - p] = False
+    if episode.success:
+        flags = np.asarray(episode.records["success"], bool).reshape(n)
+        labels[flags] = 1
+        first = int(np.argmax(flags))
+        keep[max(0, first - margin) : first] = False
     return labels, keep
 
 
-def label_frames(episodes: list[Episode], cameras, positives_last: int = 3, margin: int = 2,
+def label_frames(episodes: list[Episode], cameras, margin: int = 2,
                  human_labelled: tuple[dict, np.ndarray] | None = None):  # fmt: skip
     """(frames camera → uint8 (N, H, W, 3), labels float32 (N,), episode_index int (N,)); human-labelled
     (frames, labels) are appended as they are, with episode index -1."""
@@ -138,7 +146,7 @@ def label_frames(episodes: list[Episode], cameras, positives_last: int = 3, marg
             if f"image/{cam}" not in ep.records:
                 have = [k[6:] for k in ep.records if k.startswith("image/")]
                 raise RewardModelError(f"episode {i} has no camera '{cam}' (it has {have})")
-        lab, keep = _episode_labels(len(ep.records["step"]), ep.success, positives_last, margin)
+        lab, keep = _episode_labels(ep, margin)
         for cam in cameras:
             frames[cam].append(ep.records[f"image/{cam}"][keep])
         labels.append(lab[keep])
@@ -182,10 +190,10 @@ def _score_episodes(model: SuccessClassifier, episodes: list[Episode], task: Tas
 
 
 def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float, debounce_k: int,
-             positives_last: int, margin: int) -> dict:  # fmt: skip
+             margin: int) -> dict:
     frame_p, frame_y, false_eps, detected, n_success = [], [], 0, 0, 0
     for p, ep in zip(probs, episodes, strict=True):
-        y, keep = _episode_labels(len(p), ep.success, positives_last, margin)
+        y, keep = _episode_labels(ep, margin)
         frame_p.append(p[keep])
         frame_y.append(y[keep])
         negatives = p[keep & (y == 0)]  # a failed episode's frames, or a successful one's before its margin
@@ -208,14 +216,14 @@ def _task(model: SuccessClassifier) -> Task:
     return Task(model.instructions[0] if model.instructions else "")
 
 
-def evaluate_classifier(model: SuccessClassifier, episodes: list[Episode], debounce_k: int = 3,
-                        positives_last: int = 3, margin: int = 2, task: Task | None = None) -> dict:  # fmt: skip
+def evaluate_classifier(model: SuccessClassifier, episodes: list[Episode], debounce_k: int = 3, margin: int = 2,
+                        task: Task | None = None) -> dict:
     """Frame AUROC, frame FPR/TPR at the model's threshold, and the per-episode false-positive rate (share of
     episodes where frames that should not be a success score above it `debounce_k` frames in a row)."""
     if not episodes:
         raise RewardModelError("no episodes to evaluate the classifier on")
     probs = _score_episodes(model, episodes, task or _task(model))
-    return _metrics(probs, episodes, model.threshold, debounce_k, positives_last, margin)
+    return _metrics(probs, episodes, model.threshold, debounce_k, margin)
 
 
 def split_by_episode(episodes: list[Episode], val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -231,7 +239,7 @@ def split_by_episode(episodes: list[Episode], val_fraction: float, seed: int) ->
 
 def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batch_size: int = 64, lr: float = 3e-4,
                      val_fraction: float = 0.2, seed: int = 0, augment: bool = True, progress: bool = True,
-                     human_labelled: tuple[dict, np.ndarray] | None = None, positives_last: int = 3, margin: int = 2,
+                     human_labelled: tuple[dict, np.ndarray] | None = None, margin: int = 2,
                      max_fpr: float = 0.01, debounce_k: int = 3, shift: float = 0.05, device: str = "cpu",
                      **model_kwargs) -> tuple[SuccessClassifier, dict]:  # fmt: skip
     """Train a SuccessClassifier on `episodes`; returns it (threshold set on the held-out episodes) and a report.
@@ -240,9 +248,13 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
 
     cameras, start = tuple(cameras), time.monotonic()
     train_idx, val_idx = split_by_episode(episodes, val_fraction, seed)
-    frames, labels, _ = label_frames([episodes[i] for i in train_idx], cameras, positives_last, margin,
-                                     human_labelled)  # fmt: skip
+    frames, labels, _ = label_frames([episodes[i] for i in train_idx], cameras, margin, human_labelled)
     n_pos = int(labels.sum())
+    n_success = sum(episodes[i].success for i in train_idx)
+    if n_success and n_pos < 2 * n_success:
+        log.warning("the %d successful training episodes flag %d success frames: one each is what an env that ends "
+                    "at the first success records; record successes held for a few steps (a sim: "
+                    "env.terminate_on_success=false) or add human-labelled success frames", n_success, n_pos)
     if n_pos == 0 or n_pos == len(labels):
         raise RewardModelError(f"training needs positive and negative frames; the {len(train_idx)} training "
                                f"episodes give {n_pos} positives of {len(labels)}")  # fmt: skip
@@ -280,9 +292,9 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
         val = [episodes[i] for i in val_idx]
         probs = _score_episodes(model, val, _task(model))
         negatives = [p[keep & (lab == 0)] for p, ep in zip(probs, val, strict=True)
-                     for lab, keep in [_episode_labels(len(p), ep.success, positives_last, margin)]]  # fmt: skip
+                     for lab, keep in [_episode_labels(ep, margin)]]  # fmt: skip
         model.threshold = choose_threshold(np.concatenate(negatives), max_fpr)
-        metrics = _metrics(probs, val, model.threshold, debounce_k, positives_last, margin)
+        metrics = _metrics(probs, val, model.threshold, debounce_k, margin)
         renamed = ("frames", "positives", "episodes")  # of the held-out set
         report.update({f"val_{k}" if k in renamed else k: v for k, v in metrics.items()})
     report.update(max_fpr=max_fpr, seconds=time.monotonic() - start)
