@@ -50,8 +50,9 @@ HOLD_STEPS = 10  # an expert success goes on this many steps past its first succ
 
 
 def _episode(env, act, seed: int, episode_id: int, hold: int) -> tuple[list[dict], bool]:
-    """One episode's records and whether it succeeded; a success runs `hold` steps on (while the env lets it), so
-    that the classifier sees the task done from more than one frame, as a person recording success frames does."""
+    """One episode's records and whether it succeeded; a success is held up to `hold` steps more (while the env
+    lets it), so that the classifier sees the task done from more than one frame, as a person recording success
+    frames does, and ends at its last success frame if the success is lost (a slipping cube) before that."""
     from robo_rl.schema import EpisodeRecorder
 
     recorder = EpisodeRecorder(env.action_space.shape[0])
@@ -59,11 +60,14 @@ def _episode(env, act, seed: int, episode_id: int, hold: int) -> tuple[list[dict
     records, first = [recorder.reset(obs, episode_id)], None
     while True:
         obs, reward, terminated, truncated, info = env.step(act(obs))
+        if first is not None and not info["success"]:  # lost: the episode ends where it still held
+            records[-1]["terminated"] = True
+            return records, True
         records.append(recorder.record_step(obs, reward, terminated, truncated, info))
         if info["success"] and first is None:
             first = len(records) - 1
         if terminated or truncated or (first is not None and len(records) - 1 >= first + hold):
-            records[-1]["terminated"] = bool(first is not None) or terminated
+            records[-1]["terminated"] = terminated or first is not None
             return records, first is not None
 
 

@@ -84,6 +84,11 @@ def test_label_frames_follow_per_frame_success_flags():
     np.testing.assert_array_equal(frames["top"], episode.records["image/top"][np.r_[0:4, 6:16]])
     _, labels0, _ = label_frames([episode], ["top"], margin=0)
     assert labels0.tolist() == [0.0] * 6 + [1.0] * 10
+    flags[12:] = False  # the success is lost at 12 (a slipping cube): its frames still look done, the later do not
+    lost = Episode({**episode.records, "success": flags})
+    assert not lost.success
+    _, labels_lost, _ = label_frames([lost], ["top"], margin=2)
+    assert labels_lost.tolist() == [0.0] * 4 + [1.0] * 6 + [0.0] * 4
 
 
 def test_training_separates_success_and_splits_by_episode(trained):

@@ -4,8 +4,8 @@ A small CNN per camera (`policies.encoders.ConvEncoder`; frames first resized to
 works, unless `resize` is None), the features concatenated, an MLP head to one logit.
 
 `train_classifier` learns it from episodes (`label_frames`: the frames a successful episode's records flag as a
-success are positives, its earlier frames and every frame of a failed episode negatives, a margin just before the
-first success left out; so record successes held for a few frames, not ended at the first one). It
+success are positives, every other frame a negative, a margin just before the first success left out; so record
+successes held for a few frames, not ended at the first one). It
 splits by episode - neighbouring frames are near copies, so a split by frame would leak - samples the classes
 evenly, and shifts images at random. The decision `threshold` is then chosen on the held-out episodes to keep the
 per-frame false-positive rate at most `max_fpr` (0.5 if that is higher). `evaluate_classifier` reports frame AUROC,
@@ -123,14 +123,14 @@ class SuccessClassifier(RewardModel):
 
 
 def _episode_labels(episode: Episode, margin: int) -> tuple[np.ndarray, np.ndarray]:
-    """Labels (float32) and which frames to keep for one episode: the frames a successful episode's records flag as
-    a success (the simulator's check, a person's per-frame label) are its positives, every other frame a negative,
-    and the `margin` frames just before its first positive are left out (they look almost done but are not)."""
+    """Labels (float32) and which frames to keep for one episode: the frames its records flag as a success (the
+    simulator's check, a person's per-frame label; also in an episode that lost its success later) are positives,
+    every other frame a negative, and the `margin` frames just before its first positive are left out (they look
+    almost done but are not)."""
     n = len(episode.records["step"])
-    labels, keep = np.zeros(n, np.float32), np.ones(n, bool)
-    if episode.success:
-        flags = np.asarray(episode.records["success"], bool).reshape(n)
-        labels[flags] = 1
+    flags = np.asarray(episode.records["success"], bool).reshape(n)
+    labels, keep = flags.astype(np.float32), np.ones(n, bool)
+    if flags.any():
         first = int(np.argmax(flags))
         keep[max(0, first - margin) : first] = False
     return labels, keep
