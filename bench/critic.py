@@ -1,8 +1,9 @@
 """Learned rewards (issue 15): how good the reward models are before a robot-hour is spent on them, what scoring
 costs the actor, and (with --train) what RL learns from them instead of the simulator's reward.
 
-Data: our pick task from its two 64x64 cameras (front, wrist): the scripted expert's successful episodes and failed
-episodes of an untrained policy (stochastic), for training; fresh ones of each (other seeds) held out.
+Data: our pick task from its two 64x64 cameras (front, wrist): the scripted expert's successful episodes (each held
+up to 10 steps past its first success, so a success shows in more than one frame) and failed episodes of an
+untrained policy (stochastic), for training; fresh ones of each (other seeds) held out.
 
   quality   the success classifier: held-out frame AUROC, false positives per frame and per episode at its
             threshold; the progress critic: value-order correlation on held-out successes, on them reversed, the
