@@ -50,28 +50,6 @@ CAMERAS = ("front", "wrist")
 HOLD_STEPS = 10  # an expert success goes on this many steps past its first success frame (the env does not end it)
 
 
-def _episode(env, act, seed: int, episode_id: int, hold: int) -> tuple[list[dict], bool]:
-    """One episode's records and whether it succeeded; a success is held up to `hold` steps more (while the env
-    lets it), so that the classifier sees the task done from more than one frame, as a person recording success
-    frames does, and ends at its last success frame if the success is lost (a slipping cube) before that."""
-    from robo_rl.schema import EpisodeRecorder
-
-    recorder = EpisodeRecorder(env.action_space.shape[0])
-    obs, _ = env.reset(seed=seed)
-    records, first = [recorder.reset(obs, episode_id)], None
-    while True:
-        obs, reward, terminated, truncated, info = env.step(act(obs))
-        if first is not None and not info["success"]:  # lost: the episode ends where it still held
-            records[-1]["terminated"] = True
-            return records, True
-        records.append(recorder.record_step(obs, reward, terminated, truncated, info))
-        if info["success"] and first is None:
-            first = len(records) - 1
-        if terminated or truncated or (first is not None and len(records) - 1 >= first + hold):
-            records[-1]["terminated"] = terminated or first is not None
-            return records, first is not None
-
-
 def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold: int = HOLD_STEPS):
     """Expert successes (each held `hold` steps past its first success where the env allows) and untrained-policy
     failures, as Episodes."""
@@ -79,6 +57,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
 
     from robo_rl.config import load_config, make_env, make_expert, make_policy
     from robo_rl.datasets import Episode
+    from robo_rl.demos import rollout_episode
     from robo_rl.policy_io import policy_step
     from robo_rl.rewards.relabel import instruction_of
     from robo_rl.schema import fields_for_env, stack_records
@@ -86,7 +65,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
     torch.manual_seed(seed)
     cfg = load_config([*overrides, f"seed={seed}"])
     if hold and "terminate_on_success" in cfg.env:
-        cfg.env.terminate_on_success = False  # the episode goes on past the success: `_episode` ends it
+        cfg.env.terminate_on_success = False  # the episode goes on past the success: `rollout_episode` ends it
     env = make_env(cfg)
     fields = fields_for_env(env)
     expert = make_expert(cfg, env, noise_std=0.1, seed=seed)
@@ -97,7 +76,7 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
         while got < want and attempt < 10 * (n_success + n_failed):
             expert.reset()
             act = expert.act if success_wanted else (lambda o: policy_step(policy, o, deterministic=False)[0])
-            records, success = _episode(env, act, seed * 1000 + attempt, attempt, hold)
+            records, success = rollout_episode(env, act, seed * 1000 + attempt, attempt, hold_success=hold)
             attempt += 1
             if success == success_wanted:
                 episodes.append(Episode(stack_records(records, fields), "demos" if success else "online"))
@@ -200,7 +179,7 @@ def main() -> None:
     frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
     samples = 20 if args.quick else 200
     seconds = 4.0 if args.quick else 30.0
-    result["latency"], result["jitter"] = {}, {"without": loop_jitter(None, seconds, overrides)}
+    result["latency"], result["jitter"] = {}, {}
     if "classifier" in args.models:
         result["classifier"], result["latency"]["classifier_local"] = classifier(args, train_eps, test_eps,
                                                                                  instruction, prefix, frames, samples)
@@ -208,7 +187,8 @@ def main() -> None:
         result["progress"], critic, critic_dir = progress(args, train_eps, test_eps, instruction, prefix)
         result["latency"].update(progress_local=latency(critic, frames, samples),
                                  progress_remote=remote_latency(critic_dir, frames, samples))
-        result["jitter"]["with_progress_critic"] = loop_jitter(critic_dir, seconds, overrides)
+        result["jitter"] = {"without": loop_jitter(None, seconds, overrides),
+                            "with_progress_critic": loop_jitter(critic_dir, seconds, overrides)}
     if args.train and not args.quick and args.task == "pick":
         for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
             subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",

@@ -17,15 +17,26 @@ from robo_rl.config import make_env, make_expert
 from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
 
 
-def rollout_episode(env, act, seed: int, episode_id: int) -> tuple[list[dict], bool]:
-    """Run one episode with `act(obs) -> action`; return its step records and whether it succeeded."""
+def rollout_episode(env, act, seed: int, episode_id: int, hold_success: int = 0) -> tuple[list[dict], bool]:
+    """Run one episode with `act(obs) -> action`; return its step records and whether it succeeded.
+
+    `hold_success` > 0 (with an env that does not end at its success): a success goes on up to that many steps more,
+    so that it shows in more than one frame (a success classifier's positives), and the episode ends at its last
+    success frame if the success is lost before then (a slipping cube); either way its last record is terminal."""
     recorder = EpisodeRecorder(env.action_space.shape[0])
     obs, _ = env.reset(seed=seed)
-    records = [recorder.reset(obs, episode_id)]
+    records, first = [recorder.reset(obs, episode_id)], None
     while True:
         obs, reward, terminated, truncated, info = env.step(act(obs))
+        if first is not None and not info["success"]:  # lost: the episode ends where it still held
+            records[-1]["terminated"] = True
+            return records, True
         records.append(recorder.record_step(obs, reward, terminated, truncated, info))
-        if terminated or truncated:
+        if hold_success and info["success"] and first is None:
+            first = len(records) - 1
+        if terminated or truncated or (first is not None and len(records) - 1 >= first + hold_success):
+            if first is not None:  # a held success ends the episode
+                records[-1]["terminated"] = True
             return records, bool(info["success"])
 
 

@@ -157,3 +157,38 @@ def test_auroc_matches_pairwise_count_with_ties():
     brute = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
     assert auroc(scores, labels) == pytest.approx(brute)
     assert auroc([0.1, 0.9], [0, 1]) == 1.0 and np.isnan(auroc([0.1, 0.2], [0, 0]))
+
+
+class _ScriptedSuccessEnv:
+    """Success at the steps listed in `success`, never terminating on it; truncated after `limit` steps."""
+
+    class action_space:  # noqa: N801 - stands in for a gymnasium Box
+        shape = (2,)
+
+    def __init__(self, success: set[int], limit: int = 30) -> None:
+        self.success, self.limit, self.t = success, limit, 0
+
+    def reset(self, seed=None):
+        self.t = 0
+        return {"state": np.zeros(1, np.float32), "images": {}}, {}
+
+    def step(self, action):
+        self.t += 1
+        info = {"success": self.t in self.success, "action_executed": action, "action_policy": action}
+        return {"state": np.full(1, self.t, np.float32), "images": {}}, 0.0, False, self.t >= self.limit, info
+
+
+@pytest.mark.parametrize("success, hold, steps, succeeded", [
+    (set(range(5, 31)), 0, 30, True),   # hold 0: the env alone ends the episode (here at its time limit)
+    (set(range(5, 31)), 3, 8, True),    # held 3 steps past the first success (step 5), ended there
+    ({5, 6}, 3, 6, True),               # lost at step 7: ends at step 6, its last success frame
+    (set(), 3, 30, False),              # never: the time limit ends it, as without a hold
+])  # fmt: skip
+def test_rollout_episode_holds_a_success_and_ends_where_it_is_lost(success, hold, steps, succeeded):
+    from robo_rl.demos import rollout_episode
+
+    records, ok = rollout_episode(_ScriptedSuccessEnv(success), lambda obs: np.zeros(2, np.float32), 0, 0,
+                                  hold_success=hold)  # fmt: skip
+    assert ok is succeeded and len(records) == steps + 1
+    assert records[-1]["success"] is succeeded
+    assert records[-1]["terminated"] is (succeeded and hold > 0) and not any(r["terminated"] for r in records[:-1])

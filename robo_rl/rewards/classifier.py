@@ -196,7 +196,7 @@ def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float,
         y, keep = _episode_labels(ep, margin)
         frame_p.append(p[keep])
         frame_y.append(y[keep])
-        negatives = p[keep & (y == 0)]  # a failed episode's frames, or a successful one's before its margin
+        negatives = p[keep & (y == 0)]  # every frame not flagged as a success, outside the margin
         false_eps += _fires(negatives, threshold, debounce_k)
         if ep.success:
             n_success += 1
