@@ -15,6 +15,8 @@ noslip iterations); this adapter only translates:
   Image mode (`image_obs=True`): ``agent_pos`` only, plus gym-hil's ``front`` and ``wrist`` cameras.
 - ``success`` is gym-hil's ``info["succeed"]``; gym-hil's ``terminated`` (success, or the block pushed out of its
   sampling area) stays ``terminated`` (ended_by "env"); the time limit is ours (``truncated``, "time_limit").
+  `terminate_on_success=False` goes on past a success (the block held up: a success classifier's positives), as
+  our pick task's option does; a block pushed out still ends the episode.
 - Seeding: gym-hil draws the block position from numpy's *global* generator; each reset runs with it seeded
   from the episode's generator and restored afterwards, so the same seed places the same block.
 
@@ -65,6 +67,7 @@ class GymHilPickCubeEnv(RobotEnv):
         ee_step_m: float = 0.025,
         fast_render: bool = True,  # no shadows, reflections, skybox or anti-aliasing in the cameras
         scale_state: bool = True,  # every state entry to about [-1, 1] (see the module docstring)
+        terminate_on_success: bool = True,  # False: a success does not end the episode
     ) -> None:
         super().__init__()
         if reward_type not in ("dense", "sparse"):
@@ -77,6 +80,7 @@ class GymHilPickCubeEnv(RobotEnv):
         self.control_hz, self.max_episode_steps = float(control_hz), int(max_episode_steps)
         self.image_obs, self.image_size, self.ee_step_m = bool(image_obs), int(image_size), float(ee_step_m)
         self.reward_type, self.scale_state = reward_type, bool(scale_state)
+        self.terminate_on_success = bool(terminate_on_success)
         self._env = gym.make(
             GYM_HIL_ENV_ID,
             control_dt=1.0 / self.control_hz,
@@ -113,7 +117,9 @@ class GymHilPickCubeEnv(RobotEnv):
         gripper_cmd = (action[3] + 1.0) / 2.0 - gripper_now  # gym-hil adds this to its command in [0, 1]
         hil_action = np.concatenate([action[:3] * self.ee_step_m, np.zeros(3), [gripper_cmd]])
         raw, reward, terminated, _, info = self._env.step(hil_action)
-        return self._observation(raw), float(reward), bool(terminated), {"success": bool(info["succeed"])}
+        success = bool(info["succeed"])
+        terminated = bool(terminated) and (self.terminate_on_success or not success)
+        return self._observation(raw), float(reward), terminated, {"success": success}
 
     def _observation(self, raw: dict) -> dict:
         agent = np.asarray(raw["agent_pos"], np.float64)

@@ -236,6 +236,19 @@ def test_gym_hil_expert_lifts_and_success_is_gym_hils(hil):
         assert hil._env._is_success()
 
 
+def test_gym_hil_can_go_on_past_a_success(hil):
+    expert = GymHilPickCubeExpert(hil, noise_std=0.0, seed=0)
+    hil.terminate_on_success = False
+    try:
+        records, success = rollout_episode(hil, expert.act, seed=1, episode_id=0, hold_success=5)
+    finally:
+        hil.terminate_on_success = True
+    flags = [r["success"] for r in records]
+    first = flags.index(True)
+    assert success and flags[first:] == [True] * 6 and not any(flags[:first])  # held 5 steps past its first
+    assert records[-1]["terminated"] and not any(r["terminated"] for r in records[:-1])
+
+
 def test_gym_hil_time_limit_is_a_truncation(hil):
     limit = hil.max_episode_steps
     hil.max_episode_steps = 3
