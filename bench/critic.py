@@ -50,9 +50,11 @@ CAMERAS = ("front", "wrist")
 HOLD_STEPS = 10  # an expert success goes on this many steps past its first success frame (the env does not end it)
 
 
-def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold: int = HOLD_STEPS):
-    """Expert successes (each held `hold` steps past its first success where the env allows) and untrained-policy
-    failures, as Episodes."""
+def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold: int = HOLD_STEPS,
+            n_expert_failed: int = 0, failure_noise: float = 0.3):
+    """Expert successes (each held `hold` steps past its first success where the env allows), untrained-policy
+    failures and `n_expert_failed` failed attempts of the scripted expert with more action noise (`failure_noise`:
+    grasps off centre, drops, cubes knocked away: failures that come near a success), as Episodes."""
     import torch
 
     from robo_rl.config import load_config, make_env, make_expert, make_policy
@@ -69,15 +71,19 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
     env = make_env(cfg)
     fields = fields_for_env(env)
     expert = make_expert(cfg, env, noise_std=0.1, seed=seed)
+    clumsy = make_expert(cfg, env, noise_std=failure_noise, seed=seed + 1)
     policy = make_policy(cfg, env).eval()
+    untrained = lambda o: policy_step(policy, o, deterministic=False)[0]  # noqa: E731
     episodes, attempt = [], 0
-    for want, success_wanted in ((n_success, True), (n_failed, False)):
-        got = 0
-        while got < want and attempt < 10 * (n_success + n_failed):
-            expert.reset()
-            act = expert.act if success_wanted else (lambda o: policy_step(policy, o, deterministic=False)[0])
+    for want, who, success_wanted in ((n_success, expert, True), (n_failed, None, False),
+                                      (n_expert_failed, clumsy, False)):  # fmt: skip
+        got, tries = 0, 0
+        while got < want and tries < 10 * want:
+            if who is not None:
+                who.reset()
+            act = untrained if who is None else who.act
             records, success = rollout_episode(env, act, seed * 1000 + attempt, attempt, hold_success=hold)
-            attempt += 1
+            attempt, tries = attempt + 1, tries + 1
             if success == success_wanted:
                 episodes.append(Episode(stack_records(records, fields), "demos" if success else "online"))
                 got += 1
@@ -163,6 +169,9 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="pick", help="the scene (gym_hil: gym-hil's)")
     parser.add_argument("--models", nargs="+", choices=["classifier", "progress"], default=["classifier", "progress"],
                         help="which models to train, save and measure (the others' saved folders are left as they are)")
+    parser.add_argument("--expert-failures", type=int, default=0, metavar="N",
+                        help="N failed attempts of the scripted expert with more action noise as further negatives "
+                             "(N/2 held out); the models are saved with the suffix _xf")
     args = parser.parse_args()
     import torch
 
@@ -170,10 +179,12 @@ def main() -> None:
     n, held = (6, 4) if args.quick else (40, 20)
     t0 = time.monotonic()
     overrides = TASKS[args.task]
-    prefix = "" if args.task == "pick" else f"{args.task}_"
-    train_eps, instruction = collect(n, n, seed=1, overrides=overrides)
-    test_eps, _ = collect(held, held, seed=2, overrides=overrides)
-    result: dict = {"task": args.task, "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
+    xf = args.expert_failures
+    train_eps, instruction = collect(n, n, seed=1, overrides=overrides, n_expert_failed=xf)
+    test_eps, _ = collect(held, held, seed=2, overrides=overrides, n_expert_failed=xf // 2)
+    prefix, suffix = ("" if args.task == "pick" else f"{args.task}_"), ("_xf" if xf else "") + ("_quick" * args.quick)
+    result: dict = {"task": args.task, "expert_failures": xf,
+                    "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
                     "collect_s": round(time.monotonic() - t0, 1)}  # fmt: skip
 
     frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
@@ -181,10 +192,12 @@ def main() -> None:
     seconds = 4.0 if args.quick else 30.0
     result["latency"], result["jitter"] = {}, {}
     if "classifier" in args.models:
+        clf_dir = MODELS / f"{prefix}classifier{suffix}"
         result["classifier"], result["latency"]["classifier_local"] = classifier(args, train_eps, test_eps,
-                                                                                 instruction, prefix, frames, samples)
+                                                                                 instruction, clf_dir, frames, samples)
     if "progress" in args.models:
-        result["progress"], critic, critic_dir = progress(args, train_eps, test_eps, instruction, prefix)
+        result["progress"], critic, critic_dir = progress(args, train_eps, test_eps, instruction,
+                                                          MODELS / f"{prefix}progress{suffix}")
         result["latency"].update(progress_local=latency(critic, frames, samples),
                                  progress_remote=remote_latency(critic_dir, frames, samples))
         result["jitter"] = {"without": loop_jitter(None, seconds, overrides),
@@ -196,20 +209,20 @@ def main() -> None:
     report(result)
 
 
-def classifier(args, train_eps, test_eps, instruction, prefix, frames, samples) -> tuple[dict, dict]:
+def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, samples) -> tuple[dict, dict]:
     from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
 
     t = time.monotonic()
     clf, _ = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
                               resize=[64, 64], channels=16)  # fmt: skip
     clf.instructions = (instruction,)
-    clf.save(MODELS / f"{prefix}classifier{'_quick' if args.quick else ''}")
+    clf.save(model_dir)
     quality = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
                "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
     return quality, latency(clf, frames, samples)
 
 
-def progress(args, train_eps, test_eps, instruction, prefix) -> tuple[dict, object, Path]:
+def progress(args, train_eps, test_eps, instruction, model_dir: Path) -> tuple[dict, object, Path]:
     from robo_rl.rewards.progress import evaluate_progress, train_progress_critic
 
     t = time.monotonic()
@@ -217,7 +230,7 @@ def progress(args, train_eps, test_eps, instruction, prefix) -> tuple[dict, obje
                                    other_instructions=("open the drawer", "push the cube off the table"),
                                    steps=60 if args.quick else 3000, batch_size=32, progress=not args.quick,
                                    size=48)  # fmt: skip
-    critic_dir = critic.save(MODELS / f"{prefix}progress{'_quick' if args.quick else ''}")
+    critic_dir = critic.save(model_dir)
     quality = evaluate_progress(critic, test_eps, [instruction] * len(test_eps), "open the drawer")
     return {**quality, "train_s": round(time.monotonic() - t, 1)}, critic, critic_dir
 

@@ -13,6 +13,8 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
                                              # RL with a learned reward (models from bench/critic.py) vs the sim's
     python bench/learning.py learned_classifier_residual_pick / learned_progress_residual_pick
                                              # the same under residual RL, beside residual_pixels
+    python bench/learning.py residual_gym_pixels / learned_progress_residual_gym / learned_classifier_residual_gym
+                                             # the second scene (gym-hil's pick-cube), the same critic code
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -101,6 +103,12 @@ EXPERIMENTS = {
                                           f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
                                           "train.total_env_steps=6000"],
                                          None, "required: ≥ 0.9 × residual_pixels at the same env steps")
+       for kind in ("classifier", "progress", "classifier_xf")},  # _xf: negatives from the expert's failures too
+    # the second scene: gym-hil's pick-cube, the same critic code (models from `bench/critic.py --task gym_hil`)
+    "residual_gym_pixels": (["experiment=residual_gym_hil_pixels"], None, "the simulator's reward, for learned_*_gym"),
+    **{f"learned_{kind}_residual_gym": (["experiment=residual_gym_hil_pixels", "reward=model",
+                                         f"reward.model={ROOT / 'outputs' / 'bench_critic' / f'gym_hil_{kind}'}"],
+                                        None, "required: ≥ 0.9 × residual_gym_pixels at the same env steps")
        for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
                            "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
