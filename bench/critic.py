@@ -18,6 +18,7 @@ untrained policy (stochastic), for training; fresh ones of each (other seeds) he
     python bench/critic.py            # 40 + 40 episodes, full training: minutes
     python bench/critic.py --quick    # 6 + 6 episodes, a short training: within 60 s
     python bench/critic.py --task gym_hil   # the same on gym-hil's PandaPickCube (another scene, same code)
+    python bench/critic.py --models classifier --expert-failures 40   # + the expert's own failed attempts
     python bench/critic.py --train --seeds 0 1 2   # then the RL runs (hours on 2 CPU cores)
 
 The last line is one JSON object.
