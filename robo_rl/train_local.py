@@ -105,11 +105,12 @@ def _ensure_env_spec(cfg, run_dir: Path):
 
     if (run_dir / SPEC_FILE).exists() or cfg.env_spec:
         return read_spec(run_dir / SPEC_FILE if (run_dir / SPEC_FILE).exists() else Path(cfg.env_spec))
-    spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True), wrapper_extras(cfg))
-    if spec is None:
+    extras = wrapper_extras(cfg)  # the actor's wrappers (a learned reward's scores, ...) add to each record
+    spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True), extras)
+    if spec is None:  # the bare env, built here once, with what the actor's wrappers will add
         env = make_env(cfg)
         try:
-            spec = spec_of(env)
+            spec = spec_of(env, extras)
         finally:
             env.close()
     write_spec(spec, run_dir)

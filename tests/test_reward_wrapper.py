@@ -115,6 +115,32 @@ def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agre
         env.close()
 
 
+class ReachWithoutStaticSpec(PointReachEnv):
+    """An env that cannot tell its spec from its config (as gym-hil's and robosuite's): `train` builds it once."""
+
+    spec_from_config = None
+
+
+def test_a_run_on_an_env_without_a_static_spec_records_the_wrappers_extras_too(tmp_path):
+    from robo_rl.envs.spec import read_spec, spec_of
+    from robo_rl.envs.wrappers import make_actor_env
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from robo_rl.train_local import _ensure_env_spec
+    from tests.test_pipeline import toy_config
+
+    SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
+    cfg = toy_config(tmp_path, "env.camera=true", "reward=model", f"reward.model={tmp_path / 'clf'}",
+                     f"env._target_={__name__}.ReachWithoutStaticSpec")  # fmt: skip
+    run = tmp_path / "run"
+    written = _ensure_env_spec(cfg, run)  # what the learner will read
+    env = make_actor_env(cfg)
+    try:
+        assert isinstance(env.unwrapped, ReachWithoutStaticSpec)
+        assert set(written.extras) == set(EXTRAS) and spec_of(env) == written == read_spec(run / "env_spec.json")
+    finally:
+        env.close()
+
+
 def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_beside_the_shaped_one(tmp_path):
     from robo_rl.rewards.classifier import SuccessClassifier
     from tests.test_pipeline import run_pair, toy_config

@@ -85,14 +85,15 @@ class EnvSpec:
         return out
 
 
-def spec_of(env) -> EnvSpec:
-    """The spec of an opened env (or of anything with its spaces)."""
+def spec_of(env, extras: dict | None = None) -> EnvSpec:
+    """The spec of an opened env (or of anything with its spaces); `extras`: what wrappers not around it add to each
+    record (`robo_rl.envs.wrappers.wrapper_extras`), beside the env's own."""
     space = env.observation_space
     return EnvSpec(int(space["state"].shape[0]), int(env.action_space.shape[0]),
                    {name: tuple(int(x) for x in s.shape[:2]) for name, s in space["images"].spaces.items()},
                    tuple(getattr(env, "state_names", ())), tuple(getattr(env, "action_names", ())),
                    float(getattr(env, "control_hz", 10.0)),
-                   _extras_json(getattr(env, "record_extras", None) or {}))  # fmt: skip
+                   _extras_json({**(getattr(env, "record_extras", None) or {}), **(extras or {})}))  # fmt: skip
 
 
 def _extras_json(extras: dict) -> dict[str, tuple[tuple[int, ...], str]]:
