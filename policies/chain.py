@@ -81,12 +81,15 @@ class ChainPolicy(nn.Module):
         self.frozen = [copy.deepcopy(model).requires_grad_(False)]
         self.execute_steps = min(execute_steps or chunk, chunk)
         self.chain_shape = (self.stochastic_steps + 1, chunk, action_dim)
-        self.queue = collections.deque()
+        # each env's running chunk, by its slot in the actor (one actor may step several envs: `actor.num_envs`)
+        self.queues: dict[int, collections.deque] = {}
         self.extras_spec = {"chain": ((int(np.prod(self.chain_shape)),), np.float32), "log_prob": ((1,), np.float32),
                             "decision": ((1,), np.float32)}  # fmt: skip
 
-    def __deepcopy__(self, memo):  # the episode's chunk, whichever weights act
-        return copy_sharing(self, memo, self.queue)
+    vector_slots = True  # acts for several envs in one batched call, each env's chunk its own (`slots`)
+
+    def __deepcopy__(self, memo):  # the episodes' chunks, whichever weights act
+        return copy_sharing(self, memo, self.queues)
 
     def _apply(self, fn, recurse: bool = True):
         """`.to(device)` / `.half()` move the frozen copy too (a list hides it from the state dict, not from the
@@ -164,23 +167,39 @@ class ChainPolicy(nn.Module):
         return log_prob, torch.stack(entropy).mean(0)
 
     # --- acting ---------------------------------------------------------------------------------
-    def reset(self) -> None:
-        self.queue.clear()
+    def reset(self, slot: int | None = None) -> None:
+        """A new episode in env `slot` (every env's when None): its chunk is dropped."""
+        if slot is None:
+            self.queues.clear()
+        else:
+            self.queues.pop(slot, None)
 
     @torch.no_grad()
-    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
-        decision = not self.queue
-        if decision:
-            chain, log_prob = self.sample_chain(obs, deterministic)
-            chunk = chain[0, -1].clamp(-1.0, 1.0)
-            self.queue.extend((a, chain[0].flatten(), log_prob) for a in chunk[: self.execute_steps])
-        action, chain, log_prob = self.queue.popleft()
-        return action[None], {"chain": chain[None], "log_prob": log_prob.view(1, 1),
-                              "decision": torch.tensor([[float(decision)]])}  # fmt: skip
+    def act_with_extras(self, obs: dict, deterministic: bool = False,
+                        slots: list[int] | None = None) -> tuple[torch.Tensor, dict]:  # fmt: skip
+        """The next action of each env's chunk, for a batch of observations (row j is env `slots[j]`'s; one env,
+        slot 0, by default). The envs whose chunk is used up get new chains from one batched sampling call."""
+        slots = [0] if slots is None else list(slots)
+        if len(slots) != len(obs["state"]) or len(set(slots)) != len(slots):
+            raise ValueError(f"slots {slots} must name each of the {len(obs['state'])} observations' env once")
+        queues = [self.queues.setdefault(s, collections.deque()) for s in slots]
+        need = [j for j, q in enumerate(queues) if not q]
+        if need:
+            rows = torch.as_tensor(need)
+            sub = {"state": obs["state"][rows], "images": {k: v[rows] for k, v in obs["images"].items()}}
+            chain, log_prob = self.sample_chain(sub, deterministic)
+            for r, j in enumerate(need):
+                flat = chain[r].flatten()
+                queues[j].extend((a, flat, log_prob[r]) for a in chain[r, -1].clamp(-1.0, 1.0)[: self.execute_steps])
+        action, chain, log_prob = zip(*(q.popleft() for q in queues), strict=True)
+        decision = torch.zeros(len(slots), 1)
+        decision[need] = 1.0
+        return torch.stack(action), {"chain": torch.stack(chain), "log_prob": torch.stack(log_prob).view(-1, 1),
+                                     "decision": decision}  # fmt: skip
 
     @torch.no_grad()
-    def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
-        return self.act_with_extras(obs, deterministic)[0]
+    def act(self, obs: dict, deterministic: bool = False, slots: list[int] | None = None) -> torch.Tensor:
+        return self.act_with_extras(obs, deterministic, slots)[0]
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -193,4 +212,3 @@ def step_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> tor
     [LOG_PROB_MIN, LOG_PROB_MAX] (DPPO's bounds), averaged over the chunk's elements, so that a PPO ratio of
     1 ± clip means a per-dimension change whatever the chunk's size."""
     return gaussian_log_prob(x, mean, std).clamp(LOG_PROB_MIN, LOG_PROB_MAX).flatten(1).mean(-1)
-

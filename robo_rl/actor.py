@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import itertools
 import json
 import logging
 import time
@@ -23,7 +24,7 @@ from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.intervention import InterventionWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
-from robo_rl.policy_io import policy_step
+from robo_rl.policy_io import acts_for_several_envs, policy_step, policy_steps
 from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.actor_link import ActorLink
@@ -32,6 +33,8 @@ from robo_rl.transport.security import curve_keys
 from robo_rl.transport.threaded import ActorTransport
 
 log = logging.getLogger(__name__)
+
+ENV_SEED_STRIDE = 100_003  # env i of an actor with several starts from seed + i * this (a prime: no overlap soon)
 
 
 def _reward_wrapper_class():
@@ -64,6 +67,14 @@ class Actor:
             except OSError as e:  # the hello tells the learner the spec too
                 log.warning("could not write the env spec into %s: %s", run_dir, e)
         self.policy = make_policy(cfg, self.env).eval()
+        self.envs = [self.env]  # `actor.num_envs` copies of the task's env, stepped together (sim only)
+        num_envs = int(cfg.actor.get("num_envs", 1))
+        if num_envs != 1:
+            problem = self._why_not_several_envs(num_envs)
+            if problem:
+                self.env.close()
+                raise ConfigError(f"actor.num_envs={num_envs}: {problem}")
+            self.envs += [make_actor_env(cfg) for _ in range(num_envs - 1)]
         self.fields = fields_for_env(self.env, self.policy)
         self.policy_version = -1  # -1: still the untrained initial policy
         self.policy_since = time.monotonic()  # when this version arrived
@@ -87,6 +98,26 @@ class Actor:
         self._obs = None
         if self.safety is not None and self.gui is not None:  # the page keeps showing the cameras while it waits
             self.safety.on_wait.append(lambda: self.gui.tick(self._obs))
+
+    def _why_not_several_envs(self, num_envs: int) -> str | None:
+        """Why this actor cannot step `num_envs` envs at once (None: it can). Several envs are for simulation: one
+        policy call acts for all of them (batched), their episodes run independently."""
+        cfg = self.cfg
+        if num_envs < 1:
+            return "must be at least 1"
+        if type(self.env.unwrapped).__module__.startswith("hardware"):
+            return "a robot is one env: run one actor per arm (several envs in one actor are for simulation)"
+        if cfg.actor.realtime:
+            return "actor.realtime=true holds one env's control rate: several envs in one actor are for simulation"
+        if cfg.gui.enabled or self.human is not None or self.safety is not None:
+            return "the GUI, a human's interventions and a safety layer act on one env: use one env per actor there"
+        if cfg.actor.apply_weights != "step":
+            return "the envs' episodes end apart: weights are applied between steps (actor.apply_weights=step)"
+        if not acts_for_several_envs(self.policy):
+            return (f"the policy ({type(self.policy).__name__}) keeps one episode's state (a chunk queue) and acts for "
+                    f"one env: run several actor processes instead (policies that act for several: sac, reinflow, "
+                    f"dppo)")  # fmt: skip
+        return None
 
     def loop_stats(self) -> dict:
         """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
@@ -181,20 +212,23 @@ class Actor:
             self.stop_reason = f"no learner for {self.cfg.actor.learner_wait_s:.0f} s ({why})"
         return True
 
-    def _throttled(self) -> bool:
-        """In sim, hold back while the learner's UTD budget is spent (steps in flight count as received; this
-        holds across a learner restart, which starts its counts afresh)."""
+    def _throttled(self, unsent: int = 0) -> bool:
+        """In sim, hold back while the learner's UTD budget is spent (steps in flight, and `unsent` steps still in
+        the actor's hands, count as received; this holds across a learner restart, which starts its counts
+        afresh)."""
         status = self.transport.status
         if not self.cfg.actor.throttle_to_learner:
             return False
         if not status:
             return True
-        return status["env_steps"] + self.transport.in_flight_steps >= status["allowed_env_steps"]
+        return status["env_steps"] + self.transport.in_flight_steps + unsent >= status["allowed_env_steps"]
 
     def run(self) -> str:
         cfg = self.cfg
         self.transport.start(config_hash(cfg), cfg.actor.hello_timeout_s)
         self._sync(episode_boundary=True)
+        if len(self.envs) > 1:
+            return self._run_envs()
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
         recorder = EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields))
@@ -268,6 +302,78 @@ class Actor:
                 self.gui.close(obs)
             self.transport.close(self.stop_reason or "error")
             self.env.close()
+        return self.stop_reason
+
+    def _run_envs(self) -> str:
+        """Several simulated envs stepped together: one batched policy call a tick, each env's episode recorded and
+        sent on its own (episode ids unique across them), env i seeded `seed + i * ENV_SEED_STRIDE`."""
+        cfg, envs = self.cfg, self.envs
+        n = len(envs)
+        rng = np.random.default_rng(cfg.seed + 7919)
+        session = int(time.time()) % 100000
+        episode_ids = itertools.count(session * 1_000_000)
+        recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields)) for _ in envs]
+        obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
+        pending = [[r.reset(o, next(episode_ids), self.policy_version, time.time())]
+                   for r, o in zip(recorders, obs, strict=True)]
+        slots = list(range(n))
+        bar = tqdm(desc=f"{cfg.actor.id} env steps ({n} envs)", unit="step", disable=not self.progress)
+        try:
+            while self.stop_reason is None:
+                self._sync(episode_boundary=False)
+                if self._holding():
+                    time.sleep(0.05)
+                    continue
+                if self._throttled(unsent=sum(len(records) - 1 for records in pending)):
+                    for i, records in enumerate(pending):  # what the learner waits for goes now, not a message later
+                        if len(records) > 1:
+                            self._send(records[:-1])
+                            pending[i] = records[-1:]
+                    time.sleep(0.002)
+                    continue
+                self.step_starts.append(time.monotonic())
+                start = time.perf_counter()
+                if self.sent_steps < cfg.train.random_steps:
+                    actions = rng.uniform(-1, 1, (n, *self.env.action_space.shape)).astype(np.float32)
+                    extras = {}
+                else:
+                    actions, extras = policy_steps(self.policy, obs, deterministic=False, slots=slots)
+                self.decide_ms.append((time.perf_counter() - start) * 1e3)
+                for i, env in enumerate(envs):
+                    if not np.all(np.isfinite(actions[i])):  # refused: env i's episode ends here (safety)
+                        self.refused_steps += 1
+                        log.warning("refused a step of env %d (the policy gave a non-finite action); its episode "
+                                    "ends (ended_by=safety)", i)  # fmt: skip
+                        pending[i][-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
+                        done = True
+                    else:
+                        obs[i], reward, terminated, truncated, info = env.step(actions[i])
+                        pending[i].append(recorders[i].record_step(obs[i], reward, terminated, truncated, info,
+                                                                   self.policy_version, time.time(),
+                                                                   {k: v[i] for k, v in extras.items()}))  # fmt: skip
+                        self.sent_steps += 1
+                        bar.update(1)
+                        done = terminated or truncated
+                    if done:
+                        self._send(pending[i])
+                        obs[i], _ = env.reset()
+                        if hasattr(self.policy, "reset"):
+                            self.policy.reset(i)
+                        pending[i] = [recorders[i].reset(obs[i], next(episode_ids), self.policy_version, time.time())]
+                    elif len(pending[i]) > cfg.actor.steps_per_message:
+                        self._send(pending[i][:-1])
+                        pending[i] = pending[i][-1:]
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted (Ctrl-C)"
+        finally:
+            ignore_further_interrupts()
+            for records in pending:
+                if records:
+                    self._send(records)
+            bar.close()
+            self.transport.close(self.stop_reason or "error")
+            for env in envs:
+                env.close()
         return self.stop_reason
 
     def _send(self, records: list[dict]) -> None:

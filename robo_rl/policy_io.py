@@ -38,3 +38,27 @@ def policy_step(policy, obs: dict, deterministic: bool, explore: bool = False) -
     else:
         action, extras = policy.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
     return action[0].numpy(), {k: v[0].numpy() for k, v in extras.items()}
+
+
+def stack_obs(observations: list[dict]) -> dict:
+    """Several envs' contract observations → one batch of tensors (row i is env i's)."""
+    return {"state": torch.from_numpy(np.stack([o["state"] for o in observations])),
+            "images": {k: torch.from_numpy(np.stack([o["images"][k] for o in observations]))
+                       for k in observations[0]["images"]}}  # fmt: skip
+
+
+def acts_for_several_envs(policy) -> bool:
+    """Whether one call of `policy` can act for several envs at once: it keeps no per-episode state (no `reset`),
+    or keeps it per env (`vector_slots`: its `act`/`act_with_extras` take the envs' `slots`)."""
+    return getattr(policy, "vector_slots", False) or not hasattr(policy, "reset")
+
+
+def policy_steps(policy, observations: list[dict], deterministic: bool, slots: list[int]) -> tuple[np.ndarray, dict]:
+    """(actions [N, A], extras {name: [N, ...]}) for N envs' observations in one batched call (`slots`: which env
+    each row is, for a policy that keeps each env's chunk)."""
+    obs = stack_obs(observations)
+    kw = {"slots": slots} if getattr(policy, "vector_slots", False) else {}
+    if getattr(policy, "extras_spec", None):
+        action, extras = policy.act_with_extras(obs, deterministic=deterministic, **kw)
+        return action.numpy(), {k: v.numpy() for k, v in extras.items()}
+    return policy.act(obs, deterministic=deterministic, **kw).numpy(), {}

@@ -113,6 +113,7 @@ SETTINGS: dict[str, Setting] = {
     "actor.apply_weights": _choice("when new weights are taken", "step", "episode"),
     "actor.hello_timeout_s": _pos("how long the actor waits for the learner's reply, seconds"),
     "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
+    "actor.num_envs": _int("simulated envs one actor steps together, one batched policy call a step", 1, 256),
     "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
     "env_spec": Setting("str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces",
                         nullable=True),
