@@ -14,6 +14,9 @@ the same whatever the chunk's size, as DPPO and ReinFlow use it), kept with the 
 (`extra/chain`) and its log-probability when acting (`extra/log_prob`, `extra/decision`: 1 where a chunk opened),
 so the learner recomputes it under new weights from the same chain. The chunk executed is the chain's end, clipped
 to [-1, 1]. With `deterministic` (evaluation) the chain runs without noise.
+
+The generator is our flow/diffusion policy (`robo-rl bc`), or, for ReinFlow, a LeRobot SmolVLA given as `path` (its
+folder or hub id, with `task`): its flow action expert is fine-tuned, its VLM stays frozen (`policies/vla_flow.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from policies.base import copy_sharing
 from policies.bc import BCCheckpointError, feature_mismatch, read_bc_checkpoint
 from policies.flow import GENERATIVE_KIND, ChunkGenerator, build_generator
 from policies.mlp import mlp
+from policies.vla_flow import LeRobotFlowExpert, is_lerobot_folder_or_hub_id
 
 METHODS = ("reinflow", "dppo")
 LOG_2PI = math.log(2 * math.pi)
@@ -40,7 +44,8 @@ class ChainPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, path: str | None = None, method: str = "reinflow",
                  steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
                  sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
-                 model: dict | None = None, generator: ChunkGenerator | None = None) -> None:  # fmt: skip
+                 model: dict | None = None, generator: ChunkGenerator | None = None, task: str | None = None,
+                 camera_map: dict | None = None) -> None:  # fmt: skip
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
@@ -49,6 +54,12 @@ class ChainPolicy(nn.Module):
                              f"{sigma_max}")  # fmt: skip
         # `model`: the architecture `robo-rl train` behaviour-clones when no path is given (read there, not here)
         model = generator
+        if model is None and path and method == "reinflow" and is_lerobot_folder_or_hub_id(path):
+            from policies.lerobot_base import LeRobotBase  # a VLA: ReinFlow fine-tunes its flow action expert
+
+            base = LeRobotBase.load(path, observation_space, action_dim, task=task, camera_map=camera_map)
+            model = LeRobotFlowExpert(base)
+            execute_steps = execute_steps or base.chunk_size
         if model is None:
             if not path:
                 raise ValueError(f"policy={method} fine-tunes a trained policy: set policy.path to a `robo-rl bc "
@@ -74,13 +85,13 @@ class ChainPolicy(nn.Module):
         self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
         chunk = model.chunk_size
         if method == "reinflow":  # σ_φ(features, t) per dimension of the chunk
-            self.noise_net = mlp(model.encoder.out_dim + model.config["time_features"], list(noise_hidden),
-                                 chunk * action_dim)  # fmt: skip
+            self.noise_net = mlp(model.feature_dim + model.config["time_features"], list(noise_hidden),
+                                 int(np.prod(model.noise_shape)))  # fmt: skip
         # DPPO fine-tunes the last K′ steps only: the first K − K′ run a frozen copy (never sent, rebuilt by each
         # process from the checkpoint); a list keeps it out of the state dict
-        self.frozen = [copy.deepcopy(model).requires_grad_(False)]
+        self.frozen = [copy.deepcopy(model).requires_grad_(False) if self.stochastic_steps < self.steps else None]
         self.execute_steps = min(execute_steps or chunk, chunk)
-        self.chain_shape = (self.stochastic_steps + 1, chunk, action_dim)
+        self.chain_shape = (self.stochastic_steps + 1, *model.noise_shape)  # a VLA's: its padded action width
         # each env's running chunk, by its slot in the actor (one actor may step several envs: `actor.num_envs`)
         self.queues: dict[int, collections.deque] = {}
         self.extras_spec = {"chain": ((int(np.prod(self.chain_shape)),), np.float32), "log_prob": ((1,), np.float32),
@@ -94,7 +105,8 @@ class ChainPolicy(nn.Module):
     def _apply(self, fn, recurse: bool = True):
         """`.to(device)` / `.half()` move the frozen copy too (a list hides it from the state dict, not from the
         device: the learner on a GPU runs its first K − K′ steps there)."""
-        self.frozen[0]._apply(fn, recurse)
+        if self.frozen[0] is not None:
+            self.frozen[0]._apply(fn, recurse)
         return super()._apply(fn, recurse)
 
     # --- the chain ------------------------------------------------------------------------------
@@ -122,7 +134,7 @@ class ChainPolicy(nn.Module):
         features = features[0] if scored else features[1]
         if self.method == "reinflow":
             mean = x + m.predict(features, x, t) / self.steps
-            raw = self.noise_net(torch.cat([features, m.time_embedding(t, len(x))], dim=-1)).view_as(x)
+            raw = self.noise_net(torch.cat([m.pooled(features), m.time_embedding(t, len(x))], dim=-1)).view_as(x)
             return mean, self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(raw)
         ab = m.alpha_bar[k - 1]
         eps = m.predict(features, x, t)
@@ -137,7 +149,7 @@ class ChainPolicy(nn.Module):
     def sample_chain(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise."""
         features = self.features(obs)
-        b, device = len(features[0]), features[0].device
+        b, device = len(features[0]), self.model.pooled(features[0]).device
         x = torch.randn(b, *self.model.noise_shape, device=device)
         first = self.steps - self.stochastic_steps
         chain, log_prob = [], torch.zeros(b, device=device)
@@ -190,7 +202,8 @@ class ChainPolicy(nn.Module):
             chain, log_prob = self.sample_chain(sub, deterministic)
             for r, j in enumerate(need):
                 flat = chain[r].flatten()
-                queues[j].extend((a, flat, log_prob[r]) for a in chain[r, -1].clamp(-1.0, 1.0)[: self.execute_steps])
+                chunk = self.model.to_actions(chain[r, -1])[: self.execute_steps]
+                queues[j].extend((a, flat, log_prob[r]) for a in chunk)
         action, chain, log_prob = zip(*(q.popleft() for q in queues), strict=True)
         decision = torch.zeros(len(slots), 1)
         decision[need] = 1.0

@@ -80,6 +80,20 @@ class ChunkGenerator(nn.Module):
 
     set_normalisation = BCPolicy.set_normalisation  # per-dimension mean and std of the training states
 
+    @property
+    def feature_dim(self) -> int:
+        return self.encoder.out_dim
+
+    @staticmethod
+    def pooled(features: torch.Tensor) -> torch.Tensor:
+        """The features as one vector per observation (ReinFlow's noise network and PPO's value take it)."""
+        return features
+
+    @staticmethod
+    def to_actions(x: torch.Tensor) -> torch.Tensor:
+        """A sampled chunk → the actions the env executes."""
+        return x.clamp(-1.0, 1.0)
+
     # --- the network ------------------------------------------------------------------------------
     def features(self, obs: dict) -> torch.Tensor:
         state = ((obs["state"] - self.state_mean) / self.state_std).clamp(-NORMALISED_CLIP, NORMALISED_CLIP)

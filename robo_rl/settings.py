@@ -275,7 +275,9 @@ SETTINGS: dict[str, Setting] = {
     "distill.rollout_episodes": _int("distill: teacher rollouts whose states are distilled on", 0),
     "distill.eval_episodes": _int("distill: evaluation episodes of teacher and student", 0),
     "policy.kind": _choice("flow/diffusion policy: its kind", "flow", "diffusion"),
-    "policy.path": Setting("str", "flow/diffusion policy: a robo-rl bc checkpoint to act with", nullable=True),
+    "policy.path": Setting("str", "flow/diffusion policy: a robo-rl bc checkpoint to act with (reinflow: or a "
+                           "LeRobot SmolVLA folder or hub id)", nullable=True),
+    "policy.task": Setting("str", "reinflow on a VLA: its instruction", nullable=True),
     "policy.chunk_size": _int("flow/diffusion policy: actions per sampled chunk", 1, 1000),
     "policy.steps": _int("flow/diffusion policy: integration (flow) or DDIM (diffusion) steps", 1, 1000),
     "policy.time_features": _int("flow/diffusion policy: sinusoidal time features", 2),

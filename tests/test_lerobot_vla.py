@@ -238,3 +238,87 @@ def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
     action = torch.from_numpy(policy_step(policy, obs, deterministic=True)[0])
     after = float(((action - target) ** 2).sum())
     assert after < 0.3 * before, (before, after, action, target)
+
+
+def _batch_of(observations: list[dict]) -> dict:
+    from robo_rl.policy_io import stack_obs
+
+    return stack_obs(observations)
+
+
+def test_reinflow_on_the_vla_is_its_own_sampler_with_exact_log_probs_and_trains_only_the_action_expert(
+        tiny_smolvla, smolvla):  # fmt: skip
+    """ReinFlow's chain over the SmolVLA's action expert: without noise it is SmolVLA's own Euler sampler (the same
+    chunk from the same initial noise); the recorded chain's log-probability is recomputed exactly; only the action
+    expert (and the noise network) get gradients; the VLM is a frozen backbone, never in the weights sent."""
+    from policies.chain import ChainPolicy
+    from robo_rl.algos.base import load_trainable_state, trainable_state
+
+    torch.manual_seed(0)
+    steps = smolvla.policy.config.num_steps
+    policy = ChainPolicy(SPACE, ACTION_DIM, path=str(tiny_smolvla), method="reinflow", steps=steps, task=TASK)
+    assert policy.chain_shape == (steps + 1, *smolvla.noise_shape)
+    obs = _batch_of([observation(i) for i in range(3)])
+    with torch.no_grad():
+        chain, _ = policy.sample_chain(obs, deterministic=True)
+    for i in range(3):  # the mean path is SmolVLA's sampler
+        own = smolvla.predict_chunk(observation(i), noise=chain[i, 0].numpy())
+        np.testing.assert_allclose(policy.model.to_actions(chain[i, -1]).numpy(), own, atol=1e-4)
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+    again, _ = policy.chain_log_prob(obs, chain)
+    assert torch.allclose(again, log_prob, atol=1e-4) and again.requires_grad
+    again.sum().backward()
+    moved = {n.split(".vla.model.")[-1].split(".")[0] if ".vla." in n else n.split(".")[0]
+             for n, p in policy.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}  # fmt: skip
+    assert moved >= {"vlm_with_expert", "action_in_proj", "action_out_proj", "noise_net"}, moved
+    vlm = policy.model.vla.model.vlm_with_expert.vlm
+    assert not any(p.requires_grad or p.grad is not None for p in vlm.parameters())
+    assert any(p.grad is not None for p in policy.model.vla.model.vlm_with_expert.lm_expert.parameters())
+    sent = trainable_state(policy)
+    assert sent and not any(".vlm_with_expert.vlm." in k or ".state_proj." in k for k in sent)
+    other = ChainPolicy(SPACE, ACTION_DIM, path=str(tiny_smolvla), method="reinflow", steps=steps, task=TASK)
+    with torch.no_grad():
+        for p in other.noise_net.parameters():
+            p.add_(1.0)
+    load_trainable_state(other, sent)  # what an actor does with the learner's weights
+    again_other, _ = other.chain_log_prob(obs, chain)
+    assert torch.allclose(again_other, again, atol=1e-5)
+    actions, extras = policy.act_with_extras(obs, slots=[0, 1, 2])  # acting: the env's actions, in [-1, 1]
+    assert actions.shape == (3, ACTION_DIM) and actions.abs().max() <= 1
+    assert extras["chain"].shape == (3, int(np.prod(policy.chain_shape)))
+
+
+def test_reinflow_moves_the_vlas_action_expert_towards_higher_return(tiny_smolvla):
+    """PPO over the SmolVLA's chain on a one-decision task (reward −|a − a*|² over the executed chunk): the action
+    expert moves its chunks towards a*, the VLM's weights stay as they were."""
+    from policies.chain import ChainPolicy
+    from robo_rl.algos.ppo import build_ppo
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = ChainPolicy(SPACE, ACTION_DIM, path=str(tiny_smolvla), method="reinflow", steps=2, task=TASK,
+                         sigma_min=0.1, sigma_max=0.2, noise_hidden=[32])  # fmt: skip
+    vlm_before = {k: v.clone() for k, v in policy.model.vla.model.vlm_with_expert.vlm.state_dict().items()}
+    algo = build_ppo(policy, SPACE, ACTION_DIM, rollout_env_steps=64, batch_size=64, epochs=4, lr_policy=1e-3,
+                     lr_value=3e-3, clip=0.2, value_hidden=[32])  # fmt: skip
+    obs = _batch_of([observation(i % 4) for i in range(64)])
+    target = torch.tensor([0.6, -0.4])
+
+    def rollout():
+        with torch.no_grad():
+            chain, log_prob = policy.sample_chain(obs)
+        actions = torch.stack([policy.model.to_actions(c[-1]) for c in chain])
+        r = -((actions - target) ** 2).sum((-1, -2))
+        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(64),
+                 "steps": torch.full((64,), CHUNK), "continues": torch.zeros(64, dtype=torch.bool),
+                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+        return batch, float(r.mean())
+
+    before = np.mean([rollout()[1] for _ in range(3)])
+    for _ in range(15):
+        metrics = algo.update([rollout()[0]])
+    after = np.mean([rollout()[1] for _ in range(3)])
+    assert after > before + 0.3 * abs(before), (before, after, metrics)
+    for k, v in policy.model.vla.model.vlm_with_expert.vlm.state_dict().items():
+        assert torch.equal(v, vlm_before[k]), f"the frozen VLM moved: {k}"

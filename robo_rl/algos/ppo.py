@@ -45,14 +45,14 @@ class PPO(Algorithm):
     def __init__(self, policy: ChainPolicy, cfg: PPOConfig, spec: BatchSpec) -> None:
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
         self.device = next(policy.parameters()).device
-        self.value = mlp(policy.model.encoder.out_dim, list(cfg.value_hidden), 1).to(self.device)
+        self.value = mlp(policy.model.feature_dim, list(cfg.value_hidden), 1).to(self.device)
         self.policy_optim = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
 
     def values(self, obs: dict) -> torch.Tensor:
         with torch.no_grad():
-            features = self.policy.model.features(obs)
+            features = self.policy.model.pooled(self.policy.model.features(obs))
         return self.value(features).squeeze(-1)
 
     def advantages(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +93,7 @@ class PPO(Algorithm):
                     stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
                 a = norm_adv[idx]
                 policy_loss = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
-                value = self.value(p.model.features(obs).detach()).squeeze(-1)
+                value = self.value(p.model.pooled(p.model.features(obs)).detach()).squeeze(-1)
                 value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
                 loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
                 self.policy_optim.zero_grad(set_to_none=True)
