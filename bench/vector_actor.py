@@ -108,13 +108,12 @@ def main() -> None:
         results[method] = row
     for env in envs:
         env.close()
-    result = {"bench": "vector_actor", "quick": args.quick, "env_steps": env_steps, "repeats": repeats,
-              "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.perf_counter() - start, 1),
-              **results}  # fmt: skip
-    out = ROOT / "bench" / "results" / f"vector_actor{'_quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    text = json.dumps({"bench": "vector_actor", "quick": args.quick, "env_steps": env_steps, "repeats": repeats,
+                       "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.perf_counter() - start, 1),
+                       **results})  # fmt: skip
+    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
+    (ROOT / "bench" / "results" / f"vector_actor{'_quick' if args.quick else ''}.json").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
