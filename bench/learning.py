@@ -309,8 +309,8 @@ def finished_run_seed(run: Path, name: str, overrides: list[str]) -> int:
     for item in overrides:
         key, value = item.split("=", 1)
         key, item = key.lstrip("+"), item.lstrip("+")  # `+key=value` adds a key the config lacks
-        if key in ("experiment", "env"):
-            continue  # config groups: their contents were merged, the name is not kept
+        if "." not in key and (ROOT / "launch" / "conf" / key).is_dir():
+            continue  # a config group (experiment, env, reward=model, ...): its contents were merged, the name not kept
         if OmegaConf.select(cfg, key) != OmegaConf.select(OmegaConf.from_dotlist([item]), key):
             raise SystemExit(f"--runs: {run} has {key}={OmegaConf.select(cfg, key)}, the experiment {value}")
     last = max((run / "checkpoints").glob("step_*.pt"), default=None)
