@@ -133,15 +133,21 @@ class LeRobotBase:
 
     def _batch(self, obs: dict) -> dict:
         """Our observation as the policy's preprocessor expects it: tensors with a batch dim, images float CHW."""
+        return self.batch_of({"state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
+                              "images": {name: torch.from_numpy(np.ascontiguousarray(image))[None]
+                                         for name, image in obs["images"].items()}})  # fmt: skip
+
+    def batch_of(self, obs: dict) -> dict:
+        """A batch of our observations (tensors: state [B, S], uint8 images [B, H, W, C]) as the policy's
+        preprocessor expects it: on the CPU, images float CHW in [0, 1], the task text per row."""
         batch: dict = {}
-        state = torch.as_tensor(np.asarray(obs["state"], np.float32))[None]
         for key, source in self.inputs.items():
             if source == "state":
-                batch[key] = state
+                batch[key] = obs["state"].to("cpu", torch.float32)
             else:
-                image = torch.from_numpy(np.ascontiguousarray(obs["images"][source[7:]]))
-                batch[key] = image.permute(2, 0, 1)[None].to(torch.float32).div_(255.0)
-        batch["task"] = [self.task or ""]
+                image = obs["images"][source[7:]].cpu()
+                batch[key] = image.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
+        batch["task"] = [self.task or ""] * len(obs["state"])
         return batch
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from policies.flow import ChunkGenerator
+
 SUPPORTED = ("smolvla",)
 EXPERT_PARTS = ("vlm_with_expert.lm_expert", "action_in_proj", "action_out_proj", "action_time_mlp_in",
                 "action_time_mlp_out")  # fmt: skip
@@ -82,17 +84,10 @@ class LeRobotFlowExpert(nn.Module):
 
     # --- the prefix -------------------------------------------------------------------------------
     def _batch(self, obs: dict) -> dict:
-        """Our batch of observations (tensors) as the VLA's preprocessor takes it, then preprocessed."""
-        base, n = self.base, len(obs["state"])
-        batch: dict = {}
-        for key, source in base.inputs.items():
-            if source == "state":
-                batch[key] = obs["state"].float().cpu()
-            else:
-                batch[key] = obs["images"][source[7:]].cpu().permute(0, 3, 1, 2).float().div(255.0)
-        batch["task"] = [base.task or ""] * n
+        """Our batch of observations (tensors) through the VLA's preprocessor, on this module's device."""
         device = self.time_freqs.device
-        return {k: v.to(device) if torch.is_tensor(v) else v for k, v in base.preprocessor(batch).items()}
+        batch = self.base.preprocessor(self.base.batch_of(obs))
+        return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
     @torch.no_grad()
     def features(self, obs: dict) -> Prefix:
@@ -120,14 +115,8 @@ class LeRobotFlowExpert(nn.Module):
         return features.pooled
 
     # --- the velocity -----------------------------------------------------------------------------
-    def flow_times(self, steps: int) -> list[float]:
-        return [k / steps for k in range(steps)]
-
-    def time_embedding(self, t: torch.Tensor | float, batch: int) -> torch.Tensor:
-        device = self.time_freqs.device
-        t = t.float()[:, None] if torch.is_tensor(t) else torch.full((batch, 1), float(t), device=device)
-        angles = t * self.time_freqs[None]
-        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    flow_times = ChunkGenerator.flow_times  # the same flow times and sinusoids (of `time_freqs`) as our flows
+    time_embedding = ChunkGenerator.time_embedding
 
     def predict(self, features: Prefix, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """dx/dt at our time t (0 = noise): SmolVLA's velocity at its time 1 − t, sign turned."""
