@@ -165,10 +165,11 @@ class ChainPolicy(nn.Module):
         chain.append(x)
         return torch.stack(chain, dim=1), log_prob
 
-    def chain_log_prob(self, obs: dict, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def chain_log_prob(self, obs: dict, chain: torch.Tensor, features: tuple | None = None,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """log π of each recorded chain [B, K′+1, chunk, A] under the current weights, and the mean per-step
-        Gaussian entropy (for an entropy bonus)."""
-        features = self.features(obs)
+        Gaussian entropy (for an entropy bonus). `features`: `self.features(obs)` where the caller has them."""
+        features = self.features(obs) if features is None else features
         first = self.steps - self.stochastic_steps
         log_prob = torch.zeros(len(chain), device=chain.device)
         entropy = []

@@ -86,14 +86,15 @@ class PPO(Algorithm):
                 idx = order[lo : lo + cfg.batch_size]
                 obs = {"state": batch["obs"]["state"][idx],
                        "images": {k: v[idx] for k, v in batch["obs"]["images"].items()}}  # fmt: skip
-                log_prob, entropy = p.chain_log_prob(obs, chain[idx])
+                features = p.features(obs)  # once: the policy's chain and the value both read them (a VLA's prefix)
+                log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
                 log_ratio = (log_prob - old_log_prob[idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
                 ratio = log_ratio.exp()
                 if "start_log_ratio" not in stats:  # before any step: 0 unless acting and learning disagree
                     stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
                 a = norm_adv[idx]
                 policy_loss = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
-                value = self.value(p.model.pooled(p.model.features(obs)).detach()).squeeze(-1)
+                value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
                 value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
                 loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
                 self.policy_optim.zero_grad(set_to_none=True)
