@@ -63,7 +63,7 @@ def act_envs(policy, envs: list, env_steps: int, seed: int) -> tuple[float, floa
             steps += 1
             if terminated or truncated:
                 obs[i], _ = env.reset()
-                policy.reset(i) if len(envs) > 1 else policy.reset()
+                policy.reset(i)  # env i's chunk (one env: slot 0, as `policy_step` acts)
     return time.perf_counter() - start, in_policy
 
 
