@@ -13,6 +13,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 
 @runtime_checkable
@@ -76,6 +77,19 @@ def action_range(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
         raise ValueError(f"the base's action range does not fit its {base.action_dim} action dimensions "
                          f"(low {low.tolist()}, high {high.tolist()})")  # fmt: skip
     return low, high
+
+
+def state_statistics(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
+    """The per-dimension state mean and std a base normalises its input with (our BC and flow/diffusion
+    checkpoints keep them), or None for a base that keeps none."""
+    model = getattr(base, "policy", None) or getattr(base, "model", None)
+    mean, std = getattr(model, "state_mean", None), getattr(model, "state_std", None)
+    if not isinstance(mean, torch.Tensor) or not isinstance(std, torch.Tensor):
+        return None
+    mean, std = mean.detach().cpu().numpy().astype(np.float32), std.detach().cpu().numpy().astype(np.float32)
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
+        raise ValueError("the base's state statistics are not finite and positive: its checkpoint is corrupt")
+    return mean, std
 
 
 def copy_sharing(obj, memo: dict, *shared):

@@ -24,6 +24,7 @@ from torch.nn import functional as F
 from policies.resnet import IMAGENET_MEAN, IMAGENET_STD, POOLS, PoolHead, ResNet10, load_resnet10
 
 KINDS = ("cnn", "resnet10")
+STATE_CLIP = 10.0  # a normalised state entry far outside the data it was normalised by stays a finite input
 
 
 @dataclass
@@ -207,6 +208,25 @@ class ObservationEncoder(nn.Module):
                     _, c, fh, fw = self.backbone(probe).shape
                 self.cameras[name] = PoolHead(config.pool or "spatial_embedding", c, fh, fw, config.features)
         self.out_dim = state_dim + config.features * len(cameras)
+        self.state_normalised = False  # see set_state_normalisation
+
+    def set_state_normalisation(self, mean, std, clip: float = STATE_CLIP) -> None:
+        """From now on the state enters as (state − mean) / std, clipped to ±clip: raw units (metres, radians)
+        whose informative part moves by millimetres become inputs of about unit size. Buffers that follow
+        `.to(device)` and copies but are not in the state dict: every process derives them from the same source
+        (a residual's base), as the weights' receivers rebuild the policy from the same config."""
+        mean, std = (torch.as_tensor(v, dtype=torch.float32).detach().clone().reshape(-1) for v in (mean, std))
+        if mean.shape != (self.state_dim,) or std.shape != (self.state_dim,):
+            raise ValueError(f"state statistics of {mean.shape[0]}/{std.shape[0]} entries for a "
+                             f"{self.state_dim}-entry state")  # fmt: skip
+        self.register_buffer("state_mean", mean, persistent=False)
+        self.register_buffer("state_std", std, persistent=False)
+        self.state_clip, self.state_normalised = float(clip), True
+
+    def copy_state_normalisation(self, other: ObservationEncoder) -> None:
+        """The same state normalisation as `other` (a critic's encoder from its policy's), or none."""
+        if getattr(other, "state_normalised", False):
+            self.set_state_normalisation(other.state_mean, other.state_std, other.state_clip)  # on its device
 
     @staticmethod
     def _resnet10(config: EncoderConfig) -> ResNet10:
@@ -259,7 +279,10 @@ class ObservationEncoder(nn.Module):
 
     def forward(self, obs: dict) -> torch.Tensor:
         images = self.prepare(obs["images"]) if self.cameras else {}
-        parts = [obs["state"]]
+        state = obs["state"]
+        if self.state_normalised:
+            state = ((state - self.state_mean) / self.state_std).clamp(-self.state_clip, self.state_clip)
+        parts = [state]
         for name, camera in self.cameras.items():
             fmap = self._features(self.backbone_of(name), images[name])
             parts.append(camera.head(fmap) if isinstance(camera, ConvEncoder) else camera(fmap))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing
+from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing, state_statistics
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
 
@@ -55,7 +55,8 @@ def observation_row(obs: dict, i: int) -> dict:
 class ResidualPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
                  hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
-                 encoder: dict | None = None, action_range: str = "data") -> None:  # fmt: skip
+                 encoder: dict | None = None, action_range: str = "data",
+                 state_norm: str = "none") -> None:  # fmt: skip
         super().__init__()
         self.action_dim, self.scale = action_dim, scale
         self.exploration_std, self.warmup_noise = exploration_std, warmup_noise
@@ -70,6 +71,7 @@ class ResidualPolicy(nn.Module):
         if self.base.base.action_dim != action_dim:
             raise ValueError(f"the base acts in {self.base.base.action_dim} dimensions, the task in {action_dim}")
         self.set_action_range(action_range)
+        self.set_state_norm(state_norm)
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
         self.nan_base_steps = 0
 
@@ -91,6 +93,19 @@ class ResidualPolicy(nn.Module):
         lo, hi = np.maximum(-1.0, centre - half), np.minimum(1.0, centre + half)
         for name, value in (("action_half", half), ("action_low", lo), ("action_high", hi)):
             self.register_buffer(name, torch.as_tensor(np.asarray(value, np.float32)), persistent=False)
+
+    def set_state_norm(self, mode: str) -> None:
+        """`base`: the residual (and its critic, `ResidualAlgorithm`) read the state normalised by the base's own
+        training statistics; `none`: raw, as the env gives it (fine where the env scales its state, as our pick
+        task and gym-hil do; robosuite's is in metres, its informative part moving by millimetres)."""
+        if mode not in ("none", "base"):
+            raise ValueError(f"policy.state_norm must be none or base, got '{mode}'")
+        if mode == "base":
+            stats = state_statistics(self.base.base)
+            if stats is None:
+                raise ValueError("policy.state_norm=base needs a base that keeps its state statistics (a robo-rl bc "
+                                 "or flow checkpoint); this base keeps none: set policy.state_norm=none")  # fmt: skip
+            self.encoder.set_state_normalisation(*stats)
 
     def compose(self, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The executed action: base + h · residual, kept inside the widened data range (and [-1, 1]); a base

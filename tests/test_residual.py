@@ -101,13 +101,11 @@ def test_a_chunked_base_runs_open_loop_and_starts_afresh_each_episode_in_every_c
     assert base.calls == 3 and base.resets == 1
 
 
-def test_the_residual_learns_a_bounded_correction_towards_higher_return():
-    """A one-step task: reward −|a − a*(s)|², the base always says 0. The residual must move each action towards
-    a*(s), and stay within its bound where a* lies beyond it."""
+def learn_one_step_task(policy, raw=lambda s: s, updates: int = 400) -> tuple[torch.Tensor, torch.Tensor]:
+    """A one-step task: reward −|a − a*(s)|², the base always says 0; the env shows the state as `raw(s)`.
+    Returns the residual the policy learnt at two states and the bounded correction it should have learnt."""
     torch.manual_seed(0)
     torch.set_num_threads(1)  # small networks: a second thread only waits on a loaded 2-core machine
-    base = LinearBase(np.zeros((2, 3), np.float32))
-    policy = residual_policy(base, scale=0.3)
     space = make_observation_space(3, {})
     algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
                           lr_critic=3e-3, critic_hidden=[64, 64], precision="float32")  # fmt: skip
@@ -118,20 +116,71 @@ def test_the_residual_learns_a_bounded_correction_towards_higher_return():
         s = torch.rand(128, 3, generator=gen) * 2 - 1
         a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
         r = -((a - s @ target.T) ** 2).sum(-1)
-        obs = {"state": s, "images": {}}
+        obs = {"state": raw(s), "images": {}}
         zeros = torch.zeros(128, 2)
         return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
                 "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
-                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+                "next_extras_valid": torch.ones(128, dtype=torch.bool),
+                "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
 
-    for _ in range(400):
+    for _ in range(updates):
         algo.update([batch(), batch()])
     s = torch.tensor([[1.0, 0.0, 0.5], [-1.0, 0.0, -1.0]])
     with torch.no_grad():
-        residual = policy.residual(policy.encoder({"state": s, "images": {}}), torch.zeros(2, 2))
-    wanted = (s @ target.T).clamp(-0.3, 0.3)
+        residual = policy.residual(policy.encoder({"state": raw(s), "images": {}}), torch.zeros(2, 2))
+    return residual, (s @ target.T).clamp(-policy.scale, policy.scale)
+
+
+def test_the_residual_learns_a_bounded_correction_towards_higher_return():
+    """The residual moves each action towards a*(s), and stays within its bound where a* lies beyond it."""
+    policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
+    residual, wanted = learn_one_step_task(policy)
     assert torch.allclose(residual, wanted, atol=0.08), (residual, wanted)
     assert residual.abs().max() <= 0.3 + 1e-6
+
+
+class StatsBase(LinearBase):
+    """A base that keeps the statistics it normalises its input state with, as our BC checkpoints do."""
+
+    def __init__(self, weight, mean, std):
+        super().__init__(weight)
+        self.policy = torch.nn.Module()
+        self.policy.register_buffer("state_mean", torch.as_tensor(mean, dtype=torch.float32))
+        self.policy.register_buffer("state_std", torch.as_tensor(std, dtype=torch.float32))
+
+
+def test_a_state_in_raw_units_is_learnt_from_once_normalised_by_the_bases_statistics():
+    """The same task, shown as robosuite shows positions: metres far from zero, the part that matters moving by
+    centimetres. Read raw, the residual learns next to nothing in the same updates; normalised by the base's own
+    statistics (`policy.state_norm=base`), it learns the correction as on a unit-scale state."""
+    def raw(s):
+        return 1.0 + 0.01 * s
+
+    base = StatsBase(np.zeros((2, 3), np.float32), mean=[1.0] * 3, std=[0.01 / 3**0.5] * 3)
+    space = make_observation_space(3, {})
+    normed = ResidualPolicy(space, 2, base, scale=0.3, hidden=[64, 64], exploration_std=0.0, state_norm="base")
+    residual, wanted = learn_one_step_task(normed, raw)
+    assert torch.allclose(residual, wanted, atol=0.08), (residual, wanted)
+    plain = ResidualPolicy(space, 2, base, scale=0.3, hidden=[64, 64], exploration_std=0.0)
+    residual, wanted = learn_one_step_task(plain, raw)
+    assert (residual - wanted).abs().max() > 0.15, "raw metres should have been hard to learn from"
+
+
+def test_state_normalisation_reaches_the_critic_and_copies_but_not_the_state_dict():
+    base = StatsBase(np.zeros((2, 3), np.float32), mean=[1.0, 2.0, 3.0], std=[0.5, 0.25, 2.0])
+    space = make_observation_space(3, {})
+    policy = ResidualPolicy(space, 2, base, scale=0.3, hidden=[8], state_norm="base")
+    obs = {"state": torch.tensor([[2.0, 2.5, -1.0], [1.0, 2.0, 1e6]]), "images": {}}
+    np.testing.assert_allclose(policy.encoder(obs).numpy(), [[2.0, 2.0, -2.0], [0.0, 0.0, 10.0]])  # clipped at 10
+    algo = build_residual(policy, space, 2, batch_size=8, precision="float32")
+    for encoder in (algo.critic.encoder, algo.target_critic.encoder, copy.deepcopy(policy).encoder):
+        np.testing.assert_allclose(encoder(obs).numpy(), policy.encoder(obs).numpy())
+    assert not any("state_mean" in k for k in [*policy.state_dict(), *algo.critic.state_dict()]), (
+        "every process derives the statistics from the same base: not sent, not saved")
+    with pytest.raises(ValueError, match="state_norm=base needs a base that keeps its state statistics"):
+        ResidualPolicy(space, 2, LinearBase(np.zeros((2, 3), np.float32)), hidden=[8], state_norm="base")
+    with pytest.raises(ValueError, match="state_norm must be none or base"):
+        ResidualPolicy(space, 2, base, hidden=[8], state_norm="demos")
 
 
 def test_demonstrations_get_the_base_action_of_each_decision():

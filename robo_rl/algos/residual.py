@@ -56,7 +56,9 @@ class ResidualAlgorithm(Algorithm):
                                critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
         self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
         self.critic = CriticEnsemble(observation_space, policy.action_dim, critic_cfg, policy.encoder_config,
-                                     share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
+                                     share_frozen_from=policy.encoder)  # fmt: skip
+        self.critic.encoder.copy_state_normalisation(policy.encoder)  # the state as the residual reads it
+        self.critic.to(self.device)
         shared = {id(m): m for m in frozen_backbones(self.critic, policy)}
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
         self.target_policy = copy.deepcopy(policy, shared).requires_grad_(False)
