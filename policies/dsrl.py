@@ -20,7 +20,7 @@ from torch import nn
 
 from policies.base import BasePolicy, copy_sharing
 from policies.gaussian import TanhGaussianPolicy
-from policies.residual import load_base, observation_row
+from policies.residual import load_base, normalise_state_like_base, observation_row
 
 WARMUPS = ("base", "uniform")
 
@@ -37,8 +37,8 @@ class _Chunk:
 class NoisePolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, noise_bound: float = 1.5,
                  hidden: list[int] = (256, 256), log_std_min: float = -5.0, log_std_max: float = 2.0,
-                 encoder: dict | None = None, warmup: str = "base",
-                 execute_steps: int | None = None) -> None:  # fmt: skip
+                 encoder: dict | None = None, warmup: str = "base", execute_steps: int | None = None,
+                 state_norm: str = "none") -> None:  # fmt: skip
         super().__init__()
         if not 0 < noise_bound <= 5:
             raise ValueError(f"policy.noise_bound must be in (0, 5] (the box of the initial noise), got {noise_bound}")
@@ -64,6 +64,7 @@ class NoisePolicy(nn.Module):
         self.actor = TanhGaussianPolicy(observation_space, self.noise_dim, list(hidden), log_std_min, log_std_max,
                                         encoder=encoder)  # fmt: skip
         self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
+        normalise_state_like_base(self.encoder, self.base, state_norm)  # the critics copy it (algos/dsrl.py)
         self.chunk = _Chunk()
         self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32)}
 

@@ -47,6 +47,20 @@ def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> Ba
     raise ValueError(f"policy.base.kind must be bc or lerobot, got '{kind}'")
 
 
+def normalise_state_like_base(encoder, base: BasePolicy, mode: str) -> None:
+    """`policy.state_norm`. `base`: the encoder (and the critics that copy it) read the state normalised by the
+    base's own training statistics; `none`: raw, as the env gives it (fine where the env scales its state, as our
+    pick task and gym-hil do; robosuite's is in metres, its informative part moving by millimetres)."""
+    if mode not in ("none", "base"):
+        raise ValueError(f"policy.state_norm must be none or base, got '{mode}'")
+    if mode == "base":
+        stats = state_statistics(base)
+        if stats is None:
+            raise ValueError("policy.state_norm=base needs a base that keeps its state statistics (a robo-rl bc "
+                             "or flow checkpoint); this base keeps none: set policy.state_norm=none")  # fmt: skip
+        encoder.set_state_normalisation(*stats)
+
+
 def observation_row(obs: dict, i: int) -> dict:
     """Row `i` of a batch of observations (tensors) as one contract observation (numpy), as a base takes it."""
     return {"state": obs["state"][i].cpu().numpy(), "images": {k: v[i].cpu().numpy() for k, v in obs["images"].items()}}
@@ -71,7 +85,7 @@ class ResidualPolicy(nn.Module):
         if self.base.base.action_dim != action_dim:
             raise ValueError(f"the base acts in {self.base.base.action_dim} dimensions, the task in {action_dim}")
         self.set_action_range(action_range)
-        self.set_state_norm(state_norm)
+        normalise_state_like_base(self.encoder, self.base.base, state_norm)  # its critic copies it (algos/residual.py)
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
         self.nan_base_steps = 0
 
@@ -93,19 +107,6 @@ class ResidualPolicy(nn.Module):
         lo, hi = np.maximum(-1.0, centre - half), np.minimum(1.0, centre + half)
         for name, value in (("action_half", half), ("action_low", lo), ("action_high", hi)):
             self.register_buffer(name, torch.as_tensor(np.asarray(value, np.float32)), persistent=False)
-
-    def set_state_norm(self, mode: str) -> None:
-        """`base`: the residual (and its critic, `ResidualAlgorithm`) read the state normalised by the base's own
-        training statistics; `none`: raw, as the env gives it (fine where the env scales its state, as our pick
-        task and gym-hil do; robosuite's is in metres, its informative part moving by millimetres)."""
-        if mode not in ("none", "base"):
-            raise ValueError(f"policy.state_norm must be none or base, got '{mode}'")
-        if mode == "base":
-            stats = state_statistics(self.base.base)
-            if stats is None:
-                raise ValueError("policy.state_norm=base needs a base that keeps its state statistics (a robo-rl bc "
-                                 "or flow checkpoint); this base keeps none: set policy.state_norm=none")  # fmt: skip
-            self.encoder.set_state_normalisation(*stats)
 
     def compose(self, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The executed action: base + h · residual, kept inside the widened data range (and [-1, 1]); a base

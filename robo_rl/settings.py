@@ -265,7 +265,7 @@ SETTINGS: dict[str, Setting] = {
     "policy.warmup_noise": _float("residual: uniform noise on the base during train.random_steps", 0.0, 2.0),
     "policy.action_range": _choice("residual: normalise the correction by the base's data range or [-1, 1]", "data",
                                    "full"),
-    "policy.state_norm": _choice("residual: normalise the state by the base's training statistics (base) or not",
+    "policy.state_norm": _choice("residual, dsrl: read the state normalised by the base's statistics (base) or raw",
                                  "none", "base"),
     "policy.base.kind": _choice("residual: the base policy's kind", "bc", "lerobot"),
     "policy.base.path": Setting("str", "residual: a robo-rl bc checkpoint or a LeRobot policy", nullable=True),

@@ -76,6 +76,19 @@ def test_bases_without_noise_and_bad_settings_are_refused_in_one_line():
         load_config(["experiment=dsrl_pick_cube", "policy.noise_bound=9"])
 
 
+def test_state_normalisation_by_the_flow_bases_statistics_reaches_every_critic():
+    base = flow_base()
+    base.model.state_mean.copy_(torch.tensor([1.0, -2.0]))
+    base.model.state_std.copy_(torch.tensor([0.5, 4.0]))
+    policy = noise_policy(base, state_norm="base")
+    obs = {"state": torch.tensor([[2.0, 2.0]]), "images": {}}
+    np.testing.assert_allclose(policy.encoder(obs).numpy(), [[2.0, 1.0]])
+    algo = build_dsrl(policy, SPACE, 2, batch_size=8, form="aliased", precision="float32")
+    for critic in (algo.noise_critic, algo.action_critic, algo.target_critic):
+        np.testing.assert_allclose(critic.encoder(obs).numpy(), [[2.0, 1.0]])
+    assert noise_policy(base).encoder(obs).numpy().tolist() == [[2.0, 2.0]], "none (the default): raw"
+
+
 def test_the_replay_samples_only_the_steps_that_opened_a_chunk():
     fields = step_fields(2, 2, {}, {"noise": ((6,), np.float32), "decision": ((1,), np.float32)})
     buf = ReplayBuffer(64, fields)

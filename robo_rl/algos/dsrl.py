@@ -48,7 +48,7 @@ class DSRL(Algorithm):
         self.device = next(policy.parameters()).device
         enc = policy.encoder_config
         self.noise_critic = CriticEnsemble(observation_space, policy.noise_dim, cfg, enc,
-                                           share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
+                                           share_frozen_from=policy.encoder)  # fmt: skip
         critics = [self.noise_critic]
         self.action_critic = self.base_model = None
         if cfg.form == "aliased":
@@ -58,8 +58,11 @@ class DSRL(Algorithm):
                                  f"({type(policy.base).__name__}) cannot: use algo.form=noise")  # fmt: skip
             self.base_model = copy.deepcopy(model).to(self.device).requires_grad_(False).eval()
             self.action_critic = CriticEnsemble(observation_space, policy.execute_steps * policy.action_dim, cfg,
-                                                enc, share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
+                                                enc, share_frozen_from=policy.encoder)  # fmt: skip
             critics.append(self.action_critic)
+        for critic in critics:  # the state as the noise actor reads it (policy.state_norm)
+            critic.encoder.copy_state_normalisation(policy.encoder)
+            critic.to(self.device)
         self.td_critic = self.action_critic if cfg.form == "aliased" else self.noise_critic
         shared = {id(m): m for m in frozen_backbones(*critics, policy)}
         self.target_critic = copy.deepcopy(self.td_critic, shared).requires_grad_(False)
