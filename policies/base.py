@@ -81,12 +81,15 @@ def action_range(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
 
 def state_statistics(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
     """The per-dimension state mean and std a base normalises its input with (our BC and flow/diffusion
-    checkpoints keep them), or None for a base that keeps none."""
-    model = getattr(base, "policy", None) or getattr(base, "model", None)
-    mean, std = getattr(model, "state_mean", None), getattr(model, "state_std", None)
-    if not isinstance(mean, torch.Tensor) or not isinstance(std, torch.Tensor):
-        return None
-    mean, std = mean.detach().cpu().numpy().astype(np.float32), std.detach().cpu().numpy().astype(np.float32)
+    checkpoints keep them, a LeRobot policy's dataset statistics give them), or None for a base that keeps none."""
+    if getattr(base, "state_stats", None) is not None:  # a LeRobot base (policies/lerobot_base.py)
+        mean, std = base.state_stats
+    else:
+        model = getattr(base, "policy", None) or getattr(base, "model", None)
+        mean, std = getattr(model, "state_mean", None), getattr(model, "state_std", None)
+        if not isinstance(mean, torch.Tensor) or not isinstance(std, torch.Tensor):
+            return None
+    mean, std = (np.asarray(torch.as_tensor(v).detach().cpu(), np.float32).reshape(-1) for v in (mean, std))
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
         raise ValueError("the base's state statistics are not finite and positive: its checkpoint is corrupt")
     return mean, std

@@ -50,6 +50,7 @@ class LeRobotBase:
         self.inputs = inputs  # policy input feature -> "state" or "images/<camera>"
         self.action_dim, self.task, self.name = action_dim, task, name
         self.action_range = None  # set by `load` from its dataset statistics, where it kept them
+        self.state_stats = None  # (mean, std) of its training state, the same way
         cfg = policy.config
         # a policy that stacks past observations (n_obs_steps > 1) or ensembles chunks over time must see every
         # step: it runs closed-loop through its own select_action and queues; the others run open-loop chunks
@@ -88,6 +89,7 @@ class LeRobotBase:
             raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
         base = cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")
         base.action_range = dataset_action_range(post, action_dim)
+        base.state_stats = dataset_state_statistics(pre, inputs, observation_space["state"].shape[0])
         return base
 
     def reset(self) -> None:
@@ -171,6 +173,26 @@ def dataset_action_range(postprocessor, action_dim: int) -> tuple[np.ndarray, np
                          for k in ("min", "max"))  # fmt: skip
             if low.shape == high.shape == (action_dim,):
                 return low, high
+    return None
+
+
+def dataset_state_statistics(preprocessor, inputs: dict[str, str], state_dim: int) -> tuple | None:
+    """Mean and std of the state the policy was trained on, from its pre-processor's saved statistics of the
+    input our state feeds (min/max give centre and half-range where no mean/std were kept); None where none."""
+    keys = [key for key, source in inputs.items() if source == "state"]
+    for step in getattr(preprocessor, "steps", ()):
+        for key in keys:
+            stats = (getattr(step, "_tensor_stats", None) or {}).get(key) or {}
+            got = {k: v.detach().to("cpu", torch.float32).numpy().reshape(-1) for k, v in stats.items()
+                   if k in ("mean", "std", "min", "max")}  # fmt: skip
+            if "mean" in got and "std" in got:
+                mean, std = got["mean"], got["std"]
+            elif "min" in got and "max" in got:
+                mean, std = (got["max"] + got["min"]) / 2, (got["max"] - got["min"]) / 2
+            else:
+                continue
+            if mean.shape == std.shape == (state_dim,):
+                return mean, np.maximum(std, 1e-2)
     return None
 
 

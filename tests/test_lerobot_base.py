@@ -20,8 +20,9 @@ pytest.importorskip("lerobot.policies.factory")
 from lerobot.configs.types import FeatureType, PolicyFeature  # noqa: E402
 from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # noqa: E402
 
-from policies.base import ChunkedBase  # noqa: E402
+from policies.base import ChunkedBase, state_statistics  # noqa: E402
 from policies.lerobot_base import LeRobotBase  # noqa: E402
+from policies.residual import ResidualPolicy  # noqa: E402
 from robo_rl.envs import make_observation_space  # noqa: E402
 from sim.point_reach import PointReachEnv, PointReachExpert  # noqa: E402
 
@@ -40,7 +41,7 @@ def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
     """A policy from a tiny config, saved as lerobot-train saves it: weights, config and its processors."""
     torch.manual_seed(0)
     policy = get_policy_class(cfg.type)(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats={"observation.state": stats(STATE_DIM),
+    pre, post = make_pre_post_processors(cfg, dataset_stats={"observation.state": stats(STATE_DIM, 0.2, 0.5),
                                                              "observation.environment_state": stats(STATE_DIM),
                                                              "action": action_stats})  # fmt: skip
     for part in (policy, pre, post):
@@ -79,6 +80,12 @@ def test_act_checkpoint_acts_in_our_env_as_lerobot_runs_it(tiny_act):
     assert (base.action_dim, base.chunk_size) == (ACTION_DIM, CHUNK)
     # the dataset's action range, from its saved statistics: what a residual on this base is normalised by
     np.testing.assert_allclose(np.stack(base.action_range), [[-0.5] * ACTION_DIM, [0.8] * ACTION_DIM])
+    # and its state statistics: what a residual's `policy.state_norm=base` normalises the state by
+    np.testing.assert_allclose(np.stack(state_statistics(base)), [[0.2] * STATE_DIM, [0.5] * STATE_DIM])
+    residual = ResidualPolicy(env.observation_space, ACTION_DIM, base, hidden=[8], state_norm="base")
+    state = torch.tensor([[0.7, -0.3, 0.2, 1.2]])
+    np.testing.assert_allclose(residual.encoder({"state": state, "images": {}}).numpy(), [[1.0, -1.0, 0.0, 2.0]],
+                               atol=1e-6)  # fmt: skip
     chunked = ChunkedBase(base)
     observations, actions = run_episode(env, chunked)
     assert actions.shape == (12, ACTION_DIM) and actions.dtype == np.float32
