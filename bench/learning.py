@@ -78,6 +78,9 @@ EXPERIMENTS = {
     "rlpd_lift10": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=10", "algo.init_temperature=0.01",
                      "algo.n_step=3", "algo.target_q_clip=[0,1]", "train.total_env_steps=30000",
                      "train.checkpoint_every_env_steps=3000"], None, "RLPD with residual_lift's demonstrations"),
+    "residual_lift_safe": (["experiment=residual_lift", "algo.actor_start_updates=10000",
+                            "train.checkpoint_every_env_steps=3000"], 0.9,
+                           "residual_lift with ResFiT's 10k critic-only updates"),
     "residual_can": (["experiment=residual_can", "train.checkpoint_every_env_steps=5000"], None,
                      "required: ≥ the BC base + 30 points at 50k env steps "
                      "(published RLPD from scratch: 0.08 at 100k)"),
