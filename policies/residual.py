@@ -61,6 +61,11 @@ def normalise_state_like_base(encoder, base: BasePolicy, mode: str) -> None:
         encoder.set_state_normalisation(*stats)
 
 
+def _full_bound_if_absent(state_dict, prefix, *args) -> None:
+    """A checkpoint written before `bound_fraction` existed used the whole bound."""
+    state_dict.setdefault(prefix + "bound_fraction", torch.ones(()))
+
+
 def observation_row(obs: dict, i: int) -> dict:
     """Row `i` of a batch of observations (tensors) as one contract observation (numpy), as a base takes it."""
     return {"state": obs["state"][i].cpu().numpy(), "images": {k: v[i].cpu().numpy() for k, v in obs["images"].items()}}
@@ -88,6 +93,10 @@ class ResidualPolicy(nn.Module):
         normalise_state_like_base(self.encoder, self.base.base, state_norm)  # its critic copies it (algos/residual.py)
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
         self.nan_base_steps = 0
+        # the share of the bound s the residual may use now (`algo.bound_ramp_updates` grows it from 0 to 1): in
+        # the state dict, so actors receive it with the weights and a checkpoint resumes it
+        self.register_buffer("bound_fraction", torch.ones(()))
+        self._register_load_state_dict_pre_hook(_full_bound_if_absent)
 
     def __deepcopy__(self, memo):  # frozen, and its chunk queue belongs to the episode: one for all copies
         return copy_sharing(self, memo, self.base)
@@ -120,8 +129,9 @@ class ResidualPolicy(nn.Module):
         return ((executed - base) / self.action_half).clamp(-self.scale, self.scale)
 
     def residual(self, features: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
-        """s · tanh(MLP(features, base action)), in [-s, s]."""
-        return self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
+        """f · s · tanh(MLP(features, base action)), in [-f·s, f·s]; f (`bound_fraction`) is 1 unless the
+        algorithm ramps the bound up while its critic is young."""
+        return self.bound_fraction * self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
 
     def reset(self) -> None:
         """A new episode: the base's chunk queue starts afresh."""

@@ -251,6 +251,8 @@ SETTINGS: dict[str, Setting] = {
     "algo.target_noise_std": _float("residual: target smoothing noise, in units of policy.scale", 0.0),
     "algo.target_noise_clip": _float("residual: clip of the target noise, in units of policy.scale", 0.0),
     "algo.actor_start_updates": _int("residual: critic-only updates before the residual moves", 0),
+    "algo.bound_ramp_updates": _int("residual: actor updates over which the residual's bound grows from 0 to "
+                                    "policy.scale (0: the whole bound at once)", 0),
     "algo.intervention_bc_weight": _float("residual: pull towards (executed - base) on human steps", 0.0),
     "algo.residual_l2": _float("residual: weight of the pull towards the base (r = 0) in the actor loss", 0.0),
     # policy

@@ -216,7 +216,7 @@ def test_the_learner_runs_residual_rl_on_a_bc_base_and_resumes_it(tmp_path):
         metrics = learner.update()
         assert np.isfinite(metrics["critic_loss"]) and learner.updates == 4
         sent = learner.algo.actor_weights()
-        assert all(k.startswith(("encoder.", "head.")) for k in sent), "only the residual travels"
+        assert all(k.startswith(("encoder.", "head.")) or k == "bound_fraction" for k in sent), "only the residual travels"
     finally:
         learner.close()
 
@@ -340,3 +340,66 @@ def test_the_pull_towards_the_base_keeps_the_residual_at_zero_where_the_critic_h
     assert learned(True, 0.0).abs().mean() > 0.06  # without the pull it wanders on a flat critic's noise
     moved = learned(False, 0.1).mean(0)
     assert moved[0] > 0.05 and moved[1] < -0.05, moved  # a real gain still moves it towards a* = (0.2, -0.2)
+
+
+def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
+    """algo.bound_ramp_updates: the residual may use only actor_updates / ramp of its bound, so a young critic's
+    push towards the bound costs a small correction at first; the share reaches actors with the weights, resumes
+    from a checkpoint, and a state dict written before it existed loads with the whole bound."""
+    from robo_rl.algos.base import load_trainable_state
+
+    torch.set_num_threads(1)
+    space = make_observation_space(3, {})
+    gen = torch.Generator().manual_seed(2)
+
+    def batch():
+        s = torch.rand(128, 3, generator=gen) * 2 - 1
+        a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
+        r = -((a - torch.tensor([0.3, -0.3])) ** 2).sum(-1)  # the best correction lies at the bound
+        zeros, obs = torch.zeros(128, 2), {"state": s, "images": {}}
+        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
+                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
+                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+
+    def residual_now(policy) -> torch.Tensor:
+        with torch.no_grad():
+            s = torch.rand(256, 3, generator=gen) * 2 - 1
+            return policy.residual(policy.encoder({"state": s, "images": {}}), torch.zeros(256, 2))
+
+    torch.manual_seed(0)
+    policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
+    algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
+                          lr_critic=3e-3, critic_hidden=[64, 64], actor_start_updates=20, bound_ramp_updates=100,
+                          precision="float32")  # fmt: skip
+    assert float(policy.bound_fraction) == 0.0
+    for _ in range(10):  # critic only: no actor step yet, the bound stays shut
+        algo.update([batch(), batch()])
+    assert float(policy.bound_fraction) == 0.0 and algo.actor_updates == 0
+    for _ in range(40):
+        metrics = algo.update([batch(), batch()])
+    assert algo.actor_updates == 40 and float(policy.bound_fraction) == pytest.approx(0.4)
+    assert metrics["bound_fraction"] == pytest.approx(0.39)  # the share the last actor step used
+    early = residual_now(policy).abs().max(0).values
+    assert (early <= 0.4 * 0.3 + 1e-6).all() and (early > 0.1).all(), early  # pushed to the bound it has now
+    assert float(algo.target_policy.bound_fraction) == pytest.approx(0.4)  # the TD target's residual too
+
+    actor = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)  # as an actor builds it
+    load_trainable_state(actor, algo.actor_weights())
+    assert float(actor.bound_fraction) == pytest.approx(0.4)
+    saved = copy.deepcopy(algo.state_dict())  # as a checkpoint file holds it
+    for _ in range(80):
+        algo.update([batch(), batch()])
+    late = residual_now(policy).mean(0)
+    assert float(policy.bound_fraction) == 1.0
+    assert late[0] > 0.2 and late[1] < -0.2, late  # the whole bound once the ramp is over
+
+    resumed = build_residual(residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3), space, 2,
+                             batch_size=128, n_step=1, critic_updates_per_actor=2, critic_hidden=[64, 64],
+                             bound_ramp_updates=100, actor_start_updates=20, precision="float32")  # fmt: skip
+    resumed.load_state_dict(saved)
+    assert float(resumed.policy.bound_fraction) == pytest.approx(0.4) and resumed.actor_updates == 40
+    old = {k: v for k, v in saved["policy"].items() if k != "bound_fraction"}
+    fresh = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
+    fresh.bound_fraction.fill_(0.0)
+    fresh.load_state_dict(old)
+    assert float(fresh.bound_fraction) == 1.0

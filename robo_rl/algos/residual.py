@@ -40,6 +40,7 @@ class ResidualConfig:
     target_noise_std: float = 0.2  # target smoothing noise, in units of the residual's bound
     target_noise_clip: float = 0.5
     actor_start_updates: int = 0  # critic updates before the residual actor moves
+    bound_ramp_updates: int = 0  # > 0: the residual's bound grows linearly from 0 to s over this many actor updates
     intervention_bc_weight: float = 0.0  # pull the residual towards (executed − base) on human steps
     residual_l2: float = 0.0  # > 0: actor loss −Q + this · mean((r/s)²), in Q's units: stay at the base unless Q says
     target_q_clip: tuple[float, float] | None = None
@@ -66,6 +67,7 @@ class ResidualAlgorithm(Algorithm):
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
         self.critic_updates = 0
+        self.set_bound_fraction(0.0 if cfg.bound_ramp_updates > 0 else 1.0)
 
     # --- the update ---------------------------------------------------------------------------
     def update(self, batches: list[dict]) -> dict:
@@ -84,7 +86,24 @@ class ResidualAlgorithm(Algorithm):
             if self.critic_updates > self.cfg.actor_start_updates:
                 with autocast(self.compute_dtype, self.device):
                     metrics.update(self.update_actor(prepared[-1]))
+                self.advance_bound()
         return metrics
+
+    @property
+    def actor_updates(self) -> int:
+        """Actor steps taken so far (one per `update` past `actor_start_updates`)."""
+        past = self.critic_updates - self.cfg.actor_start_updates
+        return max(0, -(-past // self.batch_spec.batches))
+
+    def set_bound_fraction(self, fraction: float) -> None:
+        for policy in (self.policy, self.target_policy):
+            policy.bound_fraction.fill_(fraction)
+
+    def advance_bound(self) -> None:
+        """`bound_ramp_updates`: the bound grows with the actor's updates, so a young critic's errors can cost
+        only small corrections; the exploration noise keeps the whole bound, so the critic still sees its range."""
+        if self.cfg.bound_ramp_updates > 0:
+            self.set_bound_fraction(min(1.0, self.actor_updates / self.cfg.bound_ramp_updates))
 
     def next_base(self, batch: dict) -> torch.Tensor:
         """b': the base's action at next_obs as the actor recorded it; where none was recorded (the step after
@@ -138,7 +157,8 @@ class ResidualAlgorithm(Algorithm):
         nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
         self.actor_optim.step()
         soft_update(self.target_policy, self.policy, self.cfg.tau)
-        return {"actor_loss": actor_loss.item(), "residual_abs_mean": residual.detach().abs().mean().item()}
+        return {"actor_loss": actor_loss.item(), "residual_abs_mean": residual.detach().abs().mean().item(),
+                "bound_fraction": float(self.policy.bound_fraction)}
 
     # --- prior data -----------------------------------------------------------------------------
     def relabel_prior(self, batch: dict) -> dict:
