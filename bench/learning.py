@@ -200,9 +200,13 @@ def rolling(values: np.ndarray, window: int) -> np.ndarray:
     return np.convolve(values, np.ones(window) / window, "valid") if len(values) >= window else np.array([])
 
 
-def base_on_training_stream(run: Path, episodes: int) -> np.ndarray:
+def base_on_training_stream(run: Path, episodes: int, explore: bool = False) -> np.ndarray:
     """Successes of the frozen base alone (deterministic) on the first `episodes` initial states the run's actor
-    saw: its env reset with the run's seed once, then without one, as the actor does."""
+    saw: its env reset with the run's seed once, then without one, as the actor does. With `explore`, the base as
+    the run's actor drives it before learning moves anything: its warm-up (`train.random_steps`) and then its
+    exploration noise (one draw, torch seeded by the run's seed): what the target's margin must absorb."""
+    import torch
+
     from robo_rl.config import load_saved_config, make_env, make_policy
     from robo_rl.policy_io import policy_step
 
@@ -211,18 +215,30 @@ def base_on_training_stream(run: Path, episodes: int) -> np.ndarray:
     policy = make_policy(cfg, env)  # a fresh residual policy: zero correction, the base alone
     # DSRL: the base alone is its own sampler, noise ~ N(0, I) (the warm-up); a residual's is its zero correction
     alone = "base" if getattr(policy, "warmup", None) == "base" else None
+    torch.manual_seed(int(cfg.seed))
     obs, _ = env.reset(seed=int(cfg.seed))
     policy.reset()
-    out = []
+    out, steps = [], 0
     while len(out) < episodes:
-        action = policy_step(policy, obs, deterministic=True, explore=alone is not None)[0]
+        if explore:
+            action = policy_step(policy, obs, deterministic=False, explore=steps < int(cfg.train.random_steps))[0]
+        else:
+            action = policy_step(policy, obs, deterministic=True, explore=alone is not None)[0]
         obs, _, terminated, truncated, info = env.step(action)
+        steps += 1
         if terminated or truncated:
             out.append(bool(info.get("success", False)))
             policy.reset()
             obs, _ = env.reset()
     env.close()
     return np.asarray(out, float)
+
+
+def alone_is_residual(run: Path) -> bool:
+    """A residual run (its exploration is noise around a zero correction; DSRL's base alone already samples)."""
+    from robo_rl.config import load_saved_config
+
+    return "residual" in str(load_saved_config(run / "config.yaml").policy.get("_target_", ""))
 
 
 def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> dict:
@@ -262,6 +278,10 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
                          "base_min_rolling_same_states": round(float(rolling(base, window).min()), 3),
                          "drop_points": round(100 * (base_mean - run_min), 1),
                          "met": bool(base_mean - run_min <= 0.10)}  # fmt: skip
+        if alone_is_residual(run):  # the same statistic for the base driven by the run's warm-up and exploration
+            noisy_min = float(rolling(base_on_training_stream(run, len(early), explore=True), window).min())
+            out["safety"]["base_with_exploration_min_rolling"] = round(noisy_min, 3)
+            out["safety"]["base_with_exploration_drop_points"] = round(100 * (base_mean - noisy_min), 1)
         eval_path = run / "bc" / "eval.json"
         if eval_path.exists():
             out["safety"]["base_success_eval"] = json.loads(eval_path.read_text())["success_rate"]

@@ -137,17 +137,26 @@ def _ensure_base(cfg, run_dir: Path, bar, spec, key: str = "base.path") -> str:
     return str(OmegaConf.select(cfg.policy, key))
 
 
-def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 60.0) -> None:
-    """Wait until the learner writes its pid file (its sockets are bound by then) or dies."""
+LEARNER_START_TIMEOUT_S = 600.0  # a loaded two-core machine starting several runs at once took over 60 s
+
+
+def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = LEARNER_START_TIMEOUT_S) -> None:
+    """Wait until the learner writes its pid file (its sockets are bound by then) or dies. A fresh run's folder is
+    discarded on failure, so the error carries the learner's last log line itself."""
     deadline = time.monotonic() + timeout_s
     pid_file = run_dir / "learner.pid"
     while not (pid_file.exists() and pid_file.read_text() == str(proc.pid)):
         if proc.poll() is not None:
-            lines = (run_dir / "learner.log").read_text().strip().splitlines()
-            raise UsageError(f"the learner failed to start: {lines[-1] if lines else 'no output'}")
+            raise UsageError(f"the learner failed to start: {_last_log_line(run_dir / 'learner.log')}")
         if time.monotonic() > deadline:
-            raise UsageError(f"the learner did not start within {timeout_s:.0f} s (see {run_dir}/learner.log)")
+            raise UsageError(f"the learner did not start within {timeout_s:.0f} s (its last log line: "
+                             f"{_last_log_line(run_dir / 'learner.log')})")  # fmt: skip
         time.sleep(0.1)
+
+
+def _last_log_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else "no output"
 
 
 def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:

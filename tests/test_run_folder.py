@@ -60,6 +60,30 @@ def test_a_learner_that_cannot_bind_its_port_leaves_no_run_folder(tmp_path, caps
     assert not list((tmp_path / "outputs").glob("*/*")), "no run folder left behind"
 
 
+def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_line(tmp_path):
+    """Several runs starting at once on a loaded machine: a learner still importing after 60 s is waited for;
+    past the limit (or dead) the error carries its last log line, since a fresh run's folder is then removed."""
+    import pytest
+
+    from robo_rl.train_local import LEARNER_START_TIMEOUT_S, _wait_for_learner
+
+    assert LEARNER_START_TIMEOUT_S >= 300
+    (tmp_path / "learner.log").write_text("starting\nreplay: opening the store\n")
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(cli.UsageError, match=r"did not start within 1 s \(its last log line: replay: opening"):
+            _wait_for_learner(slow, tmp_path, timeout_s=1.0)
+        (tmp_path / "learner.pid").write_text(str(slow.pid))  # it got there: no error
+        _wait_for_learner(slow, tmp_path, timeout_s=1.0)
+    finally:
+        slow.kill()
+        slow.wait()
+    (tmp_path / "learner.pid").unlink()
+    (tmp_path / "learner.log").write_text("Traceback ...\nValueError: policy.scale must be positive\n")
+    with pytest.raises(cli.UsageError, match="failed to start: ValueError: policy.scale must be positive"):
+        _wait_for_learner(slow, tmp_path, timeout_s=10.0)
+
+
 def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_path):
     run = tmp_path / "run"
     args = [*toy_args(tmp_path), f"run_dir={run}", "train.total_env_steps=300", "train.learning_starts=100",
