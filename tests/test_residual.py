@@ -216,7 +216,8 @@ def test_the_learner_runs_residual_rl_on_a_bc_base_and_resumes_it(tmp_path):
         metrics = learner.update()
         assert np.isfinite(metrics["critic_loss"]) and learner.updates == 4
         sent = learner.algo.actor_weights()
-        assert all(k.startswith(("encoder.", "head.")) or k == "bound_fraction" for k in sent), "only the residual travels"
+        travels = all(k.startswith(("encoder.", "head.")) or k == "bound_fraction" for k in sent)
+        assert travels, "only the residual (and the share of its bound) travels"
     finally:
         learner.close()
 
@@ -359,7 +360,8 @@ def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
         zeros, obs = torch.zeros(128, 2), {"state": s, "images": {}}
         return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
                 "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
-                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+                "next_extras_valid": torch.ones(128, dtype=torch.bool),
+                "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
 
     def residual_now(policy) -> torch.Tensor:
         with torch.no_grad():
