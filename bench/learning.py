@@ -234,13 +234,6 @@ def base_on_training_stream(run: Path, episodes: int, explore: bool = False) -> 
     return np.asarray(out, float)
 
 
-def alone_is_residual(run: Path) -> bool:
-    """A residual run (its exploration is noise around a zero correction; DSRL's base alone already samples)."""
-    from robo_rl.config import load_saved_config
-
-    return "residual" in str(load_saved_config(run / "config.yaml").policy.get("_target_", ""))
-
-
 def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> dict:
     """From the run's episode log: training success per 1k env steps, the env steps at which the rolling-20
     success first reached 0.8, and for a run on a frozen base the safety of learning: the lowest rolling-`window`
@@ -268,7 +261,8 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
 
     from robo_rl.config import load_saved_config
 
-    if OmegaConf.select(load_saved_config(run / "config.yaml"), "policy.base.path"):
+    cfg = load_saved_config(run / "config.yaml")
+    if OmegaConf.select(cfg, "policy.base.path"):
         early = success[steps <= early_steps]
         window = min(window, len(early))  # long episodes (robosuite Can): fewer than `window` in the first 5k
         base = base_on_training_stream(run, len(early))
@@ -278,7 +272,9 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
                          "base_min_rolling_same_states": round(float(rolling(base, window).min()), 3),
                          "drop_points": round(100 * (base_mean - run_min), 1),
                          "met": bool(base_mean - run_min <= 0.10)}  # fmt: skip
-        if alone_is_residual(run):  # the same statistic for the base driven by the run's warm-up and exploration
+        # a residual's exploration is noise around its zero correction (DSRL's base alone already samples): the
+        # same statistic for the base driven by the run's warm-up and exploration
+        if "residual" in str(cfg.policy.get("_target_", "")):
             noisy_min = float(rolling(base_on_training_stream(run, len(early), explore=True), window).min())
             out["safety"]["base_with_exploration_min_rolling"] = round(noisy_min, 3)
             out["safety"]["base_with_exploration_drop_points"] = round(100 * (base_mean - noisy_min), 1)

@@ -81,9 +81,8 @@ def train(overrides: list[str]) -> int:
         return 130
     if procs["learner"].returncode != 0:  # the learner's result decides; an actor failure is the likelier cause
         role = "actor" if procs["actor"].returncode not in (0, None) else "learner"
-        tail = (run_dir / f"{role}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
-        code = procs[role].returncode
-        raise UsageError(f"the {role} process exited with code {code}: {tail[0]} (see {run_dir / role}.log)")
+        code, last = procs[role].returncode, _last_log_line(run_dir / f"{role}.log", empty="(no output)")
+        raise UsageError(f"the {role} process exited with code {code}: {last} (see {run_dir / role}.log)")
     return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
 
 
@@ -154,9 +153,10 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
         time.sleep(0.1)
 
 
-def _last_log_line(path: Path) -> str:
+def _last_log_line(path: Path, empty: str = "no output") -> str:
+    """A child process's last log line, the one that names why it stopped (`empty` when it wrote nothing)."""
     lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
-    return lines[-1] if lines else "no output"
+    return lines[-1] if lines else empty
 
 
 def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
