@@ -74,11 +74,14 @@ def observation_row(obs: dict, i: int) -> dict:
 class ResidualPolicy(nn.Module):
     def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
                  hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
-                 encoder: dict | None = None, action_range: str = "data",
-                 state_norm: str = "none") -> None:  # fmt: skip
+                 encoder: dict | None = None, action_range: str = "data", state_norm: str = "none",
+                 exploration_floor: float = 1.0) -> None:  # fmt: skip
         super().__init__()
+        if not 0.0 <= exploration_floor <= 1.0:
+            raise ValueError(f"policy.exploration_floor must be in [0, 1], got {exploration_floor}")
         self.action_dim, self.scale = action_dim, scale
         self.exploration_std, self.warmup_noise = exploration_std, warmup_noise
+        self.exploration_floor = exploration_floor
         self.encoder_config = EncoderConfig.parse(encoder)  # the critics build theirs from it
         self.encoder = encoder_for_space(observation_space, config=self.encoder_config)
         self.head = mlp(self.encoder.out_dim + action_dim, list(hidden), action_dim)
@@ -150,8 +153,14 @@ class ResidualPolicy(nn.Module):
         base = self.base_action(obs)
         res = self.residual(self.encoder(obs), base)
         if not deterministic:
-            res = (res + self.exploration_std * torch.randn_like(res)).clamp(-self.scale, self.scale)
+            res = (res + self.exploration_noise_std() * torch.randn_like(res)).clamp(-self.scale, self.scale)
         return self.compose(base, res), {"base_action": base}
+
+    def exploration_noise_std(self) -> torch.Tensor:
+        """exploration_std · max(bound share, exploration_floor): with a floor below 1 the noise grows with the
+        bound while `algo.bound_ramp_updates` ramps it up (a young critic's data stays near the base), never
+        below that share of its whole size; at the floor's default 1 it is whole from the start."""
+        return self.exploration_std * self.bound_fraction.clamp(min=self.exploration_floor)
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:

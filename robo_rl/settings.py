@@ -264,6 +264,8 @@ SETTINGS: dict[str, Setting] = {
     "policy.epsilon": _float("random gripper choice this often while training", 0.0, 1.0),
     "policy.scale": _pos("residual: the bound s of the residual correction", high=2.0),
     "policy.exploration_std": _float("residual: Gaussian noise on the residual while training", 0.0),
+    "policy.exploration_floor": _float("residual: the exploration noise's least share while the bound ramps up "
+                                       "(1: whole from the start)", 0.0, 1.0),
     "policy.warmup_noise": _float("residual: uniform noise on the base during train.random_steps", 0.0, 2.0),
     "policy.action_range": _choice("residual: normalise the correction by the base's data range or [-1, 1]", "data",
                                    "full"),

@@ -405,3 +405,26 @@ def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
     fresh.bound_fraction.fill_(0.0)
     fresh.load_state_dict(old)
     assert float(fresh.bound_fraction) == 1.0
+
+
+@pytest.mark.parametrize("floor", [0.25, 1.0])
+def test_exploration_follows_the_ramping_bound_down_to_its_floor(floor):
+    """policy.exploration_floor < 1: the training noise's std is exploration_std * max(bound share, floor), so the
+    first episodes stay near the base while the bound is shut; 1 (the default) keeps it whole; out of range is
+    refused."""
+    base = LinearBase(np.zeros((2, 3), np.float32))
+    policy = ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.3, hidden=[16], exploration_std=0.1,
+                            action_range="full", exploration_floor=floor)  # fmt: skip
+    obs = {"state": torch.zeros(1, 3), "images": {}}
+    torch.manual_seed(0)
+
+    def noise_std(share):
+        policy.bound_fraction.fill_(share)
+        return torch.cat([policy.act(obs)[0] for _ in range(4000)]).std().item()  # the residual is zero: noise only
+
+    assert noise_std(0.0) == pytest.approx(0.1 * floor, rel=0.1)
+    assert noise_std(0.5) == pytest.approx(0.1 * max(0.5, floor), rel=0.1)
+    assert noise_std(1.0) == pytest.approx(0.1, rel=0.1)
+    assert torch.equal(policy.act(obs, deterministic=True), torch.zeros(1, 2))  # evaluation: no noise at all
+    with pytest.raises(ValueError, match="exploration_floor"):
+        ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.3, hidden=[16], exploration_floor=1.5)
