@@ -236,10 +236,25 @@ def base_on_training_stream(run: Path, episodes: int, explore: bool = False) -> 
     return np.asarray(out, float)
 
 
+def safety_statistics(run: np.ndarray, base: np.ndarray, window: int) -> dict:
+    """The safety of learning from the run's early successes and the frozen base's on the same initial states:
+    the run's lowest rolling-`window` success against the base's mean (`drop_points`, `met`: the strict reading),
+    and window for window against the base's own rolling success (`paired_*`: the base's rolling success also
+    falls below its mean by chance, which this does not count against the run). Margin 10 points."""
+    run_rolling, base_rolling = rolling(run, window), rolling(base, window)
+    run_min, base_mean = float(run_rolling.min()), float(base.mean())
+    paired = float((base_rolling - run_rolling).max())
+    return {"min_rolling_success": round(run_min, 3), "base_success_same_states": round(base_mean, 3),
+            "base_min_rolling_same_states": round(float(base_rolling.min()), 3),
+            "drop_points": round(100 * (base_mean - run_min), 1), "met": bool(base_mean - run_min <= 0.10 + 1e-9),
+            "paired_drop_points": round(100 * paired, 1), "paired_met": bool(paired <= 0.10 + 1e-9)}  # fmt: skip
+
+
 def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> dict:
     """From the run's episode log: training success per 1k env steps, the env steps at which the rolling-20
     success first reached 0.8, and for a run on a frozen base the safety of learning: the lowest rolling-`window`
-    success in the first `early_steps` env steps, against the base alone on the same initial states."""
+    success in the first `early_steps` env steps, against the base alone on the same initial states (its mean, and
+    its own rolling success window for window)."""
     episodes = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"episode"' in line]
     episodes = [e for e in episodes if e.get("kind") == "episode"]
     success = np.array([e["success"] for e in episodes], float)
@@ -268,18 +283,15 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
         early = success[steps <= early_steps]
         window = min(window, len(early))  # long episodes (robosuite Can): fewer than `window` in the first 5k
         base = base_on_training_stream(run, len(early))
-        run_min, base_mean = float(rolling(early, window).min()), float(base.mean())
         out["safety"] = {"window": window, "early_env_steps": early_steps, "episodes": len(early),
-                         "min_rolling_success": round(run_min, 3), "base_success_same_states": round(base_mean, 3),
-                         "base_min_rolling_same_states": round(float(rolling(base, window).min()), 3),
-                         "drop_points": round(100 * (base_mean - run_min), 1),
-                         "met": bool(base_mean - run_min <= 0.10)}  # fmt: skip
+                         **safety_statistics(early, base, window)}  # fmt: skip
         # a residual's exploration is noise around its zero correction (DSRL's base alone already samples): the
         # same statistic for the base driven by the run's warm-up and exploration
         if "residual" in str(cfg.policy.get("_target_", "")):
-            noisy_min = float(rolling(base_on_training_stream(run, len(early), explore=True), window).min())
-            out["safety"]["base_with_exploration_min_rolling"] = round(noisy_min, 3)
-            out["safety"]["base_with_exploration_drop_points"] = round(100 * (base_mean - noisy_min), 1)
+            noisy = safety_statistics(base_on_training_stream(run, len(early), explore=True), base, window)
+            out["safety"]["base_with_exploration_min_rolling"] = noisy["min_rolling_success"]
+            out["safety"]["base_with_exploration_drop_points"] = noisy["drop_points"]
+            out["safety"]["base_with_exploration_paired_drop_points"] = noisy["paired_drop_points"]
         eval_path = run / "bc" / "eval.json"
         if eval_path.exists():
             out["safety"]["base_success_eval"] = json.loads(eval_path.read_text())["success_rate"]
