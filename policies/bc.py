@@ -122,7 +122,8 @@ def feature_mismatch(config: dict, observation_space, action_dim: int, state_nam
         return f"action dimension is {config['action_dim']}, the task's is {action_dim}"
     names, task_names = list(config.get("state_names") or []), list(state_names or [])
     if names and task_names and names != task_names:
-        i = next((i for i, (a, b) in enumerate(zip(names, task_names)) if a != b), min(len(names), len(task_names)))
+        pairs = enumerate(zip(names, task_names, strict=False))
+        i = next((i for i, (a, b) in pairs if a != b), min(len(names), len(task_names)))
         ours, theirs = (n[i] if i < len(n) else "(none)" for n in (names, task_names))
         return f"state entry {i} is '{ours}', the task's is '{theirs}'"
     task_cams = {n: list(s.shape[:2]) for n, s in observation_space["images"].spaces.items()}

@@ -231,8 +231,8 @@ def test_bad_input(exported, tmp_path):
 
 def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch):
     """A large export rolls to new parquet and mp4 files at lerobot's size limits; shrunk here to a few frames."""
-    from robo_rl.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
     from robo_rl.datasets import lerobot_writer
+    from robo_rl.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
     from robo_rl.datasets.lerobot_writer import LeRobotV3Writer
 
     monkeypatch.setattr(lerobot_writer, "MB", 0)  # every size limit is reached at once: a video file per episode

@@ -59,7 +59,6 @@ class _VideoStream:
     def add(self, frames: np.ndarray) -> dict:
         """Encode one episode's frames (n, H, W, 3 uint8); return its `videos/<key>/*` metadata."""
         import av
-
         from lerobot.datasets.utils import update_chunk_file_indices
 
         if self.container is not None and self.bytes >= self.meta.video_files_size_in_mb * MB:
