@@ -44,8 +44,9 @@ def fake(cams: list, name: str = "front", **kw) -> FakeCamera:
     return cam
 
 
-def error_within(cam, timeout_s: float = 2.0) -> CameraError:
-    """The CameraError `latest()` raises once the camera's failure shows; fails the test if it never does."""
+def error_within(cam, timeout_s: float = 10.0) -> CameraError:
+    """The CameraError `latest()` raises once the camera's failure shows (returns at once then: the generous bound
+    is for a loaded machine); fails the test if it never does."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -152,7 +153,7 @@ def test_unplugged_camera_raises_its_error_and_stops_its_thread(cams):
     cam.mode = "unplugged"
     err = error_within(cam)
     assert "'side'" in str(err) and "unplugged" in str(err) and "OSError" in str(err)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 10.0  # a bound for a loaded machine; it stops within milliseconds here
     while cam.is_running and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not cam.is_running and camera_threads() == []
