@@ -228,6 +228,7 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
     """A learner started alone and stopped with Ctrl-C (or killed) mid-run: the actor in the other terminal takes
     no steps, keeps its data, and goes on when a learner resumes the run; only the finished run ends it."""
     from tests.test_cli import isolated
+    from tests.test_resume import wait_for
 
     args = [*isolated(tmp_path), "env=point_reach", "demos.num_episodes=3", "train.learning_starts=100",
             "train.total_env_steps=500", "algo.batch_size=32", f"run_dir={tmp_path / 'run'}",
@@ -256,10 +257,7 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
         assert learner.wait(timeout=30) != 0
         time.sleep(3)  # past transport.actor_timeout_s: the actor notices, and holds
         if how == "ctrl-c":  # (on a loaded machine it may take longer to say so)
-            holding = time.monotonic() + 30
-            while "holding" not in (tmp_path / "actor.log").read_text() and time.monotonic() < holding:
-                time.sleep(0.2)
-            assert "holding" in (tmp_path / "actor.log").read_text()
+            wait_for(lambda: "holding" in (tmp_path / "actor.log").read_text(), 30, "the actor to log 'holding'")
         assert actor.poll() is None, (tmp_path / "actor.log").read_text()[-2000:]
         learner = start("learner", f"resume={tmp_path / 'run'}", "logger.progress=false")
         assert learner.wait(timeout=120) == 0, (tmp_path / "learner.log").read_text()[-2000:]
