@@ -280,6 +280,6 @@ class SafetyWrapper(RobotWrapper):
                             idle, self.watchdog_s)  # fmt: skip
 
     def stats(self) -> dict:
-        out = {k: int(v) for k, v in self.counts.items()}
+        out = {k: int(v) for k, v in dict(self.counts).items()}  # one atomic copy: the control loop may be counting
         out["stopped"] = int(self.stopped is not None)
         return out

@@ -120,19 +120,24 @@ class Actor:
         return None
 
     def loop_stats(self) -> dict:
-        """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms."""
+        """Control-loop period and its jitter (|period − 1/control_hz|) over the recent steps, in ms, and the
+        counts of the layers around the loop (safety, human, learned reward). Called on the transport thread: a
+        copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
+        stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
         try:
             t = np.diff(np.array(self.step_starts))
         except RuntimeError:  # the control loop appended while we copied; the next heartbeat will have it
-            return {}
-        if len(t) < 2:
-            return {}
-        jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
-        stats = {"period_ms_p50": float(np.median(t) * 1e3), "jitter_ms_p50": float(np.percentile(jitter, 50)),
-                 "jitter_ms_p99": float(np.percentile(jitter, 99)), "policy_version": self.policy_version,
-                 "refused_steps": self.refused_steps}  # fmt: skip
-        if self.decide_ms:
-            p50, p99 = np.percentile(np.array(self.decide_ms), [50, 99])
+            t = np.zeros(0)
+        if len(t) >= 2:
+            jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
+            stats.update(period_ms_p50=float(np.median(t) * 1e3), jitter_ms_p50=float(np.percentile(jitter, 50)),
+                         jitter_ms_p99=float(np.percentile(jitter, 99)))
+        try:
+            decide = np.array(self.decide_ms)
+        except RuntimeError:  # as above
+            decide = np.zeros(0)
+        if len(decide):
+            p50, p99 = np.percentile(decide, [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
         if self.reward is not None:  # a learned reward: fallback steps (a critic down or slow), scoring time
             try:
@@ -276,6 +281,7 @@ class Actor:
                     if terminated or truncated:
                         episode += 1
                         self._send(pending)
+                        self.transport.beat_soon()
                         self._obs = obs
                         obs, _ = self.env.reset()  # after a safety stop: waits for a human's acknowledgement
                         self._new_episode()
@@ -356,6 +362,7 @@ class Actor:
                         done = terminated or truncated
                     if done:
                         self._send(pending[i])
+                        self.transport.beat_soon()
                         obs[i], _ = env.reset()
                         if hasattr(self.policy, "reset"):
                             self.policy.reset(i)

@@ -266,7 +266,8 @@ class Learner:
             time.sleep(0.2)  # let the stop message leave before the sockets close
             self.close()
             self.metrics.write({"kind": "end", "reason": reason, "crashed": crash is not None,
-                                "checkpoint": str(path) if path else None, "env_steps": self.env_steps})  # fmt: skip
+                                "checkpoint": str(path) if path else None, "env_steps": self.env_steps,
+                                "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}})  # fmt: skip
             self.metrics.close()
         if crash is not None:
             raise crash

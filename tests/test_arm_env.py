@@ -144,5 +144,32 @@ def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_saf
     episodes = [m for m in metrics if m["kind"] == "episode"]
     assert len(episodes) >= 5 and all(e["length"] <= 50 for e in episodes)
     stats = [m["actor_stats"]["actor-0"] for m in metrics if m.get("actor_stats", {}).get("actor-0")]
-    assert stats and stats[-1]["safety_steps"] > 100  # the safety layer's counts reach the learner's metrics
+    assert metrics[-1]["kind"] == "end" and stats[-1] is metrics[-1]["actor_stats"]["actor-0"]  # the final figures
+    # a heartbeat follows each episode's steps, so the counts reach the learner however fast the run goes
+    assert stats[-1]["safety_steps"] > 100  # the safety layer's counts reach the learner's metrics
     assert stats[-1]["safety_workspace"] > 0  # a random policy hits the box
+
+
+def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_races_the_control_loop():
+    import collections
+    from types import SimpleNamespace
+
+    from hardware.safety import SafetyWrapper
+    from robo_rl.actor import Actor
+
+    class Racing(collections.deque):  # what np.array sees when the control loop appends during the copy
+        def __iter__(self):
+            raise RuntimeError("deque mutated during iteration")
+
+    safety = SafetyWrapper.__new__(SafetyWrapper)
+    safety.counts, safety.stopped = collections.Counter(steps=120, workspace=7), None
+    actor = SimpleNamespace(policy_version=3, refused_steps=0, step_starts=Racing([0.0, 0.1, 0.2]),
+                            decide_ms=Racing([1.0, 2.0]), env=SimpleNamespace(control_hz=10), reward=None,
+                            safety=safety, human=None)
+    stats = Actor.loop_stats(actor)
+    assert stats["safety_steps"] == 120 and stats["safety_workspace"] == 7 and stats["safety_stopped"] == 0
+    assert "period_ms_p50" not in stats and "inference_ms_p50" not in stats  # skipped for this beat only
+    actor.step_starts, actor.decide_ms = collections.deque([0.0, 0.1, 0.2]), collections.deque([1.0, 2.0])
+    stats = Actor.loop_stats(actor)
+    assert abs(stats["period_ms_p50"] - 100.0) < 1e-6 and stats["inference_ms_p99"] > 1.0
+    assert stats["safety_steps"] == 120

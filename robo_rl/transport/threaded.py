@@ -43,6 +43,7 @@ class ActorTransport:
         self.bad_weights = 0
         self.error: Exception | None = None
         self._closing = threading.Event()
+        self._beat_now = threading.Event()  # an episode ended: its counts go out with the next pass, not in 0.5 s
         self._thread = threading.Thread(target=self._run, name=f"{link.actor_id}-transport", daemon=True)
 
     def start(self, config_hash: str, hello_timeout_s: float) -> None:
@@ -143,13 +144,19 @@ class ActorTransport:
                     self.hold_reason = None
                 self._load_pending()
                 now = time.monotonic()
-                if now - last_beat > self.heartbeat_every_s:
+                if now - last_beat > self.heartbeat_every_s or self._beat_now.is_set():
+                    self._beat_now.clear()
                     self.link.heartbeat({"outbox_fill": round(self.fill, 3), "dropped_batches": self.dropped_batches,
                                          **self.extra_stats()})  # fmt: skip
                     last_beat = now
         except Exception as e:  # surfaced to the control loop, which stops with this error
             self.error = e
             log.error("transport thread failed: %s", e)
+
+    def beat_soon(self) -> None:
+        """From the control loop at an episode's end: the next pass of the I/O thread sends a heartbeat (after
+        the episode's steps), so the learner's figures (safety counts, interventions) never lag a whole episode."""
+        self._beat_now.set()
 
     def close(self, reason: str, linger_s: float = 2.0) -> None:
         """Stop the thread after the outbox is handed over, say bye, and give unacked data `linger_s`."""
