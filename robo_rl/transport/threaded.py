@@ -144,7 +144,8 @@ class ActorTransport:
                     self.hold_reason = None
                 self._load_pending()
                 now = time.monotonic()
-                if now - last_beat > self.heartbeat_every_s or self._beat_now.is_set():
+                since = now - last_beat
+                if since > self.heartbeat_every_s or (self._beat_now.is_set() and since > 0.05):  # 20 a second at most
                     self._beat_now.clear()
                     self.link.heartbeat({"outbox_fill": round(self.fill, 3), "dropped_batches": self.dropped_batches,
                                          **self.extra_stats()})  # fmt: skip
