@@ -37,6 +37,15 @@ log = logging.getLogger(__name__)
 ENV_SEED_STRIDE = 100_003  # env i of an actor with several starts from seed + i * this (a prime: no overlap soon)
 
 
+def _snapshot(values: collections.deque) -> np.ndarray:
+    """A copy of a deque the control loop appends to, from another thread; empty if an append raced the copy (the
+    next heartbeat has the figures)."""
+    try:
+        return np.array(values)
+    except RuntimeError:  # deque mutated during iteration
+        return np.zeros(0)
+
+
 def _reward_wrapper_class():
     from robo_rl.rewards.wrapper import RewardWrapper
 
@@ -124,18 +133,12 @@ class Actor:
         counts of the layers around the loop (safety, human, learned reward). Called on the transport thread: a
         copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
         stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
-        try:
-            t = np.diff(np.array(self.step_starts))
-        except RuntimeError:  # the control loop appended while we copied; the next heartbeat will have it
-            t = np.zeros(0)
+        t = np.diff(_snapshot(self.step_starts))
         if len(t) >= 2:
             jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
             stats.update(period_ms_p50=float(np.median(t) * 1e3), jitter_ms_p50=float(np.percentile(jitter, 50)),
                          jitter_ms_p99=float(np.percentile(jitter, 99)))
-        try:
-            decide = np.array(self.decide_ms)
-        except RuntimeError:  # as above
-            decide = np.zeros(0)
+        decide = _snapshot(self.decide_ms)
         if len(decide):
             p50, p99 = np.percentile(decide, [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))

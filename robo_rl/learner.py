@@ -267,7 +267,7 @@ class Learner:
             self.close()
             self.metrics.write({"kind": "end", "reason": reason, "crashed": crash is not None,
                                 "checkpoint": str(path) if path else None, "env_steps": self.env_steps,
-                                "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}})  # fmt: skip
+                                "actor_stats": self.link.actor_stats()})  # fmt: skip
             self.metrics.close()
         if crash is not None:
             raise crash
@@ -330,7 +330,7 @@ class Learner:
             "policy_version": self.version, "bad_messages": dict(self.link.bad_messages),
             "duplicates": self.link.duplicates, "internal_errors": self.link.internal_errors,
             "actors_alive": len(self.link.alive_actors),
-            "actor_stats": {a: info["stats"] for a, info in self.link.actors.items()}, **stale, **update_metrics,
+            "actor_stats": self.link.actor_stats(), **stale, **update_metrics,
         })  # fmt: skip
 
     # --- checkpoints --------------------------------------------------------------------------

@@ -358,6 +358,10 @@ class LearnerLink:
     def alive_actors(self) -> list[str]:
         return [a for a, info in self.actors.items() if info.get("alive")]
 
+    def actor_stats(self) -> dict[str, dict]:
+        """Each actor's latest heartbeat stats, for the metrics."""
+        return {a: info["stats"] for a, info in self.actors.items()}
+
     # --- sending ------------------------------------------------------------------------------
     def publish_weights(self, version: int, arrays: dict[str, np.ndarray]) -> None:
         self._weights = encode("weights", {"version": version, "incarnation": self.incarnation}, arrays)
