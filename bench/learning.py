@@ -6,7 +6,7 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py pixels    # our pick task from two 64² cameras + proprio (no cube pose), 10 Hz actor
     python bench/learning.py state     # the same task from state, the reference curve for `pixels`
     python bench/learning.py smoke --quick   # a tiny toy run: checks this script within a minute
-    python bench/learning.py residual_pick / rlpd_pick30 / residual_lift / rlpd_lift10 / residual_can
+    python bench/learning.py residual_pick / rlpd_pick30 / residual_lift / rlpd_lift10 / residual_can / rlpd_can25
                                              # residual RL on a BC base, and RLPD with the same demonstrations
     python bench/learning.py residual_pixels  # residual RL from two 64² cameras on an image BC base
     python bench/learning.py gt_pick_pixels / learned_classifier_pick / learned_progress_pick
@@ -84,6 +84,10 @@ EXPERIMENTS = {
     "residual_can": (["experiment=residual_can", "train.checkpoint_every_env_steps=5000"], None,
                      "required: ≥ the BC base + 30 points at 50k env steps "
                      "(published RLPD from scratch: 0.08 at 100k)"),
+    "rlpd_can25": (["experiment=rlpd", "env=robosuite_can", "demos.num_episodes=25", "algo.init_temperature=0.01",
+                    "algo.n_step=5", "algo.target_q_clip=[0,1]", "train.utd=2", "train.total_env_steps=50000",
+                    "train.checkpoint_every_env_steps=5000"], None,
+                   "RLPD with residual_can's demonstrations, n-step and UTD"),
     "residual_pixels": (["experiment=residual_pick_cube_pixels", "train.total_env_steps=6000"], None,
                         "the state variant (residual_pick) and SAC from the same pixels (pixels)"),
     # human in the loop (issue 13): the simulated human, no scripted demonstrations, beside the same without it
