@@ -50,6 +50,9 @@ HIL_TASKS = {
                    "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
     "pick_state": ["experiment=pick_cube_lift", "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
 }  # fmt: skip
+# HIL-SERL's recipe on gym-hil's task: a discrete open / stay / close gripper chosen by its own critic
+HIL_TASKS["gym_pixels_gripper"] = [*HIL_TASKS["gym_pixels"], "env.gripper=discrete", "policy=hybrid_gripper",
+                                   "algo=sac_gripper"]
 
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {

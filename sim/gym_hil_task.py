@@ -6,6 +6,8 @@ noslip iterations); this adapter only translates:
 - Action ``[dx, dy, dz, gripper]`` in [-1, 1]: the mocap target moves by ``ee_step_m`` x the first three (as
   gym-hil's own `EEActionWrapper` does, default 2.5 cm); gripper is absolute, -1 open .. +1 closed, turned into
   gym-hil's incremental gripper command. gym-hil ignores rotation, so the action has none.
+  `gripper="discrete"` (HIL-SERL's and LeRobot's choice on this task, for a discrete gripper critic): below -0.5
+  open, above 0.5 close, in between keep the present command, as our pick task's option does.
 - State: gym-hil's ``agent_pos`` (joint positions 7, joint velocities 7, gripper command, pinch-point position 3),
   then in state mode ``environment_state`` (block position 3) and the block relative to the pinch point.
   `scale_state=True` (default) brings every entry to about [-1, 1] (gripper command -1 open .. +1 closed,
@@ -68,8 +70,12 @@ class GymHilPickCubeEnv(RobotEnv):
         fast_render: bool = True,  # no shadows, reflections, skybox or anti-aliasing in the cameras
         scale_state: bool = True,  # every state entry to about [-1, 1] (see the module docstring)
         terminate_on_success: bool = True,  # False: a success does not end the episode
+        gripper: str = "absolute",  # "discrete": open / stay / close (see the module docstring)
     ) -> None:
         super().__init__()
+        if gripper not in ("absolute", "discrete"):
+            raise ValueError(f"gripper must be 'absolute' or 'discrete', got {gripper!r}")
+        self.gripper = gripper
         if reward_type not in ("dense", "sparse"):
             raise ValueError(f"reward_type must be 'dense' or 'sparse', got {reward_type!r}")
         if image_size < 1 or control_hz <= 0 or ee_step_m <= 0:
@@ -112,9 +118,19 @@ class GymHilPickCubeEnv(RobotEnv):
             raw, _ = self._env.reset(seed=seed)
         return self._observation(raw), {"success": False}
 
+    def absolute_gripper(self, command: float) -> float:
+        """The absolute gripper command (-1 open .. +1 closed) a gripper action amounts to now: itself, or with
+        `gripper="discrete"` open / close / (between the thresholds) the present command."""
+        if self.gripper == "absolute":
+            return command
+        if abs(command) > 0.5:
+            return float(np.sign(command))
+        return 2.0 * float(self._env.data.ctrl[self._env._gripper_ctrl_id]) / GRIPPER_CTRL_MAX - 1.0
+
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         gripper_now = self._env.data.ctrl[self._env._gripper_ctrl_id] / GRIPPER_CTRL_MAX
-        gripper_cmd = (action[3] + 1.0) / 2.0 - gripper_now  # gym-hil adds this to its command in [0, 1]
+        target = self.absolute_gripper(float(action[3]))
+        gripper_cmd = (target + 1.0) / 2.0 - gripper_now  # gym-hil adds this to its command in [0, 1]
         hil_action = np.concatenate([action[:3] * self.ee_step_m, np.zeros(3), [gripper_cmd]])
         raw, reward, terminated, _, info = self._env.step(hil_action)
         success = bool(info["succeed"])

@@ -332,6 +332,13 @@ class PickCubeEnv(RobotEnv):
         mujoco.mj_forward(m, d)
         return self._observation(), info
 
+    def absolute_gripper(self, command: float) -> float:
+        """The absolute gripper command (-1 open .. +1 closed) a gripper action amounts to now: itself, or with
+        `gripper="discrete"` open / close / (between the thresholds) the last command."""
+        if self.gripper_mode == "absolute":
+            return command
+        return float(np.sign(command)) if abs(command) > 0.5 else self._gripper_cmd
+
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         m, d = self.model, self.data
         n_substeps = self._n_substeps
@@ -343,10 +350,7 @@ class PickCubeEnv(RobotEnv):
         self._ee_target = np.clip(base + action[:3] * self.max_ee_step_m, self.workspace_low_m, self.workspace_high_m)
         self._q_target = self._solve_ik(self._q_target, self._ee_target, IK_ITERS_PER_STEP)
         d.ctrl[:7] = self._q_target
-        if self.gripper_mode == "absolute":
-            self._gripper_cmd = float(action[3])
-        elif abs(action[3]) > 0.5:  # discrete: open / close; in between, stay with the last command
-            self._gripper_cmd = float(np.sign(action[3]))
+        self._gripper_cmd = self.absolute_gripper(float(action[3]))
         d.ctrl[7] = (self._gripper_cmd + 1.0) * 0.5 * GRIPPER_CTRL_MAX
         mujoco.mj_step(m, d, nstep=n_substeps)
         mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's

@@ -4,7 +4,8 @@ It is a teleop device (`kind: sim_human`), so everything a person's intervention
 records, the interventions partition, the metrics) is measured in sim before a person sits down:
   - each step it computes the expert's action on the observation the policy saw; when the policy's proposal differs
     from it by more than `drift_threshold` (max over action dimensions) for `patience` steps in a row, it decides to
-    take over with probability p, and does so `reaction_delay` steps later (a person reacts late);
+    take over with probability p, and does so `reaction_delay` steps later (a person reacts late); on an env with a
+    discrete gripper both are compared as they would act ('stay' is the command the gripper holds);
   - in control it commands the expert's action for `hold_steps` steps, then hands back;
   - p starts at `takeover_prob` and is multiplied by `decay` at each episode (a person intervenes less as the policy
     improves, and tires), never below `min_prob`.
@@ -32,6 +33,7 @@ class SimulatedHuman(TeleopDevice):
         from hydra.utils import instantiate
 
         self.expert = instantiate({**expert, "noise_std": 0.0}, env=env)
+        self._absolute_gripper = getattr(env, "absolute_gripper", None)  # envs with a discrete gripper option
         self.drift_threshold, self.patience, self.delay = float(drift_threshold), int(patience), int(reaction_delay)
         self.hold_steps, self.prob, self.decay, self.min_prob = int(hold_steps), float(takeover_prob), decay, min_prob
         self.rng = np.random.default_rng(seed)
@@ -52,12 +54,20 @@ class SimulatedHuman(TeleopDevice):
         self._reset_episode()
         self._update(is_intervention=False, action=None)
 
+    def _comparable(self, action: np.ndarray) -> np.ndarray:
+        """The action as it would act: on an env with a discrete gripper (open / stay / close), 'stay' and a
+        command the gripper already holds are the same thing, so the gripper entry becomes its absolute command."""
+        action = np.array(action, np.float32)
+        if self._absolute_gripper is not None:
+            action[-1] = self._absolute_gripper(float(action[-1]))
+        return action
+
     def observe(self, obs: dict | None, policy_action: np.ndarray) -> None:
         if obs is None:
             return
         expert_action = self.expert.act(obs)  # every step: the expert's own state (its phase) follows the episode
         if self._holding == 0 and self._countdown is None:
-            drift = float(np.max(np.abs(np.asarray(policy_action, np.float32) - expert_action)))
+            drift = float(np.max(np.abs(self._comparable(policy_action) - self._comparable(expert_action))))
             self._drift_steps = self._drift_steps + 1 if drift > self.drift_threshold else 0
             if self._drift_steps == 0:
                 self._noticed = False

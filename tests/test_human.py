@@ -283,6 +283,34 @@ def test_the_simulated_human_intervenes_less_and_less_often():
     assert steps[0] > 0 and sum(steps[4:]) < sum(steps[:4]), steps
 
 
+def test_on_a_discrete_gripper_the_simulated_human_reads_stay_as_the_command_the_gripper_holds():
+    from sim.experts import PickCubeExpert
+    from sim.pick_cube import PickCubeEnv
+
+    def episode(stay_when_held):
+        base = PickCubeEnv(gripper="discrete")
+        spec = {"kind": "sim_human", "expert": {"_target_": "sim.experts.PickCubeExpert"}, "seed": 0,
+                "patience": 1, "reaction_delay": 0}  # fmt: skip
+        env, mine = InterventionWrapper(base, [spec]), PickCubeExpert(base)
+        obs, _ = env.reset(seed=0)
+        mine.reset()
+        flags = []
+        for _ in range(60):
+            action = mine.act(obs)
+            if stay_when_held or action[3] > 0:  # 'stay' while holding / always 'stay' instead of closing
+                action[3] = 0.0 if (not stay_when_held or action[3] == base._gripper_cmd) else action[3]
+            obs, _, term, trunc, info = env.step(action)
+            flags.append(info["intervention"])
+            if term or trunc:
+                break
+        return flags, info
+
+    flags, info = episode(stay_when_held=True)  # the expert's own moves, 'stay' wherever it holds its command
+    assert info["success"] and not any(flags)
+    flags, _ = episode(stay_when_held=False)  # never closes: it drifts, and the human takes over
+    assert any(flags)
+
+
 # --- interventions through actor, link and learner -----------------------------------------------------------------
 def test_intervention_steps_reach_the_interventions_partition_and_are_sampled_as_prior_data(tmp_path):
     cfg = toy_config(tmp_path, "human=sim", "train.total_env_steps=400", "human.devices.0.hold_steps=3")

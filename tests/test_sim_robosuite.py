@@ -236,6 +236,27 @@ def test_gym_hil_expert_lifts_and_success_is_gym_hils(hil):
         assert hil._env._is_success()
 
 
+def test_gym_hil_discrete_gripper_opens_closes_and_stays():
+    env = GymHilPickCubeEnv(gripper="discrete")
+    env.reset(seed=0)
+    cmd = env.state_names.index("gripper_cmd")
+
+    def hold(value, steps=3):
+        for _ in range(steps):
+            obs, *_ = env.step(np.array([0, 0, 0, value], np.float32))
+        return obs["state"][cmd]
+
+    try:
+        assert hold(0.3) == pytest.approx(-1.0)  # 'stay' from the start: still open
+        assert hold(0.9) == pytest.approx(1.0)  # close: the full command, not 0.9's
+        assert hold(-0.4) == pytest.approx(1.0)  # 'stay' keeps it closed
+        assert hold(-0.6) == pytest.approx(-1.0)  # open
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="gripper must be"):
+        GymHilPickCubeEnv(gripper="sticky")
+
+
 def test_gym_hil_can_go_on_past_a_success(hil):
     expert = GymHilPickCubeExpert(hil, noise_std=0.0, seed=0)
     hil.terminate_on_success = False

@@ -25,6 +25,9 @@ class GripperConfig:
     precision: str = "auto"  # as algo.precision (robo_rl/precision.py)
 
 
+GRIPPER_STATE_NAMES = ("gripper_pos", "gripper_cmd")  # the state entry (-1 open .. +1 closed) of our pick tasks
+
+
 class GripperLearner:
     def __init__(self, q: GripperQ, cfg: GripperConfig) -> None:
         self.q, self.cfg = q, cfg
@@ -108,5 +111,5 @@ def build_sac_gripper(policy: HybridGripperPolicy, observation_space, action_dim
     gripper = GripperLearner(policy.gripper, GripperConfig(
         lr=sac_keys.get("lr_critic", 3e-4), tau=sac_keys.get("tau", 0.005), penalty=gripper_penalty,
         grad_clip_norm=sac_keys.get("grad_clip_norm", 10.0), precision=sac_keys.get("precision", "auto"),
-        gripper_state_index=names.index("gripper_pos") if "gripper_pos" in names else None))  # fmt: skip
+        gripper_state_index=next((names.index(n) for n in GRIPPER_STATE_NAMES if n in names), None)))  # fmt: skip
     return SACWithGripper(policy, arm, gripper)
