@@ -24,14 +24,13 @@ import numpy as np
 from hardware.arm import ArmDriver, ArmState, VirtualClock
 from hardware.cameras import CameraError
 from hardware.kinematics import quat_mul, rotvec_to_quat
-from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from robo_rl.envs.spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
 REACH_SHAPING_PER_M = 10.0  # reach reward -tanh(k d): still has slope 20 cm away
 GRIPPER_MODES = ("absolute", "discrete", "none")  # discrete: below -0.5 open, above 0.5 close, between keep
-DISCRETE_GRIPPER_DEADBAND = 0.5
 
 
 class ReachTask:
@@ -188,10 +187,9 @@ class ArmEnv(RobotEnv):
         if self.rotation:
             quat = quat_mul(rotvec_to_quat(action[3:6] * self.max_rot_step_rad), state.ee_quat)
             self._quat_ref = quat
-        if self.gripper_mode == "absolute":
-            self._gripper_cmd = float((action[-1] + 1.0) / 2.0)
-        elif self.gripper_mode == "discrete" and abs(action[-1]) > DISCRETE_GRIPPER_DEADBAND:
-            self._gripper_cmd = float(action[-1] > 0)
+        if self.has_gripper:  # the driver's command is 0 open .. 1 closed
+            target = gripper_target(self.gripper_mode, float(action[-1]), 2.0 * self._gripper_cmd - 1.0)
+            self._gripper_cmd = (target + 1.0) / 2.0
         q_now = state.joints
         result = self.model.ik(pos, quat, q_now if self.driver.last_command is None else self.driver.last_command)
         info: dict = {}

@@ -36,7 +36,7 @@ if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
 import gymnasium as gym
 import numpy as np
 
-from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from sim.render import fast_renderer
 from sim.seeding import global_numpy_seed
 
@@ -121,11 +121,8 @@ class GymHilPickCubeEnv(RobotEnv):
     def absolute_gripper(self, command: float) -> float:
         """The absolute gripper command (-1 open .. +1 closed) a gripper action amounts to now: itself, or with
         `gripper="discrete"` open / close / (between the thresholds) the present command."""
-        if self.gripper == "absolute":
-            return command
-        if abs(command) > 0.5:
-            return float(np.sign(command))
-        return 2.0 * float(self._env.data.ctrl[self._env._gripper_ctrl_id]) / GRIPPER_CTRL_MAX - 1.0
+        present = 2.0 * float(self._env.data.ctrl[self._env._gripper_ctrl_id]) / GRIPPER_CTRL_MAX - 1.0
+        return gripper_target(self.gripper, command, present)
 
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         gripper_now = self._env.data.ctrl[self._env._gripper_ctrl_id] / GRIPPER_CTRL_MAX

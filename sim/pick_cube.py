@@ -25,7 +25,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from robo_rl.envs import RobotEnv, make_observation_space
+from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from robo_rl.envs.spec import EnvSpec
 from sim.randomize import DomainRandomizer, Randomization
 from sim.render import fast_renderer, look_at_quat, render_cameras
@@ -335,9 +335,7 @@ class PickCubeEnv(RobotEnv):
     def absolute_gripper(self, command: float) -> float:
         """The absolute gripper command (-1 open .. +1 closed) a gripper action amounts to now: itself, or with
         `gripper="discrete"` open / close / (between the thresholds) the last command."""
-        if self.gripper_mode == "absolute":
-            return command
-        return float(np.sign(command)) if abs(command) > 0.5 else self._gripper_cmd
+        return gripper_target(self.gripper_mode, command, self._gripper_cmd)
 
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         m, d = self.model, self.data

@@ -118,6 +118,19 @@ def test_the_reach_task_rewards_getting_closer_and_ends_on_success():
         env.close()
 
 
+def test_a_discrete_gripper_opens_closes_and_keeps_its_command_between_the_thresholds():
+    env = ArmEnv(driver_for("so101"), gripper="discrete")
+    try:
+        env.reset(seed=0)
+        commands = []
+        for value in (0.3, 0.9, -0.4, -0.6, 0.2):
+            env.step(np.array([0.0, 0.0, 0.0, value], np.float32))
+            commands.append(env.gripper_command)
+        assert commands == [0.0, 1.0, 1.0, 0.0, 0.0]  # stay (open), close, stay (closed), open, stay (open)
+    finally:
+        env.close()
+
+
 def test_a_driver_given_built_cannot_be_dry_run_and_a_bad_gripper_mode_is_refused():
     driver = driver_for("franka")
     with pytest.raises(ValueError, match="gripper"):

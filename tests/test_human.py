@@ -297,8 +297,9 @@ def test_on_a_discrete_gripper_the_simulated_human_reads_stay_as_the_command_the
         flags = []
         for _ in range(60):
             action = mine.act(obs)
-            if stay_when_held or action[3] > 0:  # 'stay' while holding / always 'stay' instead of closing
-                action[3] = 0.0 if (not stay_when_held or action[3] == base._gripper_cmd) else action[3]
+            # 'stay' while the gripper holds the expert's command / 'stay' instead of ever closing
+            stay = action[3] == base._gripper_cmd if stay_when_held else action[3] > 0
+            action[3] = 0.0 if stay else action[3]
             obs, _, term, trunc, info = env.step(action)
             flags.append(info["intervention"])
             if term or trunc:

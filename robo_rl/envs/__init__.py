@@ -1,6 +1,7 @@
 """The environment interface shared by simulators (`sim/`) and robots (`hardware/`)."""
 
 from robo_rl.envs.base import (
+    DISCRETE_GRIPPER_DEADBAND,
     ENDED_BY,
     INFO_KEYS,
     RobotEnv,
@@ -8,8 +9,9 @@ from robo_rl.envs.base import (
     SafetyStop,
     check_action,
     check_observation,
+    gripper_target,
     make_observation_space,
 )
 
-__all__ = ["make_observation_space", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper", "SafetyStop", "check_action",
-           "check_observation"]
+__all__ = ["make_observation_space", "DISCRETE_GRIPPER_DEADBAND", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper",
+           "SafetyStop", "check_action", "check_observation", "gripper_target"]

@@ -129,3 +129,15 @@ def make_observation_space(state_dim: int, cameras: dict[str, tuple[int, int]]) 
             "images": gym.spaces.Dict(images),
         }
     )
+
+
+DISCRETE_GRIPPER_DEADBAND = 0.5  # a discrete gripper action: below -0.5 open, above 0.5 close, between keep
+
+
+def gripper_target(mode: str, command: float, present: float) -> float:
+    """The absolute gripper command (-1 open .. +1 closed) a gripper action amounts to, for an env whose gripper
+    mode is `absolute` (the action itself) or `discrete` (open / close, and between the thresholds `present`, the
+    command the gripper holds), as every env with a discrete gripper option reads it."""
+    if mode == "discrete":
+        return float(np.sign(command)) if abs(command) > DISCRETE_GRIPPER_DEADBAND else float(present)
+    return float(command)
