@@ -53,6 +53,8 @@ HIL_TASKS = {
 # HIL-SERL's recipe on gym-hil's task: a discrete open / stay / close gripper chosen by its own critic
 HIL_TASKS["gym_pixels_gripper"] = [*HIL_TASKS["gym_pixels"], "env.gripper=discrete", "policy=hybrid_gripper",
                                    "algo=sac_gripper"]
+# the actor also regressed on the human's corrections (HG-DAgger's data inside SAC's actor loss)
+HIL_TASKS["gym_pixels_bc"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=1.0"]
 
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {

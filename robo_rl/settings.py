@@ -253,7 +253,8 @@ SETTINGS: dict[str, Setting] = {
     "algo.actor_start_updates": _int("residual: critic-only updates before the residual moves", 0),
     "algo.bound_ramp_updates": _int("residual: actor updates over which the residual's bound grows from 0 to "
                                     "policy.scale (0: the whole bound at once)", 0),
-    "algo.intervention_bc_weight": _float("residual: pull towards (executed - base) on human steps", 0.0),
+    "algo.intervention_bc_weight": _float("sac: regress the mean action on the human's; residual: pull towards "
+                                          "(executed - base) on human steps", 0.0),
     "algo.residual_l2": _float("residual: weight of the pull towards the base (r = 0) in the actor loss", 0.0),
     # policy
     "policy.hidden": _ints("policy MLP widths"),

@@ -72,6 +72,8 @@ def test_bases_without_noise_and_bad_settings_are_refused_in_one_line():
         build_dsrl(torch.nn.Linear(2, 2), SPACE, 2, batch_size=8)
     with pytest.raises(ValueError, match="form must be aliased or noise"):
         build_dsrl(noise_policy(), SPACE, 2, batch_size=8, form="both")
+    with pytest.raises(ValueError, match="intervention_bc_weight: DSRL's actor chooses noise"):
+        build_dsrl(noise_policy(), SPACE, 2, batch_size=8, intervention_bc_weight=1.0)
     with pytest.raises(ConfigError, match="policy.noise_bound=9"):
         load_config(["experiment=dsrl_pick_cube", "policy.noise_bound=9"])
 

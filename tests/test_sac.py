@@ -34,3 +34,28 @@ def test_a_malformed_target_clip_is_refused_by_name(bad):
     with pytest.raises(ValueError, match=r"algo.target_q_clip must be \[low, high\] with low < high"):
         build_sac(policy, space, 2, **{**keys, "target_q_clip": bad})
     assert build_sac(policy, space, 2, **{**keys, "target_q_clip": [0, 1]}).cfg.target_q_clip == (0, 1)
+
+
+def test_human_actions_pull_the_mean_action_only_with_the_intervention_weight():
+    """algo.intervention_bc_weight: on intervention rows the deterministic action is regressed on the human's, so on
+    a flat critic (reward 0 for every action) the policy ends where the human steered; at 0 it does not."""
+    space = make_observation_space(3, {})
+    wanted = torch.tensor([0.5, -0.4])
+    moved = {}
+    for weight in (0.0, 5.0):
+        torch.manual_seed(0)
+        policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
+        sac = SAC(policy, space, SACConfig(critic_hidden=(32,), lr_actor=3e-3, intervention_bc_weight=weight,
+                                           precision="float32"))  # fmt: skip
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(200):
+            obs = {"state": torch.rand(64, 3, generator=gen) * 2 - 1, "images": {}}
+            human = torch.arange(64) % 2 == 0
+            action = torch.rand(64, 2, generator=gen) * 2 - 1
+            action[human] = wanted
+            m = sac.update([{"obs": obs, "next_obs": obs, "action": action, "reward": torch.zeros(64),
+                             "discount": torch.zeros(64), "intervention": human}])  # fmt: skip
+        moved[weight] = policy.act({"state": torch.zeros(1, 3), "images": {}}, deterministic=True)[0]
+        assert ("intervention_bc_loss" in m) == (weight > 0)
+    assert torch.allclose(moved[5.0], wanted, atol=0.05), moved[5.0]
+    assert (moved[0.0] - wanted).abs().max() > 0.2, "without the weight, human steps teach only through the critic"

@@ -238,6 +238,9 @@ def build_dsrl(policy: NoisePolicy, observation_space, action_dim: int, state_na
     cfg = DSRLConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
     if cfg.form not in FORMS:
         raise ValueError(f"algo.form must be aliased or noise, got '{cfg.form}'")
+    if cfg.intervention_bc_weight > 0:
+        raise ValueError("algo.intervention_bc_weight: DSRL's actor chooses noise, not actions, so there is no human "
+                         "action to regress it on (interventions train its action critic); leave it at 0")
     e = policy.execute_steps
     spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=e if e > 1 else n_step,
                      gamma=cfg.gamma, chunk=e, extras=("noise",), where="decision")  # fmt: skip

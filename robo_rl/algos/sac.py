@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from policies.encoders import (
     EncoderConfig,
@@ -44,6 +45,9 @@ class SACConfig:
     augment_pad: int = 4  # pixels, for random_shift
     target_q_clip: tuple[float, float] | None = None  # clip TD targets to the return's known range (as HER does)
     precision: str = "auto"  # matrix products: auto | float32 | bfloat16 (mixed; see robo_rl/precision.py)
+    # > 0: the actor also regresses its mean action on what the human commanded, on intervention rows (HG-DAgger's
+    # corrections inside SAC's actor loss, as RL-with-BC recipes do); 0: interventions teach the critic only
+    intervention_bc_weight: float = 0.0
 
 
 
@@ -134,6 +138,15 @@ class SAC(Algorithm):
         q = self.critic(batch["obs"], action).mean(dim=0)
         self.critic.requires_grad_(True)
         actor_loss = (self.alpha.detach() * log_prob - q).mean()
+        metrics = {}
+        human = batch.get("intervention")
+        if self.cfg.intervention_bc_weight > 0 and human is not None and bool(human.any()):
+            human = human.bool()
+            # the deterministic action (what evaluation runs) towards the human's, on the steps a human commanded
+            mean_action = torch.tanh(self.policy.distribution_params(features[human])[0])
+            bc_loss = F.mse_loss(mean_action.float(), batch["action"][human].float())
+            actor_loss = actor_loss + self.cfg.intervention_bc_weight * bc_loss
+            metrics["intervention_bc_loss"] = bc_loss.item()
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
@@ -143,7 +156,8 @@ class SAC(Algorithm):
         self.alpha_optim.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optim.step()
-        return {"actor_loss": actor_loss.item(), "alpha": self.alpha.item(), "entropy": -log_prob.mean().item()}
+        return {**metrics, "actor_loss": actor_loss.item(), "alpha": self.alpha.item(),
+                "entropy": -log_prob.mean().item()}
 
     def update(self, critic_batches: list[dict]) -> dict:
         """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
