@@ -4,8 +4,9 @@ inference latency (p50/p99) and success, on our pick task from state.
   teacher   a flow policy (K = policy.steps Euler steps) and a diffusion policy (K DDIM steps), each behaviour-cloned
             from 30 scripted demonstrations (`robo-rl bc policy=flow|diffusion`)
   student   `robo-rl distill` of each: a one-step flow of the same noise
-  latency   `predict_chunk` of teacher and student on the same observations, interleaved call by call (a loaded
-            machine slows both alike), one torch thread, as the actor runs it; the ratio is the figure
+  latency   `predict_chunk` of teacher and student, one torch thread, in alternating blocks of 50 calls (a loaded
+            machine slows both alike, each network warm as an actor running it keeps it): back to back on saved
+            observations (the network's cost), and in the actor's loop with an env step between calls (on the CPU)
   success   teacher and student on the same evaluation seeds
   ppo       wall time of one PPO iteration (a rollout of `rollout` env steps on the pick env with the policy acting,
             then the update: 5 epochs of 128-decision minibatches), ReinFlow (the flow teacher, K = 4 and K = 1
@@ -36,16 +37,32 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def latency(teacher, student, observations: list[dict], calls: int) -> dict:
-    """p50/p99 ms of each, calls interleaved (teacher, student, teacher, ...) over the same observations."""
+def latency(teacher, student, observations: list[dict], calls: int, env=None, block: int = 50) -> dict:
+    """p50/p99 ms of each over `calls` calls, in alternating blocks of `block` calls (teacher, student, teacher, ...),
+    so a loaded machine slows both alike while each runs a stretch of calls as an actor runs its one policy (call by
+    call alternation would make each call find the other network's weights in the caches, which no actor does).
+    Without `env`: the calls back to back on the saved observations (the network's own cost, weights warm). With it:
+    the actor's loop, each call followed by an env step with the chunk's first action (the simulator's memory traffic
+    between two calls, as an actor has it); the first 2 calls of each block are not counted in either."""
     times = {"teacher": [], "student": []}
-    for i in range(calls + 20):
-        obs = observations[i % len(observations)]
+    obs = observations[0]
+    if env is not None:
+        obs, _ = env.reset(seed=0)
+    done = 0
+    while done < calls:
         for name, base in (("teacher", teacher), ("student", student)):
-            start = time.perf_counter()
-            base.predict_chunk(obs)
-            if i >= 20:  # warm-up calls are not counted
-                times[name].append((time.perf_counter() - start) * 1e3)
+            for j in range(block + 2):
+                if env is None:
+                    obs = observations[(done + j) % len(observations)]
+                start = time.perf_counter()
+                chunk = base.predict_chunk(obs)
+                if j >= 2:
+                    times[name].append((time.perf_counter() - start) * 1e3)
+                if env is not None:
+                    obs, _, terminated, truncated, _ = env.step(np.clip(chunk[0], -1.0, 1.0))
+                    if terminated or truncated:
+                        obs, _ = env.reset()
+        done += block
     out = {}
     for name, t in times.items():
         p50, p99 = np.percentile(t, [50, 99])
@@ -98,22 +115,24 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
         for _ in range(20):
             obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
             observations.append(obs)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            calls = 500 if quick else 3000
+            lat = latency(teacher, student, observations, calls)
+            in_loop = latency(teacher, student, observations, calls, env=env) if device == "cpu" else None
+        finally:
+            torch.set_num_threads(threads)
     finally:
         env.close()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        lat = latency(teacher, student, observations, 500 if quick else 3000)
-    finally:
-        torch.set_num_threads(threads)
     t, s = report["teacher"], report["student"]
     return {"kind": kind, "device": device, "teacher_steps": teacher.model.steps,
             "bc_success": bc["eval"]["success_rate"],
             "teacher_success": t["success_rate"], "student_success": s["success_rate"],
             "teacher_success_ci95": t["success_ci95"], "student_success_ci95": s["success_ci95"],
             "success_points": round(100 * (s["success_rate"] - t["success_rate"]), 1), "eval_episodes": t["episodes"],
-            "latency": lat, "distill_final_loss": report["train"]["final_loss"], "bc_s": round(bc_s, 1),
-            "distill_s": round(distill_s, 1)}  # fmt: skip
+            "latency": lat, "latency_in_actor_loop": in_loop, "distill_final_loss": report["train"]["final_loss"],
+            "bc_s": round(bc_s, 1), "distill_s": round(distill_s, 1)}  # fmt: skip
 
 
 def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu") -> dict:
@@ -222,6 +241,12 @@ def main() -> None:
               f"{lat['student']['p99_ms']:.3f} | {lat['speedup_p50']:.1f}x (p50), {lat['speedup_p99']:.1f}x (p99) | "
               f"success {r['teacher_success']:.2f} -> {r['student_success']:.2f} ({r['success_points']:+.0f} points, "
               f"{r['eval_episodes']} episodes)")  # fmt: skip
+        if r["latency_in_actor_loop"]:
+            loop = r["latency_in_actor_loop"]
+            print(f"{'':>9} in the actor's loop (an env step between calls): teacher p50 "
+                  f"{loop['teacher']['p50_ms']:.3f}"
+                  f" ms | one step p50 {loop['student']['p50_ms']:.3f} ms | {loop['speedup_p50']:.1f}x (p50), "
+                  f"{loop['speedup_p99']:.1f}x (p99)")  # fmt: skip
     print(f"PPO iteration ({ppo['rollout_env_steps']} env steps + update): ReinFlow K=4 "
           f"{ppo['reinflow_k4']['iteration_s']:.2f} s, K=1 {ppo['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
           f"{ppo['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {ppo['dppo_over_reinflow_k4']:.1f}x (K=4), "

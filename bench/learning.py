@@ -155,6 +155,10 @@ EXPERIMENTS = {
                               "dsrl_lift with the plain noise-space form at UTD 10 (DSRL's recipe: 20-30)"),
     "reinflow_lift": (["experiment=reinflow_lift"], None,
                       "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # DPPO's robomimic settings: the value warmed up for 2 iterations first, actor lr 1e-4, γ 0.999 (per env step)
+    "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
+                            "algo.gamma=0.999"], None,
+                           "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,

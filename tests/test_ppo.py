@@ -94,6 +94,32 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
     assert np.isfinite(metrics["approx_kl"]) and metrics["decisions"] == 512
 
 
+def test_value_warmup_iterations_train_the_value_and_leave_the_policy_alone():
+    """algo.value_warmup_iterations: the first iterations fit V(s) only (the policy's weights bit for bit unchanged,
+    the value loss falling); the iteration after them moves the policy; a negative count is refused by name."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy("reinflow")
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=2, lr_policy=1e-3,
+                     lr_value=3e-3, clip=0.2, value_hidden=[64], value_warmup_iterations=2)  # fmt: skip
+    s = torch.rand(256, 2) * 2 - 1
+    obs = {"state": s, "images": {}}
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+    batch = {"obs": obs, "next_obs": obs, "reward": s[:, 0] + 1.0, "discount": torch.zeros(256),
+             "steps": torch.full((256,), 4), "continues": torch.zeros(256, dtype=torch.bool),
+             "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    warm = [algo.update([batch]) for _ in range(2)]
+    assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+    assert [m["value_warmup"] for m in warm] == [1.0, 1.0] and warm[1]["value_loss"] < warm[0]["value_loss"]
+    after = algo.update([batch])
+    assert after["value_warmup"] == 0.0
+    assert any(not torch.equal(before[k], v) for k, v in policy.state_dict().items())
+    with pytest.raises(ValueError, match="algo.value_warmup_iterations must be ≥ 0"):
+        build_ppo(policy, SPACE, 2, rollout_env_steps=256, value_warmup_iterations=-1)
+
+
 def test_the_rollout_keeps_the_current_versions_decisions_and_counts_the_rest():
     roll = Rollout(gamma=0.9, env_steps=4)
 

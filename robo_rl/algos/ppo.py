@@ -7,7 +7,7 @@ batch of decisions, and publish new weights after each update. Per update (one P
 
   values V(s) on the decision observations (the policy's features, detached), GAE(γ, λ) over each episode's
   decisions (a chunk of n steps discounts by γ^n), advantages normalised;
-  `epochs` passes of minibatches: ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
+  `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only): ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
 """
 
@@ -39,6 +39,8 @@ class PPOConfig:
     log_ratio_clamp: float = 5.0  # log-probabilities of long chains are large: their difference is bounded
     grad_clip_norm: float = 1.0
     target_kl: float | None = None  # stop the epochs of an iteration once the approximate KL passes this
+    value_warmup_iterations: int = 0  # the first iterations train V(s) only, the policy unchanged (DPPO's and
+    # ReinFlow's critic warm-up: a fresh value function's advantages are noise that would move the policy at random)
 
 
 class PPO(Algorithm):
@@ -80,6 +82,7 @@ class PPO(Algorithm):
         old_log_prob = batch["extras"]["log_prob"].view(n)
         stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
         stop = False
+        warmup = self.iterations < cfg.value_warmup_iterations
         for _ in range(cfg.epochs):
             order = torch.randperm(n)
             for lo in range(0, n, cfg.batch_size):
@@ -97,12 +100,15 @@ class PPO(Algorithm):
                 value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
                 value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
                 loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
+                if warmup:  # the value alone (the policy's graph is not backpropagated)
+                    loss = cfg.value_coef * value_loss
                 self.policy_optim.zero_grad(set_to_none=True)
                 self.value_optim.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(p.parameters(), cfg.grad_clip_norm)
                 nn.utils.clip_grad_norm_(self.value.parameters(), cfg.grad_clip_norm)
-                self.policy_optim.step()
+                if not warmup:
+                    self.policy_optim.step()
                 self.value_optim.step()
                 with torch.no_grad():
                     kl = ((ratio - 1) - log_ratio).mean().item()
@@ -118,7 +124,8 @@ class PPO(Algorithm):
         self.iterations += 1
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out.update(decisions=n, rollout_env_steps=int(batch["steps"].sum()), return_mean=float(returns.mean()),
-                   advantage_std=float(adv.std()) if n > 1 else 0.0, ppo_iteration=self.iterations)
+                   advantage_std=float(adv.std()) if n > 1 else 0.0, ppo_iteration=self.iterations,
+                   value_warmup=float(warmup))
         return out
 
     def state_dict(self) -> dict:
@@ -142,6 +149,8 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
                          "(a diffusion policy)")
     known = PPOConfig.__dataclass_fields__
     cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
+    if cfg.value_warmup_iterations < 0:
+        raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
     if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
         raise ValueError(f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
                          f"{cfg.epochs}, {rollout_env_steps})")  # fmt: skip
