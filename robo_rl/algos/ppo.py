@@ -7,7 +7,8 @@ batch of decisions, and publish new weights after each update. Per update (one P
 
   values V(s) on the decision observations (the policy's features, detached), GAE(γ, λ) over each episode's
   decisions (a chunk of n steps discounts by γ^n), advantages normalised;
-  `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only): ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
+  `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only):
+  ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
 """
 
