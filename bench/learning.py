@@ -55,6 +55,7 @@ HIL_TASKS["gym_pixels_gripper"] = [*HIL_TASKS["gym_pixels"], "env.gripper=discre
                                    "algo=sac_gripper"]
 # the actor also regressed on the human's corrections (HG-DAgger's data inside SAC's actor loss)
 HIL_TASKS["gym_pixels_bc"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=1.0"]
+HIL_TASKS["gym_pixels_bc3"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=3.0"]
 
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
