@@ -15,6 +15,7 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
                                              # the same under residual RL, beside residual_pixels
     python bench/learning.py residual_gym_pixels / learned_progress_residual_gym / learned_classifier_residual_gym
                                              # the second scene (gym-hil's pick-cube), the same critic code
+    python bench/learning.py learned_classifier_hil_gym / learned_progress_hil_gym   # ... with the simulated human
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -122,6 +123,12 @@ EXPERIMENTS = {
     **{f"learned_{kind}_residual_gym": (["experiment=residual_gym_hil_pixels", "reward=model",
                                          f"reward.model={ROOT / 'outputs' / 'bench_critic' / f'gym_hil_{kind}'}"],
                                         None, "required: ≥ 0.9 × residual_gym_pixels at the same env steps")
+       for kind in ("classifier", "progress")},
+    # the second scene with the human in the loop, HIL-SERL's real-robot setup: the simulated human and a learned
+    # reward (the gym-hil models above) instead of the simulator's, against hil_gym_pixels_bc (the simulator's reward)
+    **{f"learned_{kind}_hil_gym": ([*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim", "reward=model",
+                                    f"reward.model={ROOT / 'outputs' / 'bench_critic' / f'gym_hil_{kind}'}"],
+                                   None, "required: ≥ 0.9 × hil_gym_pixels_bc at the same env steps")
        for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
                            "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,

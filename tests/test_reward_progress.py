@@ -51,7 +51,32 @@ def test_the_critic_orders_a_successful_episode_reverses_a_reversed_one_and_know
     assert q["voc_reversed"] <= -0.8, q
     assert q["final_progress_wrong"] < q["final_progress_right"] - 0.3, q
     assert q["stalled_abs_delta"] < 0.1, q
+    # the done head: the flagged last frame found; at most the 2 frames before it (done_last=3 trains them as done)
+    assert q["done_auroc"] >= 0.9 and q["done_tpr_at_0.5"] == 1.0 and q["done_fpr_at_0.5"] <= 2 / 12 + 1e-6, q
     assert seconds < 120
+
+
+def test_every_frame_flagged_a_success_is_a_done_positive_not_only_the_last_ones():
+    """A success held for several steps (an env that does not end at its success, or a person's labels) makes each
+    of those frames a positive for the done head; without flags, a successful episode's last `done_last` frames are
+    (an episode that ends at its success); a mismatched instruction is never done."""
+    from robo_rl.rewards.progress import _sample
+
+    rng = np.random.default_rng(0)
+    held = episode(rng, True, k=0)
+    held.records["success"][6:] = True  # succeeded at frame 6 and held it to the end (frame 12)
+    ended = episode(rng, True, k=1)  # only its last frame flagged
+    for ep, positives in ((held, set(range(6, 13))), (ended, {10, 11, 12})):
+        pairs = _sample([ep], [INSTRUCTION], (INSTRUCTION, "open the drawer"), ("top",), 400,
+                        np.random.default_rng(1), done_last=3)  # fmt: skip
+        frames = pairs.b["top"].numpy()
+        index = {ep.records["image/top"][j].tobytes(): j for j in range(len(ep) + 1)}
+        seen = [index[f.tobytes()] for f in frames]
+        right = np.array([t == INSTRUCTION for t in pairs.text])
+        done = pairs.done.numpy() > 0.5
+        assert {j for j, d in zip(seen, done, strict=True) if d} == positives & set(np.array(seen)[right]), ep
+        assert not done[~right].any(), "a mismatched instruction is never done"
+        assert all(d == (j in positives) for j, d, r in zip(seen, done, right, strict=True) if r)
 
 
 def test_done_is_likely_at_the_end_of_a_success_only(trained):

@@ -8,7 +8,8 @@ Two backbones behind one class (`backbone`):
 
 Training (`train_progress_critic`) uses the anchors' negatives: pairs of a successful episode forward (progress
 (j − i) / T) and reversed (its negative), stalled pairs (a frame against itself: zero), pairs of failed episodes
-(zero), and a successful episode under a mismatched instruction (zero progress, never done).
+(zero), and a successful episode under a mismatched instruction (zero progress, never done). The done head's
+positives are the frames the records flag as a success and a successful episode's last `done_last` frames.
 """
 
 from __future__ import annotations
@@ -217,7 +218,9 @@ def _sample(episodes, instructions, others, cameras, batch, rng, done_last) -> _
         delta = (j - i) / max(t, 1) if kind in (0, 1) else 0.0
         prog = 0.0 if wrong or kind == 3 else j / max(t, 1)
         weight = 0.0 if kind == 3 else 1.0  # how far a failure got is unknown
-        done = float(e.success and not wrong and j >= t + 1 - done_last)
+        # done: the frame shows a success (its record's flag: the simulator's check or a person's label, so a success
+        # held for several steps is done on each of them), or it is among a successful episode's last `done_last`
+        done = float(not wrong and (bool(e.records["success"][j]) or (e.success and j >= t + 1 - done_last)))
         rows.append((e, i, j, text, delta, prog, weight, done))
 
     def frames(idx: int) -> dict:
@@ -275,12 +278,18 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instruction: str) -> dict:
     """VLAC's checks on held-out episodes: value-order correlation of the summed pairwise progress along each
     successful episode (≥ 0.9 wanted) and along it reversed (≤ −0.8), the progress a wrong instruction gets against
-    the right one, and the progress of stalled clips (a frame against itself)."""
+    the right one, and the progress of stalled clips (a frame against itself); and the done head as a success
+    detector on all of them (frame AUROC, and true/false-positive rates at 0.5, the shaper's default threshold)."""
+    from robo_rl.rewards.classifier import auroc
+
     forward, backward, right, wrong, stalled = [], [], [], [], []
+    done_p, done_y = [], []
     for e, text in zip(episodes, instructions, strict=True):
+        frames = {c: e.records[f"image/{c}"] for c in model.cameras}
+        done_p.append(model.score(frames, Task(text)).success_prob)
+        done_y.append(np.asarray(e.records["success"], bool).reshape(-1))
         if not e.success:
             continue
-        frames = {c: e.records[f"image/{c}"] for c in model.cameras}
         s = model.score_episode(frames, Task(text))
         t = np.arange(len(s.delta))
         forward.append(spearman(np.cumsum(s.delta), t))
@@ -289,6 +298,12 @@ def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instr
         right.append(float(s.progress[-1]))
         wrong.append(float(model.score({c: f[-1:] for c, f in frames.items()}, Task(wrong_instruction)).progress[0]))
         stalled.append(float(np.abs(model.score(frames, Task(text), previous=frames).delta).mean()))
+    p, y = np.concatenate(done_p), np.concatenate(done_y)
     return {"episodes": len(forward), "voc": float(np.mean(forward)), "voc_reversed": float(np.mean(backward)),
             "final_progress_right": float(np.mean(right)), "final_progress_wrong": float(np.mean(wrong)),
-            "stalled_abs_delta": float(np.mean(stalled))}  # fmt: skip
+            "stalled_abs_delta": float(np.mean(stalled)),
+            # the done head as a success detector on every held-out frame the records flag (the shaper ends an
+            # episode at success_threshold, 0.5 by default)
+            "done_auroc": auroc(p, y) if y.any() and (~y).any() else float("nan"),
+            "done_tpr_at_0.5": float((p[y] >= 0.5).mean()) if y.any() else float("nan"),
+            "done_fpr_at_0.5": float((p[~y] >= 0.5).mean()) if (~y).any() else float("nan")}  # fmt: skip
