@@ -245,7 +245,8 @@ def report(result: dict) -> None:
     if p := result.get("progress"):
         print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
               f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
-              f"{p['stalled_abs_delta']:.3f}, trained in {p['train_s']} s; one frame "
+              f"{p['stalled_abs_delta']:.3f}, done head AUROC {p['done_auroc']:.3f} (TPR / FPR at 0.5: "
+              f"{p['done_tpr_at_0.5']:.2f} / {p['done_fpr_at_0.5']:.3f}), trained in {p['train_s']} s; one frame "
               f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote (p50)")
         print(f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
               f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor")  # fmt: skip
