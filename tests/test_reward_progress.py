@@ -163,7 +163,9 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
     assert cmd_reward(["eval", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}"]) == 0
     report = json.loads((tmp_path / "critic" / "eval" / "report.json").read_text())
     assert report["episodes"] == 6 and -1 <= report["voc"] <= 1
-    assert "value-order correlation" in (tmp_path / "critic" / "eval" / "report.md").read_text()
+    md = (tmp_path / "critic" / "eval" / "report.md").read_text()
+    assert "value-order correlation" in md and "done head on every frame the records flag: AUROC" in md
+    assert 0 <= report["done_auroc"] <= 1
     assert (tmp_path / "critic" / "eval" / "report.png").stat().st_size > 5000  # the curves
     assert cmd_reward(["relabel", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}",
                        f"out={tmp_path / 'relabelled'}"]) == 0  # fmt: skip

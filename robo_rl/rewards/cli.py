@@ -152,7 +152,10 @@ def _eval(args: list[str]) -> int:
                  f"- the same episodes reversed **{report['voc_reversed']:.3f}** (wanted ≤ −0.8)",
                  f"- final progress with the right instruction {report['final_progress_right']:.3f}, with "
                  f"'{wrong}' {report['final_progress_wrong']:.3f}",
-                 f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)"]  # fmt: skip
+                 f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)",
+                 f"- done head on every frame the records flag: AUROC {report['done_auroc']:.3f}, at 0.5 "
+                 f"true-positive rate {report['done_tpr_at_0.5']:.3f}, false-positive rate "
+                 f"{report['done_fpr_at_0.5']:.3f}"]  # fmt: skip
     out = Path(o.get("out") or Path(o["model"]) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     _plot(model, episodes, instruction, out / "report.png")
