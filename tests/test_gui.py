@@ -50,6 +50,8 @@ class GuiRun:
                                                     log_level="warning", ws="websockets-sansio"))  # fmt: skip
         self.server_thread = threading.Thread(target=self.server.run, daemon=True)
         self.server_thread.start()
+        # listening before any page opens (on a loaded machine the thread can bind after the first goto)
+        wait_until(lambda: self.server.started, timeout_s=60, what="the GUI server to listen")
         (tmp_path / "run").mkdir(parents=True)
         self.learner = Learner(self.cfg, tmp_path / "run", progress=False)
         self.learner_thread = threading.Thread(target=self.learner.run, daemon=True)
@@ -394,6 +396,7 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
                                            ws="websockets-sansio"))  # fmt: skip
     server_thread = threading.Thread(target=server.run, daemon=True)
     server_thread.start()
+    wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
     webs = {name: WebDevice().start() for name in ("arm-left", "arm-right")}
     bridges = [GuiBridge(name, "127.0.0.1", zmq_port, web, _Human(), deadman="continue") for name, web in webs.items()]
     stop = threading.Event()
@@ -493,6 +496,7 @@ def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_butto
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning",
                                            ws="websockets-sansio"))  # fmt: skip
     threading.Thread(target=server.run, daemon=True).start()
+    wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
     outcome: dict = {}
 
     def evaluate():
