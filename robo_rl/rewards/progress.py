@@ -286,11 +286,12 @@ def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instr
     done_p, done_y = [], []
     for e, text in zip(episodes, instructions, strict=True):
         frames = {c: e.records[f"image/{c}"] for c in model.cameras}
-        done_p.append(model.score(frames, Task(text)).success_prob)
+        # success_prob is per frame (the pair's first frame does not enter it): one scoring serves both checks
+        s = model.score_episode(frames, Task(text)) if e.success else model.score(frames, Task(text))
+        done_p.append(s.success_prob)
         done_y.append(np.asarray(e.records["success"], bool).reshape(-1))
         if not e.success:
             continue
-        s = model.score_episode(frames, Task(text))
         t = np.arange(len(s.delta))
         forward.append(spearman(np.cumsum(s.delta), t))
         back = model.score_episode({c: f[::-1].copy() for c, f in frames.items()}, Task(text))
