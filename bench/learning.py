@@ -58,6 +58,14 @@ HIL_TASKS["gym_pixels_gripper"] = [*HIL_TASKS["gym_pixels"], "env.gripper=discre
 HIL_TASKS["gym_pixels_bc"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=1.0"]
 HIL_TASKS["gym_pixels_bc3"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=3.0"]
 
+def learned_reward(model: str) -> list[str]:
+    """The overrides that put a reward model of bench/critic.py (saved under its MODELS) in place of the simulator's
+    reward."""
+    from bench.critic import MODELS
+
+    return ["reward=model", f"reward.model={MODELS / model}"]
+
+
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
     "lift": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01",
@@ -107,27 +115,24 @@ EXPERIMENTS = {
     # same with the simulator's reward. Success is the simulator's in every evaluation.
     "gt_pick_pixels": (["experiment=pick_cube_pixels", "train.total_env_steps=6000",
                         "train.checkpoint_every_env_steps=1000"], None, "the simulator's reward, for learned_*"),
-    **{f"learned_{kind}_pick": (["experiment=pick_cube_pixels", "reward=model",
-                                 f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
-                                 "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
+    **{f"learned_{kind}_pick": (["experiment=pick_cube_pixels", *learned_reward(kind), "train.total_env_steps=6000",
+                                 "train.checkpoint_every_env_steps=1000"], None,
                                 "required: ≥ 0.9 × gt_pick_pixels at the same env steps")
        for kind in ("classifier", "progress")},
     # the same models under the default algorithm (residual RL on an image BC base): beside `residual_pixels`
-    **{f"learned_{kind}_residual_pick": (["experiment=residual_pick_cube_pixels", "reward=model",
-                                          f"reward.model={ROOT / 'outputs' / 'bench_critic' / kind}",
+    **{f"learned_{kind}_residual_pick": (["experiment=residual_pick_cube_pixels", *learned_reward(kind),
                                           "train.total_env_steps=6000"],
                                          None, "required: ≥ 0.9 × residual_pixels at the same env steps")
        for kind in ("classifier", "progress", "classifier_xf")},  # _xf: negatives from the expert's failures too
     # the second scene: gym-hil's pick-cube, the same critic code (models from `bench/critic.py --task gym_hil`)
     "residual_gym_pixels": (["experiment=residual_gym_hil_pixels"], None, "the simulator's reward, for learned_*_gym"),
-    **{f"learned_{kind}_residual_gym": (["experiment=residual_gym_hil_pixels", "reward=model",
-                                         f"reward.model={ROOT / 'outputs' / 'bench_critic' / f'gym_hil_{kind}'}"],
+    **{f"learned_{kind}_residual_gym": (["experiment=residual_gym_hil_pixels", *learned_reward(f"gym_hil_{kind}")],
                                         None, "required: ≥ 0.9 × residual_gym_pixels at the same env steps")
        for kind in ("classifier", "progress")},
     # the second scene with the human in the loop, HIL-SERL's real-robot setup: the simulated human and a learned
     # reward (the gym-hil models above) instead of the simulator's, against hil_gym_pixels_bc (the simulator's reward)
-    **{f"learned_{kind}_hil_gym": ([*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim", "reward=model",
-                                    f"reward.model={ROOT / 'outputs' / 'bench_critic' / f'gym_hil_{kind}'}"],
+    **{f"learned_{kind}_hil_gym": ([*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim",
+                                    *learned_reward(f"gym_hil_{kind}")],
                                    None, "required: ≥ 0.9 × hil_gym_pixels_bc at the same env steps")
        for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
