@@ -27,13 +27,24 @@ PERIOD_S = 0.1  # point_reach's 10 Hz control period
 POINT_WITH_CAMERA = ("env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8")
 
 
+def serve(app, port: int):
+    """The GUI app under uvicorn in a daemon thread, returned once it listens (on a loaded machine the thread can
+    bind after a page's first request); (server, thread)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           ws="websockets-sansio"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
+    return server, thread
+
+
 class GuiRun:
     """A GUI app under uvicorn (a thread), a learner and a real-time actor (threads) on point_reach with a camera
     (or the env `task` names)."""
 
     def __init__(self, tmp_path, *overrides, task=POINT_WITH_CAMERA):
-        import uvicorn
-
         from robo_rl.actor import Actor
         from robo_rl.gui.server import make_app
         from robo_rl.learner import Learner
@@ -46,12 +57,7 @@ class GuiRun:
             "train.total_env_steps=100000", "env.max_episode_steps=200", *overrides,
         )  # fmt: skip
         self.app = make_app(self.cfg)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.http_port,
-                                                    log_level="warning", ws="websockets-sansio"))  # fmt: skip
-        self.server_thread = threading.Thread(target=self.server.run, daemon=True)
-        self.server_thread.start()
-        # listening before any page opens (on a loaded machine the thread can bind after the first goto)
-        wait_until(lambda: self.server.started, timeout_s=60, what="the GUI server to listen")
+        self.server, self.server_thread = serve(self.app, self.http_port)
         (tmp_path / "run").mkdir(parents=True)
         self.learner = Learner(self.cfg, tmp_path / "run", progress=False)
         self.learner_thread = threading.Thread(target=self.learner.run, daemon=True)
@@ -384,19 +390,13 @@ def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_th
 
 
 def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_path, browser):
-    import uvicorn
-
     from hardware.teleop.web import WebDevice
     from robo_rl.gui.bridge import GuiBridge
     from robo_rl.gui.server import make_app
 
     http_port, zmq_port = free_ports(2)
     cfg = toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}")
-    server = uvicorn.Server(uvicorn.Config(make_app(cfg), host="127.0.0.1", port=http_port, log_level="warning",
-                                           ws="websockets-sansio"))  # fmt: skip
-    server_thread = threading.Thread(target=server.run, daemon=True)
-    server_thread.start()
-    wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
+    server, server_thread = serve(make_app(cfg), http_port)
     webs = {name: WebDevice().start() for name in ("arm-left", "arm-right")}
     bridges = [GuiBridge(name, "127.0.0.1", zmq_port, web, _Human(), deadman="continue") for name, web in webs.items()]
     stop = threading.Event()
@@ -484,8 +484,6 @@ def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm
 
 def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_button_answers(tmp_path, browser):
     """`robo-rl eval ... eval.score=human gui=true`: the episode's end asks on the page; its Success labels it."""
-    import uvicorn
-
     from robo_rl.eval_suite import evaluate_on_suite
     from robo_rl.gui.server import make_app
     from tests.test_eval_suite import make_run
@@ -493,10 +491,7 @@ def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_butto
     run = make_run(tmp_path, "still", "bad")  # stands still: every episode reaches the time limit, unlabelled
     http_port, zmq_port = free_ports(2)
     app = make_app(toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning",
-                                           ws="websockets-sansio"))  # fmt: skip
-    threading.Thread(target=server.run, daemon=True).start()
-    wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
+    server, _ = serve(app, http_port)
     outcome: dict = {}
 
     def evaluate():
