@@ -16,6 +16,7 @@ evaluated on a fixed set of seeds with deterministic actions, success judged by 
     python bench/learning.py residual_gym_pixels / learned_progress_residual_gym / learned_classifier_residual_gym
                                              # the second scene (gym-hil's pick-cube), the same critic code
     python bench/learning.py learned_classifier_hil_gym / learned_progress_hil_gym   # ... with the simulated human
+    python bench/learning.py learned_classifier_hil_pick / learned_progress_hil_pick # our pick task, the same way
 
 Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 20 for the others), --add (merge
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
@@ -134,6 +135,12 @@ EXPERIMENTS = {
     **{f"learned_{kind}_hil_gym": ([*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim",
                                     *learned_reward(f"gym_hil_{kind}")],
                                    None, "required: ≥ 0.9 × hil_gym_pixels_bc at the same env steps")
+       for kind in ("classifier", "progress")},
+    # ... and on our pick task: HIL-SERL's recipe (the human's steps teach the critic only) with a learned reward
+    # (the pick models of `bench/critic.py`), against hil_pick_pixels (the simulator's reward)
+    **{f"learned_{kind}_hil_pick": ([*HIL_TASKS["pick_pixels"], "demos.num_episodes=0", "human=sim",
+                                     *learned_reward(kind)],
+                                    None, "required: ≥ 0.9 × hil_pick_pixels at the same env steps")
        for kind in ("classifier", "progress")},
     "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
                            "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
