@@ -173,7 +173,10 @@ def main() -> None:
     parser.add_argument("--expert-failures", type=int, default=0, metavar="N",
                         help="N failed attempts of the scripted expert with more action noise as further negatives "
                              "(N/2 held out); the models are saved with the suffix _xf")
+    parser.add_argument("--gate-quantile", type=float, default=0.99,
+                        help="the classifier's novelty gate keeps this share of held-out success frames (0: no gate)")
     args = parser.parse_args()
+    args.gate_quantile = args.gate_quantile or None
     import torch
 
     torch.set_num_threads(1)
@@ -214,11 +217,12 @@ def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, 
     from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
 
     t = time.monotonic()
-    clf, _ = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
-                              resize=[64, 64], channels=16)  # fmt: skip
+    clf, trained = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
+                                    resize=[64, 64], channels=16, gate_quantile=args.gate_quantile)  # fmt: skip
     clf.instructions = (instruction,)
     clf.save(model_dir)
     quality = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
+               **{k: trained.get(k) for k in ("gate", "gate_quantile", "bank_frames")},
                "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
     return quality, latency(clf, frames, samples)
 
@@ -240,7 +244,7 @@ def report(result: dict) -> None:
     lat, j = result["latency"], result["jitter"]
     if c := result.get("classifier"):
         print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
-              f"(threshold {c['threshold']:.2f}), trained in {c['train_s']} s; one frame "
+              f"(threshold {c['threshold']:.2f}, novelty gate {c['gate']}), trained in {c['train_s']} s; one frame "
               f"{lat['classifier_local']['ms_p50']} ms (p50)")  # fmt: skip
     if p := result.get("progress"):
         print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "

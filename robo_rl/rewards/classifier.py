@@ -11,6 +11,14 @@ evenly, and shifts images at random. The decision `threshold` is then chosen on 
 per-frame false-positive rate at most `max_fpr` (0.5 if that is higher). `evaluate_classifier` reports frame AUROC,
 frame FPR/TPR at the threshold and the per-episode false-positive rate with a `debounce_k`-frame debounce: a false
 success ends an episode early, so that is the figure to watch.
+
+The novelty gate: a classifier trained only on demonstrations and an untrained policy's failures has seen nothing
+between the two, and an RL policy finds frames it scores high that are no success (a cube lifted in a fingertip
+pinch, a cube tossed into the air). `train_classifier` therefore keeps the features of the training success frames
+(the bank) and a distance, `gate`, within which `gate_quantile` of the held-out success frames lie; a frame whose
+nearest success in the bank (per-feature standardised Euclidean distance) is farther than that keeps only
+(gate / distance)^8 of its probability (half at 1.09 × the gate, 1% at 1.78 ×; smooth, so frames still rank): a
+success has to look like some success the classifier was shown. Scores carry the distance as `extra["novelty"]`.
 """
 
 from __future__ import annotations
@@ -32,7 +40,24 @@ from robo_rl.rewards.base import RewardModel, RewardModelError, Scores, Task
 log = logging.getLogger(__name__)
 
 ARCH = {"channels": 32, "features": 64, "hidden": 256, "resize": [128, 128], "image_sizes": None,
-        "kernels": [3, 3, 3, 3], "strides": [2, 2, 2, 1]}  # fmt: skip
+        "kernels": [3, 3, 3, 3], "strides": [2, 2, 2, 1], "bank_size": 0}  # fmt: skip
+BANK_MAX = 4096  # success frames kept for the novelty gate (a random subset beyond that)
+GATE_POWER = 8  # beyond the gate a frame keeps (gate / distance)^8 of its probability: half at 1.09 × the gate
+
+
+class _Bank(nn.Module):
+    """The features of the training success frames, and their per-feature mean and std (saved with the weights)."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("features", torch.zeros(rows, dim))
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    def distance(self, feats: torch.Tensor) -> torch.Tensor:
+        """[B] standardised Euclidean distance of each row of `feats` to its nearest bank row."""
+        bank = (self.features - self.mean) / self.std
+        return torch.cdist((feats - self.mean) / self.std, bank).min(dim=1).values
 
 
 class SuccessClassifier(RewardModel):
@@ -41,13 +66,15 @@ class SuccessClassifier(RewardModel):
     kind = "classifier"
     provides = ("success_prob",)
 
-    def __init__(self, cameras, instructions=(), threshold: float = 0.5, **arch) -> None:
+    def __init__(self, cameras, instructions=(), threshold: float = 0.5, gate: float | None = None,
+                 **arch) -> None:  # fmt: skip
         super().__init__(cameras, instructions)
         unknown = sorted(set(arch) - set(ARCH))
         if unknown:
             raise RewardModelError(f"classifier reward model: unknown settings {unknown} (known: {sorted(ARCH)})")
         self.arch = {**ARCH, **arch}
         self.threshold = float(threshold)
+        self.gate = None if gate is None else float(gate)  # the novelty gate's distance (None: no gate)
         resize, sizes = self.arch["resize"], self.arch["image_sizes"] or {}
         if resize is None and any(c not in sizes for c in self.cameras):
             raise RewardModelError(f"classifier with resize=None needs image_sizes for cameras {list(self.cameras)}")
@@ -63,6 +90,8 @@ class SuccessClassifier(RewardModel):
         features, hidden = self.arch["features"] * len(self.cameras), self.arch["hidden"]
         head = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.net = nn.ModuleDict({"encoders": nn.ModuleDict(encoders), "head": head})
+        if self.arch["bank_size"]:
+            self.net["bank"] = _Bank(int(self.arch["bank_size"]), features)
 
     @property
     def device(self) -> torch.device:
@@ -86,27 +115,53 @@ class SuccessClassifier(RewardModel):
             out[cam] = image
         return out
 
-    def logits(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
+    def features(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[B, features × cameras]: what the head reads (and the novelty gate compares)."""
         images = self.prepare(images)
-        feats = [self.net["encoders"][cam](images[cam]) for cam in self.cameras]
-        return self.net["head"](torch.cat(feats, dim=-1)).squeeze(-1)
+        return torch.cat([self.net["encoders"][cam](images[cam]) for cam in self.cameras], dim=-1)
+
+    def logits(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net["head"](self.features(images)).squeeze(-1)
+
+    def set_bank(self, feats: torch.Tensor) -> None:
+        """Keep `feats` [N, F] (the training success frames' features) for the novelty gate."""
+        feats = feats.detach().float().cpu()
+        bank = _Bank(len(feats), feats.shape[1])
+        bank.features.copy_(feats)
+        bank.mean.copy_(feats.mean(0))
+        std = feats.std(0, unbiased=False)
+        bank.std.copy_(std.clamp_min(0.1 * float(std.mean()) + 1e-6))  # a near-constant feature does not dominate
+        self.net["bank"] = bank.to(self.device)
+        self.arch["bank_size"] = len(feats)
+
+    def novelty(self, feats: torch.Tensor) -> torch.Tensor | None:
+        """Each frame's distance to the nearest training success (None without a bank)."""
+        return self.net["bank"].distance(feats) if "bank" in self.net else None
 
     def score(self, frames: dict[str, np.ndarray], task: Task, previous=None, batch: int = 256) -> Scores:
         n = self.check_frames(frames)
         self.check_instruction(task.instruction)
-        out, was_training = [], self.net.training
+        out, far, was_training = [], [], self.net.training
         self.net.eval()
         with torch.no_grad():
             for i in range(0, n, batch):
                 chunk = {c: torch.from_numpy(np.ascontiguousarray(frames[c][i : i + batch])).to(self.device)
                          for c in self.cameras}  # fmt: skip
-                out.append(torch.sigmoid(self.logits(chunk)).float().cpu().numpy())
+                feats = self.features(chunk)
+                prob = torch.sigmoid(self.net["head"](feats).squeeze(-1))
+                distance = self.novelty(feats)
+                if distance is not None:
+                    far.append(distance.float().cpu().numpy())
+                    if self.gate is not None:  # beyond the gate, (gate / distance)^GATE_POWER of the probability
+                        prob = prob * (self.gate / distance.clamp_min(1e-9)).clamp(max=1.0).pow(GATE_POWER)
+                out.append(prob.float().cpu().numpy())
         self.net.train(was_training)
-        return Scores(success_prob=np.concatenate(out) if out else np.zeros(0, np.float32))
+        extra = {"novelty": np.concatenate(far)} if far else {}
+        return Scores(success_prob=np.concatenate(out) if out else np.zeros(0, np.float32), extra=extra)
 
     # --- saving ---------------------------------------------------------------------------------------------
     def config(self) -> dict:
-        return {**super().config(), **self.arch, "threshold": self.threshold}
+        return {**super().config(), **self.arch, "threshold": self.threshold, "gate": self.gate}
 
     @classmethod
     def from_config(cls, config: dict) -> SuccessClassifier:
@@ -241,9 +296,12 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
                      val_fraction: float = 0.2, seed: int = 0, augment: bool = True, progress: bool = True,
                      human_labelled: tuple[dict, np.ndarray] | None = None, margin: int = 2,
                      max_fpr: float = 0.01, debounce_k: int = 3, shift: float = 0.05, device: str = "cpu",
-                     **model_kwargs) -> tuple[SuccessClassifier, dict]:  # fmt: skip
+                     gate_quantile: float | None = 0.99, **model_kwargs) -> tuple[SuccessClassifier, dict]:  # fmt: skip
     """Train a SuccessClassifier on `episodes`; returns it (threshold set on the held-out episodes) and a report.
-    `shift`: the random-shift pad as a share of the smaller image side (at least 1 pixel)."""
+    `shift`: the random-shift pad as a share of the smaller image side (at least 1 pixel). `gate_quantile`: the
+    novelty gate keeps this share of the held-out success frames (None: no gate; see the module's text)."""
+    if gate_quantile is not None and not 0 < gate_quantile <= 1:
+        raise RewardModelError(f"gate_quantile must be in (0, 1] or None, got {gate_quantile}")
     from tqdm import tqdm
 
     cameras, start = tuple(cameras), time.monotonic()
@@ -290,6 +348,8 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
               "final_loss": float(loss.item())}  # fmt: skip
     if val_idx:
         val = [episodes[i] for i in val_idx]
+        if gate_quantile is not None:
+            report.update(_fit_gate(model, images, labels, val, margin, gate_quantile, seed))
         probs = _score_episodes(model, val, _task(model))
         negatives = [p[keep & (lab == 0)] for p, ep in zip(probs, val, strict=True)
                      for lab, keep in [_episode_labels(ep, margin)]]  # fmt: skip
@@ -299,3 +359,27 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
         report.update({f"val_{k}" if k in renamed else k: v for k, v in metrics.items()})
     report.update(max_fpr=max_fpr, seconds=time.monotonic() - start)
     return model, report
+
+
+def _fit_gate(model: SuccessClassifier, images: dict[str, torch.Tensor], labels: np.ndarray, val: list[Episode],
+              margin: int, quantile: float, seed: int) -> dict:  # fmt: skip
+    """The bank (the training success frames' features, at most BANK_MAX) and the gate: the `quantile` of the
+    held-out success frames' distances to it. Without held-out success frames there is no gate (a warning)."""
+    positives = np.flatnonzero(labels > 0.5)
+    if len(positives) > BANK_MAX:
+        positives = np.sort(np.random.default_rng(seed).choice(positives, BANK_MAX, replace=False))
+    with torch.no_grad():
+        feats = [model.features({c: im[positives[i : i + 256]].to(model.device) for c, im in images.items()})
+                 for i in range(0, len(positives), 256)]  # fmt: skip
+        model.set_bank(torch.cat(feats))
+    success = [_episode_labels(ep, margin)[0] > 0.5 for ep in val]
+    frames = {c: np.concatenate([ep.records[f"image/{c}"][m] for ep, m in zip(val, success, strict=True)])
+              for c in model.cameras}  # fmt: skip
+    if not len(frames[model.cameras[0]]):
+        log.warning("no held-out success frames to set the novelty gate on: the classifier has no gate")
+        return {"gate": None, "gate_quantile": quantile, "bank_frames": len(positives)}
+    model.gate = None
+    distance = model.score(frames, _task(model)).extra["novelty"]
+    model.gate = float(np.quantile(distance, quantile, method="higher"))
+    return {"gate": model.gate, "gate_quantile": quantile, "bank_frames": len(positives),
+            "val_positives_within_gate": float((distance <= model.gate).mean())}  # fmt: skip

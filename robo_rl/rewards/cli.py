@@ -2,14 +2,16 @@
 
     robo-rl reward train kind=classifier|progress data=<episodes> out=<folder> [cameras=front,wrist]
                          [instruction="..."] [other_instructions="...;..."] [epochs=20] [steps=3000] [seed=0]
-                         [backbone=small|siglip] [backbone_path=<hub id or folder>]
+                         [backbone=small|siglip] [backbone_path=<hub id or folder>] [gate_quantile=0.99|none]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
     robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
 episodes its negatives; the progress critic learns from the successful ones forward and reversed, stalled clips,
-failures and mismatched instructions. Training writes the model folder and `train_report.json`; evaluation writes
+failures and mismatched instructions. The classifier keeps its training success frames' features and scores 0 on a
+frame unlike all of them (`gate_quantile` of the held-out success frames pass; none: no gate), so a policy cannot
+farm it with states it never saw labelled. Training writes the model folder and `train_report.json`; evaluation writes
 `report.md`, `report.json` and `report.png` (the classifier's AUROC and false positives per frame and per episode;
 the critic's value-order correlation forward and reversed, a wrong instruction against the right one, stalled
 clips).
@@ -94,7 +96,7 @@ def _relabel(args: list[str]) -> int:
 
 def _train(args: list[str]) -> int:
     o = _options(args, ("kind", "data", "out", "cameras", "instruction", "other_instructions", "epochs", "steps",
-                        "seed", "backbone", "backbone_path"))  # fmt: skip
+                        "seed", "backbone", "backbone_path", "gate_quantile"))  # fmt: skip
     for key in ("kind", "data", "out"):
         if key not in o:
             raise RewardUsageError(f"reward train needs {key}=\n{USAGE}")
@@ -104,7 +106,13 @@ def _train(args: list[str]) -> int:
     if o["kind"] == "classifier":
         from robo_rl.rewards.classifier import train_classifier
 
-        model, report = train_classifier(episodes, cams, epochs=int(o.get("epochs", 20)), seed=int(o.get("seed", 0)))
+        quantile = o.get("gate_quantile", "0.99")
+        try:
+            quantile = None if quantile.lower() in ("none", "null") else float(quantile)
+        except ValueError:
+            raise RewardUsageError(f"gate_quantile={quantile}: a number in (0, 1] or none") from None
+        model, report = train_classifier(episodes, cams, epochs=int(o.get("epochs", 20)), seed=int(o.get("seed", 0)),
+                                         gate_quantile=quantile)  # fmt: skip
         model.instructions = (instruction,) if instruction else ()
     elif o["kind"] == "progress":
         from robo_rl.rewards.progress import train_progress_critic
