@@ -105,6 +105,60 @@ def test_training_separates_success_and_splits_by_episode(trained):
     assert again["auroc"] == report["auroc"] and again["episode_fpr"] == report["episode_fpr"]
 
 
+def _frame(rng: np.random.Generator, background: float) -> np.ndarray:
+    """The square at the target as in every success, on a background brighter than any episode's."""
+    frame = np.clip(rng.normal(background, 6, size=(SIZE, SIZE, 3)), 0, 255)
+    frame[12:15, 12:15] = rng.normal(210, 10, size=(3, 3, 3))
+    return np.clip(frame, 0, 255).astype(np.uint8)
+
+
+def _ungated(model: SuccessClassifier, frames: dict) -> np.ndarray:
+    gate, model.gate = model.gate, None
+    try:
+        return model.score(frames, _task_of(model)).success_prob
+    finally:
+        model.gate = gate
+
+
+def _task_of(model: SuccessClassifier) -> Task:
+    return Task(model.instructions[0])
+
+
+def test_novelty_gate_keeps_held_out_successes_and_damps_a_success_unlike_any_seen(trained):
+    """The frames an RL policy farms a classifier with are ones it never saw labelled: a frame the head calls a success
+    but whose features are far from every training success loses its probability; held-out successes keep theirs."""
+    episodes, model, report = trained
+    assert report["gate_quantile"] == 0.99 and report["bank_frames"] == report["train_positives"] == 48
+    assert report["val_positives_within_gate"] == 1.0 and model.gate == report["gate"] > 0
+    held = [episodes[i] for i in report["val_episode_indices"] if episodes[i].success]
+    frames = {"top": np.concatenate([ep.records["image/top"][ep.records["success"]] for ep in held])}
+    scores = model.score(frames, _task_of(model))
+    assert (scores.extra["novelty"] <= model.gate).all()
+    np.testing.assert_allclose(scores.success_prob, _ungated(model, frames), rtol=1e-5)  # untouched within the gate
+    unseen = {"top": np.stack([_frame(np.random.default_rng(k), background=35) for k in range(4)])}
+    head, gated = _ungated(model, unseen), model.score(unseen, _task_of(model))
+    assert (head > model.threshold).all(), head  # the head alone would end the episode on these
+    assert (gated.extra["novelty"] > 2 * model.gate).all() and (gated.success_prob < 0.01).all(), gated
+    np.testing.assert_allclose(gated.success_prob, head * (model.gate / gated.extra["novelty"]) ** 8, rtol=1e-5)
+
+
+def test_novelty_gate_saves_with_the_model_and_can_be_left_out(trained, tmp_path):
+    episodes, model, _ = trained
+    frames = {"top": np.concatenate([episodes[0].records["image/top"], _frame(np.random.default_rng(0), 35)[None]])}
+    before = model.score(frames, _task_of(model))
+    loaded = load_model(model.save(tmp_path / "gated"), kind="classifier")
+    assert loaded.gate == model.gate and loaded.arch["bank_size"] == 48
+    after = loaded.score(frames, _task_of(loaded))
+    np.testing.assert_array_equal(after.success_prob, before.success_prob)
+    np.testing.assert_array_equal(after.extra["novelty"], before.extra["novelty"])
+    plain, report = train_classifier(episodes[:10], ["top"], epochs=1, seed=0, progress=False, gate_quantile=None,
+                                     **SMALL)  # fmt: skip
+    assert plain.gate is None and "bank" not in plain.net and "gate" not in report
+    assert plain.score(frames, Task()).extra == {}
+    with pytest.raises(RewardModelError, match="gate_quantile must be in \\(0, 1\\] or None, got 1.5"):
+        train_classifier(episodes[:10], ["top"], epochs=1, progress=False, gate_quantile=1.5, **SMALL)
+
+
 def test_save_load_round_trip_and_bad_folders(tmp_path):
     torch.manual_seed(0)
     model = SuccessClassifier(["top"], ["pick"], threshold=0.7, **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})

@@ -189,3 +189,5 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
         cmd_reward(["eval", f"model={tmp_path / 'critic'}", "data=/nowhere"])
     with pytest.raises(RewardUsageError, match="'epoch=3' is not one of"):
         cmd_reward(["train", "epoch=3"])
+    with pytest.raises(RewardUsageError, match="gate_quantile=most: a number in \\(0, 1\\] or none"):
+        cmd_reward(["train", "kind=classifier", f"data={tmp_path / 'data'}", "out=x", "gate_quantile=most"])
