@@ -244,7 +244,8 @@ def report(result: dict) -> None:
     lat, j = result["latency"], result["jitter"]
     if c := result.get("classifier"):
         print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
-              f"(threshold {c['threshold']:.2f}, novelty gate {c['gate']}), trained in {c['train_s']} s; one frame "
+              f"(threshold {c['threshold']:.2f}, novelty gate {c['gate'] and round(c['gate'], 1)}), trained in "
+              f"{c['train_s']} s; one frame "
               f"{lat['classifier_local']['ms_p50']} ms (p50)")  # fmt: skip
     if p := result.get("progress"):
         print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
