@@ -46,18 +46,18 @@ GATE_POWER = 8  # beyond the gate a frame keeps (gate / distance)^8 of its proba
 
 
 class _Bank(nn.Module):
-    """The features of the training success frames, and their per-feature mean and std (saved with the weights)."""
+    """The training success frames' features, standardised once by their per-feature mean and std (all three saved
+    with the weights), so that scoring a frame standardises only the frame."""
 
     def __init__(self, rows: int, dim: int) -> None:
         super().__init__()
-        self.register_buffer("features", torch.zeros(rows, dim))
+        self.register_buffer("standardised", torch.zeros(rows, dim))
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
 
     def distance(self, feats: torch.Tensor) -> torch.Tensor:
         """[B] standardised Euclidean distance of each row of `feats` to its nearest bank row."""
-        bank = (self.features - self.mean) / self.std
-        return torch.cdist((feats - self.mean) / self.std, bank).min(dim=1).values
+        return torch.cdist((feats - self.mean) / self.std, self.standardised).min(dim=1).values
 
 
 class SuccessClassifier(RewardModel):
@@ -127,10 +127,10 @@ class SuccessClassifier(RewardModel):
         """Keep `feats` [N, F] (the training success frames' features) for the novelty gate."""
         feats = feats.detach().float().cpu()
         bank = _Bank(len(feats), feats.shape[1])
-        bank.features.copy_(feats)
-        bank.mean.copy_(feats.mean(0))
         std = feats.std(0, unbiased=False)
+        bank.mean.copy_(feats.mean(0))
         bank.std.copy_(std.clamp_min(0.1 * float(std.mean()) + 1e-6))  # a near-constant feature does not dominate
+        bank.standardised.copy_((feats - bank.mean) / bank.std)
         self.net["bank"] = bank.to(self.device)
         self.arch["bank_size"] = len(feats)
 
