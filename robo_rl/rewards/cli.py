@@ -9,12 +9,12 @@
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
 episodes its negatives; the progress critic learns from the successful ones forward and reversed, stalled clips,
-failures and mismatched instructions. The classifier keeps its training success frames' features and scores 0 on a
-frame unlike all of them (`gate_quantile` of the held-out success frames pass; none: no gate), so a policy cannot
-farm it with states it never saw labelled. Training writes the model folder and `train_report.json`; evaluation writes
-`report.md`, `report.json` and `report.png` (the classifier's AUROC and false positives per frame and per episode;
-the critic's value-order correlation forward and reversed, a wrong instruction against the right one, stalled
-clips).
+failures and mismatched instructions. The classifier keeps its training success frames' features and damps the score
+of a frame unlike all of them (`gate_quantile` of the held-out success frames pass untouched; none: no gate), so a
+policy cannot farm it with states it never saw labelled. Training writes the model folder and `train_report.json`;
+evaluation writes `report.md`, `report.json` and `report.png` (the classifier's AUROC and false positives per frame
+and per episode; the critic's value-order correlation forward and reversed, a wrong instruction against the right
+one, stalled clips).
 `relabel` scores every episode with another model and writes a new store whose rewards are that model's (shaped as
 in training; the episodes end where they ended), the env's own reward kept in `extra/reward_env`: a run's data,
 reused with a better reward (`demos.path=<new store>`).
