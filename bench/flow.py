@@ -6,7 +6,9 @@ inference latency (p50/p99) and success, on our pick task from state.
   student   `robo-rl distill` of each: a one-step flow of the same noise
   latency   `predict_chunk` of teacher and student, one torch thread, in alternating blocks of 50 calls (a loaded
             machine slows both alike, each network warm as an actor running it keeps it): back to back on saved
-            observations (the network's cost), and in the actor's loop with an env step between calls (on the CPU)
+            observations (the network's cost), and in the actor's loop with an env step between calls (on the CPU);
+            on the CPU as the actor runs them (numpy's sampler, policies/cpu_sampler.py) and, as its baseline, the
+            same two models through torch's sampler
   success   teacher and student on the same evaluation seeds
   ppo       wall time of one PPO iteration (a rollout of `rollout` env steps on the pick env with the policy acting,
             then the update: 5 epochs of 128-decision minibatches), ReinFlow (the flow teacher, K = 4 and K = 1
@@ -23,6 +25,7 @@ The learning curves (DSRL and the residual method on the same flow base) are `be
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -37,20 +40,22 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def latency(teacher, student, observations: list[dict], calls: int, env=None, block: int = 50) -> dict:
-    """p50/p99 ms of each over `calls` calls, in alternating blocks of `block` calls (teacher, student, teacher, ...),
-    so a loaded machine slows both alike while each runs a stretch of calls as an actor runs its one policy (call by
-    call alternation would make each call find the other network's weights in the caches, which no actor does).
+def latency(bases: dict, observations: list[dict], calls: int, env=None, block: int = 50) -> dict:
+    """p50/p99 ms of each base over `calls` calls, in rotating blocks of `block` calls (teacher, student, ...), so a
+    loaded machine slows all alike while each runs a stretch of calls as an actor runs its one policy (call by call
+    alternation would make each call find the other network's weights in the caches, which no actor does).
     Without `env`: the calls back to back on the saved observations (the network's own cost, weights warm). With it:
     the actor's loop, each call followed by an env step with the chunk's first action (the simulator's memory traffic
-    between two calls, as an actor has it); the first 2 calls of each block are not counted in either."""
-    times = {"teacher": [], "student": []}
+    between two calls, as an actor has it); the first 2 calls of each block are not counted in either.
+    `bases`: teacher and student as the actor runs them (numpy's sampler on the CPU), and the same two through
+    torch's sampler (`*_torch`), the baseline of numpy's."""
+    times = {name: [] for name in bases}
     obs = observations[0]
     if env is not None:
         obs, _ = env.reset(seed=0)
     done = 0
     while done < calls:
-        for name, base in (("teacher", teacher), ("student", student)):
+        for name, base in bases.items():
             for j in range(block + 2):
                 if env is None:
                     obs = observations[(done + j) % len(observations)]
@@ -67,8 +72,14 @@ def latency(teacher, student, observations: list[dict], calls: int, env=None, bl
     for name, t in times.items():
         p50, p99 = np.percentile(t, [50, 99])
         out[name] = {"p50_ms": round(float(p50), 4), "p99_ms": round(float(p99), 4)}
-    out["speedup_p50"] = round(out["teacher"]["p50_ms"] / out["student"]["p50_ms"], 2)
-    out["speedup_p99"] = round(out["teacher"]["p99_ms"] / out["student"]["p99_ms"], 2)
+    for suffix in ("", "_torch"):
+        if "teacher" + suffix in out:
+            for q in ("p50", "p99"):
+                out[f"speedup{suffix}_{q}"] = round(out["teacher" + suffix][f"{q}_ms"] /
+                                                    out["student" + suffix][f"{q}_ms"], 2)  # fmt: skip
+    for name in ("teacher", "student"):
+        if name + "_torch" in out:
+            out[f"{name}_numpy_over_torch_p50"] = round(out[name + "_torch"]["p50_ms"] / out[name]["p50_ms"], 2)
     return out
 
 
@@ -115,12 +126,16 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
         for _ in range(20):
             obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
             observations.append(obs)
+        bases = {"teacher": teacher, "student": student}
+        if teacher.fast is not None:  # the same models through torch's sampler, the baseline of numpy's
+            bases.update(teacher_torch=copy.copy(teacher), student_torch=copy.copy(student))
+            bases["teacher_torch"].fast = bases["student_torch"].fast = None
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
             calls = 500 if quick else 3000
-            lat = latency(teacher, student, observations, calls)
-            in_loop = latency(teacher, student, observations, calls, env=env) if device == "cpu" else None
+            lat = latency(bases, observations, calls)
+            in_loop = latency(bases, observations, calls, env=env) if device == "cpu" else None
         finally:
             torch.set_num_threads(threads)
     finally:
@@ -247,6 +262,12 @@ def main() -> None:
                   f"{loop['teacher']['p50_ms']:.3f}"
                   f" ms | one step p50 {loop['student']['p50_ms']:.3f} ms | {loop['speedup_p50']:.1f}x (p50), "
                   f"{loop['speedup_p99']:.1f}x (p99)")  # fmt: skip
+        for name, lat in (("back to back", r["latency"]), ("in the loop", r["latency_in_actor_loop"])):
+            if lat and "teacher_torch" in lat:
+                print(f"{'':>9} torch's sampler {name}: teacher p50 {lat['teacher_torch']['p50_ms']:.3f} ms, one "
+                      f"step {lat['student_torch']['p50_ms']:.3f} ms ({lat['speedup_torch_p50']:.1f}x); numpy's is "
+                      f"{lat['teacher_numpy_over_torch_p50']:.1f}x / {lat['student_numpy_over_torch_p50']:.1f}x "
+                      "faster")  # fmt: skip
     print(f"PPO iteration ({ppo['rollout_env_steps']} env steps + update): ReinFlow K=4 "
           f"{ppo['reinflow_k4']['iteration_s']:.2f} s, K=1 {ppo['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
           f"{ppo['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {ppo['dppo_over_reinflow_k4']:.1f}x (K=4), "

@@ -179,6 +179,11 @@ EXPERIMENTS = {
     "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
                             "algo.gamma=0.999"], None,
                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
+    "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
+                                 "algo.gamma=0.999", "train.total_env_steps=200000",
+                                 "train.checkpoint_every_env_steps=20000"], None,
+                                "reinflow_lift_warm with 4x the benchmark's 50k env steps"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,

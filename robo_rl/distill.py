@@ -37,6 +37,9 @@ class DSRLTeacher(GenerativeBase):
         super().__init__(policy.base.model, execute_steps=policy.execute_steps, action_range=policy.base.action_range)
         self.noise_policy = policy.eval()
 
+    def cpu_sampler(self):
+        return None  # its chunks are the noise actor's, not the bare sampler's
+
     def chunks(self, obs: dict, z: torch.Tensor) -> torch.Tensor:
         p = self.noise_policy
         mean, log_std = p.actor.distribution_params(p.encoder(obs))
