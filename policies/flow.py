@@ -293,7 +293,6 @@ class GenerativeBase:
         """The chunks [B, chunk, A] this policy makes of a batch of observations (tensors) and noises."""
         return self.model.sample(self.model.features(obs), z)
 
-    @torch.inference_mode()
     def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
         """float32 [chunk, A]; from `noise` [chunk, A] when given, else from a fresh N(0, I) draw. On the CPU, for a
         state-only model, by numpy's sampler (the same arithmetic, a third of torch's time at batch 1)."""
@@ -305,6 +304,10 @@ class GenerativeBase:
             if not self.fast.current(self.model):  # weights or step count changed since it was built
                 self.fast = self.cpu_sampler()
             return self.fast.sample(obs["state"], noise)
+        return self._torch_chunk(obs, noise)
+
+    @torch.inference_mode()
+    def _torch_chunk(self, obs: dict, noise: np.ndarray) -> np.ndarray:
         z = torch.as_tensor(noise, device=self.device)[None]
         return self.chunks(self.obs_tensors(obs), z)[0].cpu().numpy().astype(np.float32)
 
