@@ -1,5 +1,7 @@
 """Frozen-base inference of a LeRobot ACT policy (lerobot's default ACT size, random weights: nothing downloaded)
-through `LeRobotBase` + `ChunkedBase`, acting on PointReach: state-only, and with one 64x64 camera.
+through `LeRobotBase` + `ChunkedBase`, acting on PointReach: state-only, and with one 64x64 camera; and of our own MLP
+BC base (the default residual experiment's architecture, random weights) in the actor's loop on the pick task,
+numpy's forward pass (what actors run on the CPU) against torch's, rotating blocks with an env step between calls.
 
 Figures per setting: inference per chunk (p50/p99, what `ChunkedBase.timing()` logs) and the cost of a step
 between chunks (a queue pop). The baseline, measured in the same run on the same observations, is lerobot's
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +27,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies.base import ChunkedBase
-from policies.lerobot_base import LeRobotBase
-from robo_rl.envs import make_observation_space
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from bench.flow import latency  # noqa: E402 — the rotation of blocks the flow bases are timed with
+from policies.base import ChunkedBase  # noqa: E402
+from policies.lerobot_base import LeRobotBase  # noqa: E402
+from robo_rl.envs import make_observation_space  # noqa: E402
 
 ACTION_DIM, STATE_DIM, CAMERA_PX = 2, 4, 64
 
@@ -125,6 +133,32 @@ def lerobot_rollout(folder: Path, obs_seq: list[dict], camera: bool) -> dict:
     return {"chunk_ms": percentiles(chunks), "step_ms": percentiles(steps)}
 
 
+def mlp_base(calls: int) -> dict:
+    """Our MLP BC base (`robo-rl bc`'s default: LayerNorm MLP 256x256, closed loop) on the pick task's state, random
+    weights: `predict_chunk` by numpy's forward pass and by torch's, in the actor's loop, one torch thread."""
+    import copy
+
+    from policies.bc import BCBase, BCPolicy
+    from robo_rl.config import load_config, make_env
+
+    env = make_env(load_config(["experiment=rlpd"]))
+    torch.manual_seed(0)
+    base = BCBase(BCPolicy(env.observation_space["state"].shape[0], env.action_space.shape[0]))
+    assert base.fast is not None
+    baseline = copy.copy(base)
+    baseline.fast = None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lat = latency({"numpy": base, "torch": baseline}, [], calls, env=env)
+    finally:
+        torch.set_num_threads(threads)
+        env.close()
+    lat["numpy_over_torch_p50"] = round(lat["torch"]["p50_ms"] / lat["numpy"]["p50_ms"], 2)
+    lat["numpy_over_torch_p99"] = round(lat["torch"]["p99_ms"] / lat["numpy"]["p99_ms"], 2)
+    return lat
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -154,6 +188,11 @@ def main() -> None:
                   f"{bc['p50']:.2f} / {bc['p99']:.2f}, ratio {r['chunk_p50_ratio']:.2f}); between chunks per step "
                   f"p50 {os_['p50'] * 1e3:.1f} us p99 {os_['p99'] * 1e3:.1f} us (lerobot {bs['p50'] * 1e3:.0f} us / "
                   f"{bs['p99'] * 1e3:.0f} us); control period {period_ms:.0f} ms", flush=True)  # fmt: skip
+    mlp = results["mlp_base_in_actor_loop"] = mlp_base(500 if args.quick else 3000)
+    ours_ms, torch_ms = mlp["numpy"], mlp["torch"]
+    print(f"our MLP BC base in the actor's loop: numpy p50 {ours_ms['p50_ms']:.3f} ms p99 {ours_ms['p99_ms']:.3f} ms, "
+          f"torch p50 {torch_ms['p50_ms']:.3f} ms p99 {torch_ms['p99_ms']:.3f} ms: numpy "
+          f"{mlp['numpy_over_torch_p50']:.1f}x (p50), {mlp['numpy_over_torch_p99']:.1f}x (p99) faster")  # fmt: skip
     print(json.dumps(results))
 
 

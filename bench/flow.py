@@ -50,9 +50,7 @@ def latency(bases: dict, observations: list[dict], calls: int, env=None, block: 
     `bases`: teacher and student as the actor runs them (numpy's sampler on the CPU), and the same two through
     torch's sampler (`*_torch`), the baseline of numpy's."""
     times = {name: [] for name in bases}
-    obs = observations[0]
-    if env is not None:
-        obs, _ = env.reset(seed=0)
+    obs = env.reset(seed=0)[0] if env is not None else observations[0]
     done = 0
     while done < calls:
         for name, base in bases.items():

@@ -80,12 +80,27 @@ class BCBase:
         self.chunk_size = policy.chunk_size
         self.execute_steps = execute_steps  # what training suggested for ChunkedBase; None: the whole chunk
         self.cameras = list(policy.config["cameras"])
+        self.fast = self.cpu_policy()
+
+    def cpu_policy(self):
+        """numpy's forward pass for one observation (`policies/cpu_sampler.py`) where it covers this policy."""
+        from policies.cpu_sampler import CpuMLPPolicy
+
+        return CpuMLPPolicy.build(self.policy)
 
     def reset(self) -> None:
         pass  # no observation history: each chunk depends on one observation
 
-    @torch.no_grad()
     def predict_chunk(self, obs: dict) -> np.ndarray:
+        """float32 [chunk, A]; on the CPU, for a state-only policy, by numpy (the same arithmetic as torch's)."""
+        if self.fast is not None:
+            if not self.fast.current(self.policy):  # weights changed in place since it was built
+                self.fast = self.cpu_policy()
+            return self.fast.chunk(obs["state"])
+        return self._torch_chunk(obs)
+
+    @torch.no_grad()
+    def _torch_chunk(self, obs: dict) -> np.ndarray:
         state = torch.as_tensor(np.asarray(obs["state"], np.float32), device=self.device).unsqueeze(0)
         images = {n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0)
                   for n in self.cameras}  # fmt: skip

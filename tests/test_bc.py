@@ -73,6 +73,34 @@ def test_the_checkpoint_round_trips_and_holds_only_plain_data(trained):
     assert not any(p.requires_grad for p in base.policy.parameters())
 
 
+def test_the_actors_numpy_forward_pass_computes_what_torch_computes(trained):
+    """BCBase.predict_chunk runs numpy's forward pass on the CPU (policies/cpu_sampler.py): torch's chunks to
+    float32 rounding on the trained policy, states beyond the normalisation clip included; in-place weights seen."""
+    _, run, _ = trained
+    base = load_bc_base(run, make_observation_space(4, {}), 2)
+    assert base.fast is not None
+    rng = np.random.default_rng(0)
+
+    def worst_difference() -> float:
+        worst = 0.0
+        for _ in range(50):
+            obs = {"state": rng.uniform(-3, 3, 4).astype(np.float32), "images": {}}
+            chunk = base.predict_chunk(obs)
+            assert chunk.dtype == np.float32 and chunk.shape == (2, 2)
+            worst = max(worst, float(np.abs(chunk - base._torch_chunk(obs)).max()))
+        return worst
+
+    assert worst_difference() < 1e-5
+    obs = {"state": np.ones(4, np.float32), "images": {}}
+    before = base.predict_chunk(obs)
+    with torch.no_grad():
+        weight = base.policy.head[0].weight
+        weight.add_(0.5 * torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))
+    assert np.abs(base.predict_chunk(obs) - before).max() > 1e-3 and worst_difference() < 1e-5
+    with_camera = BCBase(BCPolicy(2, 2, cameras={"wrist": [32, 32]}, encoder={"features": 8, "channels": 4}))
+    assert with_camera.fast is None  # cameras: torch's forward pass
+
+
 @pytest.mark.parametrize(
     ("state_dim", "cameras", "action_dim", "names", "expected"),
     [
