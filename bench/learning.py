@@ -179,6 +179,11 @@ EXPERIMENTS = {
     "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
                             "algo.gamma=0.999"], None,
                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... with an episode cut by Lift's time limit a failure (no bootstrap from V(s_T)): the 200k run's returns rose
+    # above the 0/1 reward's range as V fed itself through the cut, and success fell to 0.02
+    "reinflow_lift_nobootstrap": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
+                                   "algo.gamma=0.999", "algo.bootstrap_truncated=false"], None,
+                                  "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
     "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
                                  "algo.gamma=0.999", "train.total_env_steps=200000",

@@ -95,6 +95,8 @@ class Rollout:
         batch = {"obs": obs("before"), "next_obs": obs("last"),
                  "reward": np.array([r["reward"] for r in rows], np.float32),
                  "discount": np.array([r["discount"] for r in rows], np.float32),
+                 "truncated": np.array([bool(r["last"]["truncated"]) and not r["last"]["terminated"] for r in rows],
+                                       bool),
                  "continues": np.array(same, bool), "steps": np.array([r["n"] for r in rows], np.int64),
                  "extras": {name: np.stack([np.asarray(r["first"][f"{EXTRA}{name}"], np.float32) for r in rows])
                             for name in extras}}  # fmt: skip

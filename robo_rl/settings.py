@@ -314,6 +314,7 @@ SETTINGS: dict[str, Setting] = {
     "algo.log_ratio_clamp": _pos("ppo: bound on |log pi_new - log pi_old|"),
     "algo.target_kl": _pos("ppo: stop an iteration's epochs past this approximate KL", nullable=True),
     "algo.value_warmup_iterations": _int("ppo: first iterations that train the value only", 0),
+    "algo.bootstrap_truncated": Setting("bool", "ppo: a time-limit cut bootstraps from V (false: its future is 0)"),
     "policy.model.kind": _choice("the kind of policy trained when no path is given", "flow", "diffusion"),
     "policy.model.chunk_size": _int("the trained policy's chunk", 1, 1000),
     "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),

@@ -120,6 +120,43 @@ def test_value_warmup_iterations_train_the_value_and_leave_the_policy_alone():
         build_ppo(policy, SPACE, 2, rollout_env_steps=256, value_warmup_iterations=-1)
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_time_limit_cut_bootstraps_from_the_value_unless_the_episode_is_the_task(bootstrap):
+    """Episodes cut by the time limit with no reward: with algo.bootstrap_truncated (the default) their return is
+    γ^n·V(s_T), so an optimistic V feeds itself and stays where it is (what made ReinFlow on Lift collapse after 60k
+    env steps: its returns rose above the 0/1 reward's range while success fell); with false they are failures (0)
+    and V learns so."""
+    torch.manual_seed(0)
+    policy = chain_policy("reinflow")
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=4, lr_value=3e-3,
+                     value_hidden=[64], value_warmup_iterations=100, gamma=0.999,
+                     bootstrap_truncated=bootstrap)  # fmt: skip
+    with torch.no_grad():
+        algo.value[-1].bias.fill_(2.0)  # an optimistic value, as a run's can become
+    roll = Rollout(gamma=0.999, env_steps=1)
+    n = 5
+    roll.add("a", {"episode_id": np.zeros(n, int), "step": np.arange(n), "state": np.zeros((n, 2), np.float32),
+                   "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, bool),
+                   "truncated": np.array([False] * (n - 1) + [True]), "policy_version": np.ones(n, int),
+                   "extra/decision": np.ones((n, 1), np.float32), "extra/log_prob": np.zeros((n, 1), np.float32),
+                   "extra/chain": np.zeros((n, 2), np.float32)})  # fmt: skip
+    taken = roll.take(("log_prob",))
+    assert taken["truncated"].tolist() == [False, False, False, True] and taken["discount"][-1] > 0.99
+    s = torch.rand(256, 2) * 2 - 1
+    obs = {"state": s, "images": {}}
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+    batch = {"obs": obs, "next_obs": obs, "reward": torch.zeros(256), "discount": torch.full((256,), 0.999**4),
+             "truncated": torch.ones(256, dtype=torch.bool), "steps": torch.full((256,), 4),
+             "continues": torch.zeros(256, dtype=torch.bool),
+             "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+    for _ in range(30):
+        algo.update([batch])
+    with torch.no_grad():
+        v = float(algo.values(obs).mean())
+    assert (v > 1.5) if bootstrap else (v < 0.2), v
+
+
 def test_the_rollout_keeps_the_current_versions_decisions_and_counts_the_rest():
     roll = Rollout(gamma=0.9, env_steps=4)
 

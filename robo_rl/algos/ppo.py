@@ -6,7 +6,8 @@ current policy version (`robo_rl/rollout.py`; older versions' data is dropped an
 batch of decisions, and publish new weights after each update. Per update (one PPO iteration):
 
   values V(s) on the decision observations (the policy's features, detached), GAE(γ, λ) over each episode's
-  decisions (a chunk of n steps discounts by γ^n), advantages normalised;
+  decisions (a chunk of n steps discounts by γ^n; an episode cut by its time limit bootstraps from V of its last
+  observation unless `bootstrap_truncated` is false), advantages normalised;
   `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only):
   ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
@@ -42,6 +43,8 @@ class PPOConfig:
     target_kl: float | None = None  # stop the epochs of an iteration once the approximate KL passes this
     value_warmup_iterations: int = 0  # the first iterations train V(s) only, the policy unchanged (DPPO's and
     # ReinFlow's critic warm-up: a fresh value function's advantages are noise that would move the policy at random)
+    bootstrap_truncated: bool = True  # an episode cut by the time limit continues in γ·V(s_T); false: it ends there
+    # (its future is 0), as when success must come within the episode: V(s_T) then cannot feed itself
 
 
 class PPO(Algorithm):
@@ -62,10 +65,13 @@ class PPO(Algorithm):
         """GAE over each episode's consecutive decisions; (advantages, returns)."""
         with torch.no_grad():
             v, v_next = self.values(batch["obs"]), self.values(batch["next_obs"])
-        delta = batch["reward"] + batch["discount"] * v_next - v
+        discount = batch["discount"]
+        if not self.cfg.bootstrap_truncated:
+            discount = discount * (~batch["truncated"]).to(discount.dtype)
+        delta = batch["reward"] + discount * v_next - v
         adv = torch.zeros_like(delta)
         running = torch.zeros((), device=delta.device)
-        keep = batch["continues"].float() * batch["discount"] * self.cfg.gae_lambda
+        keep = batch["continues"].float() * discount * self.cfg.gae_lambda
         for i in range(len(delta) - 1, -1, -1):
             running = delta[i] + keep[i] * running
             adv[i] = running
