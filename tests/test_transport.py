@@ -198,3 +198,23 @@ def test_a_restarted_learner_drops_the_resend_of_what_it_stored_before_its_ack_w
         first.close()
         if second is not None:
             second.close()
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_where_no_outgoing_connection_takes_them(monkeypatch, tmp_path):
+    """A port the kernel hands out (bind to 0) can be taken by any process's outgoing connection before the learner
+    binds it (a launch under load failed so); free ports are drawn from below the ephemeral range instead, distinct
+    and bindable, and the kernel's own choice is the fallback where the range cannot be read."""
+    import socket
+
+    from robo_rl.transport import link
+
+    fake = tmp_path / "range"
+    fake.write_text("40000\t60999\n")
+    monkeypatch.setattr(link, "EPHEMERAL_RANGE_FILE", str(fake))
+    ports = free_ports(6)
+    assert len(set(ports)) == 6 and all(40000 - link.FREE_PORT_SPAN <= p < 40000 for p in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    monkeypatch.setattr(link, "EPHEMERAL_RANGE_FILE", str(tmp_path / "missing"))
+    assert len(set(free_ports(3))) == 3
