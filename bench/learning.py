@@ -173,11 +173,11 @@ EXPERIMENTS = {
     "dsrl_noise_lift_utd10": (["experiment=dsrl_lift", "algo.form=noise", "train.utd=10", "train.total_env_steps=10000",
                                "train.checkpoint_every_env_steps=2000"], None,
                               "dsrl_lift with the plain noise-space form at UTD 10 (DSRL's recipe: 20-30)"),
-    "reinflow_lift": (["experiment=reinflow_lift"], None,
+    "reinflow_lift": (["experiment=reinflow_lift", "algo.bootstrap_truncated=true"], None,  # as measured (below)
                       "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO's robomimic settings: the value warmed up for 2 iterations first, actor lr 1e-4, γ 0.999 (per env step)
     "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
-                            "algo.gamma=0.999"], None,
+                            "algo.gamma=0.999", "algo.bootstrap_truncated=true"], None,
                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with an episode cut by Lift's time limit a failure (no bootstrap from V(s_T)): the 200k run's returns rose
     # above the 0/1 reward's range as V fed itself through the cut, and success fell to 0.02
@@ -190,7 +190,7 @@ EXPERIMENTS = {
                                        None, "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
     "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
-                                 "algo.gamma=0.999", "train.total_env_steps=200000",
+                                 "algo.gamma=0.999", "algo.bootstrap_truncated=true", "train.total_env_steps=200000",
                                  "train.checkpoint_every_env_steps=20000"], None,
                                 "reinflow_lift_warm with 4x the benchmark's 50k env steps"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
