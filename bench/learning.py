@@ -188,6 +188,10 @@ EXPERIMENTS = {
                                         "algo.lr_policy=1e-4", "algo.gamma=0.999", "algo.bootstrap_truncated=false",
                                         "train.total_env_steps=200000", "train.checkpoint_every_env_steps=20000"],
                                        None, "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
+    "reinflow_lift_lr1e5_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2",
+                                  "algo.lr_policy=1e-5", "algo.gamma=0.999", "train.total_env_steps=200000",
+                                  "train.checkpoint_every_env_steps=20000"], None,
+                                 "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
     "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
                                  "algo.gamma=0.999", "algo.bootstrap_truncated=true", "train.total_env_steps=200000",
