@@ -173,7 +173,8 @@ EXPERIMENTS = {
     "dsrl_noise_lift_utd10": (["experiment=dsrl_lift", "algo.form=noise", "train.utd=10", "train.total_env_steps=10000",
                                "train.checkpoint_every_env_steps=2000"], None,
                               "dsrl_lift with the plain noise-space form at UTD 10 (DSRL's recipe: 20-30)"),
-    "reinflow_lift": (["experiment=reinflow_lift", "algo.bootstrap_truncated=true"], None,  # as measured (below)
+    "reinflow_lift": (["experiment=reinflow_lift", "algo.lr_policy=3e-5", "algo.gamma=0.99",  # as measured, with
+                       "algo.value_warmup_iterations=0", "algo.bootstrap_truncated=true"], None,  # ppo.yaml's values
                       "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO's robomimic settings: the value warmed up for 2 iterations first, actor lr 1e-4, γ 0.999 (per env step)
     "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
@@ -189,8 +190,8 @@ EXPERIMENTS = {
                                         "train.total_env_steps=200000", "train.checkpoint_every_env_steps=20000"],
                                        None, "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
     "reinflow_lift_lr1e5_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2",
-                                  "algo.lr_policy=1e-5", "algo.gamma=0.999", "train.total_env_steps=200000",
-                                  "train.checkpoint_every_env_steps=20000"], None,
+                                  "algo.lr_policy=1e-5", "algo.gamma=0.999", "algo.bootstrap_truncated=false",
+                                  "train.total_env_steps=200000", "train.checkpoint_every_env_steps=20000"], None,
                                  "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
     "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
