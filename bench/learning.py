@@ -67,6 +67,15 @@ def learned_reward(model: str) -> list[str]:
     return ["reward=model", f"reward.model={MODELS / model}"]
 
 
+def reinflow_lift(lr: str, bootstrap: bool, steps: int | None = None) -> list[str]:
+    """ReinFlow on Lift with DPPO's robomimic settings (the value warmed up for 2 iterations, γ 0.999 per env step),
+    the actor learning rate `lr`, the time-limit bootstrap on or off, and optionally `steps` env steps (checkpoints
+    every tenth)."""
+    budget = [f"train.total_env_steps={steps}", f"train.checkpoint_every_env_steps={steps // 10}"] if steps else []
+    return ["experiment=reinflow_lift", "algo.value_warmup_iterations=2", f"algo.lr_policy={lr}", "algo.gamma=0.999",
+            f"algo.bootstrap_truncated={str(bootstrap).lower()}", *budget]
+
+
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
     "lift": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01",
@@ -176,28 +185,19 @@ EXPERIMENTS = {
     "reinflow_lift": (["experiment=reinflow_lift", "algo.lr_policy=3e-5", "algo.gamma=0.99",  # as measured, with
                        "algo.value_warmup_iterations=0", "algo.bootstrap_truncated=true"], None,  # ppo.yaml's values
                       "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    # DPPO's robomimic settings: the value warmed up for 2 iterations first, actor lr 1e-4, γ 0.999 (per env step)
-    "reinflow_lift_warm": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
-                            "algo.gamma=0.999", "algo.bootstrap_truncated=true"], None,
+    "reinflow_lift_warm": (reinflow_lift("1e-4", bootstrap=True), None,
                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with an episode cut by Lift's time limit a failure (no bootstrap from V(s_T)): the 200k run's returns rose
     # above the 0/1 reward's range as V fed itself through the cut, and success fell to 0.02
-    "reinflow_lift_nobootstrap": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
-                                   "algo.gamma=0.999", "algo.bootstrap_truncated=false"], None,
+    "reinflow_lift_nobootstrap": (reinflow_lift("1e-4", bootstrap=False), None,
                                   "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "reinflow_lift_nobootstrap_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2",
-                                        "algo.lr_policy=1e-4", "algo.gamma=0.999", "algo.bootstrap_truncated=false",
-                                        "train.total_env_steps=200000", "train.checkpoint_every_env_steps=20000"],
-                                       None, "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
-    "reinflow_lift_lr1e5_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2",
-                                  "algo.lr_policy=1e-5", "algo.gamma=0.999", "algo.bootstrap_truncated=false",
-                                  "train.total_env_steps=200000", "train.checkpoint_every_env_steps=20000"], None,
-                                 "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
-    "reinflow_lift_warm_200k": (["experiment=reinflow_lift", "algo.value_warmup_iterations=2", "algo.lr_policy=1e-4",
-                                 "algo.gamma=0.999", "algo.bootstrap_truncated=true", "train.total_env_steps=200000",
-                                 "train.checkpoint_every_env_steps=20000"], None,
+    "reinflow_lift_warm_200k": (reinflow_lift("1e-4", bootstrap=True, steps=200000), None,
                                 "reinflow_lift_warm with 4x the benchmark's 50k env steps"),
+    "reinflow_lift_nobootstrap_200k": (reinflow_lift("1e-4", bootstrap=False, steps=200000), None,
+                                       "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
+    "reinflow_lift_lr1e5_200k": (reinflow_lift("1e-5", bootstrap=False, steps=200000), None,
+                                 "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,
