@@ -150,13 +150,10 @@ def mlp_base(calls: int) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        lat = latency({"numpy": base, "torch": baseline}, [], calls, env=env)
+        return latency({"mlp": base, "mlp_torch": baseline}, [], calls, env=env)
     finally:
         torch.set_num_threads(threads)
         env.close()
-    lat["numpy_over_torch_p50"] = round(lat["torch"]["p50_ms"] / lat["numpy"]["p50_ms"], 2)
-    lat["numpy_over_torch_p99"] = round(lat["torch"]["p99_ms"] / lat["numpy"]["p99_ms"], 2)
-    return lat
 
 
 def main() -> None:
@@ -189,10 +186,11 @@ def main() -> None:
                   f"p50 {os_['p50'] * 1e3:.1f} us p99 {os_['p99'] * 1e3:.1f} us (lerobot {bs['p50'] * 1e3:.0f} us / "
                   f"{bs['p99'] * 1e3:.0f} us); control period {period_ms:.0f} ms", flush=True)  # fmt: skip
     mlp = results["mlp_base_in_actor_loop"] = mlp_base(500 if args.quick else 3000)
-    ours_ms, torch_ms = mlp["numpy"], mlp["torch"]
+    ours_ms, torch_ms = mlp["mlp"], mlp["mlp_torch"]
     print(f"our MLP BC base in the actor's loop: numpy p50 {ours_ms['p50_ms']:.3f} ms p99 {ours_ms['p99_ms']:.3f} ms, "
           f"torch p50 {torch_ms['p50_ms']:.3f} ms p99 {torch_ms['p99_ms']:.3f} ms: numpy "
-          f"{mlp['numpy_over_torch_p50']:.1f}x (p50), {mlp['numpy_over_torch_p99']:.1f}x (p99) faster")  # fmt: skip
+          f"{mlp['mlp_numpy_over_torch_p50']:.1f}x (p50), {mlp['mlp_numpy_over_torch_p99']:.1f}x (p99) "
+          "faster")  # fmt: skip
     print(json.dumps(results))
 
 

@@ -47,8 +47,8 @@ def latency(bases: dict, observations: list[dict], calls: int, env=None, block: 
     Without `env`: the calls back to back on the saved observations (the network's own cost, weights warm). With it:
     the actor's loop, each call followed by an env step with the chunk's first action (the simulator's memory traffic
     between two calls, as an actor has it); the first 2 calls of each block are not counted in either.
-    `bases`: teacher and student as the actor runs them (numpy's sampler on the CPU), and the same two through
-    torch's sampler (`*_torch`), the baseline of numpy's."""
+    `bases`: e.g. teacher and student as the actor runs them (numpy's sampler on the CPU), and the same two through
+    torch's sampler (`<name>_torch`), the baseline of numpy's; ratios for each such pair."""
     times = {name: [] for name in bases}
     obs = env.reset(seed=0)[0] if env is not None else observations[0]
     done = 0
@@ -75,9 +75,10 @@ def latency(bases: dict, observations: list[dict], calls: int, env=None, block: 
             for q in ("p50", "p99"):
                 out[f"speedup{suffix}_{q}"] = round(out["teacher" + suffix][f"{q}_ms"] /
                                                     out["student" + suffix][f"{q}_ms"], 2)  # fmt: skip
-    for name in ("teacher", "student"):
+    for name in bases:  # each base with a `<name>_torch` twin: how much faster numpy's path is
         if name + "_torch" in out:
-            out[f"{name}_numpy_over_torch_p50"] = round(out[name + "_torch"]["p50_ms"] / out[name]["p50_ms"], 2)
+            for q in ("p50", "p99"):
+                out[f"{name}_numpy_over_torch_{q}"] = round(out[name + "_torch"][f"{q}_ms"] / out[name][f"{q}_ms"], 2)
     return out
 
 
