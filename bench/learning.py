@@ -196,6 +196,8 @@ EXPERIMENTS = {
                                 "reinflow_lift_warm with 4x the benchmark's 50k env steps"),
     "reinflow_lift_nobootstrap_200k": (reinflow_lift("1e-4", bootstrap=False, steps=200000), None,
                                        "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
+    "reinflow_lift_lr1e5": (reinflow_lift("1e-5", bootstrap=False), None,  # = experiment=reinflow_lift's recipe
+                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     "reinflow_lift_lr1e5_200k": (reinflow_lift("1e-5", bootstrap=False, steps=200000), None,
                                  "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
