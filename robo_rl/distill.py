@@ -6,9 +6,8 @@ The teacher is a deterministic map of its input noise z ~ N(0, I) [chunk, A]:
     a base (a `robo-rl bc policy=flow|diffusion` checkpoint)   a = π_K(s, z)
     a DSRL run (its noise actor on its base)                 a = π_K(s, w(s, z)),  w = b·tanh(μ(s) + σ(s)·z)
 
-The student is a flow of the same network, warm-started from the teacher's weights where it is one (else fresh;
-`distill.hidden` makes it a fresh network of other widths: a smaller one runs faster on the actor), sampled in one
-Euler step, and regressed onto the teacher's chunks for the same (s, z): a = π_1(s, z) ≈ teacher.
+The student is a flow of the same network, warm-started from the teacher's weights where it is one (else fresh),
+sampled in one Euler step, and regressed onto the teacher's chunks for the same (s, z): a = π_1(s, z) ≈ teacher.
 Being a map of the same noise, it keeps the teacher's distribution (not only its mean), and it loads wherever a
 flow policy does (a DSRL or residual base, `policy=flow` for `robo-rl eval`). States come from the demonstrations
 and from the teacher's own rollouts in the sim (`distill.rollout_episodes`), where it will act.
@@ -118,17 +117,11 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
-def make_student(teacher: GenerativeBase, hidden=None) -> ChunkGenerator:
-    """A one-step flow of the teacher's network, warm-started from a flow teacher's weights; or, with `hidden` (the
-    MLP's widths) other than the teacher's, a fresh network of that size (a smaller one is faster on the actor)."""
+def make_student(teacher: GenerativeBase) -> ChunkGenerator:
+    """A one-step flow of the teacher's network, warm-started from a flow teacher's weights."""
     config = {**teacher.model.config, "kind": "flow", "steps": 1}
-    if hidden is not None:
-        hidden = [int(h) for h in hidden]
-        if not hidden or min(hidden) < 1:
-            raise ConfigError(f"distill.hidden must be a list of positive layer widths, got {hidden}")
-        config["hidden"] = hidden
     student = ChunkGenerator(**config)
-    if teacher.model.kind == "flow" and config["hidden"] == teacher.model.config["hidden"]:
+    if teacher.model.kind == "flow":
         student.load_state_dict(teacher.model.state_dict())
     else:
         student.state_mean.copy_(teacher.model.state_mean)
@@ -179,7 +172,7 @@ def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
     try:
         teacher, about = load_teacher(cfg.checkpoint, env)
         data = collect_states(cfg, env, teacher, int(dcfg.rollout_episodes), progress)
-        student = make_student(teacher, dcfg.get("hidden"))
+        student = make_student(teacher)
         trained = train_student(student, teacher, data, dcfg, int(cfg.seed), progress)
         summary = {"distilled_from": about, "train": trained}
         payload = student.checkpoint(execute_steps=teacher.execute_steps, distilled_from=about,

@@ -281,7 +281,6 @@ SETTINGS: dict[str, Setting] = {
     "distill.lr": _pos("distill: Adam learning rate", high=1.0),
     "distill.rollout_episodes": _int("distill: teacher rollouts whose states are distilled on", 0),
     "distill.eval_episodes": _int("distill: evaluation episodes of teacher and student", 0),
-    "distill.hidden": _ints("distill: the student's MLP widths (null: the teacher's, warm-started)", nullable=True),
     "policy.kind": _choice("flow/diffusion policy: its kind", "flow", "diffusion"),
     "policy.path": Setting("str", "flow/diffusion policy: a robo-rl bc checkpoint to act with (reinflow: or a "
                            "LeRobot SmolVLA folder or hub id)", nullable=True),

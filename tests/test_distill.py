@@ -50,28 +50,6 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
     assert report["speedup_p50"] > 1.5  # 10 network evaluations against 1 (the ratio is bench/flow.py's figure)
 
 
-def test_a_smaller_student_is_trained_fresh_to_the_same_map(teacher, tmp_path):
-    tmp, path = teacher
-    cfg = _cfg(tmp, f"checkpoint={path}", "distill.iterations=600", "distill.rollout_episodes=0",
-               "distill.eval_episodes=0", "distill.hidden=[32]", "torch_threads=1")  # fmt: skip
-    report = distill(cfg, tmp_path / "out", progress=False)
-    env = make_env(cfg)
-    big, small = (load_bc_base(p, env.observation_space, 2) for p in (path, report["checkpoint"]))
-    env.close()
-    assert small.model.config["hidden"] == [32] and big.model.config["hidden"] == [64, 64]
-    assert small.model.steps == 1 and small.fast is not None  # the actor's numpy path covers it
-    assert sum(p.numel() for p in small.model.parameters()) < sum(p.numel() for p in big.model.parameters()) / 3
-    g = torch.Generator().manual_seed(2)
-    obs = {"state": torch.rand(256, 4, generator=g) * 2 - 1, "images": {}}
-    z = torch.randn(256, 2, 2, generator=g)
-    with torch.no_grad():
-        error = (base_chunks(small, obs, z) - base_chunks(big, obs, z)).abs().mean()
-        spread = (base_chunks(big, obs, z) - base_chunks(big, obs, torch.randn(256, 2, 2, generator=g))).abs().mean()
-    assert error < spread / 3, (float(error), float(spread))  # learnt the teacher's map of the noise, from scratch
-    with pytest.raises(ConfigError, match="distill.hidden"):
-        _cfg(tmp, f"checkpoint={path}", "distill.hidden=[0]")
-
-
 def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
     from robo_rl.learner import Learner
     from tests.test_pipeline import toy_config
