@@ -148,10 +148,13 @@ def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = No
 def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: int, device, progress: bool = True,
                  log=None) -> dict:  # fmt: skip
     """Adam on the chunk loss; after each epoch the held-out loss, stopping after `bc.patience` epochs without a
-    better one. The policy ends with the weights of its best validation epoch. Returns the training summary."""
+    better one. A diffusion policy trains for at least `bc.diffusion_updates` gradient steps whatever epochs and
+    patience say. The policy ends with the weights of its best validation epoch. Returns the training summary."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     chunk, batch_size = int(policy.chunk_size), int(bc_cfg.batch_size)
+    least = int(bc_cfg.get("diffusion_updates") or 0) if getattr(policy, "kind", None) == "diffusion" else 0
+    least_epochs = math.ceil(least / max(1, math.ceil(len(data.train_rows) / batch_size)))
     policy.set_normalisation(data.buffer.data["state"][data.buffer.prev[data.train_rows]])
     policy.to(device).train()
     optimiser = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=float(bc_cfg.lr),
@@ -159,7 +162,9 @@ def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: 
     best = {"val_loss": math.inf, "epoch": -1, "weights": None}
     train_loss, val_loss, epoch = math.nan, math.nan, -1
     start = time.perf_counter()
-    bar = tqdm(range(int(bc_cfg.epochs)), desc="behaviour cloning", unit="epoch", disable=not progress)
+    bar = tqdm(range(max(int(bc_cfg.epochs), least_epochs)), desc="behaviour cloning", unit="epoch",
+               disable=not progress)  # fmt: skip
+    updates = 0
     for epoch in bar:
         order = rng.permutation(data.train_rows)
         losses = []
@@ -170,6 +175,7 @@ def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: 
             loss.backward()
             optimiser.step()
             losses.append(loss.item())
+            updates += 1
         train_loss = float(np.mean(losses))
         val_loss = validation_loss(policy, data, chunk, batch_size, device)
         watched = val_loss if len(data.val_rows) else train_loss  # no held-out episodes: keep the last weights
@@ -178,12 +184,12 @@ def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: 
         bar.set_postfix(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}", best=f"{best['val_loss']:.4f}")
         if log is not None:
             log.write({"kind": "bc_epoch", "epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
-        if epoch - best["epoch"] >= int(bc_cfg.patience):
+        if epoch - best["epoch"] >= int(bc_cfg.patience) and updates >= least:
             break
     bar.close()
     policy.load_state_dict(best["weights"])
     policy.eval()
-    return {"epochs": epoch + 1, "best_epoch": best["epoch"], "train_loss": train_loss,
+    return {"epochs": epoch + 1, "updates": updates, "best_epoch": best["epoch"], "train_loss": train_loss,
             "val_loss": best["val_loss"] if len(data.val_rows) else None, "train_s": time.perf_counter() - start,
             "train_transitions": int(len(data.train_rows)), "val_transitions": int(len(data.val_rows)),
             "episodes": data.episodes, "val_episodes": data.val_episodes}  # fmt: skip
