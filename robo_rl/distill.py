@@ -117,6 +117,9 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
+WARM_ITERATIONS, FRESH_ITERATIONS = 3000, 10000  # distill.iterations: null, by whether the student is warm-started
+
+
 def make_student(teacher: GenerativeBase) -> ChunkGenerator:
     """A one-step flow of the teacher's network, warm-started from a flow teacher's weights."""
     config = {**teacher.model.config, "kind": "flow", "steps": 1}
@@ -131,6 +134,9 @@ def make_student(teacher: GenerativeBase) -> ChunkGenerator:
 
 def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, dcfg, seed: int,
                   progress: bool) -> dict:  # fmt: skip
+    """Regress the student onto the teacher's chunks for `distill.iterations` steps (null: 3,000 when it starts from
+    a flow teacher's weights, 10,000 when it starts fresh, as from a diffusion teacher)."""
+    iterations = dcfg.iterations or (WARM_ITERATIONS if teacher.model.kind == "flow" else FRESH_ITERATIONS)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     n = len(data["state"])
@@ -138,7 +144,7 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
     student.train()
     losses = []
     start = time.perf_counter()
-    bar = tqdm(range(int(dcfg.iterations)), desc="distilling", unit="it", disable=not progress)
+    bar = tqdm(range(int(iterations)), desc="distilling", unit="it", disable=not progress)
     for _ in bar:
         rows = rng.integers(0, n, int(dcfg.batch_size))
         obs = {"state": torch.from_numpy(data["state"][rows]),
@@ -154,7 +160,7 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
     bar.close()
     student.eval()
-    return {"iterations": int(dcfg.iterations), "final_loss": float(np.mean(losses[-50:])),
+    return {"iterations": int(iterations), "final_loss": float(np.mean(losses[-50:])),
             "train_s": time.perf_counter() - start, "states": int(n)}  # fmt: skip
 
 
