@@ -200,6 +200,12 @@ EXPERIMENTS = {
                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     "reinflow_lift_lr1e5_200k": (reinflow_lift("1e-5", bootstrap=False, steps=200000), None,
                                  "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
+    # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
+    # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
+    "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10", "algo.lr_policy=1e-5",
+                   "algo.gamma=0.999", "algo.value_warmup_iterations=2", "algo.bootstrap_truncated=false",
+                   "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"], None,
+                  "DPPO-style PPO on Lift, the comparison for reinflow_lift_lr1e5"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
                         "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,
