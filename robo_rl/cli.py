@@ -353,10 +353,11 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
 
 def cmd_bc(overrides: list[str]) -> int:
     """Behaviour-clone a base policy: demonstrations first (a bad dataset stops before a run folder exists)."""
-    from robo_rl.bc import load_bc_data, train_bc
     from robo_rl.config import load_config
 
-    cfg = load_config(overrides)
+    cfg = load_config(overrides)  # a bad setting is refused before torch is imported
+    from robo_rl.bc import load_bc_data, train_bc
+
     data = load_bc_data(cfg, progress=cfg.logger.progress)
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}\ndemonstrations: {data.episodes} episodes ({data.val_episodes} held out) "
@@ -377,14 +378,15 @@ def cmd_bc(overrides: list[str]) -> int:
 def cmd_distill(overrides: list[str]) -> int:
     """One-step distillation of a flow/diffusion policy or a DSRL run (`robo_rl/distill.py`)."""
     from robo_rl.config import load_config
-    from robo_rl.distill import distill
 
-    cfg = load_config(overrides)
+    cfg = load_config(overrides)  # a bad setting is refused before torch is imported
     if not cfg.checkpoint:
         raise UsageError("distill needs checkpoint=<a flow/diffusion bc/policy.pt, its run folder, or a DSRL run>")
     if not Path(cfg.checkpoint).exists():  # before a run folder is made for nothing
         raise UsageError(f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
                          "run folder, or a DSRL run)")  # fmt: skip
+    from robo_rl.distill import distill
+
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
     s = distill(cfg, run_dir, progress=cfg.logger.progress)
