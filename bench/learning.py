@@ -67,13 +67,17 @@ def learned_reward(model: str) -> list[str]:
     return ["reward=model", f"reward.model={MODELS / model}"]
 
 
+def lift_ppo(lr: str, bootstrap: bool) -> list[str]:
+    """PPO on Lift with DPPO's robomimic settings (the value warmed up for 2 iterations, γ 0.999 per env step), the
+    actor learning rate `lr` and the time-limit bootstrap on or off."""
+    return ["algo.value_warmup_iterations=2", f"algo.lr_policy={lr}", "algo.gamma=0.999",
+            f"algo.bootstrap_truncated={str(bootstrap).lower()}"]
+
+
 def reinflow_lift(lr: str, bootstrap: bool, steps: int | None = None) -> list[str]:
-    """ReinFlow on Lift with DPPO's robomimic settings (the value warmed up for 2 iterations, γ 0.999 per env step),
-    the actor learning rate `lr`, the time-limit bootstrap on or off, and optionally `steps` env steps (checkpoints
-    every tenth)."""
+    """ReinFlow on Lift with `lift_ppo(lr, bootstrap)`, optionally for `steps` env steps (checkpoints every tenth)."""
     budget = [f"train.total_env_steps={steps}", f"train.checkpoint_every_env_steps={steps // 10}"] if steps else []
-    return ["experiment=reinflow_lift", "algo.value_warmup_iterations=2", f"algo.lr_policy={lr}", "algo.gamma=0.999",
-            f"algo.bootstrap_truncated={str(bootstrap).lower()}", *budget]
+    return ["experiment=reinflow_lift", *lift_ppo(lr, bootstrap), *budget]
 
 
 # name → (overrides, target success at the end, published or required reference)
@@ -202,9 +206,9 @@ EXPERIMENTS = {
                                  "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
-    "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10", "algo.lr_policy=1e-5",
-                   "algo.gamma=0.999", "algo.value_warmup_iterations=2", "algo.bootstrap_truncated=false",
-                   "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"], None,
+    "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
+                   *lift_ppo("1e-5", bootstrap=False), "train.total_env_steps=50000",
+                   "train.checkpoint_every_env_steps=5000"], None,
                   "DPPO-style PPO on Lift, the comparison for reinflow_lift_lr1e5"),
     "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
                         "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",

@@ -120,11 +120,16 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
 WARM_ITERATIONS, FRESH_ITERATIONS = 3000, 10000  # distill.iterations: null, by whether the student is warm-started
 
 
+def warm_starts(teacher: GenerativeBase) -> bool:
+    """Whether the student starts from the teacher's weights: a flow teacher's are a one-step flow's already."""
+    return teacher.model.kind == "flow"
+
+
 def make_student(teacher: GenerativeBase) -> ChunkGenerator:
     """A one-step flow of the teacher's network, warm-started from a flow teacher's weights."""
     config = {**teacher.model.config, "kind": "flow", "steps": 1}
     student = ChunkGenerator(**config)
-    if teacher.model.kind == "flow":
+    if warm_starts(teacher):
         student.load_state_dict(teacher.model.state_dict())
     else:
         student.state_mean.copy_(teacher.model.state_mean)
@@ -136,7 +141,7 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
                   progress: bool) -> dict:  # fmt: skip
     """Regress the student onto the teacher's chunks for `distill.iterations` steps (null: 3,000 when it starts from
     a flow teacher's weights, 10,000 when it starts fresh, as from a diffusion teacher)."""
-    iterations = dcfg.iterations or (WARM_ITERATIONS if teacher.model.kind == "flow" else FRESH_ITERATIONS)
+    iterations = dcfg.iterations or (WARM_ITERATIONS if warm_starts(teacher) else FRESH_ITERATIONS)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     n = len(data["state"])
