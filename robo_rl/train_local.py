@@ -175,7 +175,10 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
                 if m.get("kind") == "learner":
                     bar.learner_line(m)
             if procs["learner"].poll() is not None and procs["actor"].poll() is None:
-                time.sleep(5)  # the learner has told the actor to stop; give it a moment, then end it
+                try:  # the learner has told the actor to stop: give it up to 5 s to end by itself
+                    procs["actor"].wait(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    pass
                 _stop({"actor": procs["actor"], **extra})
             if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
                 _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint

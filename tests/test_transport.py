@@ -77,6 +77,33 @@ def test_actor_and_learner_exchange_hello_steps_weights_and_stop():
         learner.close()
 
 
+def test_an_actor_told_the_run_is_over_closes_at_once_and_says_its_last_steps_were_not_stored(caplog):
+    """After the learner's `stop` nothing more can be stored, so closing does not wait out its linger for acks."""
+    from robo_rl.transport.threaded import ActorTransport
+
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+    transport = ActorTransport(ActorLink("127.0.0.1", *ports, actor_id="actor-0"), lambda p, arrays: None, None)
+    try:
+        t, _ = serve(learner, 0.5)
+        transport.start("abc", hello_timeout_s=2)
+        t.join()  # from here on the learner takes nothing: what the actor sends next stays unacknowledged
+        transport.send({}, {"step": np.arange(4, dtype=np.int32)}, env_steps=4)
+        learner.stop_actors("done")
+        deadline = time.monotonic() + 2
+        while transport.stop_reason is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert transport.stop_reason == "done"
+        start = time.monotonic()
+        with caplog.at_level("INFO", logger="robo_rl.transport.actor_link"):
+            transport.close("done", linger_s=5.0)
+        assert time.monotonic() - start < 1.0
+        assert any("(4 env steps) sent after the learner finished were not stored" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        learner.close()
+
+
 def test_an_actor_with_no_learner_gets_a_one_line_error():
     actor = ActorLink("127.0.0.1", *free_ports(3), actor_id="actor-0")
     try:

@@ -160,8 +160,10 @@ class ActorTransport:
         self._beat_now.set()
 
     def close(self, reason: str, linger_s: float = 2.0) -> None:
-        """Stop the thread after the outbox is handed over, say bye, and give unacked data `linger_s`."""
-        deadline = time.monotonic() + linger_s
+        """Stop the thread after the outbox is handed over, say bye, and give unacked data `linger_s`. After the
+        learner's `stop` (the run has all its env steps, and the learner closes its sockets) nothing more can be
+        stored, so there is nothing to wait for."""
+        deadline = time.monotonic() + (0.0 if self.stop_reason is not None else linger_s)
         while not self.outbox.empty() and self._thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
         self._closing.set()
