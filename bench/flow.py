@@ -97,7 +97,8 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
     from robo_rl.config import load_config, make_env
     from robo_rl.distill import distill
 
-    short = ["bc.diffusion_updates=0"] if quick else []  # quick: the diffusion teacher only times DPPO's iteration
+    # quick: the teachers get epochs alone, no floor of gradient steps (the diffusion one only times DPPO's iteration)
+    short = ["bc.flow_updates=0", "bc.diffusion_updates=0"] if quick else []
     overrides = ["experiment=rlpd", f"policy={kind}", "demos.num_episodes=30", "logger.progress=false",
                  f"cache_dir={ROOT / '.cache' / 'robo_rl'}", f"outputs_dir={work}", "torch_threads=1",
                  f"bc.eval_episodes={20 if quick else 50}", f"bc.epochs={150 if quick else 300}",

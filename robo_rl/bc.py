@@ -148,12 +148,14 @@ def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = No
 def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: int, device, progress: bool = True,
                  log=None) -> dict:  # fmt: skip
     """Adam on the chunk loss; after each epoch the held-out loss, stopping after `bc.patience` epochs without a
-    better one. A diffusion policy trains for at least `bc.diffusion_updates` gradient steps whatever epochs and
-    patience say. The policy ends with the weights of its best validation epoch. Returns the training summary."""
+    better one. A flow or diffusion policy trains for at least `bc.flow_updates` / `bc.diffusion_updates` gradient
+    steps whatever epochs and patience say. The policy ends with the weights of its best validation epoch. Returns the
+    training summary."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     chunk, batch_size = int(policy.chunk_size), int(bc_cfg.batch_size)
-    least = int(bc_cfg.get("diffusion_updates") or 0) if getattr(policy, "kind", None) == "diffusion" else 0
+    kind = getattr(policy, "kind", None)  # "flow" | "diffusion" for a generative policy, None for an MLP
+    least = int(bc_cfg.get(f"{kind}_updates") or 0) if kind in ("flow", "diffusion") else 0
     least_epochs = math.ceil(least / max(1, math.ceil(len(data.train_rows) / batch_size)))
     policy.set_normalisation(data.buffer.data["state"][data.buffer.prev[data.train_rows]])
     policy.to(device).train()

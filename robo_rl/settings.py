@@ -199,6 +199,7 @@ SETTINGS: dict[str, Setting] = {
     "bc.hidden": _ints("BC policy MLP widths"),
     "bc.epochs": _int("BC passes over the training episodes", 1),
     "bc.patience": _int("BC stops after this many epochs without a better validation loss", 1),
+    "bc.flow_updates": _int("a flow policy's BC gradient steps at least (epochs and patience aside)", 0),
     "bc.diffusion_updates": _int("a diffusion policy's BC gradient steps at least (epochs and patience aside)", 0),
     "bc.batch_size": _int("BC samples per gradient step", 1),
     "bc.lr": _pos("BC Adam learning rate", high=1.0),

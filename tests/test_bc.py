@@ -101,20 +101,23 @@ def test_the_actors_numpy_forward_pass_computes_what_torch_computes(trained):
     assert with_camera.fast is None  # cameras: torch's forward pass
 
 
-def test_a_diffusion_policy_trains_for_its_floor_of_gradient_steps_whatever_epochs_and_patience_say(tmp_path):
+def test_a_flow_or_diffusion_policy_trains_for_its_floor_of_gradient_steps_whatever_epochs_and_patience_say(tmp_path):
     from policies.flow import ChunkGenerator
     from robo_rl.bc import train_policy
 
-    cfg = _cfg(tmp_path, "bc.epochs=1", "bc.patience=1", "bc.diffusion_updates=25", "bc.batch_size=64")
+    cfg = _cfg(tmp_path, "bc.epochs=1", "bc.patience=1", "bc.flow_updates=10", "bc.diffusion_updates=25",
+               "bc.batch_size=64")  # fmt: skip
     data = load_bc_data(cfg, progress=False)
     per_epoch = -(-len(data.train_rows) // 64)
-    assert per_epoch < 25  # so the floor, not one epoch, decides
+    assert per_epoch < 10  # so the floor, not one epoch, decides
     done = {}
     for kind in ("flow", "diffusion"):
         model = ChunkGenerator(4, 2, chunk_size=2, kind=kind, steps=2, hidden=[16])
         done[kind] = train_policy(model, data, cfg.bc, 0, torch.device("cpu"), progress=False)
-    assert done["flow"]["updates"] == per_epoch and done["flow"]["epochs"] == 1  # the floor is a diffusion policy's
-    assert done["diffusion"]["updates"] >= 25 and done["diffusion"]["epochs"] == -(-25 // per_epoch)
+    for kind, floor in (("flow", 10), ("diffusion", 25)):  # each kind its own floor, in whole epochs
+        assert done[kind]["updates"] >= floor and done[kind]["epochs"] == -(-floor // per_epoch), (kind, done[kind])
+    mlp = train_policy(BCPolicy(4, 2, 2, [16]), data, cfg.bc, 0, torch.device("cpu"), progress=False)
+    assert mlp["updates"] == per_epoch and mlp["epochs"] == 1  # an MLP has no floor: one epoch, as configured
 
 
 @pytest.mark.parametrize(

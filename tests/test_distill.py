@@ -23,7 +23,7 @@ def _cfg(tmp, *extra):
 def teacher(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("teacher")
     cfg = _cfg(tmp, "policy=flow", "policy.chunk_size=2", "policy.steps=10", "policy.hidden=[64,64]", "bc.epochs=500",
-               "bc.patience=500", "bc.eval_episodes=0")  # fmt: skip
+               "bc.patience=500", "bc.flow_updates=0", "bc.eval_episodes=0")  # fmt: skip
     return tmp, train_bc(cfg, tmp / "run", progress=False)["checkpoint"]
 
 

@@ -157,7 +157,8 @@ def bc_run(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     cfg = load_config(["env=point_reach", "experiment=rlpd", f"policy={request.param}", f"cache_dir={tmp / 'cache'}",
                        "logger.progress=false", "bc.eval_episodes=20", "bc.epochs=500", "bc.patience=500",
-                       "bc.diffusion_updates=0",  # 500 epochs are enough here (tests/test_bc.py tests the floor)
+                       "bc.flow_updates=0", "bc.diffusion_updates=0",  # 500 epochs are enough here (test_bc.py
+                                                                        # tests the floors)
                        "policy.chunk_size=2", "policy.steps=4", "policy.hidden=[64,64]",
                        "demos.num_episodes=50"])  # fmt: skip
     summary = train_bc(cfg, tmp / "run", progress=False)
