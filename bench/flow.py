@@ -109,8 +109,8 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
     bc_s = time.perf_counter() - start
     if not distil:
         return bc["checkpoint"]
-    iterations = 400 if quick else "null"  # null: robo-rl distill's own (3,000 warm-started, 10,000 fresh); CPU only
-    dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", f"distill.iterations={iterations}",
+    iterations = ["distill.iterations=400"] if quick else []  # full: robo-rl distill's own (10,000); CPU only
+    dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", *iterations,
                         f"distill.rollout_episodes={0 if quick else 30}",
                         f"distill.eval_episodes={20 if quick else 50}"])  # fmt: skip
     start = time.perf_counter()

@@ -117,19 +117,12 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
-WARM_ITERATIONS, FRESH_ITERATIONS = 3000, 10000  # distill.iterations: null, by whether the student is warm-started
-
-
-def warm_starts(teacher: GenerativeBase) -> bool:
-    """Whether the student starts from the teacher's weights: a flow teacher's are a one-step flow's already."""
-    return teacher.model.kind == "flow"
-
-
 def make_student(teacher: GenerativeBase) -> ChunkGenerator:
-    """A one-step flow of the teacher's network, warm-started from a flow teacher's weights."""
+    """A one-step flow of the teacher's network, warm-started from a flow teacher's weights (a one-step flow's
+    already)."""
     config = {**teacher.model.config, "kind": "flow", "steps": 1}
     student = ChunkGenerator(**config)
-    if warm_starts(teacher):
+    if teacher.model.kind == "flow":
         student.load_state_dict(teacher.model.state_dict())
     else:
         student.state_mean.copy_(teacher.model.state_mean)
@@ -139,9 +132,8 @@ def make_student(teacher: GenerativeBase) -> ChunkGenerator:
 
 def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, dcfg, seed: int,
                   progress: bool) -> dict:  # fmt: skip
-    """Regress the student onto the teacher's chunks for `distill.iterations` steps (null: 3,000 when it starts from
-    a flow teacher's weights, 10,000 when it starts fresh, as from a diffusion teacher)."""
-    iterations = dcfg.iterations or (WARM_ITERATIONS if warm_starts(teacher) else FRESH_ITERATIONS)
+    """Regress the student onto the teacher's chunks for `distill.iterations` steps."""
+    iterations = int(dcfg.iterations)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     n = len(data["state"])
