@@ -117,6 +117,9 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
+DEFAULT_ITERATIONS = 10000  # distill.iterations: null
+
+
 def make_student(teacher: GenerativeBase) -> ChunkGenerator:
     """A one-step flow of the teacher's network, warm-started from a flow teacher's weights (a one-step flow's
     already)."""
@@ -132,8 +135,9 @@ def make_student(teacher: GenerativeBase) -> ChunkGenerator:
 
 def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, dcfg, seed: int,
                   progress: bool) -> dict:  # fmt: skip
-    """Regress the student onto the teacher's chunks for `distill.iterations` steps."""
-    iterations = int(dcfg.iterations)
+    """Regress the student onto the teacher's chunks for `distill.iterations` steps (null, as run folders saved
+    before it had a number hold: DEFAULT_ITERATIONS)."""
+    iterations = int(dcfg.iterations or DEFAULT_ITERATIONS)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     n = len(data["state"])

@@ -278,7 +278,7 @@ SETTINGS: dict[str, Setting] = {
     "policy.base.path": Setting("str", "residual: a robo-rl bc checkpoint or a LeRobot policy", nullable=True),
     "policy.base.execute_steps": _int("residual: actions run from each base chunk (null: all)", 1, nullable=True),
     "policy.base.task": Setting("str", "residual: task text for a language-conditioned base", nullable=True),
-    "distill.iterations": _int("distill: regression steps of the student onto the teacher", 1),
+    "distill.iterations": _int("distill: regression steps of the student (null: 10000)", 1, nullable=True),
     "distill.batch_size": _int("distill: states per step", 1),
     "distill.lr": _pos("distill: Adam learning rate", high=1.0),
     "distill.rollout_episodes": _int("distill: teacher rollouts whose states are distilled on", 0),

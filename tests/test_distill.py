@@ -51,7 +51,8 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
 
 
 def test_a_flow_teachers_student_starts_from_its_weights_a_diffusion_teachers_fresh_and_each_trains_its_steps(
-        tmp_path):  # fmt: skip
+        monkeypatch, tmp_path):  # fmt: skip
+    import robo_rl.distill as distill_module
     from policies.flow import GenerativeBase
     from robo_rl.distill import make_student, train_student
 
@@ -66,6 +67,9 @@ def test_a_flow_teachers_student_starts_from_its_weights_a_diffusion_teachers_fr
         assert all(torch.equal(mine[k], its[k]) for k in its) == (kind == "flow"), kind  # a diffusion net differs
         assert torch.equal(student.state_mean, teacher.model.state_mean)  # the teacher's normalisation either way
         assert train_student(student, teacher, data, dcfg, 0, progress=False)["iterations"] == 5
+    dcfg.iterations = None  # a run folder's config from before the default was a number: the default's count
+    monkeypatch.setattr(distill_module, "DEFAULT_ITERATIONS", 3)
+    assert train_student(make_student(teacher), teacher, data, dcfg, 0, progress=False)["iterations"] == 3
 
 
 def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
