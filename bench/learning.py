@@ -184,6 +184,10 @@ EXPERIMENTS = {
     "reinflow_pick": (["experiment=reinflow_pick_cube", *FLOW_BASE, "train.total_env_steps=50000",
                        "train.checkpoint_every_env_steps=5000"], None,
                       "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... from the flow `experiment=reinflow_pick_cube` now trains (bc.flow_updates 6,000: about 0.77, above the band)
+    "reinflow_pick_trained": (["experiment=reinflow_pick_cube", "train.total_env_steps=50000",
+                               "train.checkpoint_every_env_steps=5000"], None,
+                              "reinflow_pick from the default, better-trained flow base (what a user now starts from)"),
     "dppo_pick": (["experiment=dppo_pick_cube", "train.total_env_steps=50000",
                    "train.checkpoint_every_env_steps=5000"], None, "DPPO-style PPO, the comparison for reinflow_pick"),
     "dsrl_lift": (["experiment=dsrl_lift", *FLOW_BASE, "train.total_env_steps=30000",
