@@ -39,6 +39,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 LEARNING = {  # name → the run beside it (without the human)
     "hil_pick_pixels": "nohil_pick_pixels", "hil_gym_pixels": "nohil_gym_pixels", "hil_pick_state": "nohil_pick_state",
     "hil_residual_weak": "residual_weak", "hil_residual_weak_bc": "residual_weak",
+    "hil_gym_pixels_bc": "nohil_gym_pixels",  # the policy also regressed on the human's steps: none without one
 }  # fmt: skip
 
 
@@ -119,10 +120,12 @@ def learning_summary() -> dict:
         if not path.exists():
             continue
         data = json.loads(path.read_text())
+        rates = [r["training"].get("intervention_rate_last_1k") for r in data["runs"]]
+        known = [r for r in rates if r is not None]  # runs without the human have none
         out[name] = {"seeds": data["seeds"], "final_success": data["final_success"],
                      "final_env_steps": [r["curve"][-1]["env_steps"] for r in data["runs"]],
-                     "intervention_rate_last_1k": [r["training"].get("intervention_rate_last_1k")
-                                                   for r in data["runs"]],
+                     "intervention_rate_last_1k": rates,
+                     "intervention_rate_last_1k_mean": sum(known) / len(known) if known else None,
                      "steps_to_rolling_0.8": [r["training"]["steps_to_rolling_0.8"] for r in data["runs"]]}  # fmt: skip
     return out
 
@@ -135,10 +138,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=list(LEARNING), choices=list(LEARNING))
     args = parser.parse_args()
     if args.train and not args.quick:
-        for name in args.only:
-            for run in (name, LEARNING[name]):
-                subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), run, "--seeds",
-                                *map(str, args.seeds)], check=True)  # fmt: skip
+        for run in dict.fromkeys(n for name in args.only for n in (name, LEARNING[name])):  # each run once
+            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), run, "--seeds",
+                            *map(str, args.seeds)], check=True)  # fmt: skip
     result = {"latency": latency(10.0 if args.quick else 30.0), "overhead": overhead(500 if args.quick else 3000)}
     lat, ov = result["latency"], result["overhead"]
     print(f"device input -> executed step at {lat['control_hz']:.0f} Hz: p50 {lat['latency_ms_p50']:.1f} ms, p99 "
@@ -150,7 +152,8 @@ def main() -> None:
         result["learning"] = learning_summary()
         for name, row in result["learning"].items():
             print(f"{name}: success {row['final_success']} at {row['final_env_steps']} env steps, intervention rate "
-                  f"over the last 1k {row['intervention_rate_last_1k']}")  # fmt: skip
+                  f"over the last 1k {row['intervention_rate_last_1k']} "
+                  f"(mean {row['intervention_rate_last_1k_mean']})")  # fmt: skip
     result["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
 

@@ -469,14 +469,12 @@ def main() -> None:
         runs = sorted(kept_runs(result_path, overrides, args.seeds) + runs, key=lambda r: r["seed"])
     args.seeds = [r["seed"] for r in runs]
     finals = [r["curve"][-1]["success"] for r in runs]
-    rates = [r["training"]["intervention_rate_last_1k"] for r in runs if "intervention_rate_last_1k" in r["training"]]
     plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
     result = {"experiment": args.experiment, "overrides": overrides, "seeds": args.seeds,
               "final_success": finals, "final_success_mean": float(np.mean(finals)), "target": target,
               "met": None if target is None else bool(min(finals) >= target), "reference": reference,
               "runs": runs, "plot": str(results_dir / f"learning_{args.experiment}.png"),
-              "load": os.getloadavg()[0],  # with a human: the seeds' mean share of human-commanded steps, last 1k
-              **({"intervention_rate_last_1k_mean": float(np.mean(rates))} if rates else {})}  # fmt: skip
+              "load": os.getloadavg()[0]}  # fmt: skip
     result_path.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 

@@ -145,7 +145,7 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
     student.train()
     losses = []
     start = time.perf_counter()
-    bar = tqdm(range(int(iterations)), desc="distilling", unit="it", disable=not progress)
+    bar = tqdm(range(iterations), desc="distilling", unit="it", disable=not progress)
     for _ in bar:
         rows = rng.integers(0, n, int(dcfg.batch_size))
         obs = {"state": torch.from_numpy(data["state"][rows]),
@@ -161,7 +161,7 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
     bar.close()
     student.eval()
-    return {"iterations": int(iterations), "final_loss": float(np.mean(losses[-50:])),
+    return {"iterations": iterations, "final_loss": float(np.mean(losses[-50:])),
             "train_s": time.perf_counter() - start, "states": int(n)}  # fmt: skip
 
 
