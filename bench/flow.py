@@ -13,7 +13,12 @@ inference latency (p50/p99) and success, on our pick task from state.
   ppo       wall time of one PPO iteration (a rollout of `rollout` env steps on the pick env with the policy acting,
             then the update: 5 epochs of 128-decision minibatches), ReinFlow (the flow teacher, K = 4 and K = 1
             noisy Euler steps) against DPPO-style (the diffusion teacher, K = 20 DDIM steps, the last K' = 10 scored),
-            in one process, alternating, one torch thread
+            in one process, alternating, one torch thread; and the same on a simulator that costs next to nothing
+            (env=point_reach) with the Hopper recipes' 3 x 512 networks (random weights), where the policy takes the
+            time. Network evaluations bound the ratio whatever the machine: per decision DPPO acts 20 and re-scores
+            10 (forward and backward), ReinFlow K = 4 acts 4 and re-scores 4 (each with its small noise network), so
+            DPPO's iteration is at most 20/4 = 5x ReinFlow K = 4's (its rollout) and 10/4 = 2.5x (its update); K = 1
+            lifts the bounds to 20x and 10x
 
     python bench/flow.py            # both teachers, 50 evaluation episodes each, full distillation: minutes
     python bench/flow.py --quick    # the flow teacher, 20 episodes, a short distillation, 1 PPO iteration each: ≤ 60 s
@@ -194,27 +199,61 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
 
 
 def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool, device: str = "cpu") -> dict:
-    """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10), iterations alternating on the same env."""
+    """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10) on the pick env, from the behaviour-cloned
+    teachers."""
+    from policies.chain import ChainPolicy
+
+    def variants(space, adim):
+        return {"reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
+                "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
+                "dppo_k20_ft10": lambda: ChainPolicy(space, adim, diffusion_ckpt, "dppo", steps=20,
+                                                     stochastic_steps=10, sigma_min=0.1, sigma_max=0.1)}  # fmt: skip
+
+    return alternate_iterations(["experiment=rlpd"], variants, quick, device)
+
+
+def ppo_timing_free_sim(quick: bool, device: str = "cpu") -> dict:
+    """The same three on a simulator that costs next to nothing (env=point_reach: 0.03 ms a step against pick's
+    0.75 ms), with the networks of ReinFlow's and DPPO's Hopper recipes (3 × 512; random weights: a timing needs no
+    training): the ratio where the policy, not the simulator, takes the time."""
     import torch
 
     from policies.chain import ChainPolicy
+    from policies.flow import ChunkGenerator
+
+    def variants(space, adim):
+        def generator(kind: str, steps: int) -> ChunkGenerator:
+            torch.manual_seed(0)
+            return ChunkGenerator(space["state"].shape[0], adim, chunk_size=4, kind=kind, steps=steps,
+                                  hidden=[512, 512, 512])  # fmt: skip
+
+        return {"reinflow_k4": lambda: ChainPolicy(space, adim, None, "reinflow", steps=4,
+                                                   generator=generator("flow", 4)),
+                "reinflow_k1": lambda: ChainPolicy(space, adim, None, "reinflow", steps=1,
+                                                   generator=generator("flow", 1)),
+                "dppo_k20_ft10": lambda: ChainPolicy(space, adim, None, "dppo", steps=20, stochastic_steps=10,
+                                                     sigma_min=0.1, sigma_max=0.1,
+                                                     generator=generator("diffusion", 20))}  # fmt: skip
+
+    return alternate_iterations(["experiment=rlpd", "env=point_reach"], variants, quick, device)
+
+
+def alternate_iterations(overrides: list[str], variants, quick: bool, device: str) -> dict:
+    """PPO iterations of each of `variants(space, action_dim)` (name → policy factory) on the env of `overrides`,
+    alternating, one torch thread; mean seconds of each and DPPO's over ReinFlow's."""
+    import torch
+
     from robo_rl.config import load_config, make_env
 
-    env = make_env(load_config(["experiment=rlpd"]))
-    space, adim = env.observation_space, env.action_space.shape[0]
-    variants = {
-        "reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
-        "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
-        "dppo_k20_ft10": lambda: ChainPolicy(space, adim, diffusion_ckpt, "dppo", steps=20, stochastic_steps=10,
-                                             sigma_min=0.1, sigma_max=0.1),  # fmt: skip
-    }
+    env = make_env(load_config(overrides))
+    makers = variants(env.observation_space, env.action_space.shape[0])
     rollout, iterations = (300, 1) if quick else (2000, 3)
-    times: dict[str, list[dict]] = {name: [] for name in variants}
+    times: dict[str, list[dict]] = {name: [] for name in makers}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for i in range(iterations):
-            for name, make in variants.items():
+            for name, make in makers.items():
                 torch.manual_seed(i)
                 times[name].append(ppo_iteration(make(), env, rollout, 1000 * i, device))
     finally:
@@ -249,6 +288,7 @@ def main() -> None:
         else:
             diffusion = str(Path(tmp) / "diffusion" / "bc" / "policy.pt")
         ppo = ppo_timing(str(Path(tmp) / "flow" / "bc" / "policy.pt"), diffusion, args.quick, device)
+    free = ppo_timing_free_sim(args.quick, device)
     load = os.getloadavg()[0]
     for r in results:
         lat = r["latency"]
@@ -269,13 +309,15 @@ def main() -> None:
                       f"step {lat['student_torch']['p50_ms']:.3f} ms ({lat['speedup_torch_p50']:.1f}x); numpy's is "
                       f"{lat['teacher_numpy_over_torch_p50']:.1f}x / {lat['student_numpy_over_torch_p50']:.1f}x "
                       "faster")  # fmt: skip
-    print(f"PPO iteration ({ppo['rollout_env_steps']} env steps + update): ReinFlow K=4 "
-          f"{ppo['reinflow_k4']['iteration_s']:.2f} s, K=1 {ppo['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
-          f"{ppo['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {ppo['dppo_over_reinflow_k4']:.1f}x (K=4), "
-          f"{ppo['dppo_over_reinflow_k1']:.1f}x (K=1)")  # fmt: skip
+    for name, p in (("pick", ppo), ("free simulator, 3x512", free)):
+        print(f"PPO iteration, {name} ({p['rollout_env_steps']} env steps + update): ReinFlow K=4 "
+              f"{p['reinflow_k4']['iteration_s']:.2f} s, K=1 {p['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
+              f"{p['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
+              f"{p['dppo_over_reinflow_k1']:.1f}x (K=1)")  # fmt: skip
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
     result = {"bench": "flow", "quick": args.quick, "device": device, "gpu": gpu, "load_avg_1m": round(load, 2),
-              "wall_s": round(time.perf_counter() - start, 1), "results": results, "ppo": ppo}  # fmt: skip
+              "wall_s": round(time.perf_counter() - start, 1), "results": results, "ppo": ppo,
+              "ppo_free_sim": free}  # fmt: skip
     suffix = ("_quick" if args.quick else "") + ("_cuda" if gpu else "")
     out = ROOT / "bench" / "results" / f"flow{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
