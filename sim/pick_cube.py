@@ -55,6 +55,7 @@ IK_DAMPING = 0.02  # DLS damping; keeps joint steps bounded near singular poses
 IK_NULLSPACE_GAIN = 0.1  # pull of the redundant DOF toward REST_QPOS per iteration
 IK_ITERS_PER_STEP = 2  # warm-started from the previous target, two iterations reach < 1 mm
 IK_ITERS_RESET = 60
+IK_DAMPING_EYE = IK_DAMPING**2 * np.eye(6)
 GRASP_MAX_OFFSET_M = 0.02  # cube centre within this of the fingertip pads' midpoint: between them, not under
 REACH_SHAPING_PER_M = 5.0  # reach reward 1 - tanh(k d): still has slope 30 cm away
 REWARD_WEIGHTS = {"reach": 0.25, "grasp": 0.25, "lift": 0.5}  # staged progress, sums to 1
@@ -257,6 +258,11 @@ class PickCubeEnv(RobotEnv):
         self._left_pads = [m.geom(n).id for n in ("left_pad1", "left_pad2")]
         self._right_pads = [m.geom(n).id for n in ("right_pad1", "right_pad2")]
         self._jac_pos, self._jac_rot = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+        # the IK's scratch arrays and joint limits, allocated once (it runs every step)
+        self._ik_err, self._ik_cur, self._ik_dquat, self._ik_y = np.empty(6), np.empty(4), np.empty(4), np.empty(6)
+        self._ik_jac = np.empty((6, 7))
+        self._q_low, self._q_high = m.jnt_range[:7, 0].copy(), m.jnt_range[:7, 1].copy()
+        self._pad_sets = (frozenset(self._left_pads), frozenset(self._right_pads))
 
         self.state_names = STATE_NAMES
         self.full_state_names = self.state_names
@@ -286,7 +292,8 @@ class PickCubeEnv(RobotEnv):
     def _solve_ik(self, q: np.ndarray, pos: np.ndarray, iters: int) -> np.ndarray:
         """Joint targets putting the pinch site at `pos`, top-down, from warm start `q` (damped least squares)."""
         m, d = self.model, self._ik_data
-        err, cur, dquat = np.empty(6), np.empty(4), np.empty(4)
+        err, cur, dquat, jac, y = self._ik_err, self._ik_cur, self._ik_dquat, self._ik_jac, self._ik_y
+        low, high = self._q_low, self._q_high
         for it in range(iters):
             d.qpos[:7] = q
             mujoco.mj_kinematics(m, d)
@@ -297,12 +304,19 @@ class PickCubeEnv(RobotEnv):
             mujoco.mju_negQuat(cur, cur)
             mujoco.mju_mulQuat(dquat, TOP_DOWN_QUAT, cur)
             mujoco.mju_quat2Vel(err[3:], dquat, 1.0)
-            jac = np.vstack([self._jac_pos[:, :7], self._jac_rot[:, :7]])
-            pinv = jac.T @ np.linalg.inv(jac @ jac.T + IK_DAMPING**2 * np.eye(6))
-            dq = pinv @ err
-            if it < iters - 1:  # the last iteration is pure task-space, so the null-space pull leaves no residual
-                dq += (np.eye(7) - pinv @ jac) @ (IK_NULLSPACE_GAIN * (REST_QPOS - q))
-            q = np.clip(q + dq, m.jnt_range[:7, 0], m.jnt_range[:7, 1])
+            jac[:3], jac[3:] = self._jac_pos[:, :7], self._jac_rot[:, :7]
+            # dq = J⁺ err + (I − J⁺J) pull with J⁺ = Jᵀ(JJᵀ + λ²I)⁻¹, i.e. pull + J⁺(err − J pull): one Cholesky
+            # solve of the 6x6 system, no inverse; the last iteration is pure task-space, so the null-space pull
+            # leaves no residual
+            pull = IK_NULLSPACE_GAIN * (REST_QPOS - q) if it < iters - 1 else None
+            system = jac @ jac.T
+            system += IK_DAMPING_EYE
+            mujoco.mju_cholFactor(system, 0.0)
+            mujoco.mju_cholSolve(y, system, err if pull is None else err - jac @ pull)
+            dq = jac.T @ y
+            if pull is not None:
+                dq += pull
+            q = np.minimum(np.maximum(q + dq, low), high)
         return q
 
     # --- RobotEnv -----------------------------------------------------------------------------
@@ -352,7 +366,8 @@ class PickCubeEnv(RobotEnv):
         d.ctrl[7] = (self._gripper_cmd + 1.0) * 0.5 * GRIPPER_CTRL_MAX
         mujoco.mj_step(m, d, nstep=n_substeps)
         mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's
-        progress, success = self._progress()
+        grasped = self.task == "lift" and self._is_grasped()
+        progress, success = self._progress(grasped)
         if self.reward_type == "dense":
             reward = progress - 1.0
         else:
@@ -360,7 +375,7 @@ class PickCubeEnv(RobotEnv):
         terminated = bool(success and self.terminate_on_success)
         info = {"success": success, "progress": progress}
         if self.task == "lift":  # what an evaluation's failure modes read (never grasped, dropped)
-            info["grasped"] = self._is_grasped()
+            info["grasped"] = grasped
         if self._randomizer is not None:
             self._randomizer.add_first_step_info(info)
         return self._observation(), reward, terminated, info
@@ -370,16 +385,21 @@ class PickCubeEnv(RobotEnv):
         """Both finger pads touch the cube and are held apart by it, with the cube centred between the pads
         (a closed gripper pressed onto the cube touches it with both pads too, but from above)."""
         d = self.data
-        g1, g2 = d.contact.geom1[: d.ncon], d.contact.geom2[: d.ncon]
-        other = np.concatenate([g2[g1 == self._cube_geom], g1[g2 == self._cube_geom]])
-        if not (np.isin(self._left_pads, other).any() and np.isin(self._right_pads, other).any()):
+        cube, touching = self._cube_geom, set()
+        for g1, g2 in zip(d.contact.geom1[: d.ncon].tolist(), d.contact.geom2[: d.ncon].tolist(), strict=True):
+            if g1 == cube:
+                touching.add(g2)
+            elif g2 == cube:
+                touching.add(g1)
+        left_pads, right_pads = self._pad_sets
+        if touching.isdisjoint(left_pads) or touching.isdisjoint(right_pads):
             return False
         left, right = d.geom_xpos[self._left_pads[0]], d.geom_xpos[self._right_pads[0]]  # the fingertip pads
         centred = np.linalg.norm(d.xpos[self._cube_body] - 0.5 * (left + right)) < GRASP_MAX_OFFSET_M
         return bool(centred and np.linalg.norm(right - left) > self._cube_half_m)
 
-    def _progress(self) -> tuple[float, bool]:
-        """Task progress in [0, 1] (exactly 1 on success) and ground-truth success."""
+    def _progress(self, grasped: bool) -> tuple[float, bool]:
+        """Task progress in [0, 1] (exactly 1 on success) and ground-truth success; `grasped`: `_is_grasped()` now."""
         d = self.data
         cube, pinch = d.xpos[self._cube_body], d.site_xpos[self._pinch]
         if self.task == "reach":
@@ -387,7 +407,7 @@ class PickCubeEnv(RobotEnv):
             success = bool(dist < self.reach_tolerance_m)
             return float(1.0 - np.tanh(REACH_SHAPING_PER_M * max(dist - self.reach_tolerance_m, 0.0))), success
         lift = (cube[2] - self._cube_half_m) / self.lift_height_m  # placed resting on the table
-        if self._is_grasped():
+        if grasped:
             success = bool(lift >= 1.0)
             w = REWARD_WEIGHTS
             return w["reach"] + w["grasp"] + w["lift"] * float(np.clip(lift, 0.0, 1.0)), success
