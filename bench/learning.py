@@ -216,6 +216,19 @@ EXPERIMENTS = {
                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     "reinflow_lift_lr1e5_200k": (reinflow_lift("1e-5", bootstrap=False, steps=200000), None,
                                  "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
+    # ... with Lift's sparse reward plus potential-based shaping of robosuite's staged progress (reaching, grasping):
+    # the same ranking of policies by success, a signal at every step for the few episodes a PPO iteration holds
+    "reinflow_lift_potential": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential"], None,
+                                "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_potential_lr3e5": (reinflow_lift("3e-5", bootstrap=False) + ["env.reward_type=potential"], None,
+                                      "reinflow_lift_potential with the actor learning rate 3e-5"),
+    # ... with a wider trust region: at clip 0.01 the policy moves an approximate KL of 3e-4 per iteration
+    "reinflow_lift_potential_clip05": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
+                                                                               "algo.clip=0.05"], None,
+                                       "reinflow_lift_potential with the PPO clip 0.05"),
+    "reinflow_lift_potential_clip02": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
+                                                                               "algo.clip=0.02"], None,
+                                       "reinflow_lift_potential with the PPO clip 0.02"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
@@ -242,7 +255,7 @@ def train(name: str, overrides: list[str], seed: int, out: Path) -> Path:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    (run,) = set(out.glob("*/*")) - before
+    (run,) = {r for r in set(out.glob("*/*")) - before if r.name.endswith(f"_{name}_s{seed}")}  # seeds run at once
     (run / "bench_wall_s.txt").write_text(f"{time.monotonic() - t:.1f}\n")
     return run
 

@@ -336,7 +336,9 @@ SETTINGS: dict[str, Setting] = {
     "policy.encoder.strides": _ints("cnn: stride of each convolution"),
     # env (each env has some of these)
     "env.task": Setting("str", "the env's task variant"),
-    "env.reward_type": _choice("reward", "dense", "sparse", nullable=True),
+    "env.reward_type": _choice("reward", "dense", "sparse", "potential", nullable=True),
+    "env.shaping_gamma": _float("reward_type=potential: the learner's discount per env step", 0.0, 1.0, low_open=True),
+    "env.shaping_scale": _float("reward_type=potential: the shaping term's weight (success pays 1)", 0.0, 1.0),
     "env.max_episode_steps": _int("steps before the time limit", 1, nullable=True),
     "env.terminate_on_success": Setting("bool", "end the episode on success"),
     "env.control_hz": _pos("control rate, Hz", high=1000.0),

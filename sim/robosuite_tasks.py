@@ -18,6 +18,15 @@ Reward: robosuite's, normalised to 1 on success ("sparse", the default as in rob
 `reward_type="dense"`: its staged shaping). Dense shaping pays up to about 0.55 per step for holding the cube
 without lifting it, so with `terminate_on_success` (which ends that stream at one reward of 1) it teaches the agent
 to hover: measured, 0.08 success after 50k steps of Lift. The env warns about that combination.
+`reward_type="potential"`: the sparse reward plus potential-based shaping (Ng, Harada & Russell 1999),
+``shaping_scale · (shaping_gamma · Φ(s') − Φ(s))`` with Φ robosuite's own staged progress before success, in [0, 1]
+(Lift: reaching ``1 − tanh(10 d)`` and grasping 0.25, over 1.25; PickPlaceCan: the best of its reach / grasp / lift /
+hover stages, over 0.7), and Φ = 0 once the episode ends (success or the time limit). An episode's discounted shaped
+return is then its sparse return minus ``shaping_scale · Φ(s0)``, the same for every policy, so ranking policies by
+success is unchanged, while each step says whether the gripper came closer or took hold: what an on-policy learner
+with few episodes per iteration needs (BENCHMARKS.md, ReinFlow on Lift). `shaping_gamma` must be the learner's
+discount per env step (an experiment sets it to `${algo.gamma}`); the shaping is exact for a learner that does not
+bootstrap a time-limit cut (`algo.bootstrap_truncated=false`).
 Success is robosuite's ``_check_success()``; it terminates the episode (`terminate_on_success`); the horizon is
 ours (``truncated``, ended_by "time_limit"; robosuite runs with ``ignore_done``).
 
@@ -57,6 +66,7 @@ OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")
     "Lift": (("cube_pos", 3), ("cube_quat", 4), ("gripper_to_cube_pos", 3)),
     "PickPlaceCan": (("Can_to_robot0_eef_pos", 3), ("Can_to_robot0_eef_quat", 4), ("Can_pos", 3), ("Can_quat", 4)),
 }
+REWARD_TYPES = ("sparse", "dense", "potential")
 TASK_DEFAULTS = {  # horizon in control steps (20 Hz: Lift 5 s, PickPlaceCan 12.5 s), reward type
     "Lift": {"max_episode_steps": 100, "reward_type": "sparse", "object": "cube"},
     "PickPlaceCan": {"max_episode_steps": 250, "reward_type": "sparse", "object": "Can"},
@@ -92,7 +102,10 @@ class RobosuiteEnv(RobotEnv):
         self,
         task: str = "Lift",
         observation: str = "low_dim",  # "low_dim" | "image"
-        reward_type: str | None = None,  # "dense" (robosuite's reward shaping) | "sparse"; None: the task default
+        reward_type: str | None = None,  # "sparse" | "dense" (robosuite's shaping) | "potential" (sparse + potential-
+        # based shaping of robosuite's staged progress); None: the task default
+        shaping_gamma: float = 0.99,  # reward_type="potential": the learner's discount per env step
+        shaping_scale: float = 1.0,  # reward_type="potential": the weight of the shaping term (success pays 1)
         max_episode_steps: int | None = None,  # None: the task default (Lift 100, PickPlaceCan 250)
         terminate_on_success: bool = True,
         control_hz: float = 20.0,
@@ -112,14 +125,19 @@ class RobosuiteEnv(RobotEnv):
             raise ValueError(f"observation must be 'low_dim' or 'image', got {observation!r}")
         defaults = TASK_DEFAULTS[task]
         reward_type = reward_type or defaults["reward_type"]
-        if reward_type not in ("dense", "sparse"):
-            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {reward_type!r}")
+        if reward_type not in REWARD_TYPES:
+            raise ValueError(f"reward_type must be one of {', '.join(REWARD_TYPES)}, got {reward_type!r}")
+        if not 0 < shaping_gamma <= 1 or not 0 <= shaping_scale <= 1:
+            raise ValueError(f"shaping_gamma must be in (0, 1] and shaping_scale in [0, 1] (success pays 1), got "
+                             f"{shaping_gamma} and {shaping_scale}")  # fmt: skip
         cameras = tuple(cameras) if observation == "image" else ()
         if image_size < 1:
             raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
         if control_hz <= 0:
             raise ValueError(f"control_hz must be positive, got {control_hz}")
         self.task, self.observation, self.reward_type = task, observation, reward_type
+        self.shaping_gamma, self.shaping_scale = float(shaping_gamma), float(shaping_scale)
+        self._potential = 0.0  # Φ of the current state (reward_type="potential")
         self.terminate_on_success = bool(terminate_on_success)
         if reward_type == "dense" and self.terminate_on_success:
             warnings.warn(f"{task}: dense reward shaping with terminate_on_success pays more for holding the "
@@ -215,6 +233,7 @@ class RobosuiteEnv(RobotEnv):
             self._data.qpos[self._object_qpos : self._object_qpos + 3] += [*r.object_xy_offset, lift]
             self._env.sim.forward()
             raw = self._observe_now()
+        self._potential = self.progress() if self.reward_type == "potential" else 0.0
         return self._observation(raw), info
 
     def _step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
@@ -234,7 +253,24 @@ class RobosuiteEnv(RobotEnv):
             raw = self._observe_now()  # a jittered step ends off robosuite's observation sampling grid
         success = bool(self._env._check_success())
         terminated = success and self.terminate_on_success
+        if self.reward_type == "potential":
+            reward = float(reward) + self._shaping(ends=terminated or self._elapsed_steps + 1 >= self.max_episode_steps)
         return self._observation(raw), float(reward), terminated, {**info, "success": success}
+
+    def progress(self) -> float:
+        """Φ: robosuite's staged progress towards success in the current state, in [0, 1] (module docstring)."""
+        env = self._env
+        if self.task == "Lift":
+            dist = env._gripper_to_target(gripper=env.robots[0].gripper, target=env.cube.root_body,
+                                          target_type="body", return_distance=True)  # fmt: skip
+            grasp = env._check_grasp(gripper=env.robots[0].gripper, object_geoms=env.cube)
+            return float((1.0 - np.tanh(10.0 * dist) + 0.25 * grasp) / 1.25)
+        return float(max(env.staged_rewards()) / 0.7)
+
+    def _shaping(self, ends: bool) -> float:
+        """This step's shaping term, γ·Φ(s') − Φ(s), Φ = 0 after the episode's end; Φ(s') becomes the current Φ."""
+        before, self._potential = self._potential, 0.0 if ends else self.progress()
+        return self.shaping_scale * (self.shaping_gamma * self._potential - before)
 
     def _observe_now(self) -> dict:
         """robosuite's observation of the current sim state, its observables' sampling clocks left as they are."""

@@ -206,6 +206,53 @@ def test_dense_shaping_that_ends_on_success_is_warned_about():
         RobosuiteEnv("Lift", reward_type="dense", terminate_on_success=False).close()
 
 
+def discounted(rewards, gamma):
+    return float(sum(gamma**t * r for t, r in enumerate(rewards)))
+
+
+def test_potential_shaping_keeps_the_sparse_return_and_pays_each_step():
+    """reward_type=potential: every episode's discounted return is its sparse return minus scale·Φ(s0) (so success
+    ranks policies as before), while the steps between pay for coming closer and taking hold of the cube."""
+    gamma, scale = 0.999, 0.8
+    env = RobosuiteEnv("Lift", reward_type="potential", shaping_gamma=gamma, shaping_scale=scale)
+    short = RobosuiteEnv("Lift", reward_type="potential", shaping_gamma=gamma, max_episode_steps=6)
+    try:
+        env.reset(seed=3)
+        phi0 = env.progress()
+        assert 0.0 < phi0 < 0.2  # the gripper starts well away from the cube
+        rewards = [s[1] for s in run_expert(env, LiftExpert(env), seed=3)]
+        sparse = gamma ** (len(rewards) - 1)  # the success reward, discounted to the start
+        assert discounted(rewards, gamma) == pytest.approx(sparse - scale * phi0, abs=1e-9)
+        assert sum(r > 0 for r in rewards[:-1]) > len(rewards) // 2  # the approach pays, step by step
+        assert max(rewards[:-1]) > 0.15 * scale  # taking hold of the cube: grasping is a quarter of Φ's 1.25
+        short.reset(seed=3)
+        phi0 = short.progress()
+        expert = LiftExpert(short)
+        steps = run_expert(short, expert, seed=3)  # cut by the time limit before success: the sparse return is 0
+        assert steps[-1][3] and not steps[-1][4]["success"]
+        assert discounted([s[1] for s in steps], gamma) == pytest.approx(-phi0, abs=1e-9)  # scale 1
+    finally:
+        env.close()
+        short.close()
+
+
+def test_potential_shaping_from_the_config_uses_the_learners_discount():
+    cfg = load_config(["env=robosuite_can", "env.reward_type=potential", "algo.gamma=0.98", "env.max_episode_steps=30"])
+    env = make_env(cfg)
+    try:
+        assert env.shaping_gamma == 0.98 and env.shaping_scale == 1.0
+        env.reset(seed=0)
+        phi0 = env.progress()
+        steps = run_expert(env, PickPlaceCanExpert(env), seed=0)
+        assert discounted([s[1] for s in steps], 0.98) == pytest.approx(-phi0, abs=1e-9)
+        assert max(s[1] for s in steps) > 0  # the can's expert reaches towards the can: Φ rises
+    finally:
+        env.close()
+    for kwargs, match in [({"shaping_scale": 1.5}, "shaping_scale"), ({"shaping_gamma": 0.0}, "shaping_gamma")]:
+        with pytest.raises(ValueError, match=match):
+            RobosuiteEnv("Lift", reward_type="potential", **kwargs)
+
+
 def test_random_actions_do_not_lift_the_cube(lift):
     rng = np.random.default_rng(0)
     for seed in range(2):
