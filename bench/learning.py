@@ -226,9 +226,6 @@ EXPERIMENTS = {
     "reinflow_lift_potential_clip05": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
                                                                                "algo.clip=0.05"], None,
                                        "reinflow_lift_potential with the PPO clip 0.05"),
-    "reinflow_lift_potential_clip02": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
-                                                                               "algo.clip=0.02"], None,
-                                       "reinflow_lift_potential with the PPO clip 0.02"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
