@@ -222,6 +222,10 @@ EXPERIMENTS = {
                                 "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     "reinflow_lift_potential_lr3e5": (reinflow_lift("3e-5", bootstrap=False) + ["env.reward_type=potential"], None,
                                       "reinflow_lift_potential with the actor learning rate 3e-5"),
+    # ... with the first Euler step's noise up to σ 1 (the rest 0.05-0.12): the base's Lift failures are decided by
+    # its initial noise, and noise at the first step can carry a failing draw into a grasping mode
+    "reinflow_lift_first1": (reinflow_lift("1e-4", bootstrap=False) + ["policy.sigma_max_first=1.0"], None,
+                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with a wider trust region: at clip 0.01 the policy moves an approximate KL of 3e-4 per iteration
     "reinflow_lift_potential_clip05": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
                                                                                "algo.clip=0.05"], None,

@@ -3,7 +3,9 @@ exact log-probability, so PPO can score and move the whole chain (`robo_rl/algos
 
   reinflow (a flow policy)       x_{k+1} = x_k + v_θ(x_k, t_k)/K + σ_φ(s, t_k)·ε,  k = 0..K-1, x_0 ~ N(0, I)
                                  σ_φ a small learnable noise network squashed into [σ_min, σ_max] per dimension
-                                 (ReinFlow, Zhang et al. 2025); K = 1-4 steps
+                                 (ReinFlow, Zhang et al. 2025); K = 1-4 steps; `sigma_max_first` widens the first
+                                 step's range only: noise there changes which mode the chain lands in, noise at the
+                                 last step only jitters the chunk
   dppo (a diffusion policy)      K DDIM steps; the first K − K′ deterministic, the last K′ stochastic:
                                  x_{k-1} = μ_DDIM(x_k, ε_θ(x_k, k)) + σ_k·ε with σ_k ≥ σ_min (DPPO, Ren et al. 2024);
                                  only those K′ steps are scored, so only they are fine-tuned by the gradient
@@ -45,13 +47,16 @@ class ChainPolicy(nn.Module):
                  steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
                  sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
                  model: dict | None = None, generator: ChunkGenerator | None = None, task: str | None = None,
-                 camera_map: dict | None = None) -> None:  # fmt: skip
+                 camera_map: dict | None = None, sigma_max_first: float | None = None) -> None:  # fmt: skip
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
         if not 0 < sigma_min <= sigma_max <= 1.0:
             raise ValueError(f"policy.sigma_min/sigma_max must satisfy 0 < min <= max <= 1, got {sigma_min}, "
                              f"{sigma_max}")  # fmt: skip
+        if sigma_max_first is not None and not sigma_min <= sigma_max_first <= 1.0:
+            raise ValueError(f"policy.sigma_max_first must be in [sigma_min, 1] = [{sigma_min}, 1], got "
+                             f"{sigma_max_first}")  # fmt: skip
         # `model`: the architecture `robo-rl train` behaviour-clones when no path is given (read there, not here)
         model = generator
         if model is None and path and method == "reinflow" and is_lerobot_folder_or_hub_id(path):
@@ -83,6 +88,7 @@ class ChainPolicy(nn.Module):
         if not 1 <= self.stochastic_steps <= self.steps:
             raise ValueError(f"policy.stochastic_steps={self.stochastic_steps} must be in [1, {self.steps}]")
         self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
+        self.sigma_max_first = self.sigma_max if sigma_max_first is None else float(sigma_max_first)  # reinflow
         chunk = model.chunk_size
         if method == "reinflow":  # σ_φ(features, t) per dimension of the chunk
             self.noise_net = mlp(model.feature_dim + model.config["time_features"], list(noise_hidden),
@@ -135,7 +141,8 @@ class ChainPolicy(nn.Module):
         if self.method == "reinflow":
             mean = x + m.predict(features, x, t) / self.steps
             raw = self.noise_net(torch.cat([m.pooled(features), m.time_embedding(t, len(x))], dim=-1)).view_as(x)
-            return mean, self.sigma_min + (self.sigma_max - self.sigma_min) * torch.sigmoid(raw)
+            high = self.sigma_max_first if i == 0 else self.sigma_max
+            return mean, self.sigma_min + (high - self.sigma_min) * torch.sigmoid(raw)
         ab = m.alpha_bar[k - 1]
         eps = m.predict(features, x, t)
         clean = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1.0, 1.0)

@@ -303,6 +303,8 @@ SETTINGS: dict[str, Setting] = {
     "policy.stochastic_steps": _int("dppo: the last K' steps, stochastic and fine-tuned", 1, 1000, nullable=True),
     "policy.sigma_min": _pos("reinflow/dppo: the smallest std of a chain step", high=1.0),
     "policy.sigma_max": _pos("reinflow/dppo: the largest std of a chain step", high=1.0),
+    "policy.sigma_max_first": _pos("reinflow: the largest std of the first step (null: sigma_max)", high=1.0,
+                                   nullable=True),
     "policy.noise_hidden": _ints("reinflow: the noise network's widths"),
     "algo.rollout_env_steps": _int("ppo: env steps of the current policy per iteration", 1),
     "algo.gae_lambda": _float("ppo: GAE lambda", 0.0, 1.0),

@@ -52,6 +52,24 @@ def test_the_chain_log_probability_is_exact_and_recomputed_from_the_record(metho
     assert extras["chain"].shape == (1, int(np.prod(policy.chain_shape))) and float(extras["decision"]) == 1
 
 
+def test_the_first_reinflow_step_can_explore_wider_than_the_rest():
+    policy = chain_policy("reinflow", sigma_max_first=0.5)
+    obs = {"state": torch.rand(64, 2) * 2 - 1, "images": {}}
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+        features = policy.features(obs)
+        stds = [policy.step_mean_std(features, chain[:, k], k)[1] for k in range(policy.steps)]
+        again, _ = policy.chain_log_prob(obs, chain)
+    assert 0.2 < stds[0].mean() < 0.35 and stds[0].max() <= 0.5  # σ_min + (0.5 − σ_min)·sigmoid(≈0)
+    assert all(0.05 <= s.min() and s.max() <= 0.12 for s in stds[1:])
+    assert torch.allclose(again, log_prob, atol=1e-3)
+    first_spread = (chain[:, 1] - policy.step_mean_std(features, chain[:, 0], 0)[0]).std()
+    assert first_spread > 2 * (chain[:, 2] - policy.step_mean_std(features, chain[:, 1], 1)[0]).std()
+    for bad in (0.01, 1.5):
+        with pytest.raises(ValueError, match="sigma_max_first"):
+            chain_policy("reinflow", sigma_max_first=bad)
+
+
 def test_dppo_scores_and_fine_tunes_only_its_last_steps():
     policy = chain_policy("dppo")
     assert policy.chain_shape[0] == policy.stochastic_steps + 1 == 5
