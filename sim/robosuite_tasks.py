@@ -23,8 +23,8 @@ to hover: measured, 0.08 success after 50k steps of Lift. The env warns about th
 (Lift: reaching ``1 − tanh(10 d)`` and grasping 0.25, over 1.25; PickPlaceCan: the best of its reach / grasp / lift /
 hover stages, over 0.7), and Φ = 0 once the episode ends (success or the time limit). An episode's discounted shaped
 return is then its sparse return minus ``shaping_scale · Φ(s0)``, the same for every policy, so ranking policies by
-success is unchanged, while each step says whether the gripper came closer or took hold: what an on-policy learner
-with few episodes per iteration needs (BENCHMARKS.md, ReinFlow on Lift). `shaping_gamma` must be the learner's
+success is unchanged, while each step says whether the gripper came closer or took hold (for a learner with few
+episodes per update; it did not lift ReinFlow on Lift within 50k: BENCHMARKS.md). `shaping_gamma` must be the learner's
 discount per env step (an experiment sets it to `${algo.gamma}`); the shaping is exact for a learner that does not
 bootstrap a time-limit cut (`algo.bootstrap_truncated=false`).
 Success is robosuite's ``_check_success()``; it terminates the episode (`terminate_on_success`); the horizon is
