@@ -253,9 +253,13 @@ class RobosuiteEnv(RobotEnv):
             raw = self._observe_now()  # a jittered step ends off robosuite's observation sampling grid
         success = bool(self._env._check_success())
         terminated = success and self.terminate_on_success
-        if self.reward_type == "potential":
-            reward = float(reward) + self._shaping(ends=terminated or self._elapsed_steps + 1 >= self.max_episode_steps)
         return self._observation(raw), float(reward), terminated, {**info, "success": success}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.reward_type == "potential":  # here, where the time limit's cut is known: Φ = 0 after any end
+            reward += self._shaping(ends=terminated or truncated)
+        return obs, reward, terminated, truncated, info
 
     def progress(self) -> float:
         """Φ: robosuite's staged progress towards success in the current state, in [0, 1] (module docstring)."""
