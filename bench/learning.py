@@ -230,6 +230,12 @@ EXPERIMENTS = {
     "reinflow_lift_potential_clip05": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
                                                                                "algo.clip=0.05"], None,
                                        "reinflow_lift_potential with the PPO clip 0.05"),
+    # ... with x_0 drawn from a learned N(mu(s), sigma(s)^2) scored with the steps (policy.initial_noise=learned):
+    # PPO also picks the initial noise, which decides the base's Lift failures, and keeps it near the prior
+    "reinflow_lift_x0": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
+                                                                   "policy.initial_noise=learned",
+                                                                   "algo.lr_initial_noise=1e-3"], None,
+                         "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",

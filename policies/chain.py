@@ -38,6 +38,7 @@ from policies.mlp import mlp
 from policies.vla_flow import LeRobotFlowExpert, is_lerobot_folder_or_hub_id
 
 METHODS = ("reinflow", "dppo")
+INITIAL_NOISE = ("prior", "learned")
 LOG_2PI = math.log(2 * math.pi)
 LOG_PROB_MIN, LOG_PROB_MAX = -5.0, 2.0  # per element (DPPO clamps its log-probabilities to these)
 
@@ -47,7 +48,8 @@ class ChainPolicy(nn.Module):
                  steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
                  sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
                  model: dict | None = None, generator: ChunkGenerator | None = None, task: str | None = None,
-                 camera_map: dict | None = None, sigma_max_first: float | None = None) -> None:  # fmt: skip
+                 camera_map: dict | None = None, sigma_max_first: float | None = None,
+                 initial_noise: str = "prior", initial_sigma_min: float = 0.3) -> None:  # fmt: skip
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
@@ -57,6 +59,13 @@ class ChainPolicy(nn.Module):
         if sigma_max_first is not None and not sigma_min <= sigma_max_first <= 1.0:
             raise ValueError(f"policy.sigma_max_first must be in [sigma_min, 1] = [{sigma_min}, 1], got "
                              f"{sigma_max_first}")  # fmt: skip
+        if initial_noise not in INITIAL_NOISE:
+            raise ValueError(f"policy.initial_noise must be one of {INITIAL_NOISE}, got '{initial_noise}'")
+        if initial_noise == "learned" and method != "reinflow":
+            raise ValueError("policy.initial_noise=learned is for policy.method=reinflow (DPPO's early steps are "
+                             "frozen and unscored)")  # fmt: skip
+        if not 0 < initial_sigma_min <= 1.0:
+            raise ValueError(f"policy.initial_sigma_min must be in (0, 1], got {initial_sigma_min}")
         # `model`: the architecture `robo-rl train` behaviour-clones when no path is given (read there, not here)
         model = generator
         if model is None and path and method == "reinflow" and is_lerobot_folder_or_hub_id(path):
@@ -93,6 +102,14 @@ class ChainPolicy(nn.Module):
         if method == "reinflow":  # σ_φ(features, t) per dimension of the chunk
             self.noise_net = mlp(model.feature_dim + model.config["time_features"], list(noise_hidden),
                                  int(np.prod(model.noise_shape)))  # fmt: skip
+        # `initial_noise=learned`: x_0 ~ N(μ_ψ(s), σ_ψ(s)²), μ in [-1, 1], σ in [initial_sigma_min, 1], starting at
+        # the prior N(0, I) (the last layer zero: μ = 0, σ ≈ 1), scored as one more step of the chain
+        self.initial_noise, self.initial_sigma_min = initial_noise, float(initial_sigma_min)
+        if initial_noise == "learned":
+            self.initial_net = mlp(model.feature_dim, list(noise_hidden), 2 * int(np.prod(model.noise_shape)))
+            last = [m for m in self.initial_net.modules() if isinstance(m, nn.Linear)][-1]
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
         # DPPO fine-tunes the last K′ steps only: the first K − K′ run a frozen copy (never sent, rebuilt by each
         # process from the checkpoint); a list keeps it out of the state dict
         self.frozen = [copy.deepcopy(model).requires_grad_(False) if self.stochastic_steps < self.steps else None]
@@ -153,13 +170,34 @@ class ChainPolicy(nn.Module):
             mean = ab_next.sqrt() * clean + (1 - ab_next).sqrt() * eps
         return mean, torch.full_like(mean, self.sigma_min if scored else 0.0)
 
+    @property
+    def scored_terms(self) -> int:
+        """The Gaussian terms log π averages: the stochastic steps, and x_0 where its distribution is learned."""
+        return self.stochastic_steps + (self.initial_noise == "learned")
+
+    def initial_mean_std(self, features: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_0's distribution: N(0, I), or the learned N(μ_ψ(s), σ_ψ(s)²)."""
+        pooled = self.model.pooled(features[0])
+        shape = (len(pooled), *self.model.noise_shape)
+        if self.initial_noise != "learned":
+            zero = torch.zeros(shape, device=pooled.device)
+            return zero, torch.ones_like(zero)
+        raw_mean, raw_std = self.initial_net(pooled).view(len(pooled), 2, -1).unbind(1)
+        low = self.initial_sigma_min  # sigmoid(raw + 5): σ ≈ 0.993 + 0.007·σ_min at the zero start
+        std = low + (1.0 - low) * torch.sigmoid(raw_std + 5.0)
+        return torch.tanh(raw_mean).view(shape), std.view(shape)
+
     def sample_chain(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise."""
+        """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise (drawn from x_0's distribution even when
+        `deterministic`: that only takes the steps' noise away)."""
         features = self.features(obs)
         b, device = len(features[0]), self.model.pooled(features[0]).device
-        x = torch.randn(b, *self.model.noise_shape, device=device)
+        mean0, std0 = self.initial_mean_std(features)
+        x = mean0 + std0 * torch.randn(b, *self.model.noise_shape, device=device)
         first = self.steps - self.stochastic_steps
         chain, log_prob = [], torch.zeros(b, device=device)
+        if self.initial_noise == "learned":
+            log_prob = step_log_prob(x, mean0, std0) / self.scored_terms
         for i in range(self.steps):
             if i >= first:  # the scored part of the chain: every x from its start to the chunk
                 chain.append(x)
@@ -168,7 +206,7 @@ class ChainPolicy(nn.Module):
                 x = mean
             else:
                 x = mean + std * torch.randn_like(mean)
-                log_prob = log_prob + step_log_prob(x, mean, std) / self.stochastic_steps
+                log_prob = log_prob + step_log_prob(x, mean, std) / self.scored_terms
         chain.append(x)
         return torch.stack(chain, dim=1), log_prob
 
@@ -180,9 +218,13 @@ class ChainPolicy(nn.Module):
         first = self.steps - self.stochastic_steps
         log_prob = torch.zeros(len(chain), device=chain.device)
         entropy = []
+        if self.initial_noise == "learned":
+            mean, std = self.initial_mean_std(features)
+            log_prob = step_log_prob(chain[:, 0], mean, std) / self.scored_terms
+            entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
         for j in range(self.stochastic_steps):
             mean, std = self.step_mean_std(features, chain[:, j], first + j)
-            log_prob = log_prob + step_log_prob(chain[:, j + 1], mean, std) / self.stochastic_steps
+            log_prob = log_prob + step_log_prob(chain[:, j + 1], mean, std) / self.scored_terms
             entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
         return log_prob, torch.stack(entropy).mean(0)
 

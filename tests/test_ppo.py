@@ -70,6 +70,69 @@ def test_the_first_reinflow_step_can_explore_wider_than_the_rest():
             chain_policy("reinflow", sigma_max_first=bad)
 
 
+def test_a_learned_initial_noise_starts_at_the_prior_is_scored_exactly_and_refuses_bad_settings():
+    """policy.initial_noise=learned: x_0 ~ N(μ(s), σ(s)²), at first N(0, I) to within 1%, one more Gaussian term of
+    log π, recomputed from the recorded chain, its head trained at algo.lr_initial_noise; DPPO, a σ floor out of
+    (0, 1] and a learning rate of 0 are refused by name."""
+    policy = chain_policy("reinflow", initial_noise="learned", initial_sigma_min=0.3)
+    obs = {"state": torch.rand(16, 2) * 2 - 1, "images": {}}
+    with torch.no_grad():
+        features = policy.features(obs)
+        mean0, std0 = policy.initial_mean_std(features)
+        chain, log_prob = policy.sample_chain(obs)
+        again, _ = policy.chain_log_prob(obs, chain)
+        total = gaussian_log_prob(chain[:, 0], mean0, std0).clamp(-5, 2).flatten(1).mean(-1) / (policy.steps + 1)
+        for k in range(policy.steps):
+            mean, std = policy.step_mean_std(features, chain[:, k], k)
+            total += gaussian_log_prob(chain[:, k + 1], mean, std).clamp(-5, 2).flatten(1).mean(-1) / (policy.steps + 1)
+    assert float(mean0.abs().max()) == 0.0 and 0.99 < float(std0.min()) <= float(std0.max()) < 1.0
+    assert torch.allclose(again, log_prob, atol=1e-4) and torch.allclose(total, log_prob, atol=1e-4)
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=64, lr_policy=1e-4, lr_initial_noise=1e-3)
+    head = {id(p) for p in policy.initial_net.parameters()}
+    groups = [(g["lr"], {id(p) for p in g["params"]}) for g in algo.policy_optim.param_groups]
+    assert groups[0][0] == 1e-4 and not groups[0][1] & head and groups[1] == (1e-3, head)
+    with pytest.raises(ValueError, match="algo.lr_initial_noise must be in"):
+        build_ppo(policy, SPACE, 2, rollout_env_steps=64, lr_initial_noise=0.0)
+    with pytest.raises(ValueError, match="initial_noise=learned is for policy.method=reinflow"):
+        chain_policy("dppo", initial_noise="learned")
+    for bad in ({"initial_sigma_min": 0.0}, {"initial_sigma_min": 1.5}, {"initial_noise": "uniform"}):
+        with pytest.raises(ValueError, match="policy.initial_"):
+            chain_policy("reinflow", **bad)
+
+
+def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewarded_mode():
+    """The policy's two modes are set by x_0 (the flow of tests/test_flow.py's data); the steps' noise is small
+    (σ 0.02). Only the "+" mode is rewarded: PPO must move x_0's mean so that most chains land there, where the
+    prior's x_0 lands in it about half the time."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy("reinflow", initial_noise="learned", sigma_min=0.02, sigma_max=0.02)
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
+                     lr_value=3e-3, clip=0.2, value_hidden=[64])  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+
+    def rollout(n=512):
+        s = torch.rand(n, 2, generator=gen) * 2 - 1
+        obs = {"state": s, "images": {}}
+        with torch.no_grad():
+            chain, log_prob = policy.sample_chain(obs)
+        chunks = chain[:, -1].clamp(-1, 1)
+        plus = ((chunks - 0.5 * s[:, None]) ** 2).sum((-1, -2)) < ((chunks + 0.5 * s[:, None]) ** 2).sum((-1, -2))
+        batch = {"obs": obs, "next_obs": obs, "reward": plus.float(), "discount": torch.zeros(n),
+                 "steps": torch.full((n,), 3), "continues": torch.zeros(n, dtype=torch.bool),
+                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+        return batch, float(plus.float().mean())
+
+    before = float(np.mean([rollout()[1] for _ in range(4)]))
+    for _ in range(25):
+        algo.update([rollout()[0]])
+    after = float(np.mean([rollout()[1] for _ in range(4)]))
+    with torch.no_grad():
+        mean0, _ = policy.initial_mean_std(policy.features({"state": torch.rand(64, 2) * 2 - 1, "images": {}}))
+    assert 0.3 < before < 0.7 and after > before + 0.25, (before, after)
+    assert float(mean0.abs().mean()) > 0.1  # it is x_0 that moved
+
+
 def test_dppo_scores_and_fine_tunes_only_its_last_steps():
     policy = chain_policy("dppo")
     assert policy.chain_shape[0] == policy.stochastic_steps + 1 == 5

@@ -35,6 +35,8 @@ class PPOConfig:
     batch_size: int = 128
     lr_policy: float = 3e-5
     lr_value: float = 1e-3
+    lr_initial_noise: float | None = None  # the learned x_0 head's (policy.initial_noise=learned): a new, small head;
+    # null: lr_policy
     entropy_coef: float = 0.0
     value_coef: float = 0.5
     value_hidden: tuple[int, ...] = (256, 256)
@@ -52,7 +54,10 @@ class PPO(Algorithm):
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
         self.device = next(policy.parameters()).device
         self.value = mlp(policy.model.feature_dim, list(cfg.value_hidden), 1).to(self.device)
-        self.policy_optim = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr_policy)
+        head = list(policy.initial_net.parameters()) if policy.initial_noise == "learned" else []
+        rest = [p for p in policy.parameters() if p.requires_grad and all(p is not h for h in head)]
+        groups = [{"params": rest}] + ([{"params": head, "lr": cfg.lr_initial_noise or cfg.lr_policy}] if head else [])
+        self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
 
@@ -158,6 +163,8 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
     cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
     if cfg.value_warmup_iterations < 0:
         raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
+    if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
+        raise ValueError(f"algo.lr_initial_noise must be in (0, 1], got {cfg.lr_initial_noise}")
     if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
         raise ValueError(f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
                          f"{cfg.epochs}, {rollout_env_steps})")  # fmt: skip
