@@ -5,7 +5,10 @@ exact log-probability, so PPO can score and move the whole chain (`robo_rl/algos
                                  σ_φ a small learnable noise network squashed into [σ_min, σ_max] per dimension
                                  (ReinFlow, Zhang et al. 2025); K = 1-4 steps; `sigma_max_first` widens the first
                                  step's range only: noise there changes which mode the chain lands in, noise at the
-                                 last step only jitters the chunk (on Lift it cost success: BENCHMARKS.md)
+                                 last step only jitters the chunk (on Lift it cost success: BENCHMARKS.md);
+                                 `initial_noise=learned` draws x_0 ~ N(μ_ψ(s), σ_ψ(s)²) instead (μ in [-1, 1], σ in
+                                 [initial_sigma_min, 1], N(0, I) at the start) and scores it as one more term, so PPO
+                                 also picks where the chain starts, as DSRL does, staying inside the prior's support
   dppo (a diffusion policy)      K DDIM steps; the first K − K′ deterministic, the last K′ stochastic:
                                  x_{k-1} = μ_DDIM(x_k, ε_θ(x_k, k)) + σ_k·ε with σ_k ≥ σ_min (DPPO, Ren et al. 2024);
                                  only those K′ steps are scored, so only they are fine-tuned by the gradient
