@@ -236,6 +236,13 @@ EXPERIMENTS = {
                                                                    "policy.initial_noise=learned",
                                                                    "algo.lr_initial_noise=1e-3"], None,
                          "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... with x_0's own ratio and clip beside the steps' (algo.clip_initial_noise): under one ratio of the chain the
+    # velocity field's moves took the clip (clip fraction 0.5-0.7) and x_0's head hardly moved in 50k
+    "reinflow_lift_x0_split": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
+                                                                         "policy.initial_noise=learned",
+                                                                         "algo.lr_initial_noise=1e-3",
+                                                                         "algo.clip_initial_noise=0.05"], None,
+                               "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",

@@ -213,23 +213,31 @@ class ChainPolicy(nn.Module):
         chain.append(x)
         return torch.stack(chain, dim=1), log_prob
 
-    def chain_log_prob(self, obs: dict, chain: torch.Tensor, features: tuple | None = None,
-                       ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def chain_log_prob(self, obs: dict, chain: torch.Tensor, features: tuple | None = None, split: bool = False,
+                       ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """log π of each recorded chain [B, K′+1, chunk, A] under the current weights, and the mean per-step
-        Gaussian entropy (for an entropy bonus). `features`: `self.features(obs)` where the caller has them."""
+        Gaussian entropy (for an entropy bonus). `features`: `self.features(obs)` where the caller has them.
+        `split` (a learned x_0): (x_0's term, the steps' mean term, entropy) instead, for a separate trust region each;
+        log π is (x_0's + K′·the steps') / (K′ + 1)."""
         features = self.features(obs) if features is None else features
         first = self.steps - self.stochastic_steps
-        log_prob = torch.zeros(len(chain), device=chain.device)
-        entropy = []
+        steps = torch.zeros(len(chain), device=chain.device)
+        initial, entropy = None, []
         if self.initial_noise == "learned":
             mean, std = self.initial_mean_std(features)
-            log_prob = step_log_prob(chain[:, 0], mean, std) / self.scored_terms
+            initial = step_log_prob(chain[:, 0], mean, std)
             entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
+        elif split:
+            raise ValueError("a split log-probability needs policy.initial_noise=learned")
         for j in range(self.stochastic_steps):
             mean, std = self.step_mean_std(features, chain[:, j], first + j)
-            log_prob = log_prob + step_log_prob(chain[:, j + 1], mean, std) / self.scored_terms
+            steps = steps + step_log_prob(chain[:, j + 1], mean, std)
             entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
-        return log_prob, torch.stack(entropy).mean(0)
+        entropy = torch.stack(entropy).mean(0)
+        if split:
+            return initial, steps / self.stochastic_steps, entropy
+        total = steps if initial is None else steps + initial
+        return total / self.scored_terms, entropy
 
     # --- acting ---------------------------------------------------------------------------------
     def reset(self, slot: int | None = None) -> None:

@@ -312,6 +312,8 @@ SETTINGS: dict[str, Setting] = {
     "algo.rollout_env_steps": _int("ppo: env steps of the current policy per iteration", 1),
     "algo.gae_lambda": _float("ppo: GAE lambda", 0.0, 1.0),
     "algo.clip": _float("ppo: the ratio clip", 0.0, 1.0, low_open=True),
+    "algo.clip_initial_noise": _float("ppo: x_0's own ratio clip (policy.initial_noise=learned; null: one ratio)",
+                                      0.0, 1.0, low_open=True, nullable=True),
     "algo.epochs": _int("ppo: passes over each rollout", 1),
     "algo.lr_policy": _pos("ppo: policy learning rate", high=1.0),
     "algo.lr_value": _pos("ppo: value learning rate", high=1.0),

@@ -87,6 +87,11 @@ def test_a_learned_initial_noise_starts_at_the_prior_is_scored_exactly_and_refus
             total += gaussian_log_prob(chain[:, k + 1], mean, std).clamp(-5, 2).flatten(1).mean(-1) / (policy.steps + 1)
     assert float(mean0.abs().max()) == 0.0 and 0.99 < float(std0.min()) <= float(std0.max()) < 1.0
     assert torch.allclose(again, log_prob, atol=1e-4) and torch.allclose(total, log_prob, atol=1e-4)
+    with torch.no_grad():
+        initial, steps, _ = policy.chain_log_prob(obs, chain, split=True)
+    assert torch.allclose((initial + policy.steps * steps) / (policy.steps + 1), log_prob, atol=1e-4)
+    with pytest.raises(ValueError, match="needs policy.initial_noise=learned"):
+        build_ppo(chain_policy("reinflow"), SPACE, 2, rollout_env_steps=64, clip_initial_noise=0.05)
     algo = build_ppo(policy, SPACE, 2, rollout_env_steps=64, lr_policy=1e-4, lr_initial_noise=1e-3)
     head = {id(p) for p in policy.initial_net.parameters()}
     groups = [(g["lr"], {id(p) for p in g["params"]}) for g in algo.policy_optim.param_groups]
@@ -100,15 +105,17 @@ def test_a_learned_initial_noise_starts_at_the_prior_is_scored_exactly_and_refus
             chain_policy("reinflow", **bad)
 
 
-def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewarded_mode():
+@pytest.mark.parametrize("clips", [{"clip": 0.2}, {"clip": 0.01, "clip_initial_noise": 0.1}])
+def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewarded_mode(clips):
     """The policy's two modes are set by x_0 (the flow of tests/test_flow.py's data); the steps' noise is small
     (σ 0.02). Only the "+" mode is rewarded: PPO must move x_0's mean so that most chains land there, where the
-    prior's x_0 lands in it about half the time."""
+    prior's x_0 lands in it about half the time; with one ratio for the chain, and with x_0's own ratio and clip
+    (algo.clip_initial_noise) beside the steps' ReinFlow clip."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy("reinflow", initial_noise="learned", sigma_min=0.02, sigma_max=0.02)
     algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
-                     lr_value=3e-3, clip=0.2, value_hidden=[64])  # fmt: skip
+                     lr_value=3e-3, value_hidden=[64], **clips)  # fmt: skip
     gen = torch.Generator().manual_seed(0)
 
     def rollout(n=512):
@@ -125,12 +132,14 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
 
     before = float(np.mean([rollout()[1] for _ in range(4)]))
     for _ in range(25):
-        algo.update([rollout()[0]])
+        metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     with torch.no_grad():
         mean0, _ = policy.initial_mean_std(policy.features({"state": torch.rand(64, 2) * 2 - 1, "images": {}}))
     assert 0.3 < before < 0.7 and after > before + 0.25, (before, after)
     assert float(mean0.abs().mean()) > 0.1  # it is x_0 that moved
+    if "clip_initial_noise" in clips:
+        assert 0 <= metrics["clip_frac_initial"] <= 1 and np.isfinite(metrics["approx_kl_initial"])
 
 
 def test_dppo_scores_and_fine_tunes_only_its_last_steps():

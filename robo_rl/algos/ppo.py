@@ -11,6 +11,9 @@ batch of decisions, and publish new weights after each update. Per update (one P
   `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only):
   ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
+  with a learned initial noise (`policy.initial_noise=learned`) and `clip_initial_noise`, x_0's term and the steps'
+  each get their own ratio and clip, two surrogates summed (each sampling stage its own decision, as DPPO treats
+  its denoising steps: choosing where the chain starts moves at its own pace, the velocity field at ReinFlow's)
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class PPOConfig:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip: float = 0.01  # ReinFlow's; DPPO: 0.001-0.01
+    clip_initial_noise: float | None = None  # policy.initial_noise=learned: x_0's own ratio and clip, a second
+    # surrogate beside the steps' (each sampling stage its own decision, as DPPO treats denoising steps); null: one
+    # ratio of the whole chain under `clip`
     epochs: int = 5
     batch_size: int = 128
     lr_policy: float = 3e-5
@@ -95,6 +101,10 @@ class PPO(Algorithm):
         stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
         stop = False
         warmup = self.iterations < cfg.value_warmup_iterations
+        split = cfg.clip_initial_noise is not None
+        if split:  # the acting weights' x_0 and step terms (the rollout is this version's: the weights are the same)
+            old_parts = self._parts(batch, chain)
+            stats.update(approx_kl_initial=[], clip_frac_initial=[])
         for _ in range(cfg.epochs):
             order = torch.randperm(n)
             for lo in range(0, n, cfg.batch_size):
@@ -102,13 +112,25 @@ class PPO(Algorithm):
                 obs = {"state": batch["obs"]["state"][idx],
                        "images": {k: v[idx] for k, v in batch["obs"]["images"].items()}}  # fmt: skip
                 features = p.features(obs)  # once: the policy's chain and the value both read them (a VLA's prefix)
-                log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
+                a = norm_adv[idx]
+                if split:
+                    initial, steps, entropy = p.chain_log_prob(obs, chain[idx], features, split=True)
+                    log_prob = (initial + p.stochastic_steps * steps) / p.scored_terms
+                    ratio_0 = (initial - old_parts[0][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
+                    ratio_k = (steps - old_parts[1][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
+                    policy_loss = surrogate(ratio_k, a, cfg.clip) + surrogate(ratio_0, a, cfg.clip_initial_noise)
+                    with torch.no_grad():
+                        stats["approx_kl_initial"].append(((ratio_0 - 1) - ratio_0.log()).mean().item())
+                        stats["clip_frac_initial"].append(
+                            ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item())
+                else:
+                    log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
                 log_ratio = (log_prob - old_log_prob[idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
                 ratio = log_ratio.exp()
                 if "start_log_ratio" not in stats:  # before any step: 0 unless acting and learning disagree
                     stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
-                a = norm_adv[idx]
-                policy_loss = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
+                if not split:
+                    policy_loss = surrogate(ratio, a, cfg.clip)
                 value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
                 value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
                 loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
@@ -140,6 +162,16 @@ class PPO(Algorithm):
                    value_warmup=float(warmup))
         return out
 
+    @torch.no_grad()
+    def _parts(self, batch: dict, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_0's and the steps' log-probability terms of every decision under the current weights."""
+        parts = []
+        for lo in range(0, len(chain), self.cfg.batch_size):
+            sl = slice(lo, lo + self.cfg.batch_size)
+            obs = {"state": batch["obs"]["state"][sl], "images": {k: v[sl] for k, v in batch["obs"]["images"].items()}}
+            parts.append(self.policy.chain_log_prob(obs, chain[sl], split=True)[:2])
+        return torch.cat([q[0] for q in parts]), torch.cat([q[1] for q in parts])
+
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
                 "policy_optim": self.policy_optim.state_dict(), "value_optim": self.value_optim.state_dict(),
@@ -153,6 +185,11 @@ class PPO(Algorithm):
         self.iterations = int(state["iterations"])
 
 
+def surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped surrogate loss."""
+    return -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+
+
 def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
               rollout_env_steps: int, **keys) -> PPO:  # fmt: skip
     """`algo=ppo`: needs `policy=reinflow` or `policy=dppo` (a flow/diffusion policy's stochastic chain)."""
@@ -163,6 +200,10 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
     cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
     if cfg.value_warmup_iterations < 0:
         raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
+    if cfg.clip_initial_noise is not None and not (0 < cfg.clip_initial_noise < 1
+                                                   and getattr(policy, "initial_noise", "prior") == "learned"):
+        raise ValueError(f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
+                         f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})")
     if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
         raise ValueError(f"algo.lr_initial_noise must be in (0, 1], got {cfg.lr_initial_noise}")
     if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
