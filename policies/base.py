@@ -105,3 +105,8 @@ def copy_sharing(obj, memo: dict, *shared):
     for key, value in obj.__dict__.items():
         new.__dict__[key] = copy.deepcopy(value, memo)
     return new
+
+
+def obs_rows(obs: dict, rows) -> dict:
+    """The observations of the given rows (an index, slice or tensor of indices) of a batched observation dict."""
+    return {"state": obs["state"][rows], "images": {k: v[rows] for k, v in obs["images"].items()}}

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import copy_sharing
+from policies.base import copy_sharing, obs_rows
 from policies.bc import BCCheckpointError, feature_mismatch, read_bc_checkpoint
 from policies.flow import GENERATIVE_KIND, ChunkGenerator, build_generator
 from policies.mlp import mlp
@@ -217,8 +217,8 @@ class ChainPolicy(nn.Module):
                        ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """log π of each recorded chain [B, K′+1, chunk, A] under the current weights, and the mean per-step
         Gaussian entropy (for an entropy bonus). `features`: `self.features(obs)` where the caller has them.
-        `split` (a learned x_0): (x_0's term, the steps' mean term, entropy) instead, for a separate trust region each;
-        log π is (x_0's + K′·the steps') / (K′ + 1)."""
+        `split` (a learned x_0): x_0's term and the steps' mean term too, for a separate trust region each; log π is
+        (x_0's + K′·the steps') / (K′ + 1)."""
         features = self.features(obs) if features is None else features
         first = self.steps - self.stochastic_steps
         steps = torch.zeros(len(chain), device=chain.device)
@@ -234,10 +234,8 @@ class ChainPolicy(nn.Module):
             steps = steps + step_log_prob(chain[:, j + 1], mean, std)
             entropy.append((0.5 * (1 + LOG_2PI) + std.log()).flatten(1).mean(-1))
         entropy = torch.stack(entropy).mean(0)
-        if split:
-            return initial, steps / self.stochastic_steps, entropy
-        total = steps if initial is None else steps + initial
-        return total / self.scored_terms, entropy
+        log_prob = (steps if initial is None else steps + initial) / self.scored_terms
+        return (log_prob, entropy, initial, steps / self.stochastic_steps) if split else (log_prob, entropy)
 
     # --- acting ---------------------------------------------------------------------------------
     def reset(self, slot: int | None = None) -> None:
@@ -259,8 +257,7 @@ class ChainPolicy(nn.Module):
         need = [j for j, q in enumerate(queues) if not q]
         if need:
             rows = torch.as_tensor(need)
-            sub = {"state": obs["state"][rows], "images": {k: v[rows] for k, v in obs["images"].items()}}
-            chain, log_prob = self.sample_chain(sub, deterministic)
+            chain, log_prob = self.sample_chain(obs_rows(obs, rows), deterministic)
             for r, j in enumerate(need):
                 flat = chain[r].flatten()
                 chunk = self.model.to_actions(chain[r, -1])[: self.execute_steps]

@@ -88,7 +88,8 @@ def test_a_learned_initial_noise_starts_at_the_prior_is_scored_exactly_and_refus
     assert float(mean0.abs().max()) == 0.0 and 0.99 < float(std0.min()) <= float(std0.max()) < 1.0
     assert torch.allclose(again, log_prob, atol=1e-4) and torch.allclose(total, log_prob, atol=1e-4)
     with torch.no_grad():
-        initial, steps, _ = policy.chain_log_prob(obs, chain, split=True)
+        combined, _, initial, steps = policy.chain_log_prob(obs, chain, split=True)
+    assert torch.equal(combined, again)
     assert torch.allclose((initial + policy.steps * steps) / (policy.steps + 1), log_prob, atol=1e-4)
     with pytest.raises(ValueError, match="needs policy.initial_noise=learned"):
         build_ppo(chain_policy("reinflow"), SPACE, 2, rollout_env_steps=64, clip_initial_noise=0.05)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.base import obs_rows
 from policies.chain import ChainPolicy
 from policies.mlp import mlp
 from robo_rl.algos.base import Algorithm, BatchSpec
@@ -61,7 +62,8 @@ class PPO(Algorithm):
         self.device = next(policy.parameters()).device
         self.value = mlp(policy.model.feature_dim, list(cfg.value_hidden), 1).to(self.device)
         head = list(policy.initial_net.parameters()) if policy.initial_noise == "learned" else []
-        rest = [p for p in policy.parameters() if p.requires_grad and all(p is not h for h in head)]
+        in_head = set(map(id, head))
+        rest = [p for p in policy.parameters() if p.requires_grad and id(p) not in in_head]
         groups = [{"params": rest}] + ([{"params": head, "lr": cfg.lr_initial_noise or cfg.lr_policy}] if head else [])
         self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
@@ -109,13 +111,11 @@ class PPO(Algorithm):
             order = torch.randperm(n)
             for lo in range(0, n, cfg.batch_size):
                 idx = order[lo : lo + cfg.batch_size]
-                obs = {"state": batch["obs"]["state"][idx],
-                       "images": {k: v[idx] for k, v in batch["obs"]["images"].items()}}  # fmt: skip
+                obs = obs_rows(batch["obs"], idx)
                 features = p.features(obs)  # once: the policy's chain and the value both read them (a VLA's prefix)
                 a = norm_adv[idx]
                 if split:
-                    initial, steps, entropy = p.chain_log_prob(obs, chain[idx], features, split=True)
-                    log_prob = (initial + p.stochastic_steps * steps) / p.scored_terms
+                    log_prob, entropy, initial, steps = p.chain_log_prob(obs, chain[idx], features, split=True)
                     ratio_0 = (initial - old_parts[0][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
                     ratio_k = (steps - old_parts[1][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
                     policy_loss = surrogate(ratio_k, a, cfg.clip) + surrogate(ratio_0, a, cfg.clip_initial_noise)
@@ -168,8 +168,7 @@ class PPO(Algorithm):
         parts = []
         for lo in range(0, len(chain), self.cfg.batch_size):
             sl = slice(lo, lo + self.cfg.batch_size)
-            obs = {"state": batch["obs"]["state"][sl], "images": {k: v[sl] for k, v in batch["obs"]["images"].items()}}
-            parts.append(self.policy.chain_log_prob(obs, chain[sl], split=True)[:2])
+            parts.append(self.policy.chain_log_prob(obs_rows(batch["obs"], sl), chain[sl], split=True)[2:])
         return torch.cat([q[0] for q in parts]), torch.cat([q[1] for q in parts])
 
     def state_dict(self) -> dict:
@@ -201,7 +200,7 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
     if cfg.value_warmup_iterations < 0:
         raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
     if cfg.clip_initial_noise is not None and not (0 < cfg.clip_initial_noise < 1
-                                                   and getattr(policy, "initial_noise", "prior") == "learned"):
+                                                   and policy.initial_noise == "learned"):
         raise ValueError(f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
                          f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})")
     if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
