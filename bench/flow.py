@@ -156,10 +156,33 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
             "bc_s": round(bc_s, 1), "distill_s": round(distill_s, 1)}  # fmt: skip
 
 
-def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu") -> dict:
-    """One PPO iteration as the learner runs it: the rollout's env steps acted by `policy` on the CPU, as an actor
-    does (records through the learner's Rollout), then `algo.update` on `device` (the learner's copy of the policy
-    there). Returns its seconds, split into acting and updating."""
+HOPPER_HIDDEN = [512, 512, 512]  # ReinFlow's and DPPO's Hopper networks
+# SmolVLA's action expert and projections: 99.9M float32 parameters (bench/vla.py's real-size build); a flow MLP of
+# 7 hidden layers of 4,096 has 101M
+EXPERT_HIDDEN = [4096] * 7
+
+
+class ActOn:
+    """`policy` acting on `device` inside an env loop on the CPU, as a VLA-sized policy acts on a GPU: the
+    observation goes there, the action and its extras come back."""
+
+    def __init__(self, policy, device: str):
+        self.policy, self.device, self.extras_spec = policy.to(device), device, policy.extras_spec
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def act_with_extras(self, obs: dict, deterministic: bool = False):
+        images = {k: v.to(self.device) for k, v in obs["images"].items()}
+        obs = {"state": obs["state"].to(self.device), "images": images}
+        action, extras = self.policy.act_with_extras(obs, deterministic)
+        return action.cpu(), {k: v.cpu() for k, v in extras.items()}
+
+
+def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu", act_device: str = "cpu") -> dict:
+    """One PPO iteration as the learner runs it: the rollout's env steps acted by `policy` on `act_device` (the CPU,
+    as an actor runs these small policies), its records through the learner's Rollout, then `algo.update` on
+    `device` (the learner's copy of the policy there). Returns its seconds, split into acting and updating."""
     import copy
 
     import torch
@@ -175,6 +198,8 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
     rollout = Rollout(0.99, rollout_steps)
     fields = fields_for_env(env, policy)
     recorder = EpisodeRecorder(adim, {k[6:]: v for k, v in fields.items() if k.startswith("extra/")})
+    if act_device != "cpu":
+        policy = ActOn(policy, act_device)
     start = time.perf_counter()
     episode = 0
     while rollout.env_steps < rollout_steps:
@@ -189,10 +214,10 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
             done = terminated or truncated
         rollout.add("bench", stack_records(records, fields))
         episode += 1
+    sync(act_device)
     acted = time.perf_counter()
     metrics = algo.update([batch_to_torch(rollout.take(algo.batch_spec.extras), torch.device(device))])
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    sync(device)
     end = time.perf_counter()
     return {"iteration_s": end - start, "act_s": acted - start, "update_s": end - acted,
             "decisions": metrics["decisions"], "env_steps": metrics["rollout_env_steps"]}  # fmt: skip
@@ -212,10 +237,12 @@ def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool, device: str = "
     return alternate_iterations(["experiment=rlpd"], variants, quick, device)
 
 
-def ppo_timing_free_sim(quick: bool, device: str = "cpu") -> dict:
+def ppo_timing_free_sim(quick: bool, device: str = "cpu", hidden: list[int] = HOPPER_HIDDEN,
+                        act_device: str = "cpu") -> dict:  # fmt: skip
     """The same three on a simulator that costs next to nothing (env=point_reach: 0.03 ms a step against pick's
     0.75 ms), with the networks of ReinFlow's and DPPO's Hopper recipes (3 × 512; random weights: a timing needs no
-    training): the ratio where the policy, not the simulator, takes the time."""
+    training): the ratio where the policy, not the simulator, takes the time. `hidden`: another network (EXPERT_HIDDEN,
+    SmolVLA's action expert's size, acting on the GPU with `act_device`)."""
     import torch
 
     from policies.chain import ChainPolicy
@@ -225,7 +252,7 @@ def ppo_timing_free_sim(quick: bool, device: str = "cpu") -> dict:
         def generator(kind: str, steps: int) -> ChunkGenerator:
             torch.manual_seed(0)
             return ChunkGenerator(space["state"].shape[0], adim, chunk_size=4, kind=kind, steps=steps,
-                                  hidden=[512, 512, 512])  # fmt: skip
+                                  hidden=list(hidden))  # fmt: skip
 
         return {"reinflow_k4": lambda: ChainPolicy(space, adim, None, "reinflow", steps=4,
                                                    generator=generator("flow", 4)),
@@ -235,10 +262,51 @@ def ppo_timing_free_sim(quick: bool, device: str = "cpu") -> dict:
                                                      sigma_min=0.1, sigma_max=0.1,
                                                      generator=generator("diffusion", 20))}  # fmt: skip
 
-    return alternate_iterations(["experiment=rlpd", "env=point_reach"], variants, quick, device)
+    out = alternate_iterations(["experiment=rlpd", "env=point_reach"], variants, quick, device, act_device)
+    return {"hidden": list(hidden), "act_device": act_device, **out}
 
 
-def alternate_iterations(overrides: list[str], variants, quick: bool, device: str) -> dict:
+def expert_latency(device: str, hidden: list[int], calls: int, teacher_steps: int = 10) -> dict:
+    """K-step against one-step chunk latency (p50/p99 ms) of a flow network of `hidden` on `device`, batch 1, CUDA
+    synchronised: what a distilled one-step expert saves at that size (the student has the teacher's architecture).
+    Alternating blocks of 20 calls after a warm-up."""
+    import torch
+
+    from policies.flow import ChunkGenerator
+
+    torch.manual_seed(0)
+    gen = ChunkGenerator(8, 6, chunk_size=4, kind="flow", steps=teacher_steps, hidden=list(hidden)).to(device).eval()
+    params = sum(p.numel() for p in gen.parameters())
+    obs = {"state": torch.randn(1, 8, device=device), "images": {}}
+    noise = torch.randn(1, *gen.noise_shape, device=device)
+    times: dict[str, list[float]] = {"teacher": [], "student": []}
+    with torch.no_grad():
+        for block in range(max(1, calls // 20) + 1):
+            for name, steps in (("teacher", teacher_steps), ("student", 1)):
+                for _ in range(20):
+                    sync(device)
+                    start = time.perf_counter()
+                    gen.sample(gen.features(obs), noise, steps=steps)
+                    sync(device)
+                    if block:  # the first block warms up
+                        times[name].append((time.perf_counter() - start) * 1e3)
+    out = {"params": params, "hidden": list(hidden), "teacher_steps": teacher_steps}
+    for name, t in times.items():
+        p50, p99 = np.percentile(t, [50, 99])
+        out[name] = {"p50_ms": round(float(p50), 4), "p99_ms": round(float(p99), 4), "n": len(t)}
+    for q in ("p50", "p99"):
+        out[f"speedup_{q}"] = round(out["teacher"][f"{q}_ms"] / out["student"][f"{q}_ms"], 2)
+    return out
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def alternate_iterations(overrides: list[str], variants, quick: bool, device: str, act_device: str = "cpu") -> dict:
     """PPO iterations of each of `variants(space, action_dim)` (name → policy factory) on the env of `overrides`,
     alternating, one torch thread; mean seconds of each and DPPO's over ReinFlow's."""
     import torch
@@ -255,7 +323,7 @@ def alternate_iterations(overrides: list[str], variants, quick: bool, device: st
         for i in range(iterations):
             for name, make in makers.items():
                 torch.manual_seed(i)
-                times[name].append(ppo_iteration(make(), env, rollout, 1000 * i, device))
+                times[name].append(ppo_iteration(make(), env, rollout, 1000 * i, device, act_device))
     finally:
         torch.set_num_threads(threads)
         env.close()
@@ -271,6 +339,9 @@ def alternate_iterations(overrides: list[str], variants, quick: bool, device: st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--expert", action="store_true", help="only the figures at SmolVLA's action-expert size "
+                        "(EXPERT_HIDDEN, random weights; acting and updates on --device): PPO iteration ReinFlow "
+                        "against DPPO-style on point_reach, K-step against one-step latency; --quick: a small network")
     parser.add_argument("--device", default="cpu", help="where BC trains, the policies' latency is timed and PPO "
                         "updates: cpu (default), cuda, auto; acting and distillation stay on the CPU")
     args = parser.parse_args()
@@ -280,6 +351,8 @@ def main() -> None:
 
     device = str(resolve_device(args.device))
     start = time.perf_counter()
+    if args.expert:
+        return expert_main(args.quick, device, start)
     kinds = ["flow"] if args.quick else ["flow", "diffusion"]
     with tempfile.TemporaryDirectory() as tmp:
         results = [one_kind(kind, args.quick, Path(tmp), device=device) for kind in kinds]
@@ -320,6 +393,38 @@ def main() -> None:
               "ppo_free_sim": free}  # fmt: skip
     suffix = ("_quick" if args.quick else "") + ("_cuda" if gpu else "")
     out = ROOT / "bench" / "results" / f"flow{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+
+
+def expert_main(quick: bool, device: str, start: float) -> None:
+    """`--expert`: the PPO iteration and the one-step saving at SmolVLA's action-expert size, the policy acting and
+    updating on `device` (a VLA-sized policy acts on the GPU), beside the Hopper-sized networks acting there too."""
+    import torch
+
+    hidden = [256, 256] if quick else EXPERT_HIDDEN
+    torch.set_num_threads(1)
+    results = {"expert": ppo_timing_free_sim(quick, device, hidden, act_device=device),
+               "hopper": ppo_timing_free_sim(quick, device, HOPPER_HIDDEN, act_device=device),
+               "latency_expert": expert_latency(device, hidden, 100 if quick else 400),
+               "latency_hopper": expert_latency(device, HOPPER_HIDDEN, 100 if quick else 400)}  # fmt: skip
+    for name in ("expert", "hopper"):
+        p, lat = results[name], results[f"latency_{name}"]
+        print(f"{name} ({lat['params'] / 1e6:.1f}M parameters, on {device}): PPO iteration on point_reach "
+              f"({p['rollout_env_steps']} env steps + update): ReinFlow K=4 {p['reinflow_k4']['iteration_s']:.2f} s "
+              f"(update {p['reinflow_k4']['update_s']:.2f}), K=1 {p['reinflow_k1']['iteration_s']:.2f} s (update "
+              f"{p['reinflow_k1']['update_s']:.2f}), DPPO K=20/10 {p['dppo_k20_ft10']['iteration_s']:.2f} s (update "
+              f"{p['dppo_k20_ft10']['update_s']:.2f}): DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
+              f"{p['dppo_over_reinflow_k1']:.1f}x (K=1) | chunk K=10 p50 {lat['teacher']['p50_ms']:.3f} ms p99 "
+              f"{lat['teacher']['p99_ms']:.3f}, one step p50 {lat['student']['p50_ms']:.3f} p99 "
+              f"{lat['student']['p99_ms']:.3f}: {lat['speedup_p50']:.1f}x / {lat['speedup_p99']:.1f}x")  # fmt: skip
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
+    result = {"bench": "flow_expert", "quick": quick, "device": device, "gpu": gpu,
+              "torch": torch.__version__, "load_avg_1m": round(os.getloadavg()[0], 2),
+              "wall_s": round(time.perf_counter() - start, 1), **results}  # fmt: skip
+    suffix = ("_quick" if quick else "") + ("_cuda" if gpu else "")
+    out = Path(os.environ.get("OUT") or ROOT / "bench" / "results") / f"flow_expert{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))

@@ -5,6 +5,9 @@
 #   bench   the learner (ours against LeRobot's SAC step, both on the GPU), the residual and SAC updates, the flow
 #           policies (BC on the GPU, K-step against one-step latency there, PPO updates there)
 #   vla     VLA-sized DSRL actor steps (SmolVLA, π0, π0.5 with random weights; bench/vla.py)
+#   finetune  issue 16 at a VLA's size: flow/diffusion PPO iterations and one-step latency at SmolVLA's action-expert
+#           size acting on the GPU (bench/flow.py --expert), the VLAs' DSRL steps with one host thread and a profile
+#           of a chunk, ReinFlow on a real-size SmolVLA's action expert (bench/vla.py --profile --reinflow)
 #   train   short `robo-rl train device=cuda` runs of each algorithm (actor and learner processes), side by side,
 #           and the GPU tests
 set -uo pipefail
@@ -21,6 +24,11 @@ if [[ $part == all || $part == bench ]]; then
 fi
 if [[ $part == all || $part == vla ]]; then
   $py bench/vla.py --device cuda 2>&1 | tee "$out/vla_cuda.txt"
+fi
+if [[ $part == all || $part == finetune ]]; then
+  $py bench/flow.py --expert --device cuda 2>&1 | tail -3 | tee "$out/flow_expert_cuda.txt"
+  $py bench/vla.py --device cuda --calls 30 --profile 3 --reinflow 64 --minibatch 16 2>&1 | tee "$out/vla_cuda.txt"
+  cp bench/results/vla.json "$out/vla_cuda.json"
 fi
 if [[ $part == all || $part == train ]]; then
   runs=/tmp/robo_rl_gpu_runs

@@ -256,7 +256,146 @@ def one_model(kind: str, args, work: Path) -> dict:
     r.update(measure(policy, kind, args.quick, args.device, args.calls, args.warmup, 1e3 / args.control_hz))
     if cuda:
         r["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    if args.profile:
+        r["profile"] = profile_chunk(policy, kind, args.quick, args.device, args.profile)
     return r
+
+
+def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
+    """ReinFlow on SmolVLA's action expert (policy=reinflow policy.path=<SmolVLA folder>) at this run's size (real
+    or --quick), random weights saved as a `pretrained_model` folder and loaded by path as a user's is; the VLM in
+    `args.dtype` as measure()'s model. Per decision: acting (`act_with_extras` on one observation: the prefix pass and
+    the K noisy Euler steps with their log-probabilities); then one PPO update (`algo.update`, one epoch of
+    `decisions` decisions in minibatches of `minibatch`: the chain's log-probability re-scored with gradients through
+    the action expert, the value, the optimiser steps); the weights an actor is sent; peak GPU memory."""
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from policies.chain import ChainPolicy
+    from robo_rl.algos.base import trainable_state
+    from robo_rl.algos.ppo import build_ppo
+    from robo_rl.envs import make_observation_space
+    from robo_rl.policy_io import stack_obs
+
+    cuda = args.device.startswith("cuda")
+    folder = work / "smolvla_pretrained_model"
+    policy = build_smolvla(args.quick, "cpu", "float32", work)  # saved in float32, as `lerobot-train` saves
+    stats = {"observation.state": {"mean": torch.zeros(STATE_DIM), "std": torch.ones(STATE_DIM)},
+             "action": {"mean": torch.zeros(ACTION_DIM), "std": torch.ones(ACTION_DIM)}}  # fmt: skip
+    for part in (policy, *make_pre_post_processors(policy.config, dataset_stats=stats)):
+        part.save_pretrained(folder)
+    steps = policy.config.num_steps
+    del policy
+    gc.collect()
+    hw = QUICK_CAMERA_HW if args.quick else CAMERA_HW
+    space = make_observation_space(STATE_DIM, {camera: hw for camera in CAMERAS})
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    chain = ChainPolicy(space, ACTION_DIM, path=str(folder), method="reinflow", steps=steps, task="pick the cube")
+    if args.dtype == "bfloat16":
+        chain.model.vla.model.vlm_with_expert.vlm.to(torch.bfloat16)
+    chain.to(args.device)
+    algo = build_ppo(chain, space, ACTION_DIM, rollout_env_steps=decisions, batch_size=minibatch, epochs=1)
+    load_s = time.perf_counter() - start
+    trainable = sum(p.numel() for p in chain.parameters() if p.requires_grad)
+    rng = np.random.default_rng(0)
+
+    def observation() -> dict:
+        return {"state": torch.from_numpy(rng.standard_normal((1, STATE_DIM)).astype(np.float32)),
+                "images": {c: torch.from_numpy(rng.integers(0, 256, (1, *hw, 3), dtype=np.uint8)) for c in CAMERAS}}
+
+    def to_device(obs: dict) -> dict:
+        images = {k: v.to(args.device) for k, v in obs["images"].items()}
+        return {"state": obs["state"].to(args.device), "images": images}
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    acting, records = [], []
+    for i in range(decisions + 2):
+        obs = observation()
+        chain.reset()
+        sync(args.device)
+        t = time.perf_counter()
+        _, extras = chain.act_with_extras(to_device(obs))
+        extras = {k: v.cpu() for k, v in extras.items()}
+        sync(args.device)
+        if i >= 2:  # two warm-up decisions
+            acting.append((time.perf_counter() - t) * 1e3)
+            records.append((obs, extras))
+    obs = stack_obs([{"state": o["state"][0].numpy(), "images": {k: v[0].numpy() for k, v in o["images"].items()}}
+                     for o, _ in records])  # fmt: skip
+    n = len(records)
+    batch = {"obs": obs, "next_obs": obs, "reward": torch.from_numpy(rng.standard_normal(n).astype(np.float32)),
+             "discount": torch.zeros(n), "steps": torch.full((n,), policy_chunk(chain)),
+             "continues": torch.zeros(n, dtype=torch.bool),
+             "extras": {"chain": torch.cat([e["chain"] for _, e in records]),
+                        "log_prob": torch.cat([e["log_prob"] for _, e in records])}}  # fmt: skip
+    batch = {k: (to_device(v) if k in ("obs", "next_obs") else
+                 {a: b.to(args.device) for a, b in v.items()} if k == "extras" else v.to(args.device))
+             for k, v in batch.items()}  # fmt: skip
+    updates = []
+    for _ in range(3):
+        sync(args.device)
+        t = time.perf_counter()
+        metrics = algo.update([batch])
+        sync(args.device)
+        updates.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    sent = trainable_state(chain)
+    sent_s = time.perf_counter() - t
+    r = {"steps": steps, "decisions": n, "minibatch": minibatch, "load_s": round(load_s, 1),
+         "trainable_params": trainable, "sent_params": sum(v.numel() for v in sent.values()),
+         "act_per_decision": percentiles(acting),
+         "update_s": [round(u, 3) for u in updates],
+         "update_ms_per_decision": round(1e3 * float(np.median(updates)) / n, 2),
+         "sent_state_s": round(sent_s, 3), "policy_loss": float(metrics["policy_loss"]),
+         "approx_kl": float(metrics["approx_kl"])}  # fmt: skip
+    if cuda:
+        r["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    del chain, algo, batch
+    return r
+
+
+def policy_chunk(chain) -> int:
+    """Env steps a decision covers (the chunk the actor executes)."""
+    return int(chain.execute_steps)
+
+
+def profile_chunk(policy, kind: str, quick: bool, device: str, calls: int, top: int = 12) -> dict:
+    """Where a K-step chunk's time goes (torch.profiler over `calls` calls after one untimed): the host's time and
+    the device's per call, kernel launches per call, and the operators that take most of each (self time per call,
+    calls per chunk). Host time near the wall time with the device's far under it: the call waits on launching
+    kernels, not on arithmetic."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = {k: v.to(device) for k, v in observation_batch(kind, quick).items()}
+    shape = (1, policy.config.chunk_size, policy.config.max_action_dim)
+    z = torch.randn(shape).to(device)
+
+    def chunk() -> None:
+        policy.reset()
+        policy.predict_action_chunk(batch, noise=z)
+        sync(device)
+
+    chunk()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    wall = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            chunk()
+    wall = (time.perf_counter() - wall) * 1e3 / calls
+    events = prof.key_averages()
+    device_time = [(e.key, getattr(e, "self_device_time_total", 0.0), e.count) for e in events]
+    kernels = sum(e.count for e in prof.events() if e.device_type.name == "CUDA")
+
+    def rows(items) -> list:
+        items = sorted(items, key=lambda x: -x[1])[:top]
+        return [[name, round(us / 1e3 / calls, 3), round(count / calls, 1)] for name, us, count in items]
+
+    return {"calls": calls, "wall_ms_per_call": round(wall, 2),
+            "device_ms_per_call": round(sum(t for _, t, _ in device_time) / 1e3 / calls, 2),
+            "kernels_per_call": round(kernels / calls, 1),
+            "top_host_self_ms": rows([(e.key, e.self_cpu_time_total, e.count) for e in events]),
+            "top_device_self_ms": rows(device_time) if device.startswith("cuda") else []}  # fmt: skip
 
 
 def report(kind: str, r: dict, period_ms: float) -> None:
@@ -275,6 +414,13 @@ def report(kind: str, r: dict, period_ms: float) -> None:
     memory = f", GPU weights {r['gpu_weights_gb']:.2f} GB, peak {r['gpu_peak_gb']:.2f} GB" if "gpu_peak_gb" in r else ""
     print(f"{kind}: {r['params'] / 1e6:.1f}M parameters, {r['dtype']}, chunk {r['chunk_shape']}, finite "
           f"{r['finite']}{memory}", flush=True)  # fmt: skip
+    if "profile" in r:
+        p = r["profile"]
+        print(f"{kind} K={k} chunk profiled: {p['wall_ms_per_call']} ms a call, device busy {p['device_ms_per_call']} "
+              f"ms, {p['kernels_per_call']} kernels", flush=True)  # fmt: skip
+        for title in ("top_host_self_ms", "top_device_self_ms"):
+            for name, ms, count in p[title][:8]:
+                print(f"  {title[4:8]} {ms:8.3f} ms  x{count:<7} {name[:90]}", flush=True)
 
 
 def cpu_name() -> str:
@@ -303,6 +449,11 @@ def main() -> None:
     parser.add_argument("--control-hz", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as an actor runs: the "
                         "noise actor and the host side of each call; the H100 figures of 2026-11-23 ran with 16)")
+    parser.add_argument("--reinflow", type=int, default=0, help="time ReinFlow on SmolVLA's action expert over this "
+                        "many decisions (acting, one PPO update in minibatches of --minibatch, peak memory)")
+    parser.add_argument("--minibatch", type=int, default=16)
+    parser.add_argument("--profile", type=int, default=0, help="profile this many K-step chunk calls of each model "
+                        "after the timing (torch.profiler): host and device time, kernels, the top operators")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "auto":
@@ -343,6 +494,22 @@ def main() -> None:
             gc.collect()  # the policy (and any traceback holding it) goes before the next model is built
             if cuda:
                 torch.cuda.empty_cache()
+    if args.reinflow:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                r = reinflow_smolvla(args, Path(tmp), args.reinflow, args.minibatch)
+            except Exception as err:  # noqa: BLE001 (the timings above stand)
+                traceback.print_exc()
+                r = {"error": f"{type(err).__name__}: {err}".splitlines()[0][:500]}
+            else:
+                a, peak = r["act_per_decision"], r.get("gpu_peak_gb")
+                print(f"ReinFlow on SmolVLA's action expert (K={r['steps']}, {r['trainable_params'] / 1e6:.1f}M "
+                      f"trainable parameters, {r['sent_params'] / 1e6:.1f}M sent to actors): acting p50 "
+                      f"{a['p50_ms']:.1f} ms p99 {a['p99_ms']:.1f} ms a decision; one PPO epoch over {r['decisions']} "
+                      f"decisions in minibatches of {r['minibatch']}: {r['update_ms_per_decision']:.1f} ms a decision"
+                      + (f"; GPU peak {peak:.1f} GB" if peak else ""), flush=True)  # fmt: skip
+            results["reinflow_smolvla"] = r
+            gc.collect()
     results["largest_fitting"] = {"k_step": largest_fitting(results["models"], "dsrl_step"),
                                   "one_step": largest_fitting(results["models"], "dsrl_step_one_step")}  # fmt: skip
     results["wall_s"] = round(time.perf_counter() - start, 1)
