@@ -99,7 +99,12 @@ def features(quick: bool) -> dict:
     return {"input_features": inputs, "output_features": {"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))}}
 
 
-def build_smolvla(quick: bool, device: str, dtype: str, work: Path):
+def compiled(mode: str | None) -> dict:
+    """lerobot's own switch: `compile_model` wraps the policy's `sample_actions` in torch.compile(mode=...)."""
+    return dict(compile_model=True, compile_mode=mode) if mode else {}
+
+
+def build_smolvla(quick: bool, device: str, dtype: str, work: Path, compile_mode: str | None = None):
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
@@ -108,7 +113,8 @@ def build_smolvla(quick: bool, device: str, dtype: str, work: Path):
     sizes = dict(image_size=32) if quick else SMOLVLM2_500M
     vlm = write_tiny_smolvlm(work / ("smolvlm_tiny" if quick else "smolvlm2_500m"), **sizes)
     cfg = SmolVLAConfig(**features(quick), vlm_model_name=str(vlm), load_vlm_weights=False, device=device,
-                        push_to_hub=False, **(dict(resize_imgs_with_padding=(32, 32)) if quick else {}))  # fmt: skip
+                        push_to_hub=False, **(dict(resize_imgs_with_padding=(32, 32)) if quick else {}),
+                        **compiled(compile_mode))  # fmt: skip
     with torch.device(device):
         policy = SmolVLAPolicy(cfg)
     if dtype == "bfloat16":  # as load_vlm_weights=True loads the VLM; the expert and projections stay float32
@@ -142,7 +148,7 @@ def tiny_gemma(module):
         module.get_gemma_config, module.PaliGemmaForConditionalGenerationWithPiGemma = get_config, paligemma
 
 
-def build_pi(kind: str, quick: bool, device: str, dtype: str):
+def build_pi(kind: str, quick: bool, device: str, dtype: str, compile_mode: str | None = None):
     if kind == "pi0":
         from lerobot.policies.pi0 import modeling_pi0 as module
         from lerobot.policies.pi0.configuration_pi0 import PI0Config as Config
@@ -151,7 +157,7 @@ def build_pi(kind: str, quick: bool, device: str, dtype: str):
         from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
 
     cfg = Config(**features(quick), dtype=dtype, device=device, push_to_hub=False,
-                 **(dict(image_resolution=(28, 28)) if quick else {}))  # fmt: skip
+                 **(dict(image_resolution=(28, 28)) if quick else {}), **compiled(compile_mode))  # fmt: skip
     policy_class = module.PI0Policy if kind == "pi0" else module.PI05Policy
     with tiny_gemma(module) if quick else contextlib.nullcontext(), torch.device(device):
         policy = policy_class(cfg)
@@ -236,8 +242,8 @@ def one_model(kind: str, args, work: Path) -> dict:
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     start = time.perf_counter()
-    policy = (build_smolvla(args.quick, args.device, args.dtype, work) if kind == "smolvla"
-              else build_pi(kind, args.quick, args.device, args.dtype))  # fmt: skip
+    policy = (build_smolvla(args.quick, args.device, args.dtype, work, args.compile) if kind == "smolvla"
+              else build_pi(kind, args.quick, args.device, args.dtype, args.compile))  # fmt: skip
     sync(args.device)
     by_dtype: dict[str, int] = {}
     for p in policy.parameters():
@@ -452,6 +458,9 @@ def main() -> None:
     parser.add_argument("--reinflow", type=int, default=0, help="time ReinFlow on SmolVLA's action expert over this "
                         "many decisions (acting, one PPO update in minibatches of --minibatch, peak memory)")
     parser.add_argument("--minibatch", type=int, default=16)
+    parser.add_argument("--compile", default=None, metavar="MODE", help="lerobot's compile_model with this "
+                        "torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: lerobot's default); the "
+                        "warm-up calls pay the compilation")
     parser.add_argument("--profile", type=int, default=0, help="profile this many K-step chunk calls of each model "
                         "after the timing (torch.profiler): host and device time, kernels, the top operators")
     args = parser.parse_args()
@@ -476,7 +485,8 @@ def main() -> None:
     results = {"device": args.device,
                "device_name": torch.cuda.get_device_name(args.device) if cuda else cpu_name(),
                "torch": torch.__version__, "lerobot": lerobot.__version__, "transformers": transformers.__version__,
-               "quick": args.quick, "dtype": args.dtype, "calls": args.calls, "warmup": args.warmup,
+               "quick": args.quick, "dtype": args.dtype, "compile": args.compile, "calls": args.calls,
+               "warmup": args.warmup,
                "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "control_period_ms": period_ms,
                "state_dim": STATE_DIM, "action_dim": ACTION_DIM, "cameras": list(CAMERAS),
                "camera_hw": list(QUICK_CAMERA_HW if args.quick else CAMERA_HW), "models": {}}  # fmt: skip

@@ -3,6 +3,7 @@ learner that waits for the current weights' rollout and drops (and counts) older
 policy towards higher return."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from robo_rl.envs import make_observation_space
 from robo_rl.rollout import Rollout
 
 SPACE = make_observation_space(2, {})
+# the toy learners' device: `ROBO_RL_TEST_DEVICE=cuda pytest tests/test_ppo.py` runs them on a GPU
+DEVICE = os.environ.get("ROBO_RL_TEST_DEVICE", "cpu")
 
 
 def chain_policy(method: str, **kw) -> ChainPolicy:
@@ -114,20 +117,21 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
     (algo.clip_initial_noise) beside the steps' ReinFlow clip."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    policy = chain_policy("reinflow", initial_noise="learned", sigma_min=0.02, sigma_max=0.02)
+    policy = chain_policy("reinflow", initial_noise="learned", sigma_min=0.02, sigma_max=0.02).to(DEVICE)
     algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
                      lr_value=3e-3, value_hidden=[64], **clips)  # fmt: skip
     gen = torch.Generator().manual_seed(0)
 
     def rollout(n=512):
-        s = torch.rand(n, 2, generator=gen) * 2 - 1
+        s = (torch.rand(n, 2, generator=gen) * 2 - 1).to(DEVICE)
         obs = {"state": s, "images": {}}
         with torch.no_grad():
             chain, log_prob = policy.sample_chain(obs)
         chunks = chain[:, -1].clamp(-1, 1)
         plus = ((chunks - 0.5 * s[:, None]) ** 2).sum((-1, -2)) < ((chunks + 0.5 * s[:, None]) ** 2).sum((-1, -2))
-        batch = {"obs": obs, "next_obs": obs, "reward": plus.float(), "discount": torch.zeros(n),
-                 "steps": torch.full((n,), 3), "continues": torch.zeros(n, dtype=torch.bool),
+        batch = {"obs": obs, "next_obs": obs, "reward": plus.float(), "discount": torch.zeros(n, device=DEVICE),
+                 "steps": torch.full((n,), 3, device=DEVICE), "continues": torch.zeros(n, dtype=torch.bool,
+                                                                                      device=DEVICE),
                  "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
         return batch, float(plus.float().mean())
 
@@ -136,7 +140,8 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     with torch.no_grad():
-        mean0, _ = policy.initial_mean_std(policy.features({"state": torch.rand(64, 2) * 2 - 1, "images": {}}))
+        mean0, _ = policy.initial_mean_std(policy.features({"state": torch.rand(64, 2, device=DEVICE) * 2 - 1,
+                                                            "images": {}}))  # fmt: skip
     assert 0.3 < before < 0.7 and after > before + 0.25, (before, after)
     assert float(mean0.abs().mean()) > 0.1  # it is x_0 that moved
     if "clip_initial_noise" in clips:
@@ -157,7 +162,7 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
     other is penalised): PPO must shift the chunks towards a*."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    policy = chain_policy(method)
+    policy = chain_policy(method).to(DEVICE)
     algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
                      lr_value=3e-3, clip=0.2, value_hidden=[64])  # fmt: skip
     gen = torch.Generator().manual_seed(0)
@@ -166,13 +171,14 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
         return -((chunks - 0.5 * s[:, None]) ** 2).sum((-1, -2))  # the "+" mode of tests/test_flow.py's data
 
     def rollout(n=512):
-        s = torch.rand(n, 2, generator=gen) * 2 - 1
+        s = (torch.rand(n, 2, generator=gen) * 2 - 1).to(DEVICE)
         obs = {"state": s, "images": {}}
         with torch.no_grad():
             chain, log_prob = policy.sample_chain(obs)
         r = reward(chain[:, -1].clamp(-1, 1), s)
-        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(n), "steps": torch.full((n,), 3),
-                 "continues": torch.zeros(n, dtype=torch.bool),
+        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(n, device=DEVICE),
+                 "steps": torch.full((n,), 3, device=DEVICE),
+                 "continues": torch.zeros(n, dtype=torch.bool, device=DEVICE),
                  "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
         return batch, r.mean()
 
