@@ -243,6 +243,13 @@ EXPERIMENTS = {
                                                                          "algo.lr_initial_noise=1e-3",
                                                                          "algo.clip_initial_noise=0.05"], None,
                                "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... with twice the PPO iterations in the same 50k (rollouts of 1,000 env steps, about 12 episodes) and x_0's
+    # head at 3e-3: with the clip binding every iteration, the number of updates bounds how far the policy moves
+    "reinflow_lift_x0_r1k": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
+                                                                       "policy.initial_noise=learned",
+                                                                       "algo.lr_initial_noise=3e-3",
+                                                                       "algo.rollout_env_steps=1000"], None,
+                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
