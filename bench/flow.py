@@ -22,6 +22,8 @@ inference latency (p50/p99) and success, on our pick task from state.
 
     python bench/flow.py            # both teachers, 50 evaluation episodes each, full distillation: minutes
     python bench/flow.py --quick    # the flow teacher, 20 episodes, a short distillation, 1 PPO iteration each: ≤ 60 s
+    python bench/flow.py --expert --device cuda   # only the PPO iteration and K-step against one-step latency at
+                                                  # SmolVLA's action-expert size (101M), acting on the GPU
 
 The learning curves (DSRL and the residual method on the same flow base) are `bench/learning.py dsrl_pick`,
 `dsrl_noise_pick`, `residual_flow_pick`. The last line is one JSON object.

@@ -29,6 +29,10 @@ float32), SmolVLA's VLM in bfloat16 as `load_vlm_weights=True` loads it (its exp
     python bench/vla.py --device cuda                 # the three at real size, 100 calls each
     python bench/vla.py --models smolvla --calls 2    # real SmolVLA on the CPU (real sizes on a CPU: name --models)
     python bench/vla.py --quick                       # tiny configurations of the same architectures: <= 60 s on CPU
+    python bench/vla.py --device cuda --profile 3 --reinflow 64   # also where a chunk's time goes (torch.profiler),
+                                                      # and ReinFlow on SmolVLA's action expert loaded by path:
+                                                      # acting, one PPO epoch, peak memory
+    python bench/vla.py --device cuda --compile reduce-overhead   # lerobot's compile_model
 
 The last line is one JSON object, also written to bench/results/vla.json (vla_quick.json with --quick), with "the
 largest VLA whose DSRL actor step fits the control period" among those measured, for the K-step and one-step base.
@@ -331,7 +335,7 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
                      for o, _ in records])  # fmt: skip
     n = len(records)
     batch = {"obs": obs, "next_obs": obs, "reward": torch.from_numpy(rng.standard_normal(n).astype(np.float32)),
-             "discount": torch.zeros(n), "steps": torch.full((n,), policy_chunk(chain)),
+             "discount": torch.zeros(n), "steps": torch.full((n,), int(chain.execute_steps)),
              "continues": torch.zeros(n, dtype=torch.bool),
              "extras": {"chain": torch.cat([e["chain"] for _, e in records]),
                         "log_prob": torch.cat([e["log_prob"] for _, e in records])}}  # fmt: skip
@@ -359,11 +363,6 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
         r["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     del chain, algo, batch
     return r
-
-
-def policy_chunk(chain) -> int:
-    """Env steps a decision covers (the chunk the actor executes)."""
-    return int(chain.execute_steps)
 
 
 def profile_chunk(policy, kind: str, quick: bool, device: str, calls: int, top: int = 12) -> dict:
