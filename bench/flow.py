@@ -89,12 +89,7 @@ def latency(bases: dict, observations: list[dict], calls: int, env=None, block: 
     return out
 
 
-def one_teacher(kind: str, quick: bool, work: Path, device: str = "cpu") -> str:
-    """Only the behaviour-cloned teacher; its checkpoint."""
-    return one_kind(kind, quick, work, distil=False, device=device)
-
-
-def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: str = "cpu") -> dict | str:
+def one_kind(kind: str, quick: bool, work: Path, device: str = "cpu") -> dict:
     """Behaviour cloning (on `device`), distillation (CPU), and the latency of both policies on `device`."""
     import torch
 
@@ -104,7 +99,7 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
     from robo_rl.config import load_config, make_env
     from robo_rl.distill import distill
 
-    # quick: the teachers get epochs alone, no floor of gradient steps (the diffusion one only times DPPO's iteration)
+    # quick: the teacher gets epochs alone, no floor of gradient steps
     short = ["bc.flow_updates=0", "bc.diffusion_updates=0"] if quick else []
     overrides = ["experiment=rlpd", f"policy={kind}", "demos.num_episodes=30", "logger.progress=false",
                  f"cache_dir={ROOT / '.cache' / 'robo_rl'}", f"outputs_dir={work}", "torch_threads=1",
@@ -114,8 +109,6 @@ def one_kind(kind: str, quick: bool, work: Path, distil: bool = True, device: st
     start = time.perf_counter()
     bc = train_bc(cfg, work / kind, progress=False)
     bc_s = time.perf_counter() - start
-    if not distil:
-        return bc["checkpoint"]
     iterations = ["distill.iterations=400"] if quick else []  # full: robo-rl distill's own (10,000); CPU only
     dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", *iterations,
                         f"distill.rollout_episodes={0 if quick else 30}",
@@ -225,16 +218,28 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
             "decisions": metrics["decisions"], "env_steps": metrics["rollout_env_steps"]}  # fmt: skip
 
 
-def ppo_timing(flow_ckpt: str, diffusion_ckpt: str, quick: bool, device: str = "cpu") -> dict:
+def ppo_timing(flow_ckpt: str, diffusion_ckpt: str | None, quick: bool, device: str = "cpu") -> dict:
     """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10) on the pick env, from the behaviour-cloned
-    teachers."""
+    teachers (`diffusion_ckpt` None, as --quick passes: a diffusion network of the flow teacher's architecture with
+    random weights, whose timing is the same)."""
+    import torch
+
     from policies.chain import ChainPolicy
+    from policies.flow import ChunkGenerator
 
     def variants(space, adim):
+        def dppo() -> ChainPolicy:
+            kw = dict(steps=20, stochastic_steps=10, sigma_min=0.1, sigma_max=0.1)
+            if diffusion_ckpt:
+                return ChainPolicy(space, adim, diffusion_ckpt, "dppo", **kw)
+            config = ChainPolicy(space, adim, flow_ckpt, "reinflow").model.config
+            torch.manual_seed(0)
+            generator = ChunkGenerator(**{**config, "kind": "diffusion", "steps": 20})
+            return ChainPolicy(space, adim, None, "dppo", generator=generator, **kw)
+
         return {"reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
                 "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
-                "dppo_k20_ft10": lambda: ChainPolicy(space, adim, diffusion_ckpt, "dppo", steps=20,
-                                                     stochastic_steps=10, sigma_min=0.1, sigma_max=0.1)}  # fmt: skip
+                "dppo_k20_ft10": dppo}  # fmt: skip
 
     return alternate_iterations(["experiment=rlpd"], variants, quick, device)
 
@@ -358,10 +363,8 @@ def main() -> None:
     kinds = ["flow"] if args.quick else ["flow", "diffusion"]
     with tempfile.TemporaryDirectory() as tmp:
         results = [one_kind(kind, args.quick, Path(tmp), device=device) for kind in kinds]
-        if args.quick:  # the diffusion teacher for DPPO: behaviour cloning only
-            diffusion = one_teacher("diffusion", True, Path(tmp), device)
-        else:
-            diffusion = str(Path(tmp) / "diffusion" / "bc" / "policy.pt")
+        # --quick: DPPO's iteration timed on a diffusion network with random weights (no second teacher to train)
+        diffusion = None if args.quick else str(Path(tmp) / "diffusion" / "bc" / "policy.pt")
         ppo = ppo_timing(str(Path(tmp) / "flow" / "bc" / "policy.pt"), diffusion, args.quick, device)
     free = ppo_timing_free_sim(args.quick, device)
     load = os.getloadavg()[0]
