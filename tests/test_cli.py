@@ -149,6 +149,8 @@ def test_keys_generate_writes_a_learner_and_actor_keypairs_and_authorises_the_ac
 
 
 def test_a_learner_killed_mid_run_and_resumed_is_rejoined_by_the_running_actor(tmp_path):
+    from tests.test_resume import wait_for  # (test_resume imports this module's helpers)
+
     args = [*isolated(tmp_path), "env=point_reach", "demos.num_episodes=3", "train.learning_starts=100",
             "train.checkpoint_every_env_steps=200", "algo.batch_size=64", "actor.hello_timeout_s=30"]  # fmt: skip
     run_dir = tmp_path / "run"
@@ -158,10 +160,8 @@ def test_a_learner_killed_mid_run_and_resumed_is_rejoined_by_the_running_actor(t
     actor = subprocess.Popen([*start, "actor", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 180  # a machine loaded by other runs took over 120 s to the first checkpoint
-        while not list((run_dir / "checkpoints").glob("step_*.pt")) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert list((run_dir / "checkpoints").glob("step_*.pt")), "the learner wrote no checkpoint within 180 s"
+        # a machine loaded by other runs took over 120 s to the first checkpoint
+        wait_for(lambda: list((run_dir / "checkpoints").glob("step_*.pt")), 180, "the learner's first checkpoint")
         learner.kill()  # kill -9: no checkpoint on the way out, no goodbye to the actor
         learner.wait()
         before = max(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*.pt"))

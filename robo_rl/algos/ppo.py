@@ -116,8 +116,8 @@ class PPO(Algorithm):
                 a = norm_adv[idx]
                 if split:
                     log_prob, entropy, initial, steps = p.chain_log_prob(obs, chain[idx], features, split=True)
-                    ratio_0 = (initial - old_parts[0][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
-                    ratio_k = (steps - old_parts[1][idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()
+                    ratio_0 = clamped_log_ratio(initial, old_parts[0][idx], cfg.log_ratio_clamp).exp()
+                    ratio_k = clamped_log_ratio(steps, old_parts[1][idx], cfg.log_ratio_clamp).exp()
                     policy_loss = surrogate(ratio_k, a, cfg.clip) + surrogate(ratio_0, a, cfg.clip_initial_noise)
                     with torch.no_grad():
                         stats["approx_kl_initial"].append(((ratio_0 - 1) - ratio_0.log()).mean().item())
@@ -125,7 +125,7 @@ class PPO(Algorithm):
                             ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item())
                 else:
                     log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
-                log_ratio = (log_prob - old_log_prob[idx]).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+                log_ratio = clamped_log_ratio(log_prob, old_log_prob[idx], cfg.log_ratio_clamp)
                 ratio = log_ratio.exp()
                 if "start_log_ratio" not in stats:  # before any step: 0 unless acting and learning disagree
                     stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
@@ -182,6 +182,11 @@ class PPO(Algorithm):
         self.policy_optim.load_state_dict(state["policy_optim"])
         self.value_optim.load_state_dict(state["value_optim"])
         self.iterations = int(state["iterations"])
+
+
+def clamped_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, bound: float) -> torch.Tensor:
+    """log(π_new / π_old), clamped to ±bound (`algo.log_ratio_clamp`) before PPO exponentiates it."""
+    return (log_prob - old_log_prob).clamp(-bound, bound)
 
 
 def surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torch.Tensor:
