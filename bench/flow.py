@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench.vla import sync  # noqa: E402 — CUDA synchronised around a timed call
+
 
 def latency(bases: dict, observations: list[dict], calls: int, env=None, block: int = 50) -> dict:
     """p50/p99 ms of each base over `calls` calls, in rotating blocks of `block` calls (teacher, student, ...), so a
@@ -221,18 +223,20 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
 def ppo_timing(flow_ckpt: str, diffusion_ckpt: str | None, quick: bool, device: str = "cpu") -> dict:
     """ReinFlow (K = 4, K = 1) against DPPO-style (K = 20, K' = 10) on the pick env, from the behaviour-cloned
     teachers (`diffusion_ckpt` None, as --quick passes: a diffusion network of the flow teacher's architecture with
-    random weights, whose timing is the same)."""
+    random weights: each network call costs what the trained teacher's does; its episodes can differ in length)."""
     import torch
 
+    from policies.bc import read_bc_checkpoint
     from policies.chain import ChainPolicy
     from policies.flow import ChunkGenerator
+
+    config = read_bc_checkpoint(flow_ckpt)["config"]  # the flow teacher's architecture
 
     def variants(space, adim):
         def dppo() -> ChainPolicy:
             kw = dict(steps=20, stochastic_steps=10, sigma_min=0.1, sigma_max=0.1)
             if diffusion_ckpt:
                 return ChainPolicy(space, adim, diffusion_ckpt, "dppo", **kw)
-            config = ChainPolicy(space, adim, flow_ckpt, "reinflow").model.config
             torch.manual_seed(0)
             generator = ChunkGenerator(**{**config, "kind": "diffusion", "steps": 20})
             return ChainPolicy(space, adim, None, "dppo", generator=generator, **kw)
@@ -304,13 +308,6 @@ def expert_latency(device: str, hidden: list[int], calls: int, teacher_steps: in
     for q in ("p50", "p99"):
         out[f"speedup_{q}"] = round(out["teacher"][f"{q}_ms"] / out["student"][f"{q}_ms"], 2)
     return out
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
 
 
 def alternate_iterations(overrides: list[str], variants, quick: bool, device: str, act_device: str = "cpu") -> dict:

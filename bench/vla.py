@@ -284,7 +284,7 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     from robo_rl.algos.base import trainable_state
     from robo_rl.algos.ppo import build_ppo
     from robo_rl.envs import make_observation_space
-    from robo_rl.policy_io import stack_obs
+    from robo_rl.policy_io import batch_to_torch
 
     cuda = args.device.startswith("cuda")
     folder = work / "smolvla_pretrained_model"
@@ -308,40 +308,38 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     load_s = time.perf_counter() - start
     trainable = sum(p.numel() for p in chain.parameters() if p.requires_grad)
     rng = np.random.default_rng(0)
+    device = torch.device(args.device)
 
-    def observation() -> dict:
-        return {"state": torch.from_numpy(rng.standard_normal((1, STATE_DIM)).astype(np.float32)),
-                "images": {c: torch.from_numpy(rng.integers(0, 256, (1, *hw, 3), dtype=np.uint8)) for c in CAMERAS}}
+    def observation() -> dict:  # a contract observation (numpy), as an env returns it
+        return {"state": rng.standard_normal(STATE_DIM).astype(np.float32),
+                "images": {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in CAMERAS}}  # fmt: skip
 
-    def to_device(obs: dict) -> dict:
-        images = {k: v.to(args.device) for k, v in obs["images"].items()}
-        return {"state": obs["state"].to(args.device), "images": images}
+    def stacked(observations: list[dict]) -> dict:  # a batch of them, numpy
+        return {"state": np.stack([o["state"] for o in observations]),
+                "images": {c: np.stack([o["images"][c] for o in observations]) for c in CAMERAS}}  # fmt: skip
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    acting, records = [], []
+    acting, observations, extras = [], [], []
     for i in range(decisions + 2):
         obs = observation()
         chain.reset()
         sync(args.device)
         t = time.perf_counter()
-        _, extras = chain.act_with_extras(to_device(obs))
-        extras = {k: v.cpu() for k, v in extras.items()}
+        _, decided = chain.act_with_extras(batch_to_torch(stacked([obs]), device))  # as an actor on the GPU acts
+        decided = {k: v.cpu().numpy() for k, v in decided.items()}
         sync(args.device)
         if i >= 2:  # two warm-up decisions
             acting.append((time.perf_counter() - t) * 1e3)
-            records.append((obs, extras))
-    obs = stack_obs([{"state": o["state"][0].numpy(), "images": {k: v[0].numpy() for k, v in o["images"].items()}}
-                     for o, _ in records])  # fmt: skip
-    n = len(records)
-    batch = {"obs": obs, "next_obs": obs, "reward": torch.from_numpy(rng.standard_normal(n).astype(np.float32)),
-             "discount": torch.zeros(n), "steps": torch.full((n,), int(chain.execute_steps)),
-             "continues": torch.zeros(n, dtype=torch.bool),
-             "extras": {"chain": torch.cat([e["chain"] for _, e in records]),
-                        "log_prob": torch.cat([e["log_prob"] for _, e in records])}}  # fmt: skip
-    batch = {k: (to_device(v) if k in ("obs", "next_obs") else
-                 {a: b.to(args.device) for a, b in v.items()} if k == "extras" else v.to(args.device))
-             for k, v in batch.items()}  # fmt: skip
+            observations.append(obs)
+            extras.append(decided)
+    n = len(observations)
+    obs = stacked(observations)
+    batch = batch_to_torch({"obs": obs, "next_obs": obs, "reward": rng.standard_normal(n).astype(np.float32),
+                            "discount": np.zeros(n, np.float32), "steps": np.full(n, int(chain.execute_steps)),
+                            "continues": np.zeros(n, bool),
+                            "extras": {k: np.concatenate([e[k] for e in extras]) for k in ("chain", "log_prob")}},
+                           device)  # as the learner hands a rollout to the algorithm  # fmt: skip
     updates = []
     for _ in range(3):
         sync(args.device)
