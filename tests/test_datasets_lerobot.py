@@ -9,9 +9,6 @@ from robo_rl.datasets import Episode
 from robo_rl.datasets.lerobot_v3 import export_lerobot, import_lerobot
 from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
 
-lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
-LeRobotDataset = lerobot_dataset.LeRobotDataset
-
 FPS = 10
 CAMS = {"front": (32, 32), "wrist": (32, 32)}
 STATE_DIM, ACTION_DIM = 3, 2
@@ -21,6 +18,13 @@ SPECS = [
     (11, 4, False, "demos", (), True),
     (12, 6, True, "interventions", (2, 3), False),
 ]
+
+
+@pytest.fixture(scope="module")
+def LeRobotDataset():  # noqa: N802 (the class it gives)
+    """lerobot's dataset class, imported by the tests that use it: its import takes about 9 s on a small CPU, which
+    every pytest worker would otherwise pay while collecting."""
+    return pytest.importorskip("lerobot.datasets.lerobot_dataset").LeRobotDataset
 
 
 def flat_image(value: int, cam: int) -> np.ndarray:
@@ -66,7 +70,7 @@ def exported(episodes, tmp_path_factory):
     return root
 
 
-def test_export_reads_back_through_lerobot(episodes, exported):
+def test_export_reads_back_through_lerobot(episodes, exported, LeRobotDataset):
     ds = LeRobotDataset("local/robo_rl", root=exported, video_backend="pyav")
     assert ds.num_episodes == 3
     assert ds.num_frames == sum(len(e) for e in episodes)
@@ -94,7 +98,7 @@ def test_export_reads_back_through_lerobot(episodes, exported):
         i += n
 
 
-def test_import_from_lerobot_recording(tmp_path):
+def test_import_from_lerobot_recording(tmp_path, LeRobotDataset):
     """A dataset written by lerobot itself, without our complementary_info fields."""
     root = tmp_path / "foreign"
     features = {
@@ -150,7 +154,7 @@ def test_import_from_lerobot_recording(tmp_path):
         import_lerobot(root, state_keys=["observation.nope"], progress=False)
 
 
-def test_import_image_features(tmp_path):
+def test_import_image_features(tmp_path, LeRobotDataset):
     """Images stored as PNG ("image" dtype) under LeRobot's single-camera name `observation.image`; no state key
     called observation.state (the 1-d float observation features are concatenated in sorted order)."""
     root = tmp_path / "pngs"
@@ -172,7 +176,7 @@ def test_import_image_features(tmp_path):
     assert r["ended_by"][-1] == ENDED_BY_CODES["time_limit"] and not r["success"].any()
 
 
-def test_round_trip_keeps_every_field(episodes, exported):
+def test_round_trip_keeps_every_field(episodes, exported, LeRobotDataset):
     back = import_lerobot(exported, progress=False)
     # the importer decodes whole episodes at once: the same frames as lerobot's own per-item path
     ds = LeRobotDataset("local/robo_rl", root=exported, video_backend="pyav")
@@ -229,7 +233,8 @@ def test_bad_input(exported, tmp_path):
     assert (not_a_dataset / "notes.txt").read_text() == "hello"
 
 
-def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch):
+def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch,
+                                                                             LeRobotDataset):
     """A large export rolls to new parquet and mp4 files at lerobot's size limits; shrunk here to a few frames."""
     from robo_rl.datasets import lerobot_writer
     from robo_rl.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features

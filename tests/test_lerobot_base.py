@@ -15,21 +15,28 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("lerobot.policies.factory")
-
-from lerobot.configs.types import FeatureType, PolicyFeature  # noqa: E402
-from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # noqa: E402
-
-from policies.base import ChunkedBase, state_statistics  # noqa: E402
-from policies.lerobot_base import LeRobotBase  # noqa: E402
-from policies.residual import ResidualPolicy  # noqa: E402
-from robo_rl.envs import make_observation_space  # noqa: E402
-from sim.point_reach import PointReachEnv, PointReachExpert  # noqa: E402
+from policies.base import ChunkedBase, state_statistics
+from policies.lerobot_base import LeRobotBase
+from policies.residual import ResidualPolicy
+from robo_rl.envs import make_observation_space
+from sim.point_reach import PointReachEnv, PointReachExpert
 
 STATE_DIM, ACTION_DIM, CHUNK = 4, 2, 5
-STATE_INPUTS = {"observation.state": PolicyFeature(FeatureType.STATE, (STATE_DIM,)),
-                "observation.environment_state": PolicyFeature(FeatureType.ENV, (STATE_DIM,))}  # fmt: skip
-ACTION_OUTPUT = {"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))}
+# lerobot is imported by the tests, not at collection: importing its policies takes about 10 s on a small CPU, which
+# every pytest worker would otherwise pay
+
+
+def state_inputs() -> dict:
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    return {"observation.state": PolicyFeature(FeatureType.STATE, (STATE_DIM,)),
+            "observation.environment_state": PolicyFeature(FeatureType.ENV, (STATE_DIM,))}  # fmt: skip
+
+
+def action_output() -> dict:
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    return {"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))}
 
 
 def stats(dim: int, mean: float = 0.0, std: float = 1.0, low: float = -1.0, high: float = 1.0) -> dict:
@@ -39,6 +46,8 @@ def stats(dim: int, mean: float = 0.0, std: float = 1.0, low: float = -1.0, high
 
 def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
     """A policy from a tiny config, saved as lerobot-train saves it: weights, config and its processors."""
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
     torch.manual_seed(0)
     policy = get_policy_class(cfg.type)(cfg)
     pre, post = make_pre_post_processors(cfg, dataset_stats={"observation.state": stats(STATE_DIM, 0.2, 0.5),
@@ -53,7 +62,7 @@ def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
 def tiny_act(tmp_path_factory) -> Path:
     from lerobot.policies.act.configuration_act import ACTConfig
 
-    cfg = ACTConfig(input_features=dict(STATE_INPUTS), output_features=dict(ACTION_OUTPUT), dim_model=32,
+    cfg = ACTConfig(input_features=state_inputs(), output_features=action_output(), dim_model=32,
                     n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
                     chunk_size=CHUNK, n_action_steps=CHUNK, pretrained_backbone_weights=None, device="cpu",
                     push_to_hub=False)  # fmt: skip
@@ -95,6 +104,7 @@ def test_act_checkpoint_acts_in_our_env_as_lerobot_runs_it(tiny_act):
     assert set(chunked.timing()) == {"base_inference_ms_p50", "base_inference_ms_p99"}
 
     # lerobot's own rollout path on the same observations: its select_action and queue, its processors
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
     from lerobot.policies.utils import prepare_observation_for_inference
 
     policy = get_policy_class("act").from_pretrained(tiny_act)
@@ -120,7 +130,7 @@ def test_diffusion_from_tiny_config_runs_by_path(tmp_path):
 
     env = PointReachEnv(max_episode_steps=6)
     for n_obs_steps, chunk in ((1, 4), (2, 1)):  # a history of observations runs closed-loop, through its queues
-        cfg = DiffusionConfig(input_features=dict(STATE_INPUTS), output_features=dict(ACTION_OUTPUT),
+        cfg = DiffusionConfig(input_features=state_inputs(), output_features=action_output(),
                               n_obs_steps=n_obs_steps, horizon=8, n_action_steps=4, down_dims=(16, 32),
                               diffusion_step_embed_dim=16, n_groups=4, kernel_size=3, num_train_timesteps=4,
                               num_inference_steps=2, pretrained_backbone_weights=None, device="cpu",

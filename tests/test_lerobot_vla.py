@@ -11,15 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("lerobot.policies.smolvla.modeling_smolvla")
-
-from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # noqa: E402
-from lerobot.policies.utils import prepare_observation_for_inference  # noqa: E402
-
-from policies.lerobot_base import LeRobotBase  # noqa: E402
-from robo_rl.envs import make_observation_space  # noqa: E402
-from tests.test_lerobot_base import ACTION_OUTPUT, STATE_INPUTS, save_tiny, stats, tiny_act  # noqa: E402, F401 (a fixture)
-from tests.vla_tiny import write_tiny_smolvla  # noqa: E402
+from policies.lerobot_base import LeRobotBase
+from robo_rl.envs import make_observation_space
+from tests.test_lerobot_base import action_output, save_tiny, state_inputs, stats, tiny_act  # noqa: F401 (a fixture)
+from tests.vla_tiny import write_tiny_smolvla
 
 STATE_DIM, ACTION_DIM, CHUNK, CAMERA, IMAGE_HW, TASK = 4, 2, 4, "top", (24, 32), "pick the cube"
 SPACE = make_observation_space(STATE_DIM, {CAMERA: IMAGE_HW})
@@ -74,6 +69,9 @@ def test_the_initial_noise_steers_the_chunk_deterministically(tiny_smolvla, smol
     assert not np.allclose(smolvla.predict_chunk(observation(1), noise=z), chunk, atol=1e-5)  # it sees the obs
 
     # lerobot's own inference path on the same observation and noise: its processors, predict_action_chunk(noise=)
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+    from lerobot.policies.utils import prepare_observation_for_inference
+
     policy = get_policy_class("smolvla").from_pretrained(tiny_smolvla)
     pre, post = make_pre_post_processors(policy.config, pretrained_path=str(tiny_smolvla))
     raw = {"observation.state": obs["state"].copy(), f"observation.images.{CAMERA}": obs["images"][CAMERA].copy()}
@@ -112,7 +110,7 @@ def test_noise_to_a_policy_that_takes_none_is_refused_in_one_line(tiny_act, tmp_
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
     for n_obs_steps, shape in ((1, (8, ACTION_DIM)), (2, None)):  # a history runs closed-loop: select_action's noise
-        cfg = DiffusionConfig(input_features=dict(STATE_INPUTS), output_features=dict(ACTION_OUTPUT),
+        cfg = DiffusionConfig(input_features=state_inputs(), output_features=action_output(),
                               n_obs_steps=n_obs_steps, horizon=8, n_action_steps=4, down_dims=(16, 32),
                               diffusion_step_embed_dim=16, n_groups=4, kernel_size=3, num_train_timesteps=4,
                               num_inference_steps=2, noise_scheduler_type="DDIM", pretrained_backbone_weights=None,
