@@ -175,6 +175,7 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         assert learner.wait(timeout=120) == 0
         out, _ = actor.communicate(timeout=60)
         assert actor.returncode == 0, out[-2000:]
+        assert "lost the learner" in out and "actor-0: done" in out  # the same actor throughout, told the run ended
     finally:
         learner.kill()
         actor.kill()

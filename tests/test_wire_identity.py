@@ -223,7 +223,7 @@ def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_pa
     assert end["kind"] == "end" and end["crashed"] and end["reason"].startswith("crashed: RuntimeError: CUDA error")
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("kill", marks=pytest.mark.slow)])  # kill -9: test_cli too
+@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("kill", marks=pytest.mark.slow)])  # kill -9: test_resume too
 def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_with_the_next(tmp_path, how):
     """A learner started alone and stopped with Ctrl-C (or killed) mid-run: the actor in the other terminal takes
     no steps, keeps its data, and goes on when a learner resumes the run; only the finished run ends it."""
