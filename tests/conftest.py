@@ -18,3 +18,16 @@ def _no_stale_log_handlers():
         if handler not in before and type(handler) is logging.StreamHandler:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+# The files whose tests take longest in all (start processes, train), longest first: with `--dist loadfile` a worker
+# takes files in collection order, so these start first and the short files fill in around them; alphabetically, a
+# long file last left one worker running it alone for minutes while the other idled.
+LONG_FILES = ("test_cli.py", "test_wire_identity.py", "test_resume.py", "test_launch.py", "test_ppo.py",
+              "test_pipeline.py", "test_residual.py", "test_gui.py", "test_precision.py", "test_sim_robosuite.py",
+              "test_lerobot_vla.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
