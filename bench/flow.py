@@ -230,7 +230,7 @@ def ppo_timing(flow_ckpt: str, diffusion_ckpt: str | None, quick: bool, device: 
     from policies.chain import ChainPolicy
     from policies.flow import ChunkGenerator
 
-    config = read_bc_checkpoint(flow_ckpt)["config"]  # the flow teacher's architecture
+    config = None if diffusion_ckpt else read_bc_checkpoint(flow_ckpt)["config"]  # the flow teacher's architecture
 
     def variants(space, adim):
         def dppo() -> ChainPolicy:

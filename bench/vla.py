@@ -284,7 +284,7 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     from robo_rl.algos.base import trainable_state
     from robo_rl.algos.ppo import build_ppo
     from robo_rl.envs import make_observation_space
-    from robo_rl.policy_io import batch_to_torch
+    from robo_rl.policy_io import batch_to_torch, stack_obs
 
     cuda = args.device.startswith("cuda")
     folder = work / "smolvla_pretrained_model"
@@ -314,10 +314,6 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
         return {"state": rng.standard_normal(STATE_DIM).astype(np.float32),
                 "images": {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in CAMERAS}}  # fmt: skip
 
-    def stacked(observations: list[dict]) -> dict:  # a batch of them, numpy
-        return {"state": np.stack([o["state"] for o in observations]),
-                "images": {c: np.stack([o["images"][c] for o in observations]) for c in CAMERAS}}  # fmt: skip
-
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     acting, observations, extras = [], [], []
@@ -326,7 +322,7 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
         chain.reset()
         sync(args.device)
         t = time.perf_counter()
-        _, decided = chain.act_with_extras(batch_to_torch(stacked([obs]), device))  # as an actor on the GPU acts
+        _, decided = chain.act_with_extras(batch_to_torch(stack_obs([obs]), device))  # as an actor on the GPU acts
         decided = {k: v.cpu().numpy() for k, v in decided.items()}
         sync(args.device)
         if i >= 2:  # two warm-up decisions
@@ -334,7 +330,7 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
             observations.append(obs)
             extras.append(decided)
     n = len(observations)
-    obs = stacked(observations)
+    obs = stack_obs(observations)  # CPU tensors sharing the numpy arrays, which batch_to_torch takes as they are
     batch = batch_to_torch({"obs": obs, "next_obs": obs, "reward": rng.standard_normal(n).astype(np.float32),
                             "discount": np.zeros(n, np.float32), "steps": np.full(n, int(chain.execute_steps)),
                             "continues": np.zeros(n, bool),

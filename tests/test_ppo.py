@@ -30,6 +30,15 @@ def chain_policy(method: str, **kw) -> ChainPolicy:
     return ChainPolicy(SPACE, 2, method=method, generator=model, **{**steps, **kw})
 
 
+def bandit_batch(obs: dict, reward: torch.Tensor, chain: torch.Tensor, log_prob: torch.Tensor, steps: int) -> dict:
+    """Decisions of one chunk each (`steps` env steps), every one ending its episode, as the learner hands them over."""
+    n, device = len(reward), reward.device
+    return {"obs": obs, "next_obs": obs, "reward": reward, "discount": torch.zeros(n, device=device),
+            "steps": torch.full((n,), steps, device=device),
+            "continues": torch.zeros(n, dtype=torch.bool, device=device),
+            "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+
+
 @pytest.mark.parametrize("method", ["reinflow", "dppo"])
 def test_the_chain_log_probability_is_exact_and_recomputed_from_the_record(method):
     policy = chain_policy(method)
@@ -129,11 +138,7 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
             chain, log_prob = policy.sample_chain(obs)
         chunks = chain[:, -1].clamp(-1, 1)
         plus = ((chunks - 0.5 * s[:, None]) ** 2).sum((-1, -2)) < ((chunks + 0.5 * s[:, None]) ** 2).sum((-1, -2))
-        batch = {"obs": obs, "next_obs": obs, "reward": plus.float(), "discount": torch.zeros(n, device=DEVICE),
-                 "steps": torch.full((n,), 3, device=DEVICE), "continues": torch.zeros(n, dtype=torch.bool,
-                                                                                      device=DEVICE),
-                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
-        return batch, float(plus.float().mean())
+        return bandit_batch(obs, plus.float(), chain, log_prob, steps=3), float(plus.float().mean())
 
     before = float(np.mean([rollout()[1] for _ in range(4)]))
     for _ in range(25):
@@ -176,11 +181,7 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
         with torch.no_grad():
             chain, log_prob = policy.sample_chain(obs)
         r = reward(chain[:, -1].clamp(-1, 1), s)
-        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(n, device=DEVICE),
-                 "steps": torch.full((n,), 3, device=DEVICE),
-                 "continues": torch.zeros(n, dtype=torch.bool, device=DEVICE),
-                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
-        return batch, r.mean()
+        return bandit_batch(obs, r, chain, log_prob, steps=3), r.mean()
 
     before = float(np.mean([float(rollout()[1]) for _ in range(4)]))
     metrics = {}
@@ -203,9 +204,7 @@ def test_value_warmup_iterations_train_the_value_and_leave_the_policy_alone():
     obs = {"state": s, "images": {}}
     with torch.no_grad():
         chain, log_prob = policy.sample_chain(obs)
-    batch = {"obs": obs, "next_obs": obs, "reward": s[:, 0] + 1.0, "discount": torch.zeros(256),
-             "steps": torch.full((256,), 4), "continues": torch.zeros(256, dtype=torch.bool),
-             "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+    batch = bandit_batch(obs, s[:, 0] + 1.0, chain, log_prob, steps=4)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     warm = [algo.update([batch]) for _ in range(2)]
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
@@ -243,10 +242,8 @@ def test_a_time_limit_cut_bootstraps_from_the_value_unless_the_episode_is_the_ta
     obs = {"state": s, "images": {}}
     with torch.no_grad():
         chain, log_prob = policy.sample_chain(obs)
-    batch = {"obs": obs, "next_obs": obs, "reward": torch.zeros(256), "discount": torch.full((256,), 0.999**4),
-             "truncated": torch.ones(256, dtype=torch.bool), "steps": torch.full((256,), 4),
-             "continues": torch.zeros(256, dtype=torch.bool),
-             "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+    batch = {**bandit_batch(obs, torch.zeros(256), chain, log_prob, steps=4),  # cut by the time limit, not ended:
+             "discount": torch.full((256,), 0.999**4), "truncated": torch.ones(256, dtype=torch.bool)}
     for _ in range(30):
         algo.update([batch])
     with torch.no_grad():
