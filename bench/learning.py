@@ -250,6 +250,14 @@ EXPERIMENTS = {
                                                                        "algo.lr_initial_noise=3e-3",
                                                                        "algo.rollout_env_steps=1000"], None,
                              "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    # ... with PPO's advantages from an action critic trained by TD on every decision so far (algo.advantage=critic)
+    # instead of GAE over a dozen episodes: the critic reuses each transition as DSRL's does; sparse 0/1 reward
+    "reinflow_lift_critic": (reinflow_lift("1e-4", bootstrap=False) + ["policy.initial_noise=learned",
+                                                                       "algo.lr_initial_noise=1e-3",
+                                                                       "algo.advantage=critic", "algo.gamma=0.99",
+                                                                       "algo.critic_target_clip=[0,1]",
+                                                                       "algo.critic_updates=1000"], None,
+                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",

@@ -2,6 +2,7 @@
 learner that waits for the current weights' rollout and drops (and counts) older data, and both methods move the
 policy towards higher return."""
 
+import io
 import json
 import os
 
@@ -295,3 +296,77 @@ def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
     assert learner.rollout.stale_steps < learner.env_steps / 3, "actors wait for new weights instead of running on"
     versions = learner.replay.online.data["policy_version"][: learner.replay.online.size]
     assert len(set(versions.tolist())) >= 3  # every record is kept in the replay, whatever its version
+
+
+def critic_ppo(policy: ChainPolicy, **kw):
+    return build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=4, lr_policy=1e-3,
+                     lr_value=3e-3, clip=0.2, value_hidden=[32], advantage="critic", critic_hidden=[64, 64],
+                     critic_batch_size=128, lr_critic=1e-3, **kw)  # fmt: skip
+
+
+def test_ppo_with_critic_advantages_moves_the_policy_towards_higher_return():
+    """algo.advantage=critic: the same one-decision task as above, each reward observed with noise as large as
+    the reward's spread (σ 0.5), so one rollout's returns rank its chunks poorly; Q(s, a) − E_π Q(s, ·) from a critic
+    fitted by TD on every rollout so far ranks them by the mean, and PPO shifts the chunks towards a*."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy("reinflow")
+    algo = critic_ppo(policy, critic_updates=40, critic_samples=4)
+    gen = torch.Generator().manual_seed(0)
+
+    def rollout(n=256):
+        s = torch.rand(n, 2, generator=gen) * 2 - 1
+        obs = {"state": s, "images": {}}
+        with torch.no_grad():
+            chain, log_prob = policy.sample_chain(obs)
+        r = -((chain[:, -1].clamp(-1, 1) - 0.5 * s[:, None]) ** 2).sum((-1, -2))
+        noisy = r + 0.5 * torch.randn(n, generator=gen)
+        return bandit_batch(obs, noisy, chain, log_prob, steps=3), float(r.mean())
+
+    before = float(np.mean([rollout()[1] for _ in range(4)]))
+    for _ in range(15):
+        metrics = algo.update([rollout()[0]])
+    after = float(np.mean([rollout()[1] for _ in range(4)]))
+    assert after > before + 0.3 * abs(before), (before, after, metrics)
+    assert metrics["critic_decisions"] == 15 * 256 and np.isfinite(metrics["critic_loss"])
+
+
+def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
+    """Two-decision episodes: the first decision's chunk pays nothing and leads to the second's state, whose
+    decision ends the episode with reward 1: by TD, Q(first) → γ^n·1 and Q(second) → 1 (targets clipped to [0, 1]);
+    the critic's decisions and weights are part of the algorithm's state, so a restored copy updates identically."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy("reinflow")
+    algo = critic_ppo(policy, critic_updates=150, critic_target_clip=[0, 1], value_warmup_iterations=100)
+    n = 128
+    first, second = torch.full((n, 2), -0.5), torch.full((n, 2), 0.5)
+    obs = {"state": torch.cat([first, second]), "images": {}}
+    with torch.no_grad():
+        chain, log_prob = policy.sample_chain(obs)
+    batch = {**bandit_batch(obs, torch.cat([torch.zeros(n), torch.ones(n)]), chain, log_prob, steps=3),
+             "next_obs": {"state": torch.cat([second, second]), "images": {}},
+             "discount": torch.cat([torch.full((n,), 0.9), torch.zeros(n)])}
+    for _ in range(4):
+        algo.update([batch])
+    with torch.no_grad():
+        q = algo.critic.values(algo.critic.q, algo.critic.features(obs), algo.critic.sampled_actions(obs)).mean(0)
+    assert abs(float(q[:n].mean()) - 0.9) < 0.1 and abs(float(q[n:].mean()) - 1.0) < 0.1, q
+    state = algo.state_dict()
+    assert len(state["critic"]["data"]["reward"]) == 4 * 2 * n
+    twin = critic_ppo(chain_policy("reinflow"), critic_updates=150, critic_target_clip=[0, 1],
+                      value_warmup_iterations=100)  # fmt: skip
+    saved = io.BytesIO()  # through a checkpoint's bytes, as a resume reads it
+    torch.save(state, saved)
+    twin.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
+    results = []
+    for a in (algo, twin):
+        torch.manual_seed(1)
+        a.update([batch])
+        results.append(a.critic.q.state_dict())
+    assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
+    for bad, match in (({"advantage": "td"}, "algo.advantage must be one of"),
+                       ({"critic_updates": 0}, "algo.critic_updates"),
+                       ({"critic_target_clip": [1, 0]}, "algo.critic_target_clip must be")):
+        with pytest.raises(ValueError, match=match):
+            build_ppo(policy, SPACE, 2, rollout_env_steps=64, **{"advantage": "critic", **bad})

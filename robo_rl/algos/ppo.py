@@ -11,6 +11,8 @@ batch of decisions, and publish new weights after each update. Per update (one P
   `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only):
   ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
+  `advantage=critic`: A(s, a) from an action critic trained by TD on every decision so far instead of GAE
+  (`robo_rl/algos/chain_critic.py`), `critic_updates` TD steps per iteration before the policy's epochs;
   with a learned initial noise (`policy.initial_noise=learned`) and `clip_initial_noise`, x_0's term and the steps'
   each get their own ratio and clip, two surrogates summed (each sampling stage its own decision, as DPPO treats
   its denoising steps: choosing where the chain starts moves at its own pace, the velocity field at ReinFlow's)
@@ -28,6 +30,7 @@ from policies.base import obs_rows
 from policies.chain import ChainPolicy
 from policies.mlp import mlp
 from robo_rl.algos.base import Algorithm, BatchSpec
+from robo_rl.algos.chain_critic import ChainActionCritic
 
 
 @dataclass
@@ -54,6 +57,20 @@ class PPOConfig:
     # ReinFlow's critic warm-up: a fresh value function's advantages are noise that would move the policy at random)
     bootstrap_truncated: bool = True  # an episode cut by the time limit continues in γ·V(s_T); false: it ends there
     # (its future is 0), as when success must come within the episode: V(s_T) then cannot feed itself
+    advantage: str = "gae"  # gae | critic: Q(s, a) − E_π Q(s, ·) from a TD-trained action critic over all the decisions
+    # collected so far (robo_rl/algos/chain_critic.py); V(s) and GAE's returns are still fitted (logged)
+    critic_updates: int = 500  # TD steps per iteration (advantage=critic)
+    critic_batch_size: int = 256
+    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_ensemble: int = 2
+    lr_critic: float = 3e-4
+    critic_tau: float = 0.005
+    critic_samples: int = 8  # the current chain's chunks per state for the baseline E_π Q(s, ·)
+    critic_buffer: int = 200_000  # decisions kept for TD (oldest dropped first)
+    critic_target_clip: tuple[float, ...] | None = None  # [low, high] for TD targets (a 0/1 task: [0, 1])
+
+
+ADVANTAGES = ("gae", "critic")
 
 
 class PPO(Algorithm):
@@ -68,6 +85,9 @@ class PPO(Algorithm):
         self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
+        self.critic = ChainActionCritic(
+            policy, cfg.critic_hidden, cfg.critic_ensemble, cfg.lr_critic, cfg.critic_tau, cfg.critic_samples,
+            cfg.critic_buffer, cfg.critic_target_clip) if cfg.advantage == "critic" else None  # fmt: skip
 
     def values(self, obs: dict) -> torch.Tensor:
         with torch.no_grad():
@@ -78,9 +98,7 @@ class PPO(Algorithm):
         """GAE over each episode's consecutive decisions; (advantages, returns)."""
         with torch.no_grad():
             v, v_next = self.values(batch["obs"]), self.values(batch["next_obs"])
-        discount = batch["discount"]
-        if not self.cfg.bootstrap_truncated:
-            discount = discount * (~batch["truncated"]).to(discount.dtype)
+        discount = self.discount(batch)
         delta = batch["reward"] + discount * v_next - v
         adv = torch.zeros_like(delta)
         running = torch.zeros((), device=delta.device)
@@ -90,6 +108,13 @@ class PPO(Algorithm):
             adv[i] = running
         return adv, adv + v
 
+    def discount(self, batch: dict) -> torch.Tensor:
+        """γ^n of each decision's chunk, 0 after a termination, and after a time-limit cut unless it bootstraps."""
+        discount = batch["discount"]
+        if not self.cfg.bootstrap_truncated:
+            discount = discount * (~batch["truncated"]).to(discount.dtype)
+        return discount
+
     def update(self, batches: list[dict]) -> dict:
         batch = batches[0]
         n = len(batch["reward"])
@@ -97,8 +122,14 @@ class PPO(Algorithm):
             return {"decisions": 0}
         p, cfg = self.policy, self.cfg
         adv, returns = self.advantages(batch)
-        norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
         chain = batch["extras"]["chain"].view(n, *p.chain_shape)
+        critic_stats = {}
+        if self.critic is not None:  # TD on every decision so far, then A = Q(s, a) − E_π Q(s, ·) in place of GAE's
+            self.critic.add(batch, self.discount(batch))
+            critic_stats = self.critic.update(cfg.critic_updates, cfg.critic_batch_size)
+            adv = self.critic.advantages(batch["obs"], chain)
+            critic_stats.update(critic_decisions=float(len(self.critic)))
+        norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
         old_log_prob = batch["extras"]["log_prob"].view(n)
         stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
         stop = False
@@ -159,7 +190,7 @@ class PPO(Algorithm):
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out.update(decisions=n, rollout_env_steps=int(batch["steps"].sum()), return_mean=float(returns.mean()),
                    advantage_std=float(adv.std()) if n > 1 else 0.0, ppo_iteration=self.iterations,
-                   value_warmup=float(warmup))
+                   value_warmup=float(warmup), **critic_stats)
         return out
 
     @torch.no_grad()
@@ -174,7 +205,8 @@ class PPO(Algorithm):
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
                 "policy_optim": self.policy_optim.state_dict(), "value_optim": self.value_optim.state_dict(),
-                "iterations": self.iterations}  # fmt: skip
+                "iterations": self.iterations,
+                **({"critic": self.critic.state_dict()} if self.critic is not None else {})}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -182,6 +214,8 @@ class PPO(Algorithm):
         self.policy_optim.load_state_dict(state["policy_optim"])
         self.value_optim.load_state_dict(state["value_optim"])
         self.iterations = int(state["iterations"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
 
 
 def clamped_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, bound: float) -> torch.Tensor:
@@ -208,6 +242,16 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
                                                    and policy.initial_noise == "learned"):
         raise ValueError(f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
                          f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})")
+    if cfg.advantage not in ADVANTAGES:
+        raise ValueError(f"algo.advantage must be one of {ADVANTAGES}, got '{cfg.advantage}'")
+    if cfg.advantage == "critic" and (cfg.critic_updates < 1 or cfg.critic_samples < 1 or cfg.critic_buffer < 1
+                                      or cfg.critic_batch_size < 1 or cfg.critic_ensemble < 1):
+        raise ValueError(f"algo.critic_updates, critic_samples, critic_buffer, critic_batch_size and critic_ensemble "
+                         f"must be ≥ 1 (got {cfg.critic_updates}, {cfg.critic_samples}, {cfg.critic_buffer}, "
+                         f"{cfg.critic_batch_size}, {cfg.critic_ensemble})")
+    clip_q = cfg.critic_target_clip
+    if clip_q is not None and (len(clip_q) != 2 or clip_q[0] >= clip_q[1]):
+        raise ValueError(f"algo.critic_target_clip must be [low, high] with low < high, got {list(clip_q)}")
     if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
         raise ValueError(f"algo.lr_initial_noise must be in (0, 1], got {cfg.lr_initial_noise}")
     if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
