@@ -201,7 +201,7 @@ def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_
     wait_until(lambda: mode_of(alice).startswith("HUMAN"), what="alice in control")
     # bob may watch, not steer: refused with the holder named
     bob.locator('.actor[data-actor="actor-0"] button[data-command="success"]').click()
-    bob.locator("#messages .refused").first.wait_for(timeout=5000)
+    bob.locator("#messages .refused").first.wait_for(timeout=15000)
     assert "controlled by alice" in bob.locator("#messages").inner_text()
     assert run.executed[-1][2].get("ended_by") is None  # the episode goes on
 
