@@ -2,6 +2,7 @@
 learner that waits for the current weights' rollout and drops (and counts) older data, and both methods move the
 policy towards higher return."""
 
+import copy
 import io
 import json
 import os
@@ -338,7 +339,7 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy("reinflow")
-    algo = critic_ppo(policy, critic_updates=150, critic_target_clip=[0, 1], value_warmup_iterations=100)
+    algo = critic_ppo(policy, critic_updates=100, critic_target_clip=[0, 1], value_warmup_iterations=100)
     n = 128
     first, second = torch.full((n, 2), -0.5), torch.full((n, 2), 0.5)
     obs = {"state": torch.cat([first, second]), "images": {}}
@@ -354,7 +355,7 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     assert abs(float(q[:n].mean()) - 0.9) < 0.1 and abs(float(q[n:].mean()) - 1.0) < 0.1, q
     state = algo.state_dict()
     assert len(state["critic"]["data"]["reward"]) == 4 * 2 * n
-    twin = critic_ppo(chain_policy("reinflow"), critic_updates=150, critic_target_clip=[0, 1],
+    twin = critic_ppo(copy.deepcopy(policy), critic_updates=100, critic_target_clip=[0, 1],
                       value_warmup_iterations=100)  # fmt: skip
     saved = io.BytesIO()  # through a checkpoint's bytes, as a resume reads it
     torch.save(state, saved)
