@@ -366,6 +366,8 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
         a.update([batch])
         results.append(a.critic.q.state_dict())
     assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
+    with pytest.raises(ValueError, match="saved with algo.advantage=gae"):
+        twin.load_state_dict({k: v for k, v in state.items() if k != "critic"})
     for bad, match in (({"advantage": "td"}, "algo.advantage must be one of"),
                        ({"critic_updates": 0}, "algo.critic_updates"),
                        ({"critic_target_clip": [1, 0]}, "algo.critic_target_clip must be")):

@@ -215,6 +215,9 @@ class PPO(Algorithm):
         self.value_optim.load_state_dict(state["value_optim"])
         self.iterations = int(state["iterations"])
         if self.critic is not None:
+            if "critic" not in state:
+                raise ValueError("this checkpoint was saved with algo.advantage=gae: it has no action critic to resume "
+                                 "algo.advantage=critic from (resume with algo.advantage=gae)")  # fmt: skip
             self.critic.load_state_dict(state["critic"])
 
 
