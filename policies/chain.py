@@ -190,10 +190,12 @@ class ChainPolicy(nn.Module):
         std = low + (1.0 - low) * torch.sigmoid(raw_std + 5.0)
         return torch.tanh(raw_mean).view(shape), std.view(shape)
 
-    def sample_chain(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_chain(self, obs: dict, deterministic: bool = False, features: tuple | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise (drawn from x_0's distribution even when
-        `deterministic`: that only takes the steps' noise away)."""
-        features = self.features(obs)
+        `deterministic`: that only takes the steps' noise away). `features`: `self.features(obs)` where the caller
+        has them (several chains for the same observations)."""
+        features = self.features(obs) if features is None else features
         b, device = len(features[0]), self.model.pooled(features[0]).device
         mean0, std0 = self.initial_mean_std(features)
         x = mean0 + std0 * torch.randn(b, *self.model.noise_shape, device=device)

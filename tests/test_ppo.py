@@ -351,7 +351,9 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     for _ in range(4):
         algo.update([batch])
     with torch.no_grad():
-        q = algo.critic.values(algo.critic.q, algo.critic.features(obs), algo.critic.sampled_actions(obs)).mean(0)
+        features = algo.critic.features(obs)
+        q = algo.critic.values(algo.critic.q, algo.critic.pooled(features),
+                               algo.critic.sampled_actions(obs, features)).mean(0)
     assert abs(float(q[:n].mean()) - 0.9) < 0.1 and abs(float(q[n:].mean()) - 1.0) < 0.1, q
     state = algo.state_dict()
     assert len(state["critic"]["data"]["reward"]) == 4 * 2 * n

@@ -25,8 +25,6 @@ from policies.chain import ChainPolicy
 from policies.mlp import EnsembleMLP
 from robo_rl.algos.sac import soft_update
 
-FIELDS = ("reward", "discount", "action")
-
 
 class ChainActionCritic:
     def __init__(self, policy: ChainPolicy, hidden: tuple[int, ...], ensemble: int, lr: float, tau: float,
@@ -43,16 +41,21 @@ class ChainActionCritic:
 
     # --- the pieces ------------------------------------------------------------------------------
     @torch.no_grad()
-    def features(self, obs: dict) -> torch.Tensor:
-        return self.policy.model.pooled(self.policy.model.features(obs))
+    def features(self, obs: dict) -> tuple:
+        """The policy's features of `obs` (what its chain samples from), computed once for the Q inputs and every
+        chunk sampled at `obs` (a VLA's prefix is the costly part)."""
+        return self.policy.features(obs)
+
+    def pooled(self, features: tuple) -> torch.Tensor:
+        return self.policy.model.pooled(features[0])
 
     def executed(self, chain_end: torch.Tensor) -> torch.Tensor:
         """The actions a chain's end puts into the env: clipped, the first `execute_steps`, flattened."""
         return self.policy.model.to_actions(chain_end)[:, : self.policy.execute_steps].flatten(1)
 
     @torch.no_grad()
-    def sampled_actions(self, obs: dict) -> torch.Tensor:
-        return self.executed(self.policy.sample_chain(obs)[0][:, -1])
+    def sampled_actions(self, obs: dict, features: tuple) -> torch.Tensor:
+        return self.executed(self.policy.sample_chain(obs, features=features)[0][:, -1])
 
     def values(self, net, features: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """[E, B] Q-values."""
@@ -80,11 +83,12 @@ class ChainActionCritic:
             rows = torch.randint(len(self), (min(batch_size, len(self)),), device=self.device)
             b = take(self.data, rows)
             with torch.no_grad():
-                next_q = self.values(self.target, self.features(b["next_obs"]), self.sampled_actions(b["next_obs"]))
+                nxt = self.features(b["next_obs"])
+                next_q = self.values(self.target, self.pooled(nxt), self.sampled_actions(b["next_obs"], nxt))
                 target = b["reward"] + b["discount"] * next_q.mean(0)
                 if self.target_clip is not None:
                     target = target.clamp(*self.target_clip)
-            q = self.values(self.q, self.features(b["obs"]), b["action"])
+            q = self.values(self.q, self.pooled(self.features(b["obs"])), b["action"])
             loss = F.mse_loss(q, target.expand_as(q))
             self.optim.zero_grad(set_to_none=True)
             loss.backward()
@@ -101,9 +105,11 @@ class ChainActionCritic:
         out = []
         for lo in range(0, len(chain), chunk):
             sl = slice(lo, lo + chunk)
-            o, features = obs_rows(obs, sl), self.features(obs_rows(obs, sl))
-            q = self.values(self.q, features, self.executed(chain[sl, -1])).mean(0)
-            baseline = torch.stack([self.values(self.q, features, self.sampled_actions(o)).mean(0)
+            o = obs_rows(obs, sl)
+            features = self.features(o)
+            pooled = self.pooled(features)
+            q = self.values(self.q, pooled, self.executed(chain[sl, -1])).mean(0)
+            baseline = torch.stack([self.values(self.q, pooled, self.sampled_actions(o, features)).mean(0)
                                     for _ in range(self.samples)]).mean(0)  # fmt: skip
             out.append(q - baseline)
         return torch.cat(out)
