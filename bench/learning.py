@@ -85,6 +85,11 @@ def reinflow_lift(lr: str, bootstrap: bool, steps: int | None = None) -> list[st
     return ["experiment=reinflow_lift", *FLOW_BASE, *lift_ppo(lr, bootstrap), *budget]
 
 
+# ReinFlow on Lift with PPO's advantages from the TD-trained action critic (algo.advantage=critic) and a learned x_0,
+# the sparse 0/1 reward (TD targets clipped to it), 1,000 TD steps per iteration
+LIFT_CRITIC = ["policy.initial_noise=learned", "algo.lr_initial_noise=1e-3", "algo.advantage=critic", "algo.gamma=0.99",
+               "algo.critic_target_clip=[0,1]", "algo.critic_updates=1000"]
+
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
     "lift": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01",
@@ -252,18 +257,13 @@ EXPERIMENTS = {
                              "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with PPO's advantages from an action critic trained by TD on every decision so far (algo.advantage=critic)
     # instead of GAE over a dozen episodes: the critic reuses each transition as DSRL's does; sparse 0/1 reward
-    "reinflow_lift_critic": (reinflow_lift("1e-4", bootstrap=False) + ["policy.initial_noise=learned",
-                                                                       "algo.lr_initial_noise=1e-3",
-                                                                       "algo.advantage=critic", "algo.gamma=0.99",
-                                                                       "algo.critic_target_clip=[0,1]",
-                                                                       "algo.critic_updates=1000"], None,
+    "reinflow_lift_critic": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC, None,
                              "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
     # ... with a wider trust region (clip 0.05): under critic advantages at clip 0.01 the clip bound every iteration
     # (clip fraction 0.65, approximate KL 2e-4) and training success did not trend
-    "reinflow_lift_critic_clip05": (reinflow_lift("1e-4", bootstrap=False) + [
-        "policy.initial_noise=learned", "algo.lr_initial_noise=1e-3", "algo.advantage=critic", "algo.gamma=0.99",
-        "algo.critic_target_clip=[0,1]", "algo.critic_updates=1000", "algo.clip=0.05"], None,
-        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_critic_clip05": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC + ["algo.clip=0.05"], None,
+                                    "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the "
+                                    "way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
