@@ -264,6 +264,11 @@ EXPERIMENTS = {
     "reinflow_lift_critic_clip05": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC + ["algo.clip=0.05"], None,
                                     "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the "
                                     "way"),
+    # reinflow_lift_critic again after x_0's σ head stopped saturating at the prior (policies/chain.py, 2026-11-28):
+    # at 50k its σ was still 0.98-0.99, where x_0 = μ(s) succeeded on 0.78 / 0.86 / 0.94 of 50 seeds
+    "reinflow_lift_critic_x0std": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC, None,
+                                   "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the "
+                                   "way"),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
     "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
