@@ -29,6 +29,7 @@ min-max band) and prints one JSON object as its last line.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
@@ -518,7 +519,12 @@ def main() -> None:
         print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
               f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
         runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points, "training": training_summary(run)})
-    if args.add:  # read again now: another --add run of other seeds may have finished meanwhile
+    # --add processes of other seeds may finish within seconds of this one: the file is read again, merged and
+    # written under one lock, on the results folder (unlocked, two that read it before either wrote kept only one's
+    # seeds)
+    lock = os.open(results_dir, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if args.add:
         runs = sorted(kept_runs(result_path, overrides, args.seeds) + runs, key=lambda r: r["seed"])
     args.seeds = [r["seed"] for r in runs]
     finals = [r["curve"][-1]["success"] for r in runs]
@@ -529,6 +535,7 @@ def main() -> None:
               "runs": runs, "plot": str(results_dir / f"learning_{args.experiment}.png"),
               "load": os.getloadavg()[0]}  # fmt: skip
     result_path.write_text(json.dumps(result, indent=1))
+    os.close(lock)  # and the lock with it
     print(json.dumps(result))
 
 
