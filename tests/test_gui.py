@@ -247,9 +247,12 @@ def test_a_page_that_disconnects_while_in_control_triggers_the_dead_man(gui_run,
     page.close()
     if policy == "pause":
         wait_until(lambda: run.actor.human.paused, timeout_s=3, what="the actor to pause")
-        steps = len(run.executed)
+        steps = len(run.executed)  # a step already running when the pause came still ends (seen at load 4-5)
         time.sleep(0.5)
-        assert len(run.executed) == steps, "paused: the robot takes no step"
+        settled = len(run.executed)
+        time.sleep(0.5)
+        assert settled <= steps + 1, "paused: at most the step that was running when the pause came"
+        assert len(run.executed) == settled, "paused: the robot takes no step"
     else:
         wait_until(lambda: run.executed[-1][2].get("intervention") is False, timeout_s=3, what="the policy back")
         assert not run.actor.human.paused
