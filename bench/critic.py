@@ -59,11 +59,11 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
     import torch
 
     from robo_rl.config import load_config, make_env, make_expert, make_policy
-    from robo_rl.datasets import Episode
-    from robo_rl.demos import rollout_episode
+    from robo_rl.data.datasets import Episode
+    from robo_rl.data.demos import rollout_episode
     from robo_rl.policy_io import policy_step
     from robo_rl.rewards.relabel import instruction_of
-    from robo_rl.schema import fields_for_env, stack_records
+    from robo_rl.data.schema import fields_for_env, stack_records
 
     torch.manual_seed(seed)
     cfg = load_config([*overrides, f"seed={seed}"])

@@ -3,7 +3,7 @@ replaced and against lerobot's own recording loop, on the same episodes of a sta
 
     before    the converter as it was before the batched writer (commit 37c3cf4): a copy of its function is
               kept below, `export_before`: one `add_frame` per frame and one `save_episode` per episode
-    after     `robo_rl.datasets.lerobot_v3.export_lerobot` (today's code)
+    after     `robo_rl.data.datasets.lerobot_v3.export_lerobot` (today's code)
     lerobot   lerobot's record loop on frames prepared beforehand: `LeRobotDataset.create(...)`, `add_frame`
               per frame, `save_episode` per episode, `finalize` (what `lerobot-record` does per episode)
 
@@ -34,15 +34,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from robo_rl.datasets import PARTITIONS  # noqa: E402
-from robo_rl.datasets.io import load_episodes  # noqa: E402
-from robo_rl.datasets.lerobot_v3 import (  # noqa: E402
+from robo_rl.data.datasets import PARTITIONS  # noqa: E402
+from robo_rl.data.datasets.io import load_episodes  # noqa: E402
+from robo_rl.data.datasets.lerobot_v3 import (  # noqa: E402
     ACTION, ACTION_BASE, ACTION_POLICY, DEFAULT_TASK, DONE, ENDED, IMAGES, INTERVENTION, PARTITION, REWARD, STATE,
     SUCCESS, TERMINATED, TRUNCATED, _features, export_lerobot,
 )  # fmt: skip
-from robo_rl.replay_store import online_store_root  # noqa: E402
-from robo_rl.schema import ENDED_BY_CODES, step_fields  # noqa: E402
-from robo_rl.storage import SegmentStore  # noqa: E402
+from robo_rl.data.learner_replay import online_store_root  # noqa: E402
+from robo_rl.data.schema import ENDED_BY_CODES, step_fields  # noqa: E402
+from robo_rl.data.storage import SegmentStore  # noqa: E402
 
 STATE_DIM, ACTION_DIM, MIN_STEPS, MAX_STEPS, FPS = 6, 3, 5, 20, 10
 EPISODES_PER_SEGMENT = 100
@@ -73,7 +73,7 @@ def write_run(run_dir: Path, steps: int, seed: int = 0) -> int:
     return episodes
 
 
-# ---- the converter before the batched writer (robo_rl/datasets/lerobot_v3.py at 37c3cf4), kept to measure it ----
+# ---- the converter before the batched writer (robo_rl/data/datasets/lerobot_v3.py at 37c3cf4), kept to measure it ----
 
 
 @contextlib.contextmanager

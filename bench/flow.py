@@ -97,9 +97,9 @@ def one_kind(kind: str, quick: bool, work: Path, device: str = "cpu") -> dict:
 
     from policies.bc import read_bc_checkpoint
     from policies.flow import GenerativeBase, load_generative_base
-    from robo_rl.bc import train_bc
+    from robo_rl.offline.bc import train_bc
     from robo_rl.config import load_config, make_env
-    from robo_rl.distill import distill
+    from robo_rl.offline.distill import distill
 
     # quick: the teacher gets epochs alone, no floor of gradient steps
     short = ["bc.flow_updates=0", "bc.diffusion_updates=0"] if quick else []
@@ -186,8 +186,8 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
 
     from robo_rl.algos.ppo import build_ppo
     from robo_rl.policy_io import batch_to_torch, policy_step
-    from robo_rl.rollout import Rollout
-    from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+    from robo_rl.data.rollout import Rollout
+    from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 
     space, adim = env.observation_space, env.action_space.shape[0]
     learner_policy = copy.deepcopy(policy).to(device)

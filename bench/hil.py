@@ -1,7 +1,7 @@
 """Human in the loop (issue 13): how fast a person's input reaches the robot, what arbitration costs, and what the
 simulated human does for learning (a summary of `bench/learning.py` result files).
 
-Latency: a person thread feeds the web device (`hardware/teleop/web.py`, the one the intervention page drives) new
+Latency: a person thread feeds the web device (`robo_rl/gui/web_device.py`, the one the intervention page drives) new
 end-effector commands at random moments while an actor-style loop steps the wrapped env in real time at the control
 rate; for each input, the time until the step that executes it. The bound it is held to, in the same run: one
 control period + 20 ms (p99). Overhead: a step through `InterventionWrapper` with three devices (the web device, a
@@ -45,8 +45,8 @@ LEARNING = {  # name → the run beside it (without the human)
 
 def latency(seconds: float, control_hz: float = 10.0, seed: int = 0) -> dict:
     """Input-to-step latency of the web device through the arbitration, in a real-time loop."""
-    from hardware.teleop.web import WebDevice
-    from robo_rl.envs.intervention import InterventionWrapper
+    from robo_rl.gui.web_device import WebDevice
+    from robo_rl.teleop.intervention import InterventionWrapper
     from sim.point_reach import PointReachEnv
 
     device = WebDevice("web")
@@ -85,9 +85,9 @@ def latency(seconds: float, control_hz: float = 10.0, seed: int = 0) -> dict:
 
 def overhead(steps: int) -> dict:
     """Per-step time through the arbitration with three devices, against the bare env, same actions."""
-    from hardware.teleop.base import FakeDevice
-    from hardware.teleop.web import WebDevice
-    from robo_rl.envs.intervention import InterventionWrapper
+    from robo_rl.teleop.base import FakeDevice
+    from robo_rl.gui.web_device import WebDevice
+    from robo_rl.teleop.intervention import InterventionWrapper
     from sim.point_reach import PointReachEnv
 
     human = {"kind": "sim_human", "expert": {"_target_": "sim.point_reach.PointReachExpert"}, "takeover_prob": 0.5}

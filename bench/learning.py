@@ -306,7 +306,7 @@ def evaluate_run(run: Path, episodes_mid: int, episodes_final: int) -> list[dict
     import torch
 
     from robo_rl.config import load_saved_config, make_env, make_policy
-    from robo_rl.evaluate import evaluate_policy
+    from robo_rl.eval.episodes import evaluate_policy
     from robo_rl.runs import load_checkpoint
 
     cfg = load_saved_config(run / "config.yaml")

@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._replay_lerobot_baseline import lerobot_replay_figures  # noqa: E402
-from robo_rl.replay import DiskReplay, ReplayBuffer  # noqa: E402
-from robo_rl.schema import step_fields  # noqa: E402
-from robo_rl.storage import SegmentStore  # noqa: E402
+from robo_rl.data.replay import DiskReplay, ReplayBuffer  # noqa: E402
+from robo_rl.data.schema import step_fields  # noqa: E402
+from robo_rl.data.storage import SegmentStore  # noqa: E402
 
 CAMERAS = {"front": (128, 128), "wrist": (128, 128)}
 STATE_DIM, ACTION_DIM, EPISODE_STEPS, BATCH = 18, 4, 50, 256

@@ -58,7 +58,7 @@ def percentiles(ms: list[float]) -> dict:
 def save_mlp_base(folder: Path, state_dim: int = STATE_DIM, action_dim: int = ACTION_DIM) -> Path:
     """A BC checkpoint of our default MLP size (random weights: timing does not depend on training)."""
     from policies.bc import BCPolicy
-    from robo_rl.bc import save_atomic
+    from robo_rl.offline.bc import save_atomic
 
     torch.manual_seed(0)
     policy = BCPolicy(state_dim, action_dim, chunk_size=1, hidden=[256, 256])

@@ -35,7 +35,7 @@ from policies.base import ChunkedBase, action_range  # noqa: E402
 from policies.bc import load_bc_base  # noqa: E402
 from policies.residual import MIN_HALF_RANGE  # noqa: E402
 from robo_rl.config import load_config, make_env, make_expert  # noqa: E402
-from robo_rl.evaluate import wilson_interval  # noqa: E402
+from robo_rl.eval.episodes import wilson_interval  # noqa: E402
 
 
 def oracle_success(env, base: ChunkedBase, expert, low: np.ndarray, high: np.ndarray, scale: float,
@@ -81,7 +81,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = args.base
         if path is None:
-            from robo_rl.bc import train_bc
+            from robo_rl.offline.bc import train_bc
 
             if args.quick:
                 cfg.bc.eval_episodes, cfg.bc.epochs = 0, min(int(cfg.bc.epochs), 50)

@@ -48,7 +48,7 @@ POLICY_LAYERS = [(1024, 4096), (4096, 1024), (1024, 1536)]
 # --- payloads ------------------------------------------------------------------------------------
 def step_batch_pool(rng: np.random.Generator, fields: dict, n: int) -> list[dict]:
     """`n` distinct step batches of BATCH records, built the way the actor builds them (stack_records)."""
-    from robo_rl.schema import stack_records
+    from robo_rl.data.schema import stack_records
 
     pool = []
     for _ in range(n):
@@ -99,8 +99,8 @@ def policy_module():
 
 # --- (a) ours ------------------------------------------------------------------------------------
 def ours_learner(cfg, stop, ready) -> dict:
-    from robo_rl.replay import ReplayBuffer
-    from robo_rl.schema import check_step_batch, step_fields
+    from robo_rl.data.replay import ReplayBuffer
+    from robo_rl.data.schema import check_step_batch, step_fields
     from robo_rl.transport.link import LearnerLink
 
     fields = step_fields(STATE_DIM, ACTION_DIM, CAMERAS)
@@ -141,7 +141,7 @@ def ours_learner(cfg, stop, ready) -> dict:
 
 
 def ours_actor(i, cfg, stop, ready) -> dict:
-    from robo_rl.schema import step_fields
+    from robo_rl.data.schema import step_fields
     from robo_rl.transport.actor_link import ActorLink
     from robo_rl.transport.codec import arrays_to_state_dict
     from robo_rl.transport.shm_weights import SharedWeightsReader

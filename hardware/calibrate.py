@@ -112,7 +112,7 @@ def jog_session(env_cfg: dict, devices: list):
     `step()` that advances it one control period: a device jogs the arm while the calibration records."""
     from hardware.env import ArmEnv
     from hardware.safety import SafetyWrapper
-    from robo_rl.envs.intervention import InterventionWrapper
+    from robo_rl.teleop.intervention import InterventionWrapper
 
     settings = {k: v for k, v in env_cfg.items() if k != "_target_"}
     arm = ArmEnv(**{**settings, "reach": None, "max_episode_steps": 10**9})

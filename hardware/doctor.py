@@ -218,8 +218,8 @@ class Doctor:
                      "is inside")  # fmt: skip
 
     def estop(self, env) -> None:
-        from hardware.teleop.base import FakeDevice
-        from robo_rl.envs.intervention import InterventionWrapper
+        from robo_rl.teleop.base import FakeDevice
+        from robo_rl.teleop.intervention import InterventionWrapper
 
         button = FakeDevice("doctor")
         safe = self._safety(env, watchdog_s=None)

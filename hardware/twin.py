@@ -16,7 +16,7 @@ import numpy as np
 
 from hardware.arm import Clock
 from hardware.kinematics import ArmModel
-from sim.render import fast_renderer, look_at_quat
+from robo_rl.envs.render import fast_renderer, look_at_quat
 
 LOAD_AT_REST = 0.05  # fraction of the motor limit a servo holding still draws
 LOAD_PER_RAD = 1.5  # load per radian of tracking error (a servo pushing against its target)

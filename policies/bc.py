@@ -1,7 +1,7 @@
 """Behaviour cloning: an MLP (on the state and, optionally, camera features) that predicts a chunk of actions,
 and the frozen base (`BasePolicy`) a residual learner or an actor runs from its checkpoint.
 
-The checkpoint (`<run>/bc/policy.pt`, written by `robo_rl.bc`) holds only tensors and plain containers:
+The checkpoint (`<run>/bc/policy.pt`, written by `robo_rl.offline.bc`) holds only tensors and plain containers:
 `torch.load(weights_only=True)` reads it. `load_bc_base` checks it against the task before anything starts.
 """
 

@@ -9,7 +9,7 @@ Both are one network `net(features(obs), x, t)` over a chunk x of shape [chunk, 
                           chunk clipped to [-1, 1] at every step.
 
 With K fixed, sampling is a deterministic map a = π(s, w) of the initial noise w ~ N(0, I) [chunk, A]: what DSRL
-steers (`policies/dsrl.py`) and what one-step distillation (`robo_rl/distill.py`) copies. `invert` runs the map
+steers (`policies/dsrl.py`) and what one-step distillation (`robo_rl/offline/distill.py`) copies. `invert` runs the map
 backwards (the noise a chunk of actions came from), for demonstrations a noise-space learner must label.
 
 A checkpoint (`<run>/bc/policy.pt`, written by `robo-rl bc policy=flow|diffusion`) holds only tensors and plain

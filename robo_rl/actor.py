@@ -21,11 +21,11 @@ from tqdm import tqdm
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
 from robo_rl.envs.base import SafetyStop
-from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import acts_for_several_envs, policy_step, policy_steps
-from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
+from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict

@@ -41,12 +41,12 @@ HELP_FLAGS = ("-h", "--help")
 # Errors a user can fix, printed as one line: (module, class). Looked up only in modules already imported,
 # so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
 USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
-               ("robo_rl.transport.link", "TransportError"), ("robo_rl.data_cli", "DataUsageError"),
-               ("robo_rl.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
-               ("robo_rl.record", "RecordUsageError"), ("hardware.teleop.base", "DeviceUnavailable"),
-               ("robo_rl.rewards.cli", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"),
+               ("robo_rl.transport.link", "TransportError"), ("robo_rl.commands.data", "DataUsageError"),
+               ("robo_rl.data.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
+               ("robo_rl.commands.record", "RecordUsageError"), ("robo_rl.teleop.base", "DeviceUnavailable"),
+               ("robo_rl.commands.reward", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"),
                ("hardware.arm", "HardwareError"), ("hardware.cameras", "CameraError"),
-               ("launch.launcher", "LayoutError"), ("robo_rl.eval_suite", "SuiteError"))  # fmt: skip
+               ("launch.launcher", "LayoutError"), ("robo_rl.eval.suite", "SuiteError"))  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "data":
             overrides = ["help"]
         else:
-            from robo_rl.cli_help import command_help
+            from robo_rl.commands.help import command_help
 
             print(command_help(command))
             return 0
@@ -98,13 +98,13 @@ def _user_errors() -> tuple[type, ...]:
 
 
 def _cmd_data(args: list[str]) -> int:
-    from robo_rl.data_cli import cmd_data
+    from robo_rl.commands.data import cmd_data
 
     return cmd_data(args)
 
 
 def _cmd_record(args: list[str]) -> int:
-    from robo_rl.record import cmd_record
+    from robo_rl.commands.record import cmd_record
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # device errors show
     return cmd_record(args)
@@ -130,7 +130,7 @@ def _cmd_calibrate(args: list[str]) -> int:
 
 
 def _cmd_reward(args: list[str]) -> int:
-    from robo_rl.rewards.cli import cmd_reward
+    from robo_rl.commands.reward import cmd_reward
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return cmd_reward(args)
@@ -286,12 +286,12 @@ def cmd_actor(overrides: list[str]) -> int:
 def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
     report of the training run itself, written by `train` and by a learner started alone). With suite=<name> (or a
-    person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: robo_rl/eval_suite.py."""
+    person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: robo_rl/eval/suite.py."""
     if overrides and overrides[0] in ("compare", "sim_vs_real"):
-        from robo_rl.eval_suite import cmd_eval_compare
+        from robo_rl.eval.suite import cmd_eval_compare
 
         return cmd_eval_compare(overrides[0], overrides[1:])
-    from robo_rl.eval_suite import cmd_eval_suite, wants_suite_runner
+    from robo_rl.eval.suite import cmd_eval_suite, wants_suite_runner
 
     if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
         return cmd_eval_suite(overrides)
@@ -310,7 +310,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     given = Path(ckpt_arg)
     guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
     cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
-    from robo_rl.evaluate import evaluate_policy, write_report
+    from robo_rl.eval.episodes import evaluate_policy, write_report
     from robo_rl.runs import CheckpointError, load_newest_readable
 
     payload, skipped = load_newest_readable(ckpt_arg)
@@ -356,7 +356,7 @@ def cmd_bc(overrides: list[str]) -> int:
     from robo_rl.config import load_config
 
     cfg = load_config(overrides)  # a bad setting is refused before torch is imported
-    from robo_rl.bc import load_bc_data, train_bc
+    from robo_rl.offline.bc import load_bc_data, train_bc
 
     data = load_bc_data(cfg, progress=cfg.logger.progress)
     run_dir = _run_dir_for(cfg)
@@ -376,7 +376,7 @@ def cmd_bc(overrides: list[str]) -> int:
 
 
 def cmd_distill(overrides: list[str]) -> int:
-    """One-step distillation of a flow/diffusion policy or a DSRL run (`robo_rl/distill.py`)."""
+    """One-step distillation of a flow/diffusion policy or a DSRL run (`robo_rl/offline/distill.py`)."""
     from robo_rl.config import load_config
 
     cfg = load_config(overrides)  # a bad setting is refused before torch is imported
@@ -385,7 +385,7 @@ def cmd_distill(overrides: list[str]) -> int:
     if not Path(cfg.checkpoint).exists():  # before a run folder is made for nothing
         raise UsageError(f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
                          "run folder, or a DSRL run)")  # fmt: skip
-    from robo_rl.distill import distill
+    from robo_rl.offline.distill import distill
 
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
@@ -419,7 +419,7 @@ def cmd_gui(overrides: list[str]) -> int:
 
 
 def cmd_train(overrides: list[str]) -> int:
-    from robo_rl.train_local import train
+    from robo_rl.commands.train import train
 
     return train(overrides)
 

@@ -17,15 +17,15 @@ from tqdm import tqdm
 
 from robo_rl.algos.base import resolve_device
 from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
-from robo_rl.demos import load_or_make_demos
+from robo_rl.data.demos import load_or_make_demos
 from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
-from robo_rl.replay_store import LearnerReplay
+from robo_rl.data.learner_replay import LearnerReplay
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
-from robo_rl.rollout import Rollout
+from robo_rl.data.rollout import Rollout
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
-from robo_rl.schema import EXTRA, fields_for_env
+from robo_rl.data.schema import EXTRA, fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
-from sim.render import fast_renderer
+from robo_rl.envs.render import fast_renderer
 from sim.seeding import global_numpy_seed
 
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"

@@ -28,7 +28,7 @@ import numpy as np
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from robo_rl.envs.spec import EnvSpec
 from sim.randomize import DomainRandomizer, Randomization
-from sim.render import fast_renderer, look_at_quat, render_cameras
+from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
 TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin

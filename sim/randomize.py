@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 import mujoco
 import numpy as np
 
-from sim.render import look_at_quat
+from robo_rl.envs.render import look_at_quat
 
 FALLBACK_AIM_DISTANCE_M = 0.5  # a camera whose view never meets the table is re-aimed at a point this far ahead
 UINT8_MAX = 255.0

@@ -58,7 +58,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from sim.randomize import DomainRandomizer, Randomization
-from sim.render import fast_renderer, render_cameras
+from robo_rl.envs.render import fast_renderer, render_cameras
 from sim.seeding import global_numpy_seed
 
 PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.teleop.base import TeleopDevice
+from robo_rl.teleop.base import TeleopDevice
 
 
 class SimulatedHuman(TeleopDevice):

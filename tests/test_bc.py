@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from policies.bc import BCBase, BCCheckpointError, BCPolicy, load_bc_base
-from robo_rl.bc import demos_dataset, evaluate_base, load_bc_data, train_bc
+from robo_rl.offline.bc import demos_dataset, evaluate_base, load_bc_data, train_bc
 from robo_rl.cli import main
 from robo_rl.config import load_config, make_env
-from robo_rl.demos import load_or_make_demos
+from robo_rl.data.demos import load_or_make_demos
 from robo_rl.envs import make_observation_space
 
 
@@ -103,7 +103,7 @@ def test_the_actors_numpy_forward_pass_computes_what_torch_computes(trained):
 
 def test_a_flow_or_diffusion_policy_trains_for_its_floor_of_gradient_steps_whatever_epochs_and_patience_say(tmp_path):
     from policies.flow import ChunkGenerator
-    from robo_rl.bc import train_policy
+    from robo_rl.offline.bc import train_policy
 
     cfg = _cfg(tmp_path, "bc.epochs=1", "bc.patience=1", "bc.flow_updates=10", "bc.diffusion_updates=25",
                "bc.batch_size=64")  # fmt: skip

@@ -52,7 +52,7 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
 
     # the untrained policy of the same config, on the same evaluation seeds (in-process: no second run needed)
     from robo_rl.config import load_saved_config, make_env, make_policy
-    from robo_rl.evaluate import evaluate_policy
+    from robo_rl.eval.episodes import evaluate_policy
 
     cfg = load_saved_config(run_dir / "config.yaml")
     env = make_env(cfg)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from robo_rl.envs import INFO_KEYS, check_observation
-from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, check_step_batch, fields_for_env, stack_records
+from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, check_step_batch, fields_for_env, stack_records
 from sim.point_reach import PointReachEnv
 
 
@@ -66,7 +66,7 @@ def test_check_step_batch_names_the_bad_field():
 
 
 def test_wilson_interval_matches_the_closed_form_and_stays_inside_0_1():
-    from robo_rl.evaluate import wilson_interval
+    from robo_rl.eval.episodes import wilson_interval
 
     low, high = wilson_interval(15, 20)
     assert abs(low - 0.5313) < 1e-3 and abs(high - 0.8881) < 1e-3

@@ -7,8 +7,8 @@ import pytest
 
 from robo_rl.cli import main
 from robo_rl.config import ConfigError
-from robo_rl.datasets.io import load_episodes
-from robo_rl.demos import load_or_make_demos
+from robo_rl.data.datasets.io import load_episodes
+from robo_rl.data.demos import load_or_make_demos
 from tests.test_pipeline import toy_config
 
 
@@ -40,7 +40,7 @@ def test_record_inspect_and_convert_through_lerobot_and_back(tmp_path, capsys):
 
 
 def test_a_run_folder_is_inspected_by_partition_with_interventions(tmp_path, capsys):
-    from robo_rl.storage import SegmentStore
+    from robo_rl.data.storage import SegmentStore
     from tests.test_storage import FIELDS, episode
 
     store = SegmentStore(tmp_path / "run" / "replay" / "online", FIELDS)
@@ -76,9 +76,9 @@ def test_training_takes_demonstrations_from_a_dataset_and_refuses_one_of_another
 
 def state_only_run(run_dir, episodes=40, seed=0):
     """A run folder as the learner leaves it (replay/online segments of several actors), written directly."""
-    from robo_rl.replay_store import online_store_root
-    from robo_rl.schema import ENDED_BY_CODES, step_fields
-    from robo_rl.storage import SegmentStore
+    from robo_rl.data.learner_replay import online_store_root
+    from robo_rl.data.schema import ENDED_BY_CODES, step_fields
+    from robo_rl.data.storage import SegmentStore
 
     fields, rng = step_fields(6, 3, {}), np.random.default_rng(seed)
     store = SegmentStore(online_store_root(run_dir), fields)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robo_rl.datasets import Episode
-from robo_rl.datasets.lerobot_v3 import export_lerobot, import_lerobot
-from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.datasets import Episode
+from robo_rl.data.datasets.lerobot_v3 import export_lerobot, import_lerobot
+from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
 
 FPS = 10
 CAMS = {"front": (32, 32), "wrist": (32, 32)}
@@ -236,9 +236,9 @@ def test_bad_input(exported, tmp_path):
 def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch,
                                                                              LeRobotDataset):
     """A large export rolls to new parquet and mp4 files at lerobot's size limits; shrunk here to a few frames."""
-    from robo_rl.datasets import lerobot_writer
-    from robo_rl.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
-    from robo_rl.datasets.lerobot_writer import LeRobotV3Writer
+    from robo_rl.data.datasets import lerobot_writer
+    from robo_rl.data.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
+    from robo_rl.data.datasets.lerobot_writer import LeRobotV3Writer
 
     monkeypatch.setattr(lerobot_writer, "MB", 0)  # every size limit is reached at once: a video file per episode
     root = tmp_path / "split"
@@ -267,7 +267,7 @@ def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(
 
 def test_a_camera_too_small_for_video_is_refused_in_one_line(tmp_path):
     """8x8 frames killed the whole process inside the AV1 encoder (exit 136, no Python error)."""
-    from robo_rl.datasets.lerobot_v3 import _features
+    from robo_rl.data.datasets.lerobot_v3 import _features
 
     records = {"action_executed": np.zeros((2, 2), np.float32), "state": np.zeros((2, 4), np.float32),
                "image/top": np.zeros((2, 8, 8, 3), np.uint8)}  # fmt: skip

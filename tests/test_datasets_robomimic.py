@@ -9,8 +9,8 @@ import h5py
 import numpy as np
 import pytest
 
-from robo_rl.datasets.robomimic import import_robomimic, read_robomimic_info
-from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.datasets.robomimic import import_robomimic, read_robomimic_info
+from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
 
 LOW_DIM = {"robot0_eef_pos": 3, "robot0_gripper_qpos": 2, "object": 10}
 KEYS = ["robot0_eef_pos", "robot0_gripper_qpos", "object"]
@@ -183,7 +183,7 @@ def test_corrupt_demos_are_skipped(tmp_path, caplog):
         del f["data/demo_3/rewards"]
         f["data/demo_3/rewards"] = np.zeros(4)  # 5 actions, 4 rewards
         f["data/demo_10/actions"][2, 1] = np.nan
-    with caplog.at_level(logging.WARNING, logger="robo_rl.datasets.robomimic"):
+    with caplog.at_level(logging.WARNING, logger="robo_rl.data.datasets.robomimic"):
         eps = import_robomimic(path, progress=False)
     assert [int(e.records["episode_id"][0]) for e in eps] == [2]
     assert "demo_3" in caplog.text and "inconsistent lengths" in caplog.text

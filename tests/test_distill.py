@@ -9,9 +9,9 @@ import torch
 
 from policies.bc import BCPolicy, load_bc_base
 from policies.flow import ChunkGenerator
-from robo_rl.bc import save_atomic, train_bc
+from robo_rl.offline.bc import save_atomic, train_bc
 from robo_rl.config import ConfigError, load_config, make_env, save_config
-from robo_rl.distill import DSRLTeacher, base_chunks, distill, load_teacher
+from robo_rl.offline.distill import DSRLTeacher, base_chunks, distill, load_teacher
 
 
 def _cfg(tmp, *extra):
@@ -52,9 +52,9 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
 
 def test_a_flow_teachers_student_starts_from_its_weights_a_diffusion_teachers_fresh_and_each_trains_its_steps(
         monkeypatch, tmp_path):  # fmt: skip
-    import robo_rl.distill as distill_module
+    import robo_rl.offline.distill as distill_module
     from policies.flow import GenerativeBase
-    from robo_rl.distill import make_student, train_student
+    from robo_rl.offline.distill import make_student, train_student
 
     data = {"state": torch.rand(32, 4).numpy(), "images": {}}
     dcfg = _cfg(tmp_path, "distill.batch_size=8", "distill.iterations=5").distill

@@ -104,7 +104,7 @@ def test_a_calibration_that_hardly_moved_is_refused_and_a_missing_file_named(tmp
 
 def test_calibrating_with_a_device_jogs_the_arm_through_the_safety_layer():
     from hardware.calibrate import jog_session
-    from hardware.teleop.base import FakeDevice
+    from robo_rl.teleop.base import FakeDevice
 
     pad = FakeDevice("pad")
     cfg = load_config(["env=so101", "hardware.dry_run=true", "env.twin_clock=virtual"])

@@ -12,13 +12,13 @@ from policies.bc import BCBase, BCPolicy
 from policies.dsrl import NoisePolicy
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.algos.dsrl import build_dsrl
-from robo_rl.bc import save_atomic
+from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError, load_config
 from robo_rl.envs import make_observation_space
 from robo_rl.learner import Learner
 from robo_rl.policy_io import obs_to_torch, policy_step
-from robo_rl.replay import ReplayBuffer
-from robo_rl.schema import step_fields
+from robo_rl.data.replay import ReplayBuffer
+from robo_rl.data.schema import step_fields
 from tests.test_pipeline import toy_config
 
 SPACE = make_observation_space(2, {})

@@ -10,13 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
-from hardware.teleop.base import FakeDevice
+from robo_rl.teleop.base import FakeDevice
 from robo_rl.cli import main
 from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.envs import RobotEnv, make_observation_space
-from robo_rl.envs.intervention import InterventionWrapper
-from robo_rl.eval_report import FAILURE_MODES, fisher_exact_p
-from robo_rl.eval_suite import (
+from robo_rl.teleop.intervention import InterventionWrapper
+from robo_rl.eval.report import FAILURE_MODES, fisher_exact_p
+from robo_rl.eval.suite import (
     TIMING_KEYS,
     HumanPrompt,
     PromptError,
@@ -24,7 +24,7 @@ from robo_rl.eval_suite import (
     load_suite,
     run_condition,
 )
-from robo_rl.evaluate import wilson_interval
+from robo_rl.eval.episodes import wilson_interval
 from robo_rl.runs import save_checkpoint
 from sim.point_reach import PointReachEnv
 
@@ -302,7 +302,7 @@ def test_the_pick_robustness_suite_varies_each_perturbation_alone_at_two_strengt
 
 def test_a_condition_replaces_the_randomisation_a_run_was_trained_with(tmp_path):
     from robo_rl.config import load_saved_config
-    from robo_rl.eval_suite import _perturbation
+    from robo_rl.eval.suite import _perturbation
 
     cfg = load_config(["env.randomize={object_mass_scale: [0.5, 2.0]}"])
     assert _perturbation(cfg, []) == ["env.randomize=null"]  # nominal is nominal, whatever the policy trained on

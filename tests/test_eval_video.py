@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from robo_rl.config import load_config, make_env
-from robo_rl.evaluate import evaluate_policy, write_report
-from robo_rl.video import VideoError, count_frames
+from robo_rl.eval.episodes import evaluate_policy, write_report
+from robo_rl.eval.video import VideoError, count_frames
 
 
 class GoalSidePolicy:
@@ -70,7 +70,7 @@ def test_an_env_that_cannot_render_is_refused_by_name(tmp_path):
 
 
 def test_odd_sized_frames_are_padded_to_a_playable_video(tmp_path):
-    from robo_rl.video import write_mp4
+    from robo_rl.eval.video import write_mp4
 
     frames = [np.full((33, 47, 3), i * 20, np.uint8) for i in range(7)]
     assert count_frames(write_mp4(tmp_path / "odd.mp4", frames, fps=12.5)) == 7

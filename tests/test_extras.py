@@ -5,8 +5,8 @@ import numpy as np
 import torch
 
 from policies.gaussian import TanhGaussianPolicy
-from robo_rl.replay import ReplayBuffer
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.replay import ReplayBuffer
+from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 from sim.point_reach import PointReachEnv
 from tests.test_pipeline import run_pair, toy_config
 
@@ -65,7 +65,7 @@ def test_extras_declared_by_the_acting_policy_reach_the_learners_replay_over_the
 
 
 def test_a_non_finite_action_is_refused_counted_and_ends_the_episode_by_safety(tmp_path, monkeypatch):
-    from robo_rl.schema import ENDED_BY_CODES
+    from robo_rl.data.schema import ENDED_BY_CODES
 
     calls = {"n": 0}
     act = TanhGaussianPolicy.act

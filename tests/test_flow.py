@@ -8,7 +8,7 @@ import torch
 
 from policies.bc import BCCheckpointError, load_bc_base
 from policies.flow import ChunkGenerator, GenerativeBase, GenerativePolicy
-from robo_rl.bc import train_bc
+from robo_rl.offline.bc import train_bc
 from robo_rl.config import ConfigError, load_config, make_env, make_policy
 from robo_rl.envs import make_observation_space
 

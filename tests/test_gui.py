@@ -356,7 +356,7 @@ class _Human:
 
 
 def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_the_actor():
-    from hardware.teleop.web import WebDevice
+    from robo_rl.gui.web_device import WebDevice
     from robo_rl.gui.bridge import GuiBridge
 
     port = free_ports(1)[0]
@@ -393,7 +393,7 @@ def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_th
 
 
 def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_path, browser):
-    from hardware.teleop.web import WebDevice
+    from robo_rl.gui.web_device import WebDevice
     from robo_rl.gui.bridge import GuiBridge
     from robo_rl.gui.server import make_app
 
@@ -487,7 +487,7 @@ def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm
 
 def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_button_answers(tmp_path, browser):
     """`robo-rl eval ... eval.score=human gui=true`: the episode's end asks on the page; its Success labels it."""
-    from robo_rl.eval_suite import evaluate_on_suite
+    from robo_rl.eval.suite import evaluate_on_suite
     from robo_rl.gui.server import make_app
     from tests.test_eval_suite import make_run
 

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from hardware.teleop.base import FakeDevice
+from robo_rl.teleop.base import FakeDevice
 from robo_rl.config import ConfigError, load_config
-from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.spec import SPEC_FILE, EnvSpec, learner_spec, read_spec, spec_of, static_spec, write_spec
 from robo_rl.envs.wrappers import make_actor_env
 from sim.point_reach import PointReachEnv
@@ -356,10 +356,10 @@ class ScriptedPerson(FakeDevice):
 
 
 def test_recording_keeps_successes_re_records_on_request_and_writes_each_episode_as_it_goes(tmp_path):
-    from robo_rl.datasets.io import load_episodes
-    from robo_rl.record import record_episodes
-    from robo_rl.schema import fields_for_env
-    from robo_rl.storage import SegmentStore
+    from robo_rl.data.datasets.io import load_episodes
+    from robo_rl.commands.record import record_episodes
+    from robo_rl.data.schema import fields_for_env
+    from robo_rl.data.storage import SegmentStore
 
     env = InterventionWrapper(PointReachEnv(max_episode_steps=30), [ScriptedPerson(["rerecord_episode", "failure"])],
                               takeover="implicit", implicit_threshold=0.0)  # fmt: skip
@@ -373,7 +373,7 @@ def test_recording_keeps_successes_re_records_on_request_and_writes_each_episode
 
 def test_robo_rl_record_with_the_simulated_human_writes_a_store_training_can_use(tmp_path, capsys):
     from robo_rl.cli import main
-    from robo_rl.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_episodes
 
     dst = tmp_path / "demos"
     code = main(["record", str(dst), "env=point_reach", "human=sim", "episodes=2", "actor.realtime=false",
@@ -415,7 +415,7 @@ def test_pause_holds_the_actor_until_pressed_again_and_e_stop_stops_it():
 
 def test_recording_writes_a_lerobot_dataset_when_asked(tmp_path, capsys):
     from robo_rl.cli import main
-    from robo_rl.datasets.io import detect_format, load_episodes
+    from robo_rl.data.datasets.io import detect_format, load_episodes
 
     dst = tmp_path / "lerobot"
     code = main(["record", str(dst), "format=lerobot", "keep=all", "env=point_reach", "human=sim", "episodes=2",
@@ -458,7 +458,7 @@ def test_recording_with_the_keyboard_for_real(tmp_path, xvfb):  # noqa: F811 (th
     finally:
         proc.kill()
     assert proc.returncode == 0, out
-    from robo_rl.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_episodes
 
     (episode,) = load_episodes(dst, progress=False)
     actions = episode.records["action_executed"][1:]

@@ -227,10 +227,10 @@ class UpscaledCamera(gym.ObservationWrapper):
 @pytest.mark.slow
 def test_act_trained_by_lerobot_train_on_our_export_acts_in_our_env(tmp_path):
     """lerobot-train (a subprocess: its own CLI and training code) on a dataset robo_rl exported, then our env."""
-    from robo_rl.datasets import Episode
-    from robo_rl.datasets.lerobot_v3 import export_lerobot
-    from robo_rl.demos import rollout_episode
-    from robo_rl.schema import fields_for_env, stack_records
+    from robo_rl.data.datasets import Episode
+    from robo_rl.data.datasets.lerobot_v3 import export_lerobot
+    from robo_rl.data.demos import rollout_episode
+    from robo_rl.data.schema import fields_for_env, stack_records
 
     env = UpscaledCamera(PointReachEnv(max_episode_steps=10, camera=True))
     expert = PointReachExpert(env.unwrapped, noise_std=0.1, seed=0)

@@ -9,7 +9,7 @@ import pytest
 
 from robo_rl.actor import Actor
 from robo_rl.config import load_config, make_env, make_policy, save_config
-from robo_rl.evaluate import evaluate_policy
+from robo_rl.eval.episodes import evaluate_policy
 from robo_rl.learner import Learner
 from robo_rl.runs import load_checkpoint, read_metrics
 from robo_rl.transport.link import free_ports

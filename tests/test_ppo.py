@@ -14,9 +14,9 @@ import torch
 from policies.chain import ChainPolicy, gaussian_log_prob
 from policies.flow import ChunkGenerator
 from robo_rl.algos.ppo import build_ppo
-from robo_rl.bc import save_atomic
+from robo_rl.offline.bc import save_atomic
 from robo_rl.envs import make_observation_space
-from robo_rl.rollout import Rollout
+from robo_rl.data.rollout import Rollout
 
 SPACE = make_observation_space(2, {})
 # the toy learners' device: `ROBO_RL_TEST_DEVICE=cuda pytest tests/test_ppo.py` runs them on a GPU

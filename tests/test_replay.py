@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from robo_rl.replay import ReplayBuffer
-from robo_rl.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records, step_fields
+from robo_rl.data.replay import ReplayBuffer
+from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, fields_for_env, stack_records, step_fields
 from sim.point_reach import PointReachEnv
 
 

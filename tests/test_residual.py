@@ -11,7 +11,7 @@ from policies.bc import BCPolicy
 from policies.residual import ResidualPolicy
 from robo_rl.algos.base import trainable_state
 from robo_rl.algos.residual import build_residual
-from robo_rl.bc import save_atomic
+from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError, load_config
 from robo_rl.envs import make_observation_space
 from robo_rl.learner import Learner
@@ -75,7 +75,7 @@ def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plu
 
 def test_a_bc_checkpoint_keeps_the_action_range_of_its_demonstrations(tmp_path):
     from policies.bc import load_bc_base
-    from robo_rl.bc import train_bc
+    from robo_rl.offline.bc import train_bc
     from robo_rl.config import make_env
 
     cfg = toy_config(tmp_path, "bc.epochs=1", "bc.eval_episodes=0", "demos.num_episodes=3")
@@ -238,7 +238,7 @@ def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_res
     from types import SimpleNamespace
 
     from robo_rl.config import load_saved_config, save_config
-    from robo_rl.train_local import _ensure_base, _ensure_env_spec
+    from robo_rl.commands.train import _ensure_base, _ensure_env_spec
 
     cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")
     run = tmp_path / "run"

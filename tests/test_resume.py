@@ -14,8 +14,8 @@ import torch
 from robo_rl.config import load_config, save_config
 from robo_rl.learner import Learner
 from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
-from robo_rl.storage import SegmentStore
+from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.storage import SegmentStore
 from sim.point_reach import PointReachEnv
 from tests.test_cli import ROOT, isolated
 from tests.test_pipeline import toy_config

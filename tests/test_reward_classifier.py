@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.datasets import Episode
+from robo_rl.data.datasets import Episode
 from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model
 from robo_rl.rewards.classifier import (
     SuccessClassifier,
@@ -239,7 +239,7 @@ class _ScriptedSuccessEnv:
     (set(), 3, 30, False),              # never: the time limit ends it, as without a hold
 ])  # fmt: skip
 def test_rollout_episode_holds_a_success_and_ends_where_it_is_lost(success, hold, steps, succeeded):
-    from robo_rl.demos import rollout_episode
+    from robo_rl.data.demos import rollout_episode
 
     records, ok = rollout_episode(_ScriptedSuccessEnv(success), lambda obs: np.zeros(2, np.float32), 0, 0,
                                   hold_success=hold)  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.datasets import Episode
+from robo_rl.data.datasets import Episode
 from robo_rl.rewards.base import RewardModelError, Task, load_model
 from robo_rl.rewards.progress import ProgressCritic, evaluate_progress, hashed_words, spearman, train_progress_critic
 
@@ -152,8 +152,8 @@ def test_helpers():
 
 
 def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_arguments(tmp_path, capsys):
-    from robo_rl.datasets.io import save_store
-    from robo_rl.rewards.cli import RewardUsageError, cmd_reward
+    from robo_rl.data.datasets.io import save_store
+    from robo_rl.commands.reward import RewardUsageError, cmd_reward
 
     rng = np.random.default_rng(5)
     save_store([episode(rng, k % 2 == 0, k=k) for k in range(12)], tmp_path / "data")
@@ -169,7 +169,7 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
     assert (tmp_path / "critic" / "eval" / "report.png").stat().st_size > 5000  # the curves
     assert cmd_reward(["relabel", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}",
                        f"out={tmp_path / 'relabelled'}"]) == 0  # fmt: skip
-    from robo_rl.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_episodes
 
     before, after = (
         load_episodes(tmp_path / "data", progress=False),

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from hardware.teleop.base import FakeDevice
-from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.teleop.base import FakeDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.rewards.base import RewardModel, Scores
 from robo_rl.rewards.shaper import RewardShaper
 from robo_rl.rewards.wrapper import EXTRAS, RewardWrapper
@@ -97,7 +97,7 @@ def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agre
     from robo_rl.envs.spec import spec_of, static_spec
     from robo_rl.envs.wrappers import make_actor_env, wrapper_extras
     from robo_rl.rewards.classifier import SuccessClassifier
-    from robo_rl.schema import fields_for_env
+    from robo_rl.data.schema import fields_for_env
     from tests.test_pipeline import toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
@@ -125,7 +125,7 @@ def test_a_run_on_an_env_without_a_static_spec_records_the_wrappers_extras_too(t
     from robo_rl.envs.spec import read_spec, spec_of
     from robo_rl.envs.wrappers import make_actor_env
     from robo_rl.rewards.classifier import SuccessClassifier
-    from robo_rl.train_local import _ensure_env_spec
+    from robo_rl.commands.train import _ensure_env_spec
     from tests.test_pipeline import toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")

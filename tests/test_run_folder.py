@@ -65,7 +65,7 @@ def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_lin
     past the limit (or dead) the error carries its last log line, since a fresh run's folder is then removed."""
     import pytest
 
-    from robo_rl.train_local import LEARNER_START_TIMEOUT_S, _wait_for_learner
+    from robo_rl.commands.train import LEARNER_START_TIMEOUT_S, _wait_for_learner
 
     assert LEARNER_START_TIMEOUT_S >= 300
     (tmp_path / "learner.log").write_text("starting\nreplay: opening the store\n")

@@ -14,9 +14,9 @@ from hardware.arm import Clock, VirtualClock
 from hardware.env import ArmEnv
 from hardware.safety import SafetyWrapper
 from hardware.so101 import SO101Driver
-from hardware.teleop.base import FakeDevice
+from robo_rl.teleop.base import FakeDevice
 from robo_rl.envs import SafetyStop
-from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.teleop.intervention import InterventionWrapper
 
 BOX = {"low": [0.12, -0.1, 0.06], "high": [0.26, 0.1, 0.2]}
 

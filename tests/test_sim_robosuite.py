@@ -14,9 +14,9 @@ pytest.importorskip("robosuite")
 pytest.importorskip("gym_hil")
 
 from robo_rl.config import load_config, make_env, make_expert  # noqa: E402
-from robo_rl.demos import rollout_episode  # noqa: E402
+from robo_rl.data.demos import rollout_episode  # noqa: E402
 from robo_rl.envs import INFO_KEYS, check_observation  # noqa: E402
-from robo_rl.schema import check_step_batch, fields_for_env, stack_records  # noqa: E402
+from robo_rl.data.schema import check_step_batch, fields_for_env, stack_records  # noqa: E402
 from sim.gym_hil_task import GymHilPickCubeEnv, GymHilPickCubeExpert  # noqa: E402
 from sim.robosuite_experts import LiftExpert, PickPlaceCanExpert  # noqa: E402
 from sim.robosuite_tasks import OBJECT_KEYS, RobosuiteEnv  # noqa: E402

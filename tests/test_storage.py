@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from robo_rl.replay import DiskReplay, ReplayBuffer
-from robo_rl.replay_store import LearnerReplay
-from robo_rl.schema import step_fields
-from robo_rl.storage import SegmentStore, StorageError, read_segment
+from robo_rl.data.replay import DiskReplay, ReplayBuffer
+from robo_rl.data.learner_replay import LearnerReplay
+from robo_rl.data.schema import step_fields
+from robo_rl.data.storage import SegmentStore, StorageError, read_segment
 from tests.test_replay import synthetic_episode
 
 FIELDS = step_fields(3, 2, {"cam": (8, 8)})

@@ -18,13 +18,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hardware.teleop import DEVICE_KINDS, DeviceUnavailable, FakeDevice, make_device, register_device
-from hardware.teleop.base import TeleopDevice
+from robo_rl.teleop.devices import DEVICE_KINDS, DeviceUnavailable, FakeDevice, make_device, register_device
+from robo_rl.teleop.base import TeleopDevice
 from hardware.teleop.gamepad import GamepadDevice, apply_deadzone
-from hardware.teleop.keyboard import KeyboardDevice, KeyMap, normalize_key
+from hardware.teleop.keyboard import KeyboardDevice
+from robo_rl.teleop.keys import KeyMap, normalize_key
 from hardware.teleop.leader_arm import LeaderArmDevice, lerobot_teleoperator
 from hardware.teleop.spacemouse import SpaceMouseDevice
-from hardware.teleop.web import WebDevice
+from robo_rl.gui.web_device import WebDevice
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -565,7 +566,7 @@ def test_make_device_passes_the_env_to_devices_that_need_it(monkeypatch):
 
 def test_importing_the_package_and_building_web_pulls_no_device_library():
     code = (
-        "import sys; import hardware.teleop as t; t.make_device({'kind': 'web'}).start().read();"
+        "import sys; import robo_rl.teleop.devices as t; t.make_device({'kind': 'web'}).start().read();"
         "print(sorted(m for m in ('pygame', 'pynput', 'hid', 'lerobot') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -577,7 +578,7 @@ def test_importing_the_package_and_building_web_pulls_no_device_library():
 def test_keyboard_without_display_names_the_device():
     code = (
         "from hardware.teleop.keyboard import KeyboardDevice\n"
-        "from hardware.teleop.base import DeviceUnavailable\n"
+        "from robo_rl.teleop.base import DeviceUnavailable\n"
         "try:\n    KeyboardDevice().start()\nexcept DeviceUnavailable as e:\n    print(e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}

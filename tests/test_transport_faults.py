@@ -134,7 +134,7 @@ def test_an_actor_speaking_another_schema_version_is_refused_naming_both_version
 
 
 def test_nan_in_a_step_batch_is_refused_by_the_learner_with_the_field_named(tmp_path):
-    from robo_rl.schema import check_step_batch, step_fields
+    from robo_rl.data.schema import check_step_batch, step_fields
 
     fields = step_fields(3, 2, {})
     batch = {k: np.zeros((2, *shape), dtype) for k, (shape, dtype) in fields.items()}

@@ -10,7 +10,7 @@ import torch
 
 from policies.gaussian import TanhGaussianPolicy
 from robo_rl.actor import Actor
-from robo_rl.bc import save_atomic
+from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError
 from robo_rl.policy_io import policy_steps, stack_obs
 from tests.test_pipeline import run_pair, toy_config
@@ -106,7 +106,7 @@ def test_several_envs_are_refused_where_one_env_is_meant(tmp_path, override, why
 
 
 def test_a_non_finite_action_of_one_env_ends_only_that_envs_episode(tmp_path, monkeypatch):
-    from robo_rl.schema import ENDED_BY_CODES
+    from robo_rl.data.schema import ENDED_BY_CODES
 
     act = TanhGaussianPolicy.act
     calls = {"n": 0}

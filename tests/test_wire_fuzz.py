@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from robo_rl.replay_store import LearnerReplay
+from robo_rl.data.learner_replay import LearnerReplay
 from robo_rl.runs import MetricsWriter
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import ALLOWED_DTYPES, PROTOCOL_VERSION
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports

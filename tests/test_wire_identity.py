@@ -18,7 +18,7 @@ from robo_rl.actor import Actor
 from robo_rl.config import config_hash
 from robo_rl.learner import Learner
 from robo_rl.runs import read_metrics
-from robo_rl.storage import SegmentStore
+from robo_rl.data.storage import SegmentStore
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from robo_rl.evaluate import wilson_interval
+from robo_rl.eval.episodes import wilson_interval
 
 
 def evaluate(ckpt_model_dir: Path, cfg_path: Path, n_episodes: int, seed0: int, overrides: dict) -> dict:

@@ -24,7 +24,7 @@ plus Gaussian noise (std 0.1 on all four outputs, as in our own demos); here tha
 command: close (2) when the target is closed (> 0) and the gripper command is below half-closed, open (0) in the
 opposite case, otherwise stay (1) -- the same increment our adapter computes, rounded to gym-hil's three steps.
 
-Only successful episodes are written; like our own demos (robo_rl.demos), recording goes on until N have succeeded,
+Only successful episodes are written; like our own demos (robo_rl.data.demos), recording goes on until N have succeeded,
 at most 3N attempts. Episode i places the block with numpy's global generator seeded with seed + i (gym-hil draws
 the block from it; LeRobot resets without a seed); the expert's noise is seeded with `seed`.
 """

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hardware.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
+from robo_rl.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
 
 DEFAULT_AXES: dict[str, tuple[int, float]] = {"x": (1, -1.0), "y": (0, -1.0), "z": (4, -1.0), "yaw": (3, -1.0)}
 DEFAULT_BUTTONS: dict[int, str] = {

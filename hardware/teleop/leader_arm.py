@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hardware.teleop.base import DeviceUnavailable, TeleopDevice
+from robo_rl.teleop.base import DeviceUnavailable, TeleopDevice
 
 # lerobot registers a teleoperator's config when its package is imported; these types live in a shared package.
 _CONFIG_PACKAGES = {"so100_leader": "so_leader", "so101_leader": "so_leader", "bi_so_leader": "bi_so_leader"}

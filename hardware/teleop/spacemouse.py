@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hardware.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
+from robo_rl.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
 from hardware.teleop.gamepad import apply_deadzone
 
 VENDOR_3DCONNEXION = 0x256F  # current devices

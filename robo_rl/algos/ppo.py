@@ -2,7 +2,7 @@
 (`policy=dppo`); the chain and its log-probability are `policies/chain.py`'s.
 
 On-policy: the algorithm's `BatchSpec.rollout_env_steps` tells the learner to collect that many env steps of the
-current policy version (`robo_rl/rollout.py`; older versions' data is dropped and counted), hand them over as one
+current policy version (`robo_rl/data/rollout.py`; older versions' data is dropped and counted), hand them over as one
 batch of decisions, and publish new weights after each update. Per update (one PPO iteration):
 
   values V(s) on the decision observations (the policy's features, detached), GAE(γ, λ) over each episode's

@@ -20,8 +20,8 @@ import time
 import numpy as np
 import zmq
 
-from hardware.teleop.web import WebDevice
-from robo_rl.envs.intervention import InterventionWrapper
+from robo_rl.gui.web_device import WebDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.wrappers import find_wrapper
 from robo_rl.gui import messages
 from robo_rl.transport.codec import MessageError, decode, encode

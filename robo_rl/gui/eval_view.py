@@ -17,7 +17,7 @@ from robo_rl.transport.security import curve_keys, is_loopback
 class EvalView:
     def __init__(self, cfg, env) -> None:
         """`env` gains the page's web device (an intervention wrapper is added when it has none): `self.env`."""
-        from robo_rl.envs.intervention import InterventionWrapper
+        from robo_rl.teleop.intervention import InterventionWrapper
         from robo_rl.envs.wrappers import find_wrapper
 
         g = cfg.gui

@@ -9,7 +9,7 @@ actor → GUI (the actor's DEALER, identity = its id, to the GUI's ROUTER):
 GUI → actor:
   gui_command  a button: intervention_toggle, success, failure, rerecord_episode, terminate_episode, pause, estop,
                acknowledge (a safety stop)
-  gui_key      a key of the page, down or up (the keyboard's key table interprets it, `hardware.teleop.keyboard`)
+  gui_key      a key of the page, down or up (the keyboard's key table interprets it, `robo_rl.teleop.keys`)
   gui_release  the operator who held control is gone: hand control back
   gui_deadman  no page watches any more (or the controlling one went away): the actor's dead-man policy applies
   gui_presence the GUI is there, with how many pages watch (sent a few times a second; its silence is a dead-man)

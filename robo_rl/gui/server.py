@@ -31,7 +31,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from hardware.teleop.keyboard import DEFAULT_KEYS
+from robo_rl.teleop.keys import DEFAULT_KEYS
 from robo_rl.gui import messages
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint

@@ -34,7 +34,7 @@ from torch.nn import functional as F
 
 from policies.augment import random_shift
 from policies.encoders import ConvEncoder, _resize
-from robo_rl.datasets import Episode
+from robo_rl.data.datasets import Episode
 from robo_rl.rewards.base import RewardModel, RewardModelError, Scores, Task
 
 log = logging.getLogger(__name__)

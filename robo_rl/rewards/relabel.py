@@ -49,7 +49,7 @@ def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, record
 def relabel_prior(cfg, batch: dict) -> dict:
     """The prior data (demonstrations) under the run's learned reward, so that every batch mixes one reward: the
     demos' env rewards would otherwise sit beside the model's. A step batch in, a step batch out."""
-    from robo_rl.datasets import join_episodes, split_episodes
+    from robo_rl.data.datasets import join_episodes, split_episodes
 
     r = cfg.reward
     if str(r.model).startswith("tcp://"):

@@ -170,7 +170,7 @@ class RemoteRewardModel(RewardModel):
 
 def cmd_critic(args: list[str]) -> int:
     """robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=<dir>]"""
-    from robo_rl.rewards.cli import RewardUsageError, _options
+    from robo_rl.commands.reward import RewardUsageError, _options
     from robo_rl.transport.security import CurveKeys
 
     if not args or args[0] != "serve":

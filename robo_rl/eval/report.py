@@ -1,6 +1,6 @@
 """The reports of evaluation suites: a suite's report (markdown, JSON, and HTML with an SVG bar chart of success with
 Wilson 95% intervals), and the comparison of several policies' reports with Fisher's exact test per condition.
-The suites themselves run in robo_rl/eval_suite.py."""
+The suites themselves run in robo_rl/eval/suite.py."""
 
 from __future__ import annotations
 

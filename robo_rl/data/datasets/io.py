@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_rl.datasets import Episode, join_episodes, split_episodes
+from robo_rl.data.datasets import Episode, join_episodes, split_episodes
 from robo_rl.envs.base import ENDED_BY
-from robo_rl.replay_store import online_store_root
-from robo_rl.storage import SegmentStore, fields_spec
+from robo_rl.data.learner_replay import online_store_root
+from robo_rl.data.storage import SegmentStore, fields_spec
 
 
 def detect_format(path: str | Path) -> str:
@@ -44,15 +44,15 @@ def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Ep
     path = Path(path)
     kind = detect_format(path)
     if kind == "lerobot":
-        from robo_rl.datasets.lerobot_v3 import import_lerobot
+        from robo_rl.data.datasets.lerobot_v3 import import_lerobot
 
         return import_lerobot(path, progress=progress, **options)
     if kind == "robomimic":
-        from robo_rl.datasets.robomimic import import_robomimic
+        from robo_rl.data.datasets.robomimic import import_robomimic
 
         return import_robomimic(path, progress=progress, **options)
     if kind == "npz":
-        from robo_rl.demos import load_step_batch
+        from robo_rl.data.demos import load_step_batch
 
         return split_episodes(load_step_batch(path), partition="demos")
     store = SegmentStore.open(_store_root(path))

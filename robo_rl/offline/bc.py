@@ -24,11 +24,11 @@ from policies.base import ChunkedBase
 from policies.bc import BCBase, BCPolicy
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.config import ConfigError, make_env
-from robo_rl.demos import load_or_make_demos, rollout_episode
-from robo_rl.evaluate import wilson_interval
-from robo_rl.replay import ReplayBuffer
+from robo_rl.data.demos import load_or_make_demos, rollout_episode
+from robo_rl.eval.episodes import wilson_interval
+from robo_rl.data.replay import ReplayBuffer
 from robo_rl.runs import MetricsWriter
-from robo_rl.schema import step_fields
+from robo_rl.data.schema import step_fields
 
 
 @dataclass

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.config import CONF_DIR, ConfigError
-from robo_rl.eval_report import (
+from robo_rl.eval.report import (
     FAILURE_MODES,
     ci_text,
     compare_markdown,
@@ -188,7 +188,7 @@ def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: 
     """One deterministic episode: its result (success as `score` says, failure mode, wall times) and, with `film`,
     a frame before every action and one after the last step."""
     from robo_rl.policy_io import policy_action
-    from robo_rl.video import render_frame
+    from robo_rl.eval.video import render_frame
 
     getattr(policy, "reset", lambda: None)()  # a policy with per-episode state (a base's chunk queue)
     frames: list[np.ndarray] = []
@@ -557,7 +557,7 @@ def is_real_robot_config(cfg) -> bool:
 def film_condition(cfg, payload: dict, cond: Condition, episodes: list[dict], clip_dir: Path) -> dict:
     """One success and one failure of the condition, replayed from their seeds (policy and env are deterministic)
     and written as small GIFs; {} when the env cannot render (the report says so)."""
-    from robo_rl.video import VideoError
+    from robo_rl.eval.video import VideoError
 
     picks = {outcome: next((r for r in episodes if r["success"] == (outcome == "success")), None)
              for outcome in ("success", "failure")}  # fmt: skip
@@ -610,7 +610,7 @@ def write_gif(path: Path, frames: list[np.ndarray], fps: float) -> Path:
 
 def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) -> dict:
     """A condition's line of the report: success with its Wilson 95% interval, lengths, wall times, failure modes."""
-    from robo_rl.evaluate import wilson_interval
+    from robo_rl.eval.episodes import wilson_interval
 
     n, k = len(episodes), sum(r["success"] for r in episodes)
     low, high = wilson_interval(k, n)

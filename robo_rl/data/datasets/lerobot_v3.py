@@ -1,7 +1,7 @@
 """robo_rl episodes to and from the LeRobotDataset v3 format, through the `lerobot` package.
 
 LeRobot's convention: frame k holds observation_k and the action taken at it, with the outcome of that
-action under `next.*`. An episode of records 0..T (see `robo_rl.schema`) becomes T frames; frame k has
+action under `next.*`. An episode of records 0..T (see `robo_rl.data.schema`) becomes T frames; frame k has
 
     observation.state, observation.images.<cam>   state and image/<cam> of record k (images as video)
     action                                         action_executed of record k+1
@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from robo_rl.datasets import PARTITIONS, Episode
-from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.datasets import PARTITIONS, Episode
+from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
 
 DEFAULT_TASK = "robo_rl episode"
 STATE, ACTION, REWARD, DONE = "observation.state", "action", "next.reward", "next.done"
@@ -105,7 +105,7 @@ def export_lerobot(episodes: Iterable[Episode], root: str | Path, repo_id: str =
     """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root.
 
     The files are those lerobot's recorder writes, written many episodes at a time (see `lerobot_writer`)."""
-    from robo_rl.datasets.lerobot_writer import LeRobotV3Writer
+    from robo_rl.data.datasets.lerobot_writer import LeRobotV3Writer
 
     root = Path(root)
     if root.exists():

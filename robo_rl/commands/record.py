@@ -47,7 +47,7 @@ def record_episodes(env, store, episodes: int, keep: str = "success", seed: int 
     """Run `env` (an InterventionWrapper) until `episodes` are kept in `store` or the person ends the session."""
     from tqdm import tqdm
 
-    from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+    from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 
     fields = fields_for_env(env)
     recorder = EpisodeRecorder(env.action_space.shape[0])
@@ -106,10 +106,10 @@ def cmd_record(args: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from robo_rl.config import ConfigError, load_config
-    from robo_rl.envs.intervention import InterventionWrapper
+    from robo_rl.teleop.intervention import InterventionWrapper
     from robo_rl.envs.wrappers import make_actor_env
-    from robo_rl.schema import fields_for_env
-    from robo_rl.storage import SegmentStore
+    from robo_rl.data.schema import fields_for_env
+    from robo_rl.data.storage import SegmentStore
 
     positional = [a for a in args if "=" not in a]
     options = {k: v for k, v in (a.split("=", 1) for a in args if "=" in a) if k in OPTIONS}
@@ -150,8 +150,8 @@ def cmd_record(args: list[str]) -> int:
     print(f"kept {counts['kept']} episodes ({counts['discarded']} discarded, {counts['rerecorded']} re-recorded); "
           f"{counts['stopped']}")  # fmt: skip
     if fmt == "lerobot" and counts["kept"]:
-        from robo_rl.datasets.io import load_episodes
-        from robo_rl.datasets.lerobot_v3 import export_lerobot
+        from robo_rl.data.datasets.io import load_episodes
+        from robo_rl.data.datasets.lerobot_v3 import export_lerobot
 
         export_lerobot(load_episodes(store_dir, progress=False), dst, fps=float(cfg.env.get("control_hz", 10)),
                        task=str(getattr(wrapper.unwrapped, "task_description", "")), progress=cfg.logger.progress)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_rl.schema import SCHEMA_VERSION
+from robo_rl.data.schema import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ def train(overrides: list[str]) -> int:
     """`robo-rl train`: demonstrations (and a BC base for a residual policy), a learner and an actor process,
     one progress bar, then the evaluation report."""
     from robo_rl.config import load_config
-    from robo_rl.demos import load_or_make_demos
+    from robo_rl.data.demos import load_or_make_demos
     from robo_rl.progress import TrainingBar
 
     cfg = load_config(overrides)
@@ -125,7 +125,7 @@ def _ensure_base(cfg, run_dir: Path, bar, spec, key: str = "base.path") -> str:
     from robo_rl.config import make_policy, save_config
 
     if not OmegaConf.select(cfg.policy, key):
-        from robo_rl.bc import train_bc
+        from robo_rl.offline.bc import train_bc
 
         bar.phase("behaviour-cloning a base")
         summary = train_bc(cfg, run_dir, progress=cfg.logger.progress)

@@ -43,7 +43,7 @@ def _options(args: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
 
 
 def _episodes(path: str):
-    from robo_rl.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_episodes
 
     try:
         episodes = load_episodes(path, progress=False)
@@ -73,8 +73,8 @@ def cmd_reward(args: list[str]) -> int:
 
 
 def _relabel(args: list[str]) -> int:
-    from robo_rl.datasets import Episode
-    from robo_rl.datasets.io import save_store
+    from robo_rl.data.datasets import Episode
+    from robo_rl.data.datasets.io import save_store
     from robo_rl.rewards.base import Task, load_model, shaper_settings
     from robo_rl.rewards.relabel import relabel_records
     from robo_rl.rewards.shaper import RewardShaper

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from policies.flow import ChunkGenerator, GenerativeBase
-from robo_rl.bc import evaluate_base, save_atomic
+from robo_rl.offline.bc import evaluate_base, save_atomic
 from robo_rl.config import ConfigError
 
 
@@ -95,7 +95,7 @@ def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
 def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: bool) -> dict[str, np.ndarray]:
     """Observations to distil on: the demonstrations' and the teacher's own rollouts' (`episodes` in the sim)."""
     from policies.base import ChunkedBase
-    from robo_rl.demos import load_or_make_demos, rollout_episode
+    from robo_rl.data.demos import load_or_make_demos, rollout_episode
 
     states, images = [], {}
     demos, _, _ = load_or_make_demos(cfg, progress=False)

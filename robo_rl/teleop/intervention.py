@@ -1,6 +1,6 @@
 """Human interventions on the actor: teleop devices arbitrated against the policy, one wrapper.
 
-Each step the wrapper reads every device (at once: devices keep their newest reading, `hardware/teleop/base.py`)
+Each step the wrapper reads every device (at once: devices keep their newest reading, `robo_rl/teleop/base.py`)
 and decides who acts:
   - a device takes control explicitly (its `is_intervention`: a toggle or a held button) or implicitly (its motion
     above `implicit_threshold`), as `takeover` says; when two claim control, `priority` decides (logged);
@@ -27,8 +27,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from hardware.teleop import make_device
-from hardware.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
+from robo_rl.teleop.devices import make_device
+from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
 from robo_rl.envs.base import RobotWrapper
 from robo_rl.envs.wrappers import find_safety
 

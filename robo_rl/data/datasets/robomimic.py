@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from robo_rl.datasets import Episode
-from robo_rl.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.datasets import Episode
+from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTROL_HZ = 20.0  # robosuite's default control_freq, used for timestamps when env_args lacks it

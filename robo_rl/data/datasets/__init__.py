@@ -1,6 +1,6 @@
 """Episodes in and out of robo_rl: LeRobotDataset v3 (`lerobot_v3`), robomimic HDF5 (`robomimic`).
 
-An `Episode` is one episode as a step batch (see `robo_rl.schema`): record 0 holds the reset observation
+An `Episode` is one episode as a step batch (see `robo_rl.data.schema`): record 0 holds the reset observation
 with zero actions; record t holds obs_t and the action, reward and end flags of the step that led to it.
 """
 

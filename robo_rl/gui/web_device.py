@@ -1,6 +1,6 @@
 """The device the web GUI feeds: the page's handler (in the web server's threads) calls these methods.
 
-Keys go through the keyboard's own table (`hardware.teleop.keyboard.KeyMap`), so a key does the same on the page as
+Keys go through the keyboard's own table (`robo_rl.teleop.keys.KeyMap`), so a key does the same on the page as
 on the keyboard. A page that goes away while the human is in control (a closed tab, a lost network) would otherwise
 leave the robot under a human who is no longer there: without any input or `heartbeat()` for `timeout_s` while
 intervening or holding a key, the device reads `connected=False` and gives control back; the next input from the
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hardware.teleop.keyboard import KeyTableDevice
+from robo_rl.teleop.keys import KeyTableDevice
 
 
 class WebDevice(KeyTableDevice):

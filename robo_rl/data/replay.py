@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.schema import check_step_batch
+from robo_rl.data.schema import check_step_batch
 
 
 class ReplayBuffer:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from robo_rl.config import make_env, make_expert
-from robo_rl.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 
 
 def rollout_episode(env, act, seed: int, episode_id: int, hold_success: int = 0) -> tuple[list[dict], bool]:
@@ -110,8 +110,8 @@ def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     """Demonstrations from `demos.path` (a replay store or run folder, a LeRobot dataset, a robomimic file),
     checked against this env's observation and action layout."""
     from robo_rl.config import ConfigError
-    from robo_rl.datasets import join_episodes
-    from robo_rl.datasets.io import describe_fields, fields_of, load_episodes, same_layout
+    from robo_rl.data.datasets import join_episodes
+    from robo_rl.data.datasets.io import describe_fields, fields_of, load_episodes, same_layout
 
     try:
         episodes = load_episodes(cfg.demos.path, progress=False)

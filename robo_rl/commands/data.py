@@ -60,7 +60,7 @@ def cmd_data(args: list[str]) -> int:
 
 
 def _inspect(args: list[str]) -> int:
-    from robo_rl.datasets.io import describe_fields, detect_format, fields_of, load_episodes, summarize
+    from robo_rl.data.datasets.io import describe_fields, detect_format, fields_of, load_episodes, summarize
 
     positional, opts = _options(args)
     if len(positional) != 1:
@@ -87,7 +87,7 @@ def _inspect(args: list[str]) -> int:
 
 
 def _convert(args: list[str]) -> int:
-    from robo_rl.datasets.io import detect_format, load_episodes, save_store
+    from robo_rl.data.datasets.io import detect_format, load_episodes, save_store
 
     positional, opts = _options(args)
     if len(positional) != 2:
@@ -104,7 +104,7 @@ def _convert(args: list[str]) -> int:
         partitions = {e.partition for e in episodes}
         save_store(episodes, dst, partition="demos" if partitions == {"demos"} else "online")
     else:
-        from robo_rl.datasets.lerobot_v3 import export_lerobot
+        from robo_rl.data.datasets.lerobot_v3 import export_lerobot
 
         export_lerobot(episodes, dst, repo_id=opts.pop("repo_id", "local/robo_rl"), fps=float(opts.pop("fps", 10)),
                        task=opts.pop("task", ""))  # fmt: skip
@@ -118,10 +118,10 @@ def _record(args: list[str]) -> int:
     from tqdm import tqdm
 
     from robo_rl.config import load_config, make_env, make_expert
-    from robo_rl.datasets import Episode
-    from robo_rl.datasets.io import save_store
-    from robo_rl.demos import rollout_episode
-    from robo_rl.schema import fields_for_env, stack_records
+    from robo_rl.data.datasets import Episode
+    from robo_rl.data.datasets.io import save_store
+    from robo_rl.data.demos import rollout_episode
+    from robo_rl.data.schema import fields_for_env, stack_records
 
     positional, _ = _options(args)
     if len(positional) != 1:

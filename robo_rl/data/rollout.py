@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.schema import EXTRA
+from robo_rl.data.schema import EXTRA
 
 
 class Rollout:

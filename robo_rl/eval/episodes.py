@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from robo_rl.demos import rollout_episode
+from robo_rl.data.demos import rollout_episode
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
-from robo_rl.video import render_frame, write_mp4
+from robo_rl.eval.video import render_frame, write_mp4
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from robo_rl.replay import DiskReplay, ReplayBuffer, concat_batches
-from robo_rl.schema import check_step_batch
-from robo_rl.storage import SegmentStore, SegmentWriter, record_nbytes
+from robo_rl.data.replay import DiskReplay, ReplayBuffer, concat_batches
+from robo_rl.data.schema import check_step_batch
+from robo_rl.data.storage import SegmentStore, SegmentWriter, record_nbytes
 
 log = logging.getLogger(__name__)
 
