@@ -57,10 +57,16 @@ def _gn(c: int) -> nn.GroupNorm:
 class _BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), _gn(cout), nn.ReLU(),
-                                  nn.Conv2d(cout, cout, 3, 1, 1, bias=False), _gn(cout))  # fmt: skip
-        self.shortcut = (nn.Identity() if cin == cout
-                         else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), _gn(cout)))  # fmt: skip
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+            _gn(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            _gn(cout),
+        )
+        self.shortcut = (
+            nn.Identity() if cin == cout else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), _gn(cout))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.shortcut(x))
@@ -74,8 +80,9 @@ class _ResNet10(nn.Module):
     def __init__(self, sizes=(64, 128, 256, 512)) -> None:
         super().__init__()
         self.config = SimpleNamespace(hidden_sizes=list(sizes))  # what PretrainedImageEncoder reads
-        self.embedder = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), _gn(64), nn.ReLU(),
-                                      nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(3, 2))  # fmt: skip
+        self.embedder = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), _gn(64), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(3, 2)
+        )
         ins = (64, *sizes[:-1])
         self.stages = nn.Sequential(*(_BasicBlock(ins[i], sizes[i], 1 if i == 0 else 2) for i in range(len(sizes))))
 
@@ -100,8 +107,9 @@ def _to(tree, device: torch.device):
     return {k: _to(v, device) for k, v in tree.items()} if isinstance(tree, dict) else tree.to(device)
 
 
-def _batches(n: int, batch_size: int, state_dim: int, action_dim: int, image_keys: list[str], image_hw,
-             gen: torch.Generator) -> list[dict]:  # fmt: skip
+def _batches(
+    n: int, batch_size: int, state_dim: int, action_dim: int, image_keys: list[str], image_hw, gen: torch.Generator
+) -> list[dict]:
     def obs() -> dict[str, torch.Tensor]:
         images = {k: torch.rand(batch_size, 3, *image_hw, generator=gen) for k in image_keys}
         return {**images, "observation.state": torch.randn(batch_size, state_dim, generator=gen)}
@@ -109,21 +117,39 @@ def _batches(n: int, batch_size: int, state_dim: int, action_dim: int, image_key
     def flags(p: float) -> torch.Tensor:
         return (torch.rand(batch_size, generator=gen) < p).float()
 
-    return [{"state": obs(), "action": torch.rand(batch_size, action_dim, generator=gen) * 2 - 1,
-             "reward": flags(0.1), "next_state": obs(), "done": flags(0.02), "truncated": torch.zeros(batch_size),
-             "complementary_info": {"discrete_penalty": torch.zeros(batch_size), "is_intervention": flags(0.1)}}
-            for _ in range(n)]  # fmt: skip
+    return [
+        {
+            "state": obs(),
+            "action": torch.rand(batch_size, action_dim, generator=gen) * 2 - 1,
+            "reward": flags(0.1),
+            "next_state": obs(),
+            "done": flags(0.02),
+            "truncated": torch.zeros(batch_size),
+            "complementary_info": {"discrete_penalty": torch.zeros(batch_size), "is_intervention": flags(0.1)},
+        }
+        for _ in range(n)
+    ]
 
 
 def _count(params) -> int:
     return sum(p.numel() for p in params)
 
 
-def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int = 0, image_hw=(128, 128),
-                        hidden: tuple = (256, 256), num_critics: int = 2, batch_size: int = 256,
-                        vision_encoder: str | None = None, seconds: float = 20.0, seed: int = 0,
-                        bf16_autocast: bool = False, warmup: tuple[int, float] = (2, 3.0),
-                        device: str = "cpu") -> dict:  # fmt: skip
+def lerobot_sac_figures(
+    state_dim: int = 18,
+    action_dim: int = 4,
+    cameras: int = 0,
+    image_hw=(128, 128),
+    hidden: tuple = (256, 256),
+    num_critics: int = 2,
+    batch_size: int = 256,
+    vision_encoder: str | None = None,
+    seconds: float = 20.0,
+    seed: int = 0,
+    bf16_autocast: bool = False,
+    warmup: tuple[int, float] = (2, 3.0),
+    device: str = "cpu",
+) -> dict:
     """Updates/s of LeRobot's SAC learner step on `device` (its config's `device`: the policy there, batches moved
     there by its pre-processor's device step), one torch thread. `vision_encoder`: None for the config's
     default (`vision_encoder_name=None`: its 4-conv DefaultImageEncoder, no hub weights), or "resnet10-random".
@@ -145,10 +171,15 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
     imagenet = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
     stats = {k: imagenet for k in image_keys} | {
         "observation.state": {"min": [-1.0] * state_dim, "max": [1.0] * state_dim},
-        "action": {"min": [-1.0] * action_dim, "max": [1.0] * action_dim}}  # fmt: skip
-    policy_kwargs = dict(device=device, input_features=input_features, dataset_stats=stats,
-                         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
-                         actor_network_kwargs=ActorNetworkConfig(hidden_dims=list(hidden)))  # fmt: skip
+        "action": {"min": [-1.0] * action_dim, "max": [1.0] * action_dim},
+    }
+    policy_kwargs = dict(
+        device=device,
+        input_features=input_features,
+        dataset_stats=stats,
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
+        actor_network_kwargs=ActorNetworkConfig(hidden_dims=list(hidden)),
+    )
     if vision_encoder == "resnet10-random":
         policy_kwargs["vision_encoder_name"] = RESNET10_HUB_NAME
     policy_cfg = GaussianActorConfig(**policy_kwargs)
@@ -162,11 +193,19 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
     algo_cfg.policy_config = policy_cfg  # TrainRLServerPipelineConfig.validate
     algorithm = algorithms.make_algorithm(cfg=algo_cfg, policy=policy)
     preprocessor, _ = make_pre_post_processors(policy_cfg=policy_cfg, dataset_stats=policy_cfg.dataset_stats)
-    batches = _batches(2 if cameras else 4, batch_size, state_dim, action_dim, image_keys, image_hw,
-                       torch.Generator().manual_seed(seed))  # fmt: skip
+    batches = _batches(
+        2 if cameras else 4,
+        batch_size,
+        state_dim,
+        action_dim,
+        image_keys,
+        image_hw,
+        torch.Generator().manual_seed(seed),
+    )
     mixer = _PrebuiltBatches(batches, device)
-    trainer = trainer_mod.RLTrainer(algorithm=algorithm, data_mixer=mixer, batch_size=batch_size,
-                                    preprocessor=preprocessor)  # fmt: skip
+    trainer = trainer_mod.RLTrainer(
+        algorithm=algorithm, data_mixer=mixer, batch_size=batch_size, preprocessor=preprocessor
+    )
     algorithm.optimization_step = 0
 
     cpu = []  # CPU seconds (user + sys) per update: robust to other work on the shared box, unlike wall time
@@ -218,21 +257,23 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
         },
         "config": {
             "policy": f"GaussianActorPolicy(config=GaussianActorConfig(device={device!r}, input_features=..., "
-                      f"output_features=..., dataset_stats=..., actor_network_kwargs=ActorNetworkConfig("
-                      f"hidden_dims={list(hidden)})" + (f", vision_encoder_name={RESNET10_HUB_NAME!r}"
-                                                        if vision_encoder else "") + "))",  # fmt: skip
+            f"output_features=..., dataset_stats=..., actor_network_kwargs=ActorNetworkConfig("
+            f"hidden_dims={list(hidden)})"
+            + (f", vision_encoder_name={RESNET10_HUB_NAME!r}" if vision_encoder else "")
+            + "))",
             "policy_mirrors": "learner.py: policy = make_policy(cfg=cfg.policy, env_cfg=cfg.env); policy.train()",
             "algorithm": f"make_algorithm_config('sac', num_critics={num_critics}, critic_network_kwargs="
-                         f"CriticNetworkConfig(hidden_dims={list(hidden)})); policy_config = policy config",
+            f"CriticNetworkConfig(hidden_dims={list(hidden)})); policy_config = policy config",
             "algorithm_mirrors": "train_rl.py validate: make_algorithm_config('sac'); learner.py: algorithm = "
-                                 "make_algorithm(cfg=cfg.algorithm, policy=policy)",
+            "make_algorithm(cfg=cfg.algorithm, policy=policy)",
             "trainer_mirrors": "learner.py: make_pre_post_processors(policy_cfg=cfg.policy, dataset_stats=...); "
-                               "RLTrainer(algorithm, data_mixer, batch_size, preprocessor); trainer.training_step()",
+            "RLTrainer(algorithm, data_mixer, batch_size, preprocessor); trainer.training_step()",
             "update": f"utd_ratio={algo_cfg.utd_ratio}, policy_update_freq={algo_cfg.policy_update_freq}: 1 critic "
-                      "+ 1 actor + 1 temperature Adam step, then Polyak (tau "
-                      f"{algo_cfg.critic_target_update_weight}) per update",
-            "image_encoder": (type(image_enc.image_enc_layers).__name__ if vision_encoder else
-                              type(image_enc).__name__) if image_enc is not None else None,  # fmt: skip
+            "+ 1 actor + 1 temperature Adam step, then Polyak (tau "
+            f"{algo_cfg.critic_target_update_weight}) per update",
+            "image_encoder": (type(image_enc.image_enc_layers).__name__ if vision_encoder else type(image_enc).__name__)
+            if image_enc is not None
+            else None,
             "vision_encoder_name": policy_cfg.vision_encoder_name,
             "default_encoder_needs_hub": False,  # GaussianActorConfig.vision_encoder_name defaults to None
             "freeze_vision_encoder": policy_cfg.freeze_vision_encoder,
@@ -242,11 +283,16 @@ def lerobot_sac_figures(state_dim: int = 18, action_dim: int = 4, cameras: int =
             "critic_hidden": list(algo_cfg.critic_network_kwargs.hidden_dims),
             "actor_hidden": list(policy_cfg.actor_network_kwargs.hidden_dims),
             "num_critics": algo_cfg.num_critics,
-            "state_dim": state_dim, "action_dim": action_dim, "cameras": cameras, "image_hw": list(image_hw),
-            "batch_size": batch_size, "prebuilt_batches": len(batches), "seed": seed,
+            "state_dim": state_dim,
+            "action_dim": action_dim,
+            "cameras": cameras,
+            "image_hw": list(image_hw),
+            "batch_size": batch_size,
+            "prebuilt_batches": len(batches),
+            "seed": seed,
             "torch_threads": torch.get_num_threads(),
         },
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

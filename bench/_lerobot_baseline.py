@@ -85,16 +85,25 @@ def lerobot_learner(cfg, stop, ready) -> dict:
     # its LearnerService, with the learner's defaults (threads, push every 4 s); parameters are not streamed here
     service = service_mod.LearnerService(stop, Queue(), 4.0, sink, Queue(), queue_get_timeout=0.1)
     # LeRobot sizes the pool for one actor's three streams; one more worker per extra actor so none waits
-    server = grpc.server(ThreadPoolExecutor(max_workers=service_mod.MAX_WORKERS + cfg["actors"]),
-                         options=[("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
-                                  ("grpc.max_send_message_length", MAX_MESSAGE_SIZE)])  # fmt: skip
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=service_mod.MAX_WORKERS + cfg["actors"]),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+        ],
+    )
     services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
     server.add_insecure_port(f"{HOST}:{cfg['ports'][0]}")
     server.start()
     # online buffer as its learner builds it (optimize_memory=True); identity augmentation skips torch.compile
-    replay = buffer_mod.ReplayBuffer(cfg["replay_capacity"], device="cpu", state_keys=None,
-                                     image_augmentation_function=lambda x: x, storage_device="cpu",
-                                     optimize_memory=True)  # fmt: skip
+    replay = buffer_mod.ReplayBuffer(
+        cfg["replay_capacity"],
+        device="cpu",
+        state_keys=None,
+        image_augmentation_function=lambda x: x,
+        storage_device="cpu",
+        optimize_memory=True,
+    )
 
     def has_nan(tr) -> bool:  # what learner.check_nan_in_transition tests
         tensors = [*tr["state"].values(), tr["action"], *tr["next_state"].values()]
@@ -192,8 +201,15 @@ def lerobot_actor(i, cfg, stop, ready) -> dict:
             batch = []
             for t in range(BATCH):  # actor.push_transitions_to_transport_queue
                 info = {"discrete_penalty": torch.tensor([0.0]), "is_intervention": False}
-                tr = Transition(state=frames[t], action=actions[t], reward=0.0, next_state=frames[t + 1],
-                                done=False, truncated=False, complementary_info=info)  # fmt: skip
+                tr = Transition(
+                    state=frames[t],
+                    action=actions[t],
+                    reward=0.0,
+                    next_state=frames[t + 1],
+                    done=False,
+                    truncated=False,
+                    complementary_info=info,
+                )
                 tr = move_transition_to_device(tr, device="cpu")
                 for value in tr["state"].values():
                     torch.isnan(value).any()

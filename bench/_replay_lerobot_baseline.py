@@ -42,8 +42,13 @@ def _buffer_nbytes(replay) -> dict[str, int]:
     `episode_ends` is allocated (one bool a slot) though add() never writes it."""
     tensors = {f"states.{k}": v for k, v in replay.states.items()}
     tensors |= {f"next_states.{k}": v for k, v in replay.next_states.items()}
-    tensors |= {"actions": replay.actions, "rewards": replay.rewards, "dones": replay.dones,
-                "truncateds": replay.truncateds, "episode_ends": replay.episode_ends}  # fmt: skip
+    tensors |= {
+        "actions": replay.actions,
+        "rewards": replay.rewards,
+        "dones": replay.dones,
+        "truncateds": replay.truncateds,
+        "episode_ends": replay.episode_ends,
+    }
     tensors |= {f"complementary_info.{k}": v for k, v in replay.complementary_info.items()}
     seen, out = set(), {}
     for name, t in tensors.items():
@@ -59,8 +64,10 @@ def _transitions(n: int, image_hw, cameras: int, state_dim: int, action_dim: int
     tensors), as the actor sends them."""
 
     def observation() -> dict[str, torch.Tensor]:
-        obs = {k: torch.randint(0, 256, (1, 3, *image_hw), dtype=torch.uint8, generator=gen).float().div_(255)
-               for k in _image_keys(cameras)}  # fmt: skip
+        obs = {
+            k: torch.randint(0, 256, (1, 3, *image_hw), dtype=torch.uint8, generator=gen).float().div_(255)
+            for k in _image_keys(cameras)
+        }
         return {**obs, "observation.state": torch.randn(1, state_dim, generator=gen)}
 
     out = []
@@ -70,16 +77,31 @@ def _transitions(n: int, image_hw, cameras: int, state_dim: int, action_dim: int
             nxt = observation()
             done = t == EPISODE_STEPS - 1
             info = {"discrete_penalty": torch.tensor([0.0]), "is_intervention": False}
-            out.append({"state": obs, "action": torch.rand(1, action_dim, generator=gen) * 2 - 1,
-                        "reward": float(done), "next_state": nxt, "done": done, "truncated": False,
-                        "complementary_info": info})  # fmt: skip
+            out.append(
+                {
+                    "state": obs,
+                    "action": torch.rand(1, action_dim, generator=gen) * 2 - 1,
+                    "reward": float(done),
+                    "next_state": nxt,
+                    "done": done,
+                    "truncated": False,
+                    "complementary_info": info,
+                }
+            )
             obs = nxt
     return out
 
 
-def lerobot_replay_figures(num_transitions: int = 2000, batch_size: int = 256, repeats: int = 20,
-                           image_hw: tuple[int, int] = (128, 128), cameras: int = 2, state_dim: int = 18,
-                           action_dim: int = 4, seed: int = 0) -> dict:  # fmt: skip
+def lerobot_replay_figures(
+    num_transitions: int = 2000,
+    batch_size: int = 256,
+    repeats: int = 20,
+    image_hw: tuple[int, int] = (128, 128),
+    cameras: int = 2,
+    state_dim: int = 18,
+    action_dim: int = 4,
+    seed: int = 0,
+) -> dict:
     """Fill LeRobot's ReplayBuffer with `num_transitions` and time `add` and `sample(batch_size)`, with and without
     its DrQ augmentation. Times are medians; one warm-up sample per mode (the augmented one runs torch.compile) is not
     counted."""
@@ -91,8 +113,9 @@ def lerobot_replay_figures(num_transitions: int = 2000, batch_size: int = 256, r
     capacity = num_transitions
     # cfg.policy.input_features.keys(); the buffer only stores the list and keys its storage by the state dicts
     state_keys = [*_image_keys(cameras), "observation.state"]
-    replay = buffer_mod.ReplayBuffer(capacity=capacity, device="cpu", state_keys=state_keys, storage_device="cpu",
-                                     optimize_memory=True)  # fmt: skip
+    replay = buffer_mod.ReplayBuffer(
+        capacity=capacity, device="cpu", state_keys=state_keys, storage_device="cpu", optimize_memory=True
+    )
     data = _transitions(num_transitions, image_hw, cameras, state_dim, action_dim, torch.Generator().manual_seed(seed))
 
     def fill() -> float:

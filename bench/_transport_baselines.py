@@ -148,8 +148,14 @@ def _serl_transition(rng) -> dict:
         imgs = {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c, hw in CAMERAS.items()}
         return {"state": rng.standard_normal(STATE_DIM).astype(np.float32), **imgs}
 
-    return {"observations": obs(), "actions": rng.uniform(-1, 1, ACTION_DIM).astype(np.float32),
-            "next_observations": obs(), "rewards": 0.0, "masks": 1.0, "dones": False}  # fmt: skip
+    return {
+        "observations": obs(),
+        "actions": rng.uniform(-1, 1, ACTION_DIM).astype(np.float32),
+        "next_observations": obs(),
+        "rewards": 0.0,
+        "masks": 1.0,
+        "dones": False,
+    }
 
 
 def agentlace_learner(cfg, stop, ready) -> dict:
@@ -189,8 +195,11 @@ def agentlace_actor(i, cfg, stop, ready) -> dict:
     req, sent = connect(), 0
     try:
         while not stop.is_set():
-            msg = {"type": "datastore", "store_name": f"actor{i}",
-                   "payload": {"data": [pool[sent % len(pool)]], "last_id": sent}}  # fmt: skip
+            msg = {
+                "type": "datastore",
+                "store_name": f"actor{i}",
+                "payload": {"data": [pool[sent % len(pool)]], "last_id": sent},
+            }
             req.send(pickle.dumps(msg))
             try:
                 pickle.loads(req.recv())

@@ -28,11 +28,20 @@ HIDDEN = [2240, 2240, 2240]  # ≈ 10M parameters with the PointReach state
 def config(hz: float, ports: list[int], seconds: float):
     from robo_rl.config import load_config
 
-    return load_config([
-        "env=point_reach", "experiment=rlpd", f"env.control_hz={hz}", f"policy.hidden={HIDDEN}", "actor.realtime=true",
-        "actor.throttle_to_learner=false", "logger.progress=false", f"transport.data_port={ports[0]}",
-        f"transport.weights_port={ports[1]}", f"transport.ctrl_port={ports[2]}",
-    ])  # fmt: skip
+    return load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            f"env.control_hz={hz}",
+            f"policy.hidden={HIDDEN}",
+            "actor.realtime=true",
+            "actor.throttle_to_learner=false",
+            "logger.progress=false",
+            f"transport.data_port={ports[0]}",
+            f"transport.weights_port={ports[1]}",
+            f"transport.ctrl_port={ports[2]}",
+        ]
+    )
 
 
 def serve(ports: list[int], seconds: float, config_hash: str) -> None:
@@ -70,8 +79,9 @@ def measure_actor(hz: float, seconds: float) -> dict:
 
     ports = free_ports(3)
     cfg = config(hz, ports, seconds)
-    learner = subprocess.Popen([sys.executable, __file__, "--serve", *map(str, ports), "--seconds", str(seconds),
-                                "--hash", config_hash(cfg)])  # fmt: skip
+    learner = subprocess.Popen(
+        [sys.executable, __file__, "--serve", *map(str, ports), "--seconds", str(seconds), "--hash", config_hash(cfg)]
+    )
     try:
         actor = Actor(cfg, progress=False)
         actor.run()
@@ -120,11 +130,18 @@ def main() -> None:
     results = {}
     for hz in (10, 50):
         ours, bare = measure_actor(hz, seconds), measure_bare(hz, seconds)
-        results[f"{hz}hz"] = {"ours": ours, "bare_loop": bare, "p99_target_ms": 5.0,
-                              "p99_met": ours.get("jitter_ms_p99", 1e9) <= 5.0}  # fmt: skip
-        print(f"{hz} Hz: ours jitter p50 {ours['jitter_ms_p50']:.2f} ms p99 {ours['jitter_ms_p99']:.2f} ms "
-              f"({ours['weight_versions_applied']} weight versions applied); bare loop p99 "
-              f"{bare['jitter_ms_p99']:.2f} ms", flush=True)  # fmt: skip
+        results[f"{hz}hz"] = {
+            "ours": ours,
+            "bare_loop": bare,
+            "p99_target_ms": 5.0,
+            "p99_met": ours.get("jitter_ms_p99", 1e9) <= 5.0,
+        }
+        print(
+            f"{hz} Hz: ours jitter p50 {ours['jitter_ms_p50']:.2f} ms p99 {ours['jitter_ms_p99']:.2f} ms "
+            f"({ours['weight_versions_applied']} weight versions applied); bare loop p99 "
+            f"{bare['jitter_ms_p99']:.2f} ms",
+            flush=True,
+        )
     print(json.dumps(results))
 
 

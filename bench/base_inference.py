@@ -50,16 +50,28 @@ def save_act(folder: Path, camera: bool, chunk_size: int) -> None:
         inputs["observation.images.top"] = PolicyFeature(FeatureType.VISUAL, (3, CAMERA_PX, CAMERA_PX))
     else:  # ACT needs a camera or an environment state; ours is the whole state vector
         inputs["observation.environment_state"] = PolicyFeature(FeatureType.ENV, (STATE_DIM,))
-    cfg = ACTConfig(input_features=inputs, output_features={"action": PolicyFeature(FeatureType.ACTION, (2,))},
-                    chunk_size=chunk_size, n_action_steps=chunk_size, pretrained_backbone_weights=None,
-                    device="cpu", push_to_hub=False)  # fmt: skip
+    cfg = ACTConfig(
+        input_features=inputs,
+        output_features={"action": PolicyFeature(FeatureType.ACTION, (2,))},
+        chunk_size=chunk_size,
+        n_action_steps=chunk_size,
+        pretrained_backbone_weights=None,
+        device="cpu",
+        push_to_hub=False,
+    )
 
     def identity(shape):
-        return {"mean": torch.zeros(shape), "std": torch.ones(shape), "min": -torch.ones(shape),
-                "max": torch.ones(shape)}  # fmt: skip
+        return {
+            "mean": torch.zeros(shape),
+            "std": torch.ones(shape),
+            "min": -torch.ones(shape),
+            "max": torch.ones(shape),
+        }
 
-    stats = {key: identity(ft.shape[:1] if ft.type is not FeatureType.VISUAL else (3, 1, 1))
-             for key, ft in {**inputs, **cfg.output_features}.items()}  # fmt: skip
+    stats = {
+        key: identity(ft.shape[:1] if ft.type is not FeatureType.VISUAL else (3, 1, 1))
+        for key, ft in {**inputs, **cfg.output_features}.items()
+    }
     policy = get_policy_class("act")(cfg)
     pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
     for part in (policy, pre, post):
@@ -168,8 +180,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     chunks = args.chunks or (5 if args.quick else 20)
     period_ms = 1e3 / args.control_hz
-    results = {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "load": os.getloadavg()[0],
-               "chunk_size": args.chunk_size, "control_period_ms": period_ms}  # fmt: skip
+    results = {
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg()[0],
+        "chunk_size": args.chunk_size,
+        "control_period_ms": period_ms,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for name, camera in (("state", False), (f"camera{CAMERA_PX}", True)):
             folder = Path(tmp) / name
@@ -181,16 +198,21 @@ def main() -> None:
             results[name] = r
             o, b = r["ours"], r["lerobot"]
             oc, bc, os_, bs = o["chunk_ms"], b["chunk_ms"], o["step_ms"], b["step_ms"]
-            print(f"ACT {name}: per chunk p50 {oc['p50']:.2f} p99 {oc['p99']:.2f} ms (lerobot's rollout "
-                  f"{bc['p50']:.2f} / {bc['p99']:.2f}, ratio {r['chunk_p50_ratio']:.2f}); between chunks per step "
-                  f"p50 {os_['p50'] * 1e3:.1f} us p99 {os_['p99'] * 1e3:.1f} us (lerobot {bs['p50'] * 1e3:.0f} us / "
-                  f"{bs['p99'] * 1e3:.0f} us); control period {period_ms:.0f} ms", flush=True)  # fmt: skip
+            print(
+                f"ACT {name}: per chunk p50 {oc['p50']:.2f} p99 {oc['p99']:.2f} ms (lerobot's rollout "
+                f"{bc['p50']:.2f} / {bc['p99']:.2f}, ratio {r['chunk_p50_ratio']:.2f}); between chunks per step "
+                f"p50 {os_['p50'] * 1e3:.1f} us p99 {os_['p99'] * 1e3:.1f} us (lerobot {bs['p50'] * 1e3:.0f} us / "
+                f"{bs['p99'] * 1e3:.0f} us); control period {period_ms:.0f} ms",
+                flush=True,
+            )
     mlp = results["mlp_base_in_actor_loop"] = mlp_base(500 if args.quick else 3000)
     ours_ms, torch_ms = mlp["mlp"], mlp["mlp_torch"]
-    print(f"our MLP BC base in the actor's loop: numpy p50 {ours_ms['p50_ms']:.3f} ms p99 {ours_ms['p99_ms']:.3f} ms, "
-          f"torch p50 {torch_ms['p50_ms']:.3f} ms p99 {torch_ms['p99_ms']:.3f} ms: numpy "
-          f"{mlp['mlp_numpy_over_torch_p50']:.1f}x (p50), {mlp['mlp_numpy_over_torch_p99']:.1f}x (p99) "
-          "faster")  # fmt: skip
+    print(
+        f"our MLP BC base in the actor's loop: numpy p50 {ours_ms['p50_ms']:.3f} ms p99 {ours_ms['p99_ms']:.3f} ms, "
+        f"torch p50 {torch_ms['p50_ms']:.3f} ms p99 {torch_ms['p99_ms']:.3f} ms: numpy "
+        f"{mlp['mlp_numpy_over_torch_p50']:.1f}x (p50), {mlp['mlp_numpy_over_torch_p99']:.1f}x (p99) "
+        "faster"
+    )
     print(json.dumps(results))
 
 

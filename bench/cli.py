@@ -37,8 +37,9 @@ def time_command(argv: list[str], cwd: Path, runs: int) -> tuple[float, int, str
     times, out = [], None
     for _ in range(runs):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "robo_rl.cli", *argv], cwd=cwd, env=env, capture_output=True,
-                             text=True, timeout=120)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "robo_rl.cli", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
         times.append(time.perf_counter() - start)
     lines = (out.stdout + out.stderr).strip().splitlines()
     return statistics.median(times), out.returncode, (lines[-1] if lines else "")[:110]
@@ -46,8 +47,13 @@ def time_command(argv: list[str], cwd: Path, runs: int) -> tuple[float, int, str
 
 def baseline_commit() -> str:
     """The commit before robo_rl/settings.py was added."""
-    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "robo_rl/settings.py"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "robo_rl/settings.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if not added:
         raise SystemExit("bench/cli.py: robo_rl/settings.py is not in the git history; pass --baseline <commit>")
     return added[-1] + "^"
@@ -76,16 +82,30 @@ def main() -> None:
                 for argv in COMPARABLE:
                     seconds, code, last = time_command(argv, old, runs)
                     case = results[" ".join(argv)]
-                    case.update(baseline_s=round(seconds, 3), baseline_rc=code, speedup=round(seconds / case["ours_s"], 2))
+                    case.update(
+                        baseline_s=round(seconds, 3), baseline_rc=code, speedup=round(seconds / case["ours_s"], 2)
+                    )
                     print(f"{' '.join(argv):<32} {seconds:6.2f} s  rc={code}  {last}", flush=True)
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
 
     slowest = max(case["ours_s"] for case in results.values())
     load = os.getloadavg()[0]
-    print(json.dumps({"bench": "cli", "runs_per_command": runs, "target_s": TARGET_S, "max_ours_s": slowest,
-                      "all_under_target": slowest < TARGET_S, "baseline": baseline, "load_avg_1min": round(load, 2),
-                      "cpus": os.cpu_count(), "cases": results}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "cli",
+                "runs_per_command": runs,
+                "target_s": TARGET_S,
+                "max_ours_s": slowest,
+                "all_under_target": slowest < TARGET_S,
+                "baseline": baseline,
+                "load_avg_1min": round(load, 2),
+                "cpus": os.cpu_count(),
+                "cases": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

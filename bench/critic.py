@@ -51,8 +51,15 @@ CAMERAS = ("front", "wrist")
 HOLD_STEPS = 10  # an expert success goes on this many steps past its first success frame (the env does not end it)
 
 
-def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold: int = HOLD_STEPS,
-            n_expert_failed: int = 0, failure_noise: float = 0.3):
+def collect(
+    n_success: int,
+    n_failed: int,
+    seed: int,
+    overrides: list[str],
+    hold: int = HOLD_STEPS,
+    n_expert_failed: int = 0,
+    failure_noise: float = 0.3,
+):
     """Expert successes (each held `hold` steps past its first success where the env allows), untrained-policy
     failures and `n_expert_failed` failed attempts of the scripted expert with more action noise (`failure_noise`:
     grasps off centre, drops, cubes knocked away: failures that come near a success), as Episodes."""
@@ -61,9 +68,9 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
     from robo_rl.config import load_config, make_env, make_expert, make_policy
     from robo_rl.data.datasets import Episode
     from robo_rl.data.demos import rollout_episode
+    from robo_rl.data.schema import fields_for_env, stack_records
     from robo_rl.policy_io import policy_step
     from robo_rl.rewards.relabel import instruction_of
-    from robo_rl.data.schema import fields_for_env, stack_records
 
     torch.manual_seed(seed)
     cfg = load_config([*overrides, f"seed={seed}"])
@@ -76,8 +83,11 @@ def collect(n_success: int, n_failed: int, seed: int, overrides: list[str], hold
     policy = make_policy(cfg, env).eval()
     untrained = lambda o: policy_step(policy, o, deterministic=False)[0]  # noqa: E731
     episodes, attempt = [], 0
-    for want, who, success_wanted in ((n_success, expert, True), (n_failed, None, False),
-                                      (n_expert_failed, clumsy, False)):  # fmt: skip
+    for want, who, success_wanted in (
+        (n_success, expert, True),
+        (n_failed, None, False),
+        (n_expert_failed, clumsy, False),
+    ):
         got, tries = 0, 0
         while got < want and tries < 10 * want:
             if who is not None:
@@ -168,13 +178,27 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="then the RL runs with each reward")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--task", choices=sorted(TASKS), default="pick", help="the scene (gym_hil: gym-hil's)")
-    parser.add_argument("--models", nargs="+", choices=["classifier", "progress"], default=["classifier", "progress"],
-                        help="which models to train, save and measure (the others' saved folders are left as they are)")
-    parser.add_argument("--expert-failures", type=int, default=0, metavar="N",
-                        help="N failed attempts of the scripted expert with more action noise as further negatives "
-                             "(N/2 held out); the models are saved with the suffix _xf")
-    parser.add_argument("--gate-quantile", type=float, default=0.99,
-                        help="the classifier's novelty gate keeps this share of held-out success frames (0: no gate)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=["classifier", "progress"],
+        default=["classifier", "progress"],
+        help="which models to train, save and measure (the others' saved folders are left as they are)",
+    )
+    parser.add_argument(
+        "--expert-failures",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N failed attempts of the scripted expert with more action noise as further negatives "
+        "(N/2 held out); the models are saved with the suffix _xf",
+    )
+    parser.add_argument(
+        "--gate-quantile",
+        type=float,
+        default=0.99,
+        help="the classifier's novelty gate keeps this share of held-out success frames (0: no gate)",
+    )
     args = parser.parse_args()
     args.gate_quantile = args.gate_quantile or None
     import torch
@@ -187,9 +211,12 @@ def main() -> None:
     train_eps, instruction = collect(n, n, seed=1, overrides=overrides, n_expert_failed=xf)
     test_eps, _ = collect(held, held, seed=2, overrides=overrides, n_expert_failed=xf // 2)
     prefix, suffix = ("" if args.task == "pick" else f"{args.task}_"), ("_xf" if xf else "") + ("_quick" * args.quick)
-    result: dict = {"task": args.task, "expert_failures": xf,
-                    "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
-                    "collect_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+    result: dict = {
+        "task": args.task,
+        "expert_failures": xf,
+        "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
+        "collect_s": round(time.monotonic() - t0, 1),
+    }
 
     frames = {c: test_eps[0].records[f"image/{c}"] for c in CAMERAS}
     samples = 20 if args.quick else 200
@@ -197,19 +224,26 @@ def main() -> None:
     result["latency"], result["jitter"] = {}, {}
     if "classifier" in args.models:
         clf_dir = MODELS / f"{prefix}classifier{suffix}"
-        result["classifier"], result["latency"]["classifier_local"] = classifier(args, train_eps, test_eps,
-                                                                                 instruction, clf_dir, frames, samples)
+        result["classifier"], result["latency"]["classifier_local"] = classifier(
+            args, train_eps, test_eps, instruction, clf_dir, frames, samples
+        )
     if "progress" in args.models:
-        result["progress"], critic, critic_dir = progress(args, train_eps, test_eps, instruction,
-                                                          MODELS / f"{prefix}progress{suffix}")
-        result["latency"].update(progress_local=latency(critic, frames, samples),
-                                 progress_remote=remote_latency(critic_dir, frames, samples))
-        result["jitter"] = {"without": loop_jitter(None, seconds, overrides),
-                            "with_progress_critic": loop_jitter(critic_dir, seconds, overrides)}
+        result["progress"], critic, critic_dir = progress(
+            args, train_eps, test_eps, instruction, MODELS / f"{prefix}progress{suffix}"
+        )
+        result["latency"].update(
+            progress_local=latency(critic, frames, samples), progress_remote=remote_latency(critic_dir, frames, samples)
+        )
+        result["jitter"] = {
+            "without": loop_jitter(None, seconds, overrides),
+            "with_progress_critic": loop_jitter(critic_dir, seconds, overrides),
+        }
     if args.train and not args.quick and args.task == "pick":
         for name in ("gt_pick_pixels", "learned_classifier_pick", "learned_progress_pick"):
-            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds",
-                            *map(str, args.seeds)], check=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "learning.py"), name, "--seeds", *map(str, args.seeds)],
+                check=True,
+            )
     report(result)
 
 
@@ -217,13 +251,22 @@ def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, 
     from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
 
     t = time.monotonic()
-    clf, trained = train_classifier(train_eps, CAMERAS, epochs=3 if args.quick else 20, progress=not args.quick,
-                                    resize=[64, 64], channels=16, gate_quantile=args.gate_quantile)  # fmt: skip
+    clf, trained = train_classifier(
+        train_eps,
+        CAMERAS,
+        epochs=3 if args.quick else 20,
+        progress=not args.quick,
+        resize=[64, 64],
+        channels=16,
+        gate_quantile=args.gate_quantile,
+    )
     clf.instructions = (instruction,)
     clf.save(model_dir)
-    quality = {**{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
-               **{k: trained.get(k) for k in ("gate", "gate_quantile", "bank_frames")},
-               "train_s": round(time.monotonic() - t, 1)}  # fmt: skip
+    quality = {
+        **{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
+        **{k: trained.get(k) for k in ("gate", "gate_quantile", "bank_frames")},
+        "train_s": round(time.monotonic() - t, 1),
+    }
     return quality, latency(clf, frames, samples)
 
 
@@ -231,10 +274,16 @@ def progress(args, train_eps, test_eps, instruction, model_dir: Path) -> tuple[d
     from robo_rl.rewards.progress import evaluate_progress, train_progress_critic
 
     t = time.monotonic()
-    critic = train_progress_critic(train_eps, CAMERAS, [instruction] * len(train_eps),
-                                   other_instructions=("open the drawer", "push the cube off the table"),
-                                   steps=60 if args.quick else 3000, batch_size=32, progress=not args.quick,
-                                   size=48)  # fmt: skip
+    critic = train_progress_critic(
+        train_eps,
+        CAMERAS,
+        [instruction] * len(train_eps),
+        other_instructions=("open the drawer", "push the cube off the table"),
+        steps=60 if args.quick else 3000,
+        batch_size=32,
+        progress=not args.quick,
+        size=48,
+    )
     critic_dir = critic.save(model_dir)
     quality = evaluate_progress(critic, test_eps, [instruction] * len(test_eps), "open the drawer")
     return {**quality, "train_s": round(time.monotonic() - t, 1)}, critic, critic_dir
@@ -243,18 +292,24 @@ def progress(args, train_eps, test_eps, instruction, model_dir: Path) -> tuple[d
 def report(result: dict) -> None:
     lat, j = result["latency"], result["jitter"]
     if c := result.get("classifier"):
-        print(f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
-              f"(threshold {c['threshold']:.2f}, novelty gate {c['gate'] and round(c['gate'], 1)}), trained in "
-              f"{c['train_s']} s; one frame "
-              f"{lat['classifier_local']['ms_p50']} ms (p50)")  # fmt: skip
+        print(
+            f"classifier: held-out AUROC {c['auroc']:.3f}, episode false-success rate {c['episode_fpr']:.3f} "
+            f"(threshold {c['threshold']:.2f}, novelty gate {c['gate'] and round(c['gate'], 1)}), trained in "
+            f"{c['train_s']} s; one frame "
+            f"{lat['classifier_local']['ms_p50']} ms (p50)"
+        )
     if p := result.get("progress"):
-        print(f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
-              f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
-              f"{p['stalled_abs_delta']:.3f}, done head AUROC {p['done_auroc']:.3f} (TPR / FPR at 0.5: "
-              f"{p['done_tpr_at_0.5']:.2f} / {p['done_fpr_at_0.5']:.3f}), trained in {p['train_s']} s; one frame "
-              f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote (p50)")
-        print(f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
-              f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor")  # fmt: skip
+        print(
+            f"progress critic: VOC {p['voc']:.3f}, reversed {p['voc_reversed']:.3f}, final progress right "
+            f"{p['final_progress_right']:.2f} vs wrong instruction {p['final_progress_wrong']:.2f}, stalled |Δ| "
+            f"{p['stalled_abs_delta']:.3f}, done head AUROC {p['done_auroc']:.3f} (TPR / FPR at 0.5: "
+            f"{p['done_tpr_at_0.5']:.2f} / {p['done_fpr_at_0.5']:.3f}), trained in {p['train_s']} s; one frame "
+            f"{lat['progress_local']['ms_p50']} ms locally, {lat['progress_remote']['ms_p50']} ms remote (p50)"
+        )
+        print(
+            f"10 Hz loop jitter p99: {j['without']['jitter_ms_p99']} ms without, "
+            f"{j['with_progress_critic']['jitter_ms_p99']} ms with the critic on the actor"
+        )
     result["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, default=float))
 

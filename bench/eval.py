@@ -66,21 +66,46 @@ def suite_throughput(checkpoint: Path, suite: str, episodes: int, workers: int) 
     from robo_rl.eval.suite import evaluate_on_suite
 
     start = time.perf_counter()
-    report, _ = evaluate_on_suite([f"checkpoint={checkpoint}", f"suite={suite}", f"eval.workers={workers}",
-                                   f"eval.episodes={episodes}", "eval.video=false", "logger.progress=false"],
-                                  say=lambda *_: None)  # fmt: skip
+    report, _ = evaluate_on_suite(
+        [
+            f"checkpoint={checkpoint}",
+            f"suite={suite}",
+            f"eval.workers={workers}",
+            f"eval.episodes={episodes}",
+            "eval.video=false",
+            "logger.progress=false",
+        ],
+        say=lambda *_: None,
+    )
     seconds = time.perf_counter() - start
     n = sum(c["n"] for c in report["conditions"])
-    return {"workers": workers, "episodes": n, "seconds": round(seconds, 2), "episodes_per_s": round(n / seconds, 3),
-            "successes": [c["successes"] for c in report["conditions"]]}  # fmt: skip
+    return {
+        "workers": workers,
+        "episodes": n,
+        "seconds": round(seconds, 2),
+        "episodes_per_s": round(n / seconds, 3),
+        "successes": [c["successes"] for c in report["conditions"]],
+    }
 
 
 def launcher_throughput(layout: str, actors: int | None, steps: int, out: Path) -> dict:
     """Env steps per second the learner received from `robo-rl launch <layout>` (wall time between the first and
     last metrics line that count env steps)."""
-    args = [sys.executable, "-m", "robo_rl.cli", "launch", layout, "env=point_reach", "experiment=rlpd",
-            f"train.total_env_steps={steps}", "train.learning_starts=200", "demos.num_episodes=5",
-            "actor.throttle_to_learner=false", "logger.progress=false", f"outputs_dir={out}"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "robo_rl.cli",
+        "launch",
+        layout,
+        "env=point_reach",
+        "experiment=rlpd",
+        f"train.total_env_steps={steps}",
+        "train.learning_starts=200",
+        "demos.num_episodes=5",
+        "actor.throttle_to_learner=false",
+        "logger.progress=false",
+        f"outputs_dir={out}",
+    ]
     if actors is not None:
         args.append(f"launch.actors={actors}")
     start = time.perf_counter()
@@ -94,8 +119,13 @@ def launcher_throughput(layout: str, actors: int | None, steps: int, out: Path) 
     # say when each step arrived, between the learner's periodic lines
     span = counted[-1]["time"] - counted[0]["time"]
     received = counted[-1]["env_steps"] - counted[0]["env_steps"]
-    return {"layout": layout, "actors": actors or 1, "env_steps": counted[-1]["env_steps"], "wall_s": round(wall, 1),
-            "env_steps_per_s": round(received / span, 1) if span > 0 else None}  # fmt: skip
+    return {
+        "layout": layout,
+        "actors": actors or 1,
+        "env_steps": counted[-1]["env_steps"],
+        "wall_s": round(wall, 1),
+        "env_steps_per_s": round(received / span, 1) if span > 0 else None,
+    }
 
 
 def main() -> None:
@@ -113,8 +143,10 @@ def main() -> None:
         if args.compare:
             from robo_rl.eval.suite import cmd_eval_compare
 
-            cmd_eval_compare("compare", [*map(str, args.compare), "suite=pick_robustness", f"out={root}",
-                                         "eval.workers=2", "eval.video=false"])  # fmt: skip
+            cmd_eval_compare(
+                "compare",
+                [*map(str, args.compare), "suite=pick_robustness", f"out={root}", "eval.workers=2", "eval.video=false"],
+            )
             result["compare"] = json.loads(next(root.glob("compare_*.json")).read_text())
             print(next(root.glob("compare_*.md")).read_text())
         else:
@@ -124,19 +156,31 @@ def main() -> None:
             one = suite_throughput(checkpoint, suite, episodes, 1)
             two = suite_throughput(checkpoint, suite, episodes, 2)
             assert one["successes"] == two["successes"], "two workers must give the same episodes as one"
-            result["suite"] = {"one_worker": one, "two_workers": two,
-                               "ratio": round(two["episodes_per_s"] / one["episodes_per_s"], 2)}  # fmt: skip
-            print(f"suite {Path(suite).stem}: {one['episodes_per_s']} episodes/s with 1 worker, "
-                  f"{two['episodes_per_s']} with 2 (x{result['suite']['ratio']})", flush=True)
+            result["suite"] = {
+                "one_worker": one,
+                "two_workers": two,
+                "ratio": round(two["episodes_per_s"] / one["episodes_per_s"], 2),
+            }
+            print(
+                f"suite {Path(suite).stem}: {one['episodes_per_s']} episodes/s with 1 worker, "
+                f"{two['episodes_per_s']} with 2 (x{result['suite']['ratio']})",
+                flush=True,
+            )
             if not args.quick or args.launch:
                 actors = 2 if args.quick else args.actors
                 steps = 1500 if args.quick else 30000
                 base = launcher_throughput("sim_one", None, steps, root / "one")
                 many = launcher_throughput("sim_four", actors, steps, root / "many")
-                result["launch"] = {"one_actor": base, "many_actors": many,
-                                    "ratio": round(many["env_steps_per_s"] / base["env_steps_per_s"], 2)}
-                print(f"launch: {base['env_steps_per_s']} env steps/s from 1 actor, {many['env_steps_per_s']} from "
-                      f"{actors} (x{result['launch']['ratio']})", flush=True)  # fmt: skip
+                result["launch"] = {
+                    "one_actor": base,
+                    "many_actors": many,
+                    "ratio": round(many["env_steps_per_s"] / base["env_steps_per_s"], 2),
+                }
+                print(
+                    f"launch: {base['env_steps_per_s']} env steps/s from 1 actor, {many['env_steps_per_s']} from "
+                    f"{actors} (x{result['launch']['ratio']})",
+                    flush=True,
+                )
     out = ROOT / "bench" / "results" / f"eval{'_quick' if args.quick else ''}{'_compare' if args.compare else ''}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -37,9 +37,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robo_rl.data.datasets import PARTITIONS  # noqa: E402
 from robo_rl.data.datasets.io import load_episodes  # noqa: E402
 from robo_rl.data.datasets.lerobot_v3 import (  # noqa: E402
-    ACTION, ACTION_BASE, ACTION_POLICY, DEFAULT_TASK, DONE, ENDED, IMAGES, INTERVENTION, PARTITION, REWARD, STATE,
-    SUCCESS, TERMINATED, TRUNCATED, _features, export_lerobot,
-)  # fmt: skip
+    ACTION,
+    ACTION_BASE,
+    ACTION_POLICY,
+    DEFAULT_TASK,
+    DONE,
+    ENDED,
+    IMAGES,
+    INTERVENTION,
+    PARTITION,
+    REWARD,
+    STATE,
+    SUCCESS,
+    TERMINATED,
+    TRUNCATED,
+    _features,
+    export_lerobot,
+)
 from robo_rl.data.learner_replay import online_store_root  # noqa: E402
 from robo_rl.data.schema import ENDED_BY_CODES, step_fields  # noqa: E402
 from robo_rl.data.storage import SegmentStore  # noqa: E402
@@ -116,8 +130,9 @@ def _frames_before(ep, task: str):
         yield frame
 
 
-def export_before(episodes, root: Path, repo_id: str = "local/robo_rl", fps: float = 10.0, task: str = "",
-                  progress: bool = False) -> Path:  # fmt: skip
+def export_before(
+    episodes, root: Path, repo_id: str = "local/robo_rl", fps: float = 10.0, task: str = "", progress: bool = False
+) -> Path:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     ds = None
@@ -126,8 +141,9 @@ def export_before(episodes, root: Path, repo_id: str = "local/robo_rl", fps: flo
             if len(ep) < 1:
                 continue
             if ds is None:
-                ds = LeRobotDataset.create(repo_id, fps=int(fps), root=root, features=_features(ep.records),
-                                           use_videos=True)  # fmt: skip
+                ds = LeRobotDataset.create(
+                    repo_id, fps=int(fps), root=root, features=_features(ep.records), use_videos=True
+                )
             for frame in _frames_before(ep, task or DEFAULT_TASK):
                 ds.add_frame(frame)
             ds.save_episode(parallel_encoding=False)
@@ -142,8 +158,9 @@ def lerobot_record(frames_per_episode: list[list[dict]], features: dict, root: P
     """What lerobot's record script does with each episode: `add_frame` per frame, `save_episode` at its end."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    ds = LeRobotDataset.create("local/record", fps=FPS, root=root, features=features, use_videos=True,
-                               video_backend="pyav")  # fmt: skip
+    ds = LeRobotDataset.create(
+        "local/record", fps=FPS, root=root, features=features, use_videos=True, video_backend="pyav"
+    )
     for frames in frames_per_episode:
         for frame in frames:
             ds.add_frame(dict(frame))  # add_frame pops "task" from the dict it is given
@@ -204,13 +221,27 @@ def main() -> None:
     print(f"state-only run: {num_episodes} episodes, {steps} transitions; reading the store {load_s:.2f} s")
     for name, rate in eps.items():
         print(f"  {name:<8} {rate:9.1f} episodes/s")
-    ratios = {"after_over_before": eps["after"] / eps["before"], "after_over_lerobot": eps["after"] / eps["lerobot"],
-              "lerobot_over_before": eps["lerobot"] / eps["before"]}  # fmt: skip
+    ratios = {
+        "after_over_before": eps["after"] / eps["before"],
+        "after_over_lerobot": eps["after"] / eps["lerobot"],
+        "lerobot_over_before": eps["lerobot"] / eps["before"],
+    }
     print("  " + ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()))
-    print(json.dumps({"bench": "export", "quick": args.quick, "episodes": num_episodes, "transitions": steps,
-                      "episodes_per_s": {k: round(v, 2) for k, v in eps.items()},
-                      "ratios": {k: round(v, 2) for k, v in ratios.items()}, "store_read_s": round(load_s, 3),
-                      "load": os.getloadavg()[0], "cpus": os.cpu_count()}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "export",
+                "quick": args.quick,
+                "episodes": num_episodes,
+                "transitions": steps,
+                "episodes_per_s": {k: round(v, 2) for k, v in eps.items()},
+                "ratios": {k: round(v, 2) for k, v in ratios.items()},
+                "store_read_s": round(load_s, 3),
+                "load": os.getloadavg()[0],
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

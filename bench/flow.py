@@ -82,8 +82,9 @@ def latency(bases: dict, observations: list[dict], calls: int, env=None, block: 
     for suffix in ("", "_torch"):
         if "teacher" + suffix in out:
             for q in ("p50", "p99"):
-                out[f"speedup{suffix}_{q}"] = round(out["teacher" + suffix][f"{q}_ms"] /
-                                                    out["student" + suffix][f"{q}_ms"], 2)  # fmt: skip
+                out[f"speedup{suffix}_{q}"] = round(
+                    out["teacher" + suffix][f"{q}_ms"] / out["student" + suffix][f"{q}_ms"], 2
+                )
     for name in bases:  # each base with a `<name>_torch` twin: how much faster numpy's path is
         if name + "_torch" in out:
             for q in ("p50", "p99"):
@@ -97,24 +98,40 @@ def one_kind(kind: str, quick: bool, work: Path, device: str = "cpu") -> dict:
 
     from policies.bc import read_bc_checkpoint
     from policies.flow import GenerativeBase, load_generative_base
-    from robo_rl.offline.bc import train_bc
     from robo_rl.config import load_config, make_env
+    from robo_rl.offline.bc import train_bc
     from robo_rl.offline.distill import distill
 
     # quick: the teacher gets epochs alone, no floor of gradient steps
     short = ["bc.flow_updates=0", "bc.diffusion_updates=0"] if quick else []
-    overrides = ["experiment=rlpd", f"policy={kind}", "demos.num_episodes=30", "logger.progress=false",
-                 f"cache_dir={ROOT / '.cache' / 'robo_rl'}", f"outputs_dir={work}", "torch_threads=1",
-                 f"bc.eval_episodes={20 if quick else 50}", f"bc.epochs={150 if quick else 300}",
-                 "bc.patience=1000", f"device={device}", *short]  # fmt: skip
+    overrides = [
+        "experiment=rlpd",
+        f"policy={kind}",
+        "demos.num_episodes=30",
+        "logger.progress=false",
+        f"cache_dir={ROOT / '.cache' / 'robo_rl'}",
+        f"outputs_dir={work}",
+        "torch_threads=1",
+        f"bc.eval_episodes={20 if quick else 50}",
+        f"bc.epochs={150 if quick else 300}",
+        "bc.patience=1000",
+        f"device={device}",
+        *short,
+    ]
     cfg = load_config(overrides)
     start = time.perf_counter()
     bc = train_bc(cfg, work / kind, progress=False)
     bc_s = time.perf_counter() - start
     iterations = ["distill.iterations=400"] if quick else []  # full: robo-rl distill's own (10,000); CPU only
-    dcfg = load_config([*overrides, f"checkpoint={bc['checkpoint']}", *iterations,
-                        f"distill.rollout_episodes={0 if quick else 30}",
-                        f"distill.eval_episodes={20 if quick else 50}"])  # fmt: skip
+    dcfg = load_config(
+        [
+            *overrides,
+            f"checkpoint={bc['checkpoint']}",
+            *iterations,
+            f"distill.rollout_episodes={0 if quick else 30}",
+            f"distill.eval_episodes={20 if quick else 50}",
+        ]
+    )
     start = time.perf_counter()
     report = distill(dcfg, work / f"{kind}_distill", progress=False)
     distill_s = time.perf_counter() - start
@@ -144,13 +161,23 @@ def one_kind(kind: str, quick: bool, work: Path, device: str = "cpu") -> dict:
     finally:
         env.close()
     t, s = report["teacher"], report["student"]
-    return {"kind": kind, "device": device, "teacher_steps": teacher.model.steps,
-            "bc_success": bc["eval"]["success_rate"],
-            "teacher_success": t["success_rate"], "student_success": s["success_rate"],
-            "teacher_success_ci95": t["success_ci95"], "student_success_ci95": s["success_ci95"],
-            "success_points": round(100 * (s["success_rate"] - t["success_rate"]), 1), "eval_episodes": t["episodes"],
-            "latency": lat, "latency_in_actor_loop": in_loop, "distill_final_loss": report["train"]["final_loss"],
-            "bc_s": round(bc_s, 1), "distill_s": round(distill_s, 1)}  # fmt: skip
+    return {
+        "kind": kind,
+        "device": device,
+        "teacher_steps": teacher.model.steps,
+        "bc_success": bc["eval"]["success_rate"],
+        "teacher_success": t["success_rate"],
+        "student_success": s["success_rate"],
+        "teacher_success_ci95": t["success_ci95"],
+        "student_success_ci95": s["success_ci95"],
+        "success_points": round(100 * (s["success_rate"] - t["success_rate"]), 1),
+        "eval_episodes": t["episodes"],
+        "latency": lat,
+        "latency_in_actor_loop": in_loop,
+        "distill_final_loss": report["train"]["final_loss"],
+        "bc_s": round(bc_s, 1),
+        "distill_s": round(distill_s, 1),
+    }
 
 
 HOPPER_HIDDEN = [512, 512, 512]  # ReinFlow's and DPPO's Hopper networks
@@ -185,9 +212,9 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
     import torch
 
     from robo_rl.algos.ppo import build_ppo
-    from robo_rl.policy_io import batch_to_torch, policy_step
     from robo_rl.data.rollout import Rollout
     from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
+    from robo_rl.policy_io import batch_to_torch, policy_step
 
     space, adim = env.observation_space, env.action_space.shape[0]
     learner_policy = copy.deepcopy(policy).to(device)
@@ -216,8 +243,13 @@ def ppo_iteration(policy, env, rollout_steps: int, seed: int, device: str = "cpu
     metrics = algo.update([batch_to_torch(rollout.take(algo.batch_spec.extras), torch.device(device))])
     sync(device)
     end = time.perf_counter()
-    return {"iteration_s": end - start, "act_s": acted - start, "update_s": end - acted,
-            "decisions": metrics["decisions"], "env_steps": metrics["rollout_env_steps"]}  # fmt: skip
+    return {
+        "iteration_s": end - start,
+        "act_s": acted - start,
+        "update_s": end - acted,
+        "decisions": metrics["decisions"],
+        "env_steps": metrics["rollout_env_steps"],
+    }
 
 
 def ppo_timing(flow_ckpt: str, diffusion_ckpt: str | None, quick: bool, device: str = "cpu") -> dict:
@@ -241,15 +273,18 @@ def ppo_timing(flow_ckpt: str, diffusion_ckpt: str | None, quick: bool, device: 
             generator = ChunkGenerator(**{**config, "kind": "diffusion", "steps": 20})
             return ChainPolicy(space, adim, None, "dppo", generator=generator, **kw)
 
-        return {"reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
-                "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
-                "dppo_k20_ft10": dppo}  # fmt: skip
+        return {
+            "reinflow_k4": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=4),
+            "reinflow_k1": lambda: ChainPolicy(space, adim, flow_ckpt, "reinflow", steps=1),
+            "dppo_k20_ft10": dppo,
+        }
 
     return alternate_iterations(["experiment=rlpd"], variants, quick, device)
 
 
-def ppo_timing_free_sim(quick: bool, device: str = "cpu", hidden: list[int] = HOPPER_HIDDEN,
-                        act_device: str = "cpu") -> dict:  # fmt: skip
+def ppo_timing_free_sim(
+    quick: bool, device: str = "cpu", hidden: list[int] = HOPPER_HIDDEN, act_device: str = "cpu"
+) -> dict:
     """The same three on a simulator that costs next to nothing (env=point_reach: 0.03 ms a step against pick's
     0.75 ms), with the networks of ReinFlow's and DPPO's Hopper recipes (3 × 512; random weights: a timing needs no
     training): the ratio where the policy, not the simulator, takes the time. `hidden`: another network (EXPERT_HIDDEN,
@@ -262,16 +297,25 @@ def ppo_timing_free_sim(quick: bool, device: str = "cpu", hidden: list[int] = HO
     def variants(space, adim):
         def generator(kind: str, steps: int) -> ChunkGenerator:
             torch.manual_seed(0)
-            return ChunkGenerator(space["state"].shape[0], adim, chunk_size=4, kind=kind, steps=steps,
-                                  hidden=list(hidden))  # fmt: skip
+            return ChunkGenerator(
+                space["state"].shape[0], adim, chunk_size=4, kind=kind, steps=steps, hidden=list(hidden)
+            )
 
-        return {"reinflow_k4": lambda: ChainPolicy(space, adim, None, "reinflow", steps=4,
-                                                   generator=generator("flow", 4)),
-                "reinflow_k1": lambda: ChainPolicy(space, adim, None, "reinflow", steps=1,
-                                                   generator=generator("flow", 1)),
-                "dppo_k20_ft10": lambda: ChainPolicy(space, adim, None, "dppo", steps=20, stochastic_steps=10,
-                                                     sigma_min=0.1, sigma_max=0.1,
-                                                     generator=generator("diffusion", 20))}  # fmt: skip
+        return {
+            "reinflow_k4": lambda: ChainPolicy(space, adim, None, "reinflow", steps=4, generator=generator("flow", 4)),
+            "reinflow_k1": lambda: ChainPolicy(space, adim, None, "reinflow", steps=1, generator=generator("flow", 1)),
+            "dppo_k20_ft10": lambda: ChainPolicy(
+                space,
+                adim,
+                None,
+                "dppo",
+                steps=20,
+                stochastic_steps=10,
+                sigma_min=0.1,
+                sigma_max=0.1,
+                generator=generator("diffusion", 20),
+            ),
+        }
 
     out = alternate_iterations(["experiment=rlpd", "env=point_reach"], variants, quick, device, act_device)
     return {"hidden": list(hidden), "act_device": act_device, **out}
@@ -343,11 +387,19 @@ def alternate_iterations(overrides: list[str], variants, quick: bool, device: st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--expert", action="store_true", help="only the figures at SmolVLA's action-expert size "
-                        "(EXPERT_HIDDEN, random weights; acting and updates on --device): PPO iteration ReinFlow "
-                        "against DPPO-style on point_reach, K-step against one-step latency; --quick: a small network")
-    parser.add_argument("--device", default="cpu", help="where BC trains, the policies' latency is timed and PPO "
-                        "updates: cpu (default), cuda, auto; acting and distillation stay on the CPU")
+    parser.add_argument(
+        "--expert",
+        action="store_true",
+        help="only the figures at SmolVLA's action-expert size "
+        "(EXPERT_HIDDEN, random weights; acting and updates on --device): PPO iteration ReinFlow "
+        "against DPPO-style on point_reach, K-step against one-step latency; --quick: a small network",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where BC trains, the policies' latency is timed and PPO "
+        "updates: cpu (default), cuda, auto; acting and distillation stay on the CPU",
+    )
     args = parser.parse_args()
     import torch
 
@@ -367,32 +419,48 @@ def main() -> None:
     load = os.getloadavg()[0]
     for r in results:
         lat = r["latency"]
-        print(f"{r['kind']:>9} K={r['teacher_steps']}: teacher p50 {lat['teacher']['p50_ms']:.3f} ms p99 "
-              f"{lat['teacher']['p99_ms']:.3f} | one step p50 {lat['student']['p50_ms']:.3f} ms p99 "
-              f"{lat['student']['p99_ms']:.3f} | {lat['speedup_p50']:.1f}x (p50), {lat['speedup_p99']:.1f}x (p99) | "
-              f"success {r['teacher_success']:.2f} -> {r['student_success']:.2f} ({r['success_points']:+.0f} points, "
-              f"{r['eval_episodes']} episodes)")  # fmt: skip
+        print(
+            f"{r['kind']:>9} K={r['teacher_steps']}: teacher p50 {lat['teacher']['p50_ms']:.3f} ms p99 "
+            f"{lat['teacher']['p99_ms']:.3f} | one step p50 {lat['student']['p50_ms']:.3f} ms p99 "
+            f"{lat['student']['p99_ms']:.3f} | {lat['speedup_p50']:.1f}x (p50), {lat['speedup_p99']:.1f}x (p99) | "
+            f"success {r['teacher_success']:.2f} -> {r['student_success']:.2f} ({r['success_points']:+.0f} points, "
+            f"{r['eval_episodes']} episodes)"
+        )
         if r["latency_in_actor_loop"]:
             loop = r["latency_in_actor_loop"]
-            print(f"{'':>9} in the actor's loop (an env step between calls): teacher p50 "
-                  f"{loop['teacher']['p50_ms']:.3f}"
-                  f" ms | one step p50 {loop['student']['p50_ms']:.3f} ms | {loop['speedup_p50']:.1f}x (p50), "
-                  f"{loop['speedup_p99']:.1f}x (p99)")  # fmt: skip
+            print(
+                f"{'':>9} in the actor's loop (an env step between calls): teacher p50 "
+                f"{loop['teacher']['p50_ms']:.3f}"
+                f" ms | one step p50 {loop['student']['p50_ms']:.3f} ms | {loop['speedup_p50']:.1f}x (p50), "
+                f"{loop['speedup_p99']:.1f}x (p99)"
+            )
         for name, lat in (("back to back", r["latency"]), ("in the loop", r["latency_in_actor_loop"])):
             if lat and "teacher_torch" in lat:
-                print(f"{'':>9} torch's sampler {name}: teacher p50 {lat['teacher_torch']['p50_ms']:.3f} ms, one "
-                      f"step {lat['student_torch']['p50_ms']:.3f} ms ({lat['speedup_torch_p50']:.1f}x); numpy's is "
-                      f"{lat['teacher_numpy_over_torch_p50']:.1f}x / {lat['student_numpy_over_torch_p50']:.1f}x "
-                      "faster")  # fmt: skip
+                print(
+                    f"{'':>9} torch's sampler {name}: teacher p50 {lat['teacher_torch']['p50_ms']:.3f} ms, one "
+                    f"step {lat['student_torch']['p50_ms']:.3f} ms ({lat['speedup_torch_p50']:.1f}x); numpy's is "
+                    f"{lat['teacher_numpy_over_torch_p50']:.1f}x / {lat['student_numpy_over_torch_p50']:.1f}x "
+                    "faster"
+                )
     for name, p in (("pick", ppo), ("free simulator, 3x512", free)):
-        print(f"PPO iteration, {name} ({p['rollout_env_steps']} env steps + update): ReinFlow K=4 "
-              f"{p['reinflow_k4']['iteration_s']:.2f} s, K=1 {p['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
-              f"{p['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
-              f"{p['dppo_over_reinflow_k1']:.1f}x (K=1)")  # fmt: skip
+        print(
+            f"PPO iteration, {name} ({p['rollout_env_steps']} env steps + update): ReinFlow K=4 "
+            f"{p['reinflow_k4']['iteration_s']:.2f} s, K=1 {p['reinflow_k1']['iteration_s']:.2f} s, DPPO K=20/10 "
+            f"{p['dppo_k20_ft10']['iteration_s']:.2f} s: DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
+            f"{p['dppo_over_reinflow_k1']:.1f}x (K=1)"
+        )
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    result = {"bench": "flow", "quick": args.quick, "device": device, "gpu": gpu, "load_avg_1m": round(load, 2),
-              "wall_s": round(time.perf_counter() - start, 1), "results": results, "ppo": ppo,
-              "ppo_free_sim": free}  # fmt: skip
+    result = {
+        "bench": "flow",
+        "quick": args.quick,
+        "device": device,
+        "gpu": gpu,
+        "load_avg_1m": round(load, 2),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "results": results,
+        "ppo": ppo,
+        "ppo_free_sim": free,
+    }
     suffix = ("_quick" if args.quick else "") + ("_cuda" if gpu else "")
     out = ROOT / "bench" / "results" / f"flow{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -407,24 +475,35 @@ def expert_main(quick: bool, device: str, start: float) -> None:
 
     hidden = [256, 256] if quick else EXPERT_HIDDEN
     torch.set_num_threads(1)
-    results = {"expert": ppo_timing_free_sim(quick, device, hidden, act_device=device),
-               "hopper": ppo_timing_free_sim(quick, device, HOPPER_HIDDEN, act_device=device),
-               "latency_expert": expert_latency(device, hidden, 100 if quick else 400),
-               "latency_hopper": expert_latency(device, HOPPER_HIDDEN, 100 if quick else 400)}  # fmt: skip
+    results = {
+        "expert": ppo_timing_free_sim(quick, device, hidden, act_device=device),
+        "hopper": ppo_timing_free_sim(quick, device, HOPPER_HIDDEN, act_device=device),
+        "latency_expert": expert_latency(device, hidden, 100 if quick else 400),
+        "latency_hopper": expert_latency(device, HOPPER_HIDDEN, 100 if quick else 400),
+    }
     for name in ("expert", "hopper"):
         p, lat = results[name], results[f"latency_{name}"]
-        print(f"{name} ({lat['params'] / 1e6:.1f}M parameters, on {device}): PPO iteration on point_reach "
-              f"({p['rollout_env_steps']} env steps + update): ReinFlow K=4 {p['reinflow_k4']['iteration_s']:.2f} s "
-              f"(update {p['reinflow_k4']['update_s']:.2f}), K=1 {p['reinflow_k1']['iteration_s']:.2f} s (update "
-              f"{p['reinflow_k1']['update_s']:.2f}), DPPO K=20/10 {p['dppo_k20_ft10']['iteration_s']:.2f} s (update "
-              f"{p['dppo_k20_ft10']['update_s']:.2f}): DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
-              f"{p['dppo_over_reinflow_k1']:.1f}x (K=1) | chunk K=10 p50 {lat['teacher']['p50_ms']:.3f} ms p99 "
-              f"{lat['teacher']['p99_ms']:.3f}, one step p50 {lat['student']['p50_ms']:.3f} p99 "
-              f"{lat['student']['p99_ms']:.3f}: {lat['speedup_p50']:.1f}x / {lat['speedup_p99']:.1f}x")  # fmt: skip
+        print(
+            f"{name} ({lat['params'] / 1e6:.1f}M parameters, on {device}): PPO iteration on point_reach "
+            f"({p['rollout_env_steps']} env steps + update): ReinFlow K=4 {p['reinflow_k4']['iteration_s']:.2f} s "
+            f"(update {p['reinflow_k4']['update_s']:.2f}), K=1 {p['reinflow_k1']['iteration_s']:.2f} s (update "
+            f"{p['reinflow_k1']['update_s']:.2f}), DPPO K=20/10 {p['dppo_k20_ft10']['iteration_s']:.2f} s (update "
+            f"{p['dppo_k20_ft10']['update_s']:.2f}): DPPO takes {p['dppo_over_reinflow_k4']:.1f}x (K=4), "
+            f"{p['dppo_over_reinflow_k1']:.1f}x (K=1) | chunk K=10 p50 {lat['teacher']['p50_ms']:.3f} ms p99 "
+            f"{lat['teacher']['p99_ms']:.3f}, one step p50 {lat['student']['p50_ms']:.3f} p99 "
+            f"{lat['student']['p99_ms']:.3f}: {lat['speedup_p50']:.1f}x / {lat['speedup_p99']:.1f}x"
+        )
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    result = {"bench": "flow_expert", "quick": quick, "device": device, "gpu": gpu,
-              "torch": torch.__version__, "load_avg_1m": round(os.getloadavg()[0], 2),
-              "wall_s": round(time.perf_counter() - start, 1), **results}  # fmt: skip
+    result = {
+        "bench": "flow_expert",
+        "quick": quick,
+        "device": device,
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "wall_s": round(time.perf_counter() - start, 1),
+        **results,
+    }
     suffix = ("_quick" if quick else "") + ("_cuda" if gpu else "")
     out = Path(os.environ.get("OUT") or ROOT / "bench" / "results") / f"flow_expert{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

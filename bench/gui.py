@@ -60,8 +60,9 @@ class Loop:
 
         self.env, self.web = attach_web_device(PointReachEnv(camera=True, max_episode_steps=10**6))
         self.human = self.env
-        self.bridge = (GuiBridge(actor_id, "127.0.0.1", zmq_port, self.web, self.human, deadman="continue")
-                       if zmq_port else None)  # fmt: skip
+        self.bridge = (
+            GuiBridge(actor_id, "127.0.0.1", zmq_port, self.web, self.human, deadman="continue") if zmq_port else None
+        )
         self.rng = np.random.default_rng(0)
         self.starts: list[float] = []
         self.human_steps: list[tuple[float, bool]] = []  # (wall time, executed under the web device)
@@ -78,9 +79,15 @@ class Loop:
             self.human_steps.append((time.time(), bool(info.get("intervention"))))
             step += 1
             if self.bridge is not None:
-                meta = {"mode": "HUMAN" if info.get("intervention") else "POLICY", "policy_version": 0, "episode": 0,
-                        "step": step, "reward": float(reward), "return": 0.0,
-                        "controller": info.get("intervention_device")}  # fmt: skip
+                meta = {
+                    "mode": "HUMAN" if info.get("intervention") else "POLICY",
+                    "policy_version": 0,
+                    "episode": 0,
+                    "step": step,
+                    "reward": float(reward),
+                    "return": 0.0,
+                    "controller": info.get("intervention_device"),
+                }
                 frames = None
                 if self.bridge.wants_frame():
                     frames = {n: self.rng.integers(0, 255, (64, 64, 3), np.uint8) for n in ("front", "wrist")}
@@ -106,8 +113,15 @@ def _pct(values, q) -> float:
 def start_gui(http_port: int, zmq_port: int) -> subprocess.Popen:
     import urllib.request
 
-    cmd = [sys.executable, "-m", "robo_rl.cli", "gui", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}",
-           "gui.deadman=continue"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_rl.cli",
+        "gui",
+        f"gui.port={http_port}",
+        f"gui.zmq_port={zmq_port}",
+        "gui.deadman=continue",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -148,8 +162,9 @@ def button_latency(page, loop: Loop, clicks: int) -> list[float]:
         for i in range(clicks):
             want = i % 2 == 0  # take over, then hand back
             time.sleep(0.3 + 0.2 * np.random.default_rng(i).random())  # a random phase against the loop
-            clicked = page.evaluate(f"() => {{ const t = Date.now() / 1000; "
-                                    f"document.querySelector('{sel}').click(); return t; }}")  # fmt: skip
+            clicked = page.evaluate(
+                f"() => {{ const t = Date.now() / 1000; document.querySelector('{sel}').click(); return t; }}"
+            )
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 done = [t for t, human in list(loop.human_steps) if t >= clicked and human == want]
@@ -191,21 +206,30 @@ def main() -> None:
                 ages = frame_ages(page, [loop], seconds)
                 jitter[name] = loop.jitter_ms()
                 if port:
-                    result["frames_1_actor"] = {"frames": len(ages), "age_ms_p50": _pct(ages, 50),
-                                                "age_ms_p99": _pct(ages, 99)}  # fmt: skip
+                    result["frames_1_actor"] = {
+                        "frames": len(ages),
+                        "age_ms_p50": _pct(ages, 50),
+                        "age_ms_p99": _pct(ages, 99),
+                    }
                     result["bridge_tick_us"] = {"p50": _pct(loop.tick_us, 50), "p99": _pct(loop.tick_us, 99)}
                 loop.close()
             noise = abs(_pct(jitter["without"], 99) - _pct(jitter["without_again"], 99))
             change = _pct(jitter["with"], 99) - max(_pct(jitter["without"], 99), _pct(jitter["without_again"], 99))
-            result["jitter"] = {**{f"{k}_ms_p50": _pct(v, 50) for k, v in jitter.items()},
-                                **{f"{k}_ms_p99": _pct(v, 99) for k, v in jitter.items()},
-                                "noise_ms_p99": round(noise, 2), "change_ms_p99": round(change, 2),
-                                "within_noise": bool(change <= max(noise, 1.0))}  # fmt: skip
+            result["jitter"] = {
+                **{f"{k}_ms_p50": _pct(v, 50) for k, v in jitter.items()},
+                **{f"{k}_ms_p99": _pct(v, 99) for k, v in jitter.items()},
+                "noise_ms_p99": round(noise, 2),
+                "change_ms_p99": round(change, 2),
+                "within_noise": bool(change <= max(noise, 1.0)),
+            }
 
             loops = [Loop(f"bench-{i}", zmq_port) for i in range(4)]
             ages = frame_ages(page, loops, seconds)
-            result["frames_4_actors"] = {"frames": len(ages), "age_ms_p50": _pct(ages, 50),
-                                         "age_ms_p99": _pct(ages, 99)}  # fmt: skip
+            result["frames_4_actors"] = {
+                "frames": len(ages),
+                "age_ms_p50": _pct(ages, 50),
+                "age_ms_p99": _pct(ages, 99),
+            }
             for lp in loops:
                 lp.close()
 
@@ -213,20 +237,31 @@ def main() -> None:
             lat = button_latency(page, loop, clicks)
             loop.close()
             bound = 1e3 / HZ + 30.0
-            result["button"] = {"clicks": len(lat), "latency_ms_p50": _pct(lat, 50), "latency_ms_p99": _pct(lat, 99),
-                                "bound_ms": bound, "met": bool(_pct(lat, 99) <= bound)}  # fmt: skip
+            result["button"] = {
+                "clicks": len(lat),
+                "latency_ms_p50": _pct(lat, 50),
+                "latency_ms_p99": _pct(lat, 99),
+                "bound_ms": bound,
+                "met": bool(_pct(lat, 99) <= bound),
+            }
             browser.close()
     finally:
         gui.terminate()
         gui.wait(10)
     f1, f4, j, b = result["frames_1_actor"], result["frames_4_actors"], result["jitter"], result["button"]
-    print(f"frame → browser, 2 cameras at {HZ:.0f} Hz: p50 {f1['age_ms_p50']} ms, p99 {f1['age_ms_p99']} ms "
-          f"({f1['frames']} frames); four actors: p50 {f4['age_ms_p50']} ms, p99 {f4['age_ms_p99']} ms")  # fmt: skip
-    print(f"loop jitter p99: without the GUI {j['without_ms_p99']} ms, with it {j['with_ms_p99']} ms, without again "
-          f"{j['without_again_ms_p99']} ms ({'within' if j['within_noise'] else 'BEYOND'} noise); the bridge's tick "
-          f"{result['bridge_tick_us']['p50']} us p50, {result['bridge_tick_us']['p99']} us p99")  # fmt: skip
-    print(f"button → executed step: p50 {b['latency_ms_p50']} ms, p99 {b['latency_ms_p99']} ms over {b['clicks']} "
-          f"clicks (bound {b['bound_ms']:.0f} ms: {'met' if b['met'] else 'MISSED'})")  # fmt: skip
+    print(
+        f"frame → browser, 2 cameras at {HZ:.0f} Hz: p50 {f1['age_ms_p50']} ms, p99 {f1['age_ms_p99']} ms "
+        f"({f1['frames']} frames); four actors: p50 {f4['age_ms_p50']} ms, p99 {f4['age_ms_p99']} ms"
+    )
+    print(
+        f"loop jitter p99: without the GUI {j['without_ms_p99']} ms, with it {j['with_ms_p99']} ms, without again "
+        f"{j['without_again_ms_p99']} ms ({'within' if j['within_noise'] else 'BEYOND'} noise); the bridge's tick "
+        f"{result['bridge_tick_us']['p50']} us p50, {result['bridge_tick_us']['p99']} us p99"
+    )
+    print(
+        f"button → executed step: p50 {b['latency_ms_p50']} ms, p99 {b['latency_ms_p99']} ms over {b['clicks']} "
+        f"clicks (bound {b['bound_ms']:.0f} ms: {'met' if b['met'] else 'MISSED'})"
+    )
     result["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
 

@@ -88,8 +88,12 @@ def jitter(arm: str, hz: float, seconds: float) -> dict:
         tick += 1.0 / hz
         time.sleep(max(0.0, tick - time.monotonic()))
     base = np.abs(np.diff(starts) - 1.0 / hz) * 1e3
-    return {"steps": n, "ours_ms": _percentiles(ours), "sleep_only_ms": _percentiles(base),
-            "ratio_p99": round(float(np.percentile(ours, 99) / max(np.percentile(base, 99), 1e-3)), 2)}  # fmt: skip
+    return {
+        "steps": n,
+        "ours_ms": _percentiles(ours),
+        "sleep_only_ms": _percentiles(base),
+        "ratio_p99": round(float(np.percentile(ours, 99) / max(np.percentile(base, 99), 1e-3)), 2),
+    }
 
 
 def safety_overhead(arm: str, steps: int) -> dict:
@@ -100,8 +104,11 @@ def safety_overhead(arm: str, steps: int) -> dict:
     from hardware.safety import SafetyWrapper
 
     bare = ArmEnv(make_driver(arm, VirtualClock()), max_episode_steps=10**9)
-    safe = SafetyWrapper(ArmEnv(make_driver(arm, VirtualClock()), max_episode_steps=10**9), watchdog_s=None,
-                         workspace={"low": [-1.0, -1.0, 0.0], "high": [1.0, 1.0, 1.2]})  # fmt: skip
+    safe = SafetyWrapper(
+        ArmEnv(make_driver(arm, VirtualClock()), max_episode_steps=10**9),
+        watchdog_s=None,
+        workspace={"low": [-1.0, -1.0, 0.0], "high": [1.0, 1.0, 1.2]},
+    )
     inner_ms: list = []
     inner_step = safe.env.step
 
@@ -138,8 +145,12 @@ def safety_overhead(arm: str, steps: int) -> dict:
         bare.close()
         safe.close()
     b = float(np.median(t_bare))
-    return {"steps": steps, "bare_step_ms": _percentiles(t_bare), "safety_own_ms": _percentiles(own),
-            "share_of_bare_step_p50": round(float(np.median(own)) / b, 3)}  # fmt: skip
+    return {
+        "steps": steps,
+        "bare_step_ms": _percentiles(t_bare),
+        "safety_own_ms": _percentiles(own),
+        "share_of_bare_step_p50": round(float(np.median(own)) / b, 3),
+    }
 
 
 def camera_latency(fps: float, seconds: float) -> dict:
@@ -157,10 +168,16 @@ def camera_latency(fps: float, seconds: float) -> dict:
         stats = camera.stats()
     finally:
         camera.close()
-    return {"fps": fps, "measured_fps": round(float(stats["fps"]), 1), "frames": int(stats["frames"]),
-            "capture_latency_ms": {"p50": round(float(stats["latency_ms_p50"]), 3),
-                                   "p99": round(float(stats["latency_ms_p99"]), 3)},
-            "obs_frame_age_ms": _percentiles(ages)}  # fmt: skip
+    return {
+        "fps": fps,
+        "measured_fps": round(float(stats["fps"]), 1),
+        "frames": int(stats["frames"]),
+        "capture_latency_ms": {
+            "p50": round(float(stats["latency_ms_p50"]), 3),
+            "p99": round(float(stats["latency_ms_p99"]), 3),
+        },
+        "obs_frame_age_ms": _percentiles(ages),
+    }
 
 
 def main() -> None:
@@ -169,27 +186,42 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = parser.parse_args()
     seconds, steps, cam_s = (2.0, 150, 2.0) if args.quick else (6.0, 400, 5.0)
-    result: dict = {"benchmark": "hardware", "quick": args.quick, "load_1min": os.getloadavg()[0], "jitter": {},
-                    "safety_overhead": {}, "cameras": []}  # fmt: skip
+    result: dict = {
+        "benchmark": "hardware",
+        "quick": args.quick,
+        "load_1min": os.getloadavg()[0],
+        "jitter": {},
+        "safety_overhead": {},
+        "cameras": [],
+    }
     for arm in args.arms:
         result["jitter"][arm] = {}
         for hz in RATES_HZ:
             r = jitter(arm, hz, seconds)
             result["jitter"][arm][f"{hz:g}hz"] = r
-            print(f"{arm:7s} {hz:4.0f} Hz: jitter p50/p99 {r['ours_ms']['p50']:.2f}/{r['ours_ms']['p99']:.2f} ms "
-                  f"(sleep only {r['sleep_only_ms']['p50']:.2f}/{r['sleep_only_ms']['p99']:.2f}), "
-                  f"p99 ratio {r['ratio_p99']}", flush=True)  # fmt: skip
+            print(
+                f"{arm:7s} {hz:4.0f} Hz: jitter p50/p99 {r['ours_ms']['p50']:.2f}/{r['ours_ms']['p99']:.2f} ms "
+                f"(sleep only {r['sleep_only_ms']['p50']:.2f}/{r['sleep_only_ms']['p99']:.2f}), "
+                f"p99 ratio {r['ratio_p99']}",
+                flush=True,
+            )
         r = safety_overhead(arm, steps)
         result["safety_overhead"][arm] = r
-        print(f"{arm:7s} safety layer's own time p50/p99 {r['safety_own_ms']['p50']:.3f}/{r['safety_own_ms']['p99']:.3f}"
-              f" ms per step; bare env step p50 {r['bare_step_ms']['p50']:.3f} ms (share "
-              f"{r['share_of_bare_step_p50']})", flush=True)  # fmt: skip
+        print(
+            f"{arm:7s} safety layer's own time p50/p99 {r['safety_own_ms']['p50']:.3f}/{r['safety_own_ms']['p99']:.3f}"
+            f" ms per step; bare env step p50 {r['bare_step_ms']['p50']:.3f} ms (share "
+            f"{r['share_of_bare_step_p50']})",
+            flush=True,
+        )
     for fps in (30.0, 90.0):
         r = camera_latency(fps, cam_s)
         result["cameras"].append(r)
-        print(f"camera {fps:.0f} fps: capture latency p50/p99 {r['capture_latency_ms']['p50']:.2f}/"
-              f"{r['capture_latency_ms']['p99']:.2f} ms, obs frame age p50/p99 {r['obs_frame_age_ms']['p50']:.1f}/"
-              f"{r['obs_frame_age_ms']['p99']:.1f} ms", flush=True)  # fmt: skip
+        print(
+            f"camera {fps:.0f} fps: capture latency p50/p99 {r['capture_latency_ms']['p50']:.2f}/"
+            f"{r['capture_latency_ms']['p99']:.2f} ms, obs frame age p50/p99 {r['obs_frame_age_ms']['p50']:.1f}/"
+            f"{r['obs_frame_age_ms']['p99']:.1f} ms",
+            flush=True,
+        )
     out = ROOT / "bench" / "results" / f"hardware{'_quick' if args.quick else ''}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

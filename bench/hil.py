@@ -37,10 +37,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 LEARNING = {  # name → the run beside it (without the human)
-    "hil_pick_pixels": "nohil_pick_pixels", "hil_gym_pixels": "nohil_gym_pixels", "hil_pick_state": "nohil_pick_state",
-    "hil_residual_weak": "residual_weak", "hil_residual_weak_bc": "residual_weak",
+    "hil_pick_pixels": "nohil_pick_pixels",
+    "hil_gym_pixels": "nohil_gym_pixels",
+    "hil_pick_state": "nohil_pick_state",
+    "hil_residual_weak": "residual_weak",
+    "hil_residual_weak_bc": "residual_weak",
     "hil_gym_pixels_bc": "nohil_gym_pixels",  # the policy also regressed on the human's steps: none without one
-}  # fmt: skip
+}
 
 
 def latency(seconds: float, control_hz: float = 10.0, seed: int = 0) -> dict:
@@ -50,8 +53,9 @@ def latency(seconds: float, control_hz: float = 10.0, seed: int = 0) -> dict:
     from sim.point_reach import PointReachEnv
 
     device = WebDevice("web")
-    env = InterventionWrapper(PointReachEnv(max_episode_steps=10**9, control_hz=control_hz), [device],
-                              takeover="explicit")  # fmt: skip
+    env = InterventionWrapper(
+        PointReachEnv(max_episode_steps=10**9, control_hz=control_hz), [device], takeover="explicit"
+    )
     env.reset(seed=seed)
     device.set_intervention(True)
     stop = threading.Event()
@@ -78,15 +82,22 @@ def latency(seconds: float, control_hz: float = 10.0, seed: int = 0) -> dict:
     ms = np.array(env.latency_ms)
     bound = 1e3 * period + 20.0
     p50, p99 = np.percentile(ms, [50, 99])
-    return {"control_hz": control_hz, "inputs": len(ms), "latency_ms_p50": round(float(p50), 2),
-            "latency_ms_p99": round(float(p99), 2), "latency_ms_max": round(float(ms.max()), 2),
-            "bound_ms": bound, "p99_over_bound": round(float(p99 / bound), 3), "met": bool(p99 <= bound)}  # fmt: skip
+    return {
+        "control_hz": control_hz,
+        "inputs": len(ms),
+        "latency_ms_p50": round(float(p50), 2),
+        "latency_ms_p99": round(float(p99), 2),
+        "latency_ms_max": round(float(ms.max()), 2),
+        "bound_ms": bound,
+        "p99_over_bound": round(float(p99 / bound), 3),
+        "met": bool(p99 <= bound),
+    }
 
 
 def overhead(steps: int) -> dict:
     """Per-step time through the arbitration with three devices, against the bare env, same actions."""
-    from robo_rl.teleop.base import FakeDevice
     from robo_rl.gui.web_device import WebDevice
+    from robo_rl.teleop.base import FakeDevice
     from robo_rl.teleop.intervention import InterventionWrapper
     from sim.point_reach import PointReachEnv
 
@@ -122,11 +133,14 @@ def learning_summary() -> dict:
         data = json.loads(path.read_text())
         rates = [r["training"].get("intervention_rate_last_1k") for r in data["runs"]]
         known = [r for r in rates if r is not None]  # runs without the human have none
-        out[name] = {"seeds": data["seeds"], "final_success": data["final_success"],
-                     "final_env_steps": [r["curve"][-1]["env_steps"] for r in data["runs"]],
-                     "intervention_rate_last_1k": rates,
-                     "intervention_rate_last_1k_mean": sum(known) / len(known) if known else None,
-                     "steps_to_rolling_0.8": [r["training"]["steps_to_rolling_0.8"] for r in data["runs"]]}  # fmt: skip
+        out[name] = {
+            "seeds": data["seeds"],
+            "final_success": data["final_success"],
+            "final_env_steps": [r["curve"][-1]["env_steps"] for r in data["runs"]],
+            "intervention_rate_last_1k": rates,
+            "intervention_rate_last_1k_mean": sum(known) / len(known) if known else None,
+            "steps_to_rolling_0.8": [r["training"]["steps_to_rolling_0.8"] for r in data["runs"]],
+        }
     return out
 
 
@@ -139,21 +153,28 @@ def main() -> None:
     args = parser.parse_args()
     if args.train and not args.quick:
         for run in dict.fromkeys(n for name in args.only for n in (name, LEARNING[name])):  # each run once
-            subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), run, "--seeds",
-                            *map(str, args.seeds)], check=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "learning.py"), run, "--seeds", *map(str, args.seeds)], check=True
+            )
     result = {"latency": latency(10.0 if args.quick else 30.0), "overhead": overhead(500 if args.quick else 3000)}
     lat, ov = result["latency"], result["overhead"]
-    print(f"device input -> executed step at {lat['control_hz']:.0f} Hz: p50 {lat['latency_ms_p50']:.1f} ms, p99 "
-          f"{lat['latency_ms_p99']:.1f} ms over {lat['inputs']} inputs (bound {lat['bound_ms']:.0f} ms: "
-          f"{'met' if lat['met'] else 'MISSED'})")  # fmt: skip
-    print(f"arbitration with 3 devices: {ov['wrapped_us_p50']:.0f} us per step against {ov['bare_us_p50']:.0f} us "
-          f"bare ({ov['ratio']:.1f}x, +{ov['added_us_p50']:.0f} us)")  # fmt: skip
+    print(
+        f"device input -> executed step at {lat['control_hz']:.0f} Hz: p50 {lat['latency_ms_p50']:.1f} ms, p99 "
+        f"{lat['latency_ms_p99']:.1f} ms over {lat['inputs']} inputs (bound {lat['bound_ms']:.0f} ms: "
+        f"{'met' if lat['met'] else 'MISSED'})"
+    )
+    print(
+        f"arbitration with 3 devices: {ov['wrapped_us_p50']:.0f} us per step against {ov['bare_us_p50']:.0f} us "
+        f"bare ({ov['ratio']:.1f}x, +{ov['added_us_p50']:.0f} us)"
+    )
     if not args.quick:
         result["learning"] = learning_summary()
         for name, row in result["learning"].items():
-            print(f"{name}: success {row['final_success']} at {row['final_env_steps']} env steps, intervention rate "
-                  f"over the last 1k {row['intervention_rate_last_1k']} "
-                  f"(mean {row['intervention_rate_last_1k_mean']})")  # fmt: skip
+            print(
+                f"{name}: success {row['final_success']} at {row['final_env_steps']} env steps, intervention rate "
+                f"over the last 1k {row['intervention_rate_last_1k']} "
+                f"(mean {row['intervention_rate_last_1k_mean']})"
+            )
     result["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
 

@@ -51,25 +51,45 @@ from robo_rl.policy_io import batch_to_torch  # noqa: E402
 CPU = torch.device("cpu")
 
 STATE_DIM, ACTION_DIM = 18, 4
-LEROBOT_LIKE_CNN = {"kind": "cnn", "channels": 32, "kernels": [7, 5, 3, 3], "strides": [2, 2, 2, 2], "freeze": True,
-                    "features": 256}  # fmt: skip
+LEROBOT_LIKE_CNN = {
+    "kind": "cnn",
+    "channels": 32,
+    "kernels": [7, 5, 3, 3],
+    "strides": [2, 2, 2, 2],
+    "freeze": True,
+    "features": 256,
+}
 CONFIGS = {
     "state": dict(cameras=0, hw=128, batch=256, encoder=None, algo={}),
     "state_fp32": dict(cameras=0, hw=128, batch=256, encoder=None, algo={"precision": "float32"}),
     "state_both_bf16": dict(cameras=0, hw=128, batch=256, encoder=None, algo={}, lerobot_bf16=True),
     "pixels": dict(cameras=2, hw=128, batch=256, encoder=LEROBOT_LIKE_CNN, algo={"share_encoder": True}),
     "default": dict(cameras=2, hw=64, batch=128, encoder={"channels": 16}, algo={"share_encoder": True}),
-    "resnet10": dict(cameras=2, hw=128, batch=256, encoder={"kind": "resnet10", "freeze": True, "features": 256},
-                     algo={"share_encoder": True}),
-}  # fmt: skip
+    "resnet10": dict(
+        cameras=2,
+        hw=128,
+        batch=256,
+        encoder={"kind": "resnet10", "freeze": True, "features": 256},
+        algo={"share_encoder": True},
+    ),
+}
 
 
 def as_numpy(tree):
     return {k: as_numpy(v) for k, v in tree.items()} if isinstance(tree, dict) else tree.numpy()
 
 
-def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, seconds: float, seed: int = 0,
-         warmup_s: float = 2.0, device: torch.device = CPU) -> dict:
+def ours(
+    cameras: int,
+    hw: int,
+    batch: int,
+    encoder: dict | None,
+    algo: dict,
+    seconds: float,
+    seed: int = 0,
+    warmup_s: float = 2.0,
+    device: torch.device = CPU,
+) -> dict:
     torch.manual_seed(seed)
     names = [f"cam{i}" for i in range(cameras)]
     space = make_observation_space(STATE_DIM, {n: (hw, hw) for n in names})
@@ -81,9 +101,16 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
         images = {n: torch.randint(0, 256, (batch, hw, hw, 3), dtype=torch.uint8, generator=gen) for n in names}
         return {"state": torch.rand(batch, STATE_DIM, generator=gen) * 2 - 1, "images": images}
 
-    batches = [{"obs": obs(), "next_obs": obs(), "action": torch.rand(batch, ACTION_DIM, generator=gen) * 2 - 1,
-                "reward": torch.rand(batch, generator=gen), "discount": torch.full((batch,), 0.99)}
-               for _ in range(2 if cameras else 4)]  # fmt: skip
+    batches = [
+        {
+            "obs": obs(),
+            "next_obs": obs(),
+            "action": torch.rand(batch, ACTION_DIM, generator=gen) * 2 - 1,
+            "reward": torch.rand(batch, generator=gen),
+            "discount": torch.full((batch,), 0.99),
+        }
+        for _ in range(2 if cameras else 4)
+    ]
     if device.type != "cpu":  # as the learner hands them over: numpy from the replay, pinned, copied non-blocking
         batches = [as_numpy(b) for b in batches]
     times, cpu = [], []
@@ -107,10 +134,14 @@ def ours(cameras: int, hw: int, batch: int, encoder: dict | None, algo: dict, se
         step(i)
         i += 1
     elapsed = time.perf_counter() - t0
-    return {"precision": str(sac.compute_dtype).removeprefix("torch."), "updates_per_s": len(times) / elapsed,
-            "updates_per_cpu_s_median": 1 / statistics.median(cpu),
-            "ms_per_update_median": statistics.median(times) * 1e3, "updates": len(times),
-            "params": sum(p.numel() for p in policy.parameters()) + sum(p.numel() for p in sac.critic.parameters())}
+    return {
+        "precision": str(sac.compute_dtype).removeprefix("torch."),
+        "updates_per_s": len(times) / elapsed,
+        "updates_per_cpu_s_median": 1 / statistics.median(cpu),
+        "ms_per_update_median": statistics.median(times) * 1e3,
+        "updates": len(times),
+        "params": sum(p.numel() for p in policy.parameters()) + sum(p.numel() for p in sac.critic.parameters()),
+    }
 
 
 def main() -> None:
@@ -135,23 +166,39 @@ def main() -> None:
         entry = {"ours": a}
         if name != "default":  # LeRobot has no counterpart of our default pixel configuration
             vision = "resnet10-random" if name == "resnet10" else None
-            b = lerobot_sac_figures(state_dim=STATE_DIM, action_dim=ACTION_DIM, cameras=c["cameras"],
-                                    image_hw=(c["hw"], c["hw"]), batch_size=c["batch"], vision_encoder=vision,
-                                    seconds=seconds, bf16_autocast=c.get("lerobot_bf16", False),
-                                    warmup=lerobot_warmup, device=str(device))  # fmt: skip
-            entry["lerobot"] = {k: b[k] for k in ("updates_per_s", "updates_per_cpu_s_median", "ms_per_update_median",
-                                                  "updates", "params")}  # fmt: skip
+            b = lerobot_sac_figures(
+                state_dim=STATE_DIM,
+                action_dim=ACTION_DIM,
+                cameras=c["cameras"],
+                image_hw=(c["hw"], c["hw"]),
+                batch_size=c["batch"],
+                vision_encoder=vision,
+                seconds=seconds,
+                bf16_autocast=c.get("lerobot_bf16", False),
+                warmup=lerobot_warmup,
+                device=str(device),
+            )
+            entry["lerobot"] = {
+                k: b[k]
+                for k in ("updates_per_s", "updates_per_cpu_s_median", "ms_per_update_median", "updates", "params")
+            }
             entry["ratio_wall"] = a["updates_per_s"] / b["updates_per_s"]
             entry["ratio_cpu"] = a["updates_per_cpu_s_median"] / b["updates_per_cpu_s_median"]
-            print(f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
-                  f"({a['updates_per_cpu_s_median']:.2f}/CPU s)  "
-                  f"lerobot {b['updates_per_s']:8.2f} upd/s ({b['updates_per_cpu_s_median']:.2f}/CPU s)  "
-                  f"ratio {entry['ratio_wall']:.1f}× wall, {entry['ratio_cpu']:.1f}× CPU", flush=True)  # fmt: skip
+            print(
+                f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
+                f"({a['updates_per_cpu_s_median']:.2f}/CPU s)  "
+                f"lerobot {b['updates_per_s']:8.2f} upd/s ({b['updates_per_cpu_s_median']:.2f}/CPU s)  "
+                f"ratio {entry['ratio_wall']:.1f}× wall, {entry['ratio_cpu']:.1f}× CPU",
+                flush=True,
+            )
         else:
             entry["fast_enough_for_utd1_at_10hz"] = a["updates_per_cpu_s_median"] >= 10.0
-            print(f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
-                  f"({a['updates_per_cpu_s_median']:.2f}/CPU s); "
-                  f"needs 10/s for UTD 1 beside a 10 Hz actor", flush=True)  # fmt: skip
+            print(
+                f"{name:<15} ours ({a['precision']}) {a['updates_per_s']:8.2f} upd/s "
+                f"({a['updates_per_cpu_s_median']:.2f}/CPU s); "
+                f"needs 10/s for UTD 1 beside a 10 Hz actor",
+                flush=True,
+            )
         result[name] = entry
     result["load"] = os.getloadavg()[0]
     print(json.dumps(result))

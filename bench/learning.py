@@ -46,16 +46,32 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # the image tasks of the human-in-the-loop benchmark (6k env steps, 1k-step checkpoints)
 _PIXELS = ["algo.batch_size=128", "algo.share_encoder=true", "policy.encoder.channels=16"]
 HIL_TASKS = {
-    "pick_pixels": ["experiment=pick_cube_pixels", "train.total_env_steps=6000",
-                    "train.checkpoint_every_env_steps=1000"],
-    "gym_pixels": ["experiment=rlpd", "env=gym_hil_pick", "env.image_obs=true", "env.image_size=64", *_PIXELS,
-                   "algo.init_temperature=0.01", "algo.n_step=3", "algo.target_q_clip=[0,1]",
-                   "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
+    "pick_pixels": [
+        "experiment=pick_cube_pixels",
+        "train.total_env_steps=6000",
+        "train.checkpoint_every_env_steps=1000",
+    ],
+    "gym_pixels": [
+        "experiment=rlpd",
+        "env=gym_hil_pick",
+        "env.image_obs=true",
+        "env.image_size=64",
+        *_PIXELS,
+        "algo.init_temperature=0.01",
+        "algo.n_step=3",
+        "algo.target_q_clip=[0,1]",
+        "train.total_env_steps=6000",
+        "train.checkpoint_every_env_steps=1000",
+    ],
     "pick_state": ["experiment=pick_cube_lift", "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
-}  # fmt: skip
+}
 # HIL-SERL's recipe on gym-hil's task: a discrete open / stay / close gripper chosen by its own critic
-HIL_TASKS["gym_pixels_gripper"] = [*HIL_TASKS["gym_pixels"], "env.gripper=discrete", "policy=hybrid_gripper",
-                                   "algo=sac_gripper"]
+HIL_TASKS["gym_pixels_gripper"] = [
+    *HIL_TASKS["gym_pixels"],
+    "env.gripper=discrete",
+    "policy=hybrid_gripper",
+    "algo=sac_gripper",
+]
 # the actor also regressed on the human's corrections (HG-DAgger's data inside SAC's actor loss)
 HIL_TASKS["gym_pixels_bc"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=1.0"]
 HIL_TASKS["gym_pixels_bc3"] = [*HIL_TASKS["gym_pixels"], "algo.intervention_bc_weight=3.0"]
@@ -76,8 +92,12 @@ def learned_reward(model: str) -> list[str]:
 def lift_ppo(lr: str, bootstrap: bool) -> list[str]:
     """PPO on Lift with DPPO's robomimic settings (the value warmed up for 2 iterations, γ 0.999 per env step), the
     actor learning rate `lr` and the time-limit bootstrap on or off."""
-    return ["algo.value_warmup_iterations=2", f"algo.lr_policy={lr}", "algo.gamma=0.999",
-            f"algo.bootstrap_truncated={str(bootstrap).lower()}"]
+    return [
+        "algo.value_warmup_iterations=2",
+        f"algo.lr_policy={lr}",
+        "algo.gamma=0.999",
+        f"algo.bootstrap_truncated={str(bootstrap).lower()}",
+    ]
 
 
 def reinflow_lift(lr: str, bootstrap: bool, steps: int | None = None) -> list[str]:
@@ -88,199 +108,472 @@ def reinflow_lift(lr: str, bootstrap: bool, steps: int | None = None) -> list[st
 
 # ReinFlow on Lift with PPO's advantages from the TD-trained action critic (algo.advantage=critic) and a learned x_0,
 # the sparse 0/1 reward (TD targets clipped to it), 1,000 TD steps per iteration
-LIFT_CRITIC = ["policy.initial_noise=learned", "algo.lr_initial_noise=1e-3", "algo.advantage=critic", "algo.gamma=0.99",
-               "algo.critic_target_clip=[0,1]", "algo.critic_updates=1000"]
+LIFT_CRITIC = [
+    "policy.initial_noise=learned",
+    "algo.lr_initial_noise=1e-3",
+    "algo.advantage=critic",
+    "algo.gamma=0.99",
+    "algo.critic_target_clip=[0,1]",
+    "algo.critic_updates=1000",
+]
 
 # name → (overrides, target success at the end, published or required reference)
 EXPERIMENTS = {
-    "lift": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=30", "algo.init_temperature=0.01",
-              "algo.n_step=3", "algo.target_q_clip=[0,1]", "train.total_env_steps=50000",
-              "train.checkpoint_every_env_steps=5000"], 0.86,
-             "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)"),
-    "gym_hil": (["experiment=rlpd", "env=gym_hil_pick", "algo.init_temperature=0.01", "algo.n_step=3",
-                 "algo.target_q_clip=[0,1]", "train.total_env_steps=10000",
-                 "train.checkpoint_every_env_steps=1000"], 0.8,
-                "required: ≥ 0.8 within 10k env steps; LeRobot's HIL-SERL on the same budget in BENCHMARKS.md"),
-    "pixels": (["experiment=pick_cube_pixels", "actor.realtime=true", "train.total_env_steps=10000"], None,
-               "the state-based curve of the same task (`state`); a 10 Hz real-time actor, so UTD 1 is the learner's"),
-    "state": (["experiment=pick_cube_lift", "train.checkpoint_every_env_steps=2000"], 0.8,
-              "SAC/RLPD, the default experiment before residual RL"),
-    "smoke": (["experiment=rlpd", "env=point_reach", "train.learning_starts=100", "train.total_env_steps=600",
-               "train.checkpoint_every_env_steps=200", "demos.num_episodes=3"], None, "a toy run"),
+    "lift": (
+        [
+            "experiment=rlpd",
+            "env=robosuite_lift",
+            "demos.num_episodes=30",
+            "algo.init_temperature=0.01",
+            "algo.n_step=3",
+            "algo.target_q_clip=[0,1]",
+            "train.total_env_steps=50000",
+            "train.checkpoint_every_env_steps=5000",
+        ],
+        0.86,
+        "RLPD 0.86 at 100k env steps with 300 human demos (robomimic multi-human Lift, Q-chunking's results)",
+    ),
+    "gym_hil": (
+        [
+            "experiment=rlpd",
+            "env=gym_hil_pick",
+            "algo.init_temperature=0.01",
+            "algo.n_step=3",
+            "algo.target_q_clip=[0,1]",
+            "train.total_env_steps=10000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        0.8,
+        "required: ≥ 0.8 within 10k env steps; LeRobot's HIL-SERL on the same budget in BENCHMARKS.md",
+    ),
+    "pixels": (
+        ["experiment=pick_cube_pixels", "actor.realtime=true", "train.total_env_steps=10000"],
+        None,
+        "the state-based curve of the same task (`state`); a 10 Hz real-time actor, so UTD 1 is the learner's",
+    ),
+    "state": (
+        ["experiment=pick_cube_lift", "train.checkpoint_every_env_steps=2000"],
+        0.8,
+        "SAC/RLPD, the default experiment before residual RL",
+    ),
+    "smoke": (
+        [
+            "experiment=rlpd",
+            "env=point_reach",
+            "train.learning_starts=100",
+            "train.total_env_steps=600",
+            "train.checkpoint_every_env_steps=200",
+            "demos.num_episodes=3",
+        ],
+        None,
+        "a toy run",
+    ),
     # residual RL on a BC base (issue 12), each beside RLPD with the same demonstrations and budget
-    "residual_pick": (["experiment=residual_pick_cube", "train.total_env_steps=30000",
-                       "train.checkpoint_every_env_steps=2000"], 0.9, "required: ≥ 0.9 by 30k env steps"),
-    "rlpd_pick30": (["experiment=pick_cube_lift", "demos.num_episodes=30", "train.utd=2",
-                     "train.total_env_steps=30000", "train.checkpoint_every_env_steps=2000"], None,
-                    "RLPD with residual_pick's demonstrations, at its UTD"),
-    "residual_lift": (["experiment=residual_lift", "train.checkpoint_every_env_steps=3000"], 0.9,
-                      "required: ≥ 0.9 by 30k env steps"),
-    "rlpd_lift10": (["experiment=rlpd", "env=robosuite_lift", "demos.num_episodes=10", "algo.init_temperature=0.01",
-                     "algo.n_step=3", "algo.target_q_clip=[0,1]", "train.total_env_steps=30000",
-                     "train.checkpoint_every_env_steps=3000"], None, "RLPD with residual_lift's demonstrations"),
-    "residual_lift_safe": (["experiment=residual_lift", "algo.actor_start_updates=10000",
-                            "train.checkpoint_every_env_steps=3000"], 0.9,
-                           "residual_lift with ResFiT's 10k critic-only updates"),
-    "residual_can": (["experiment=residual_can", "train.checkpoint_every_env_steps=5000"], None,
-                     "required: ≥ the BC base + 30 points at 50k env steps "
-                     "(published RLPD from scratch: 0.08 at 100k)"),
-    "rlpd_can25": (["experiment=rlpd", "env=robosuite_can", "demos.num_episodes=25", "algo.init_temperature=0.01",
-                    "algo.n_step=5", "algo.target_q_clip=[0,1]", "train.utd=2", "train.total_env_steps=50000",
-                    "train.checkpoint_every_env_steps=5000"], None,
-                   "RLPD with residual_can's demonstrations, n-step and UTD"),
-    "residual_pixels": (["experiment=residual_pick_cube_pixels", "train.total_env_steps=6000"], None,
-                        "the state variant (residual_pick) and SAC from the same pixels (pixels)"),
+    "residual_pick": (
+        ["experiment=residual_pick_cube", "train.total_env_steps=30000", "train.checkpoint_every_env_steps=2000"],
+        0.9,
+        "required: ≥ 0.9 by 30k env steps",
+    ),
+    "rlpd_pick30": (
+        [
+            "experiment=pick_cube_lift",
+            "demos.num_episodes=30",
+            "train.utd=2",
+            "train.total_env_steps=30000",
+            "train.checkpoint_every_env_steps=2000",
+        ],
+        None,
+        "RLPD with residual_pick's demonstrations, at its UTD",
+    ),
+    "residual_lift": (
+        ["experiment=residual_lift", "train.checkpoint_every_env_steps=3000"],
+        0.9,
+        "required: ≥ 0.9 by 30k env steps",
+    ),
+    "rlpd_lift10": (
+        [
+            "experiment=rlpd",
+            "env=robosuite_lift",
+            "demos.num_episodes=10",
+            "algo.init_temperature=0.01",
+            "algo.n_step=3",
+            "algo.target_q_clip=[0,1]",
+            "train.total_env_steps=30000",
+            "train.checkpoint_every_env_steps=3000",
+        ],
+        None,
+        "RLPD with residual_lift's demonstrations",
+    ),
+    "residual_lift_safe": (
+        ["experiment=residual_lift", "algo.actor_start_updates=10000", "train.checkpoint_every_env_steps=3000"],
+        0.9,
+        "residual_lift with ResFiT's 10k critic-only updates",
+    ),
+    "residual_can": (
+        ["experiment=residual_can", "train.checkpoint_every_env_steps=5000"],
+        None,
+        "required: ≥ the BC base + 30 points at 50k env steps (published RLPD from scratch: 0.08 at 100k)",
+    ),
+    "rlpd_can25": (
+        [
+            "experiment=rlpd",
+            "env=robosuite_can",
+            "demos.num_episodes=25",
+            "algo.init_temperature=0.01",
+            "algo.n_step=5",
+            "algo.target_q_clip=[0,1]",
+            "train.utd=2",
+            "train.total_env_steps=50000",
+            "train.checkpoint_every_env_steps=5000",
+        ],
+        None,
+        "RLPD with residual_can's demonstrations, n-step and UTD",
+    ),
+    "residual_pixels": (
+        ["experiment=residual_pick_cube_pixels", "train.total_env_steps=6000"],
+        None,
+        "the state variant (residual_pick) and SAC from the same pixels (pixels)",
+    ),
     # human in the loop (issue 13): the simulated human, no scripted demonstrations, beside the same without it
-    **{f"{who}_{task}": ([*overrides, "demos.num_episodes=0", *(["human=sim"] if who == "hil" else [])], 0.8,
-                         "required: ≥ 0.8 within 6k env steps with the simulated human, intervention rate < 5% over "
-                         "the last 1k steps; gym-hil's anchor: about 10 minutes at 10 Hz with a person")
-       for who in ("hil", "nohil") for task, overrides in HIL_TASKS.items()},
+    **{
+        f"{who}_{task}": (
+            [*overrides, "demos.num_episodes=0", *(["human=sim"] if who == "hil" else [])],
+            0.8,
+            "required: ≥ 0.8 within 6k env steps with the simulated human, intervention rate < 5% over "
+            "the last 1k steps; gym-hil's anchor: about 10 minutes at 10 Hz with a person",
+        )
+        for who in ("hil", "nohil")
+        for task, overrides in HIL_TASKS.items()
+    },
     # learned rewards (issue 15): the pick task from pixels with a reward model trained by `bench/critic.py` (from
     # scripted demonstrations and an untrained policy's failures) instead of the simulator's reward; beside it the
     # same with the simulator's reward. Success is the simulator's in every evaluation.
-    "gt_pick_pixels": (["experiment=pick_cube_pixels", "train.total_env_steps=6000",
-                        "train.checkpoint_every_env_steps=1000"], None, "the simulator's reward, for learned_*"),
-    **{f"learned_{kind}_pick": (["experiment=pick_cube_pixels", *learned_reward(kind), "train.total_env_steps=6000",
-                                 "train.checkpoint_every_env_steps=1000"], None,
-                                "required: ≥ 0.9 × gt_pick_pixels at the same env steps")
-       for kind in ("classifier", "progress")},
+    "gt_pick_pixels": (
+        ["experiment=pick_cube_pixels", "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"],
+        None,
+        "the simulator's reward, for learned_*",
+    ),
+    **{
+        f"learned_{kind}_pick": (
+            [
+                "experiment=pick_cube_pixels",
+                *learned_reward(kind),
+                "train.total_env_steps=6000",
+                "train.checkpoint_every_env_steps=1000",
+            ],
+            None,
+            "required: ≥ 0.9 × gt_pick_pixels at the same env steps",
+        )
+        for kind in ("classifier", "progress")
+    },
     # the same models under the default algorithm (residual RL on an image BC base): beside `residual_pixels`
-    **{f"learned_{kind}_residual_pick": (["experiment=residual_pick_cube_pixels", *learned_reward(kind),
-                                          "train.total_env_steps=6000"],
-                                         None, "required: ≥ 0.9 × residual_pixels at the same env steps")
-       for kind in ("classifier", "progress", "classifier_xf")},  # _xf: negatives from the expert's failures too
+    **{
+        f"learned_{kind}_residual_pick": (
+            ["experiment=residual_pick_cube_pixels", *learned_reward(kind), "train.total_env_steps=6000"],
+            None,
+            "required: ≥ 0.9 × residual_pixels at the same env steps",
+        )
+        for kind in ("classifier", "progress", "classifier_xf")
+    },  # _xf: negatives from the expert's failures too
     # the second scene: gym-hil's pick-cube, the same critic code (models from `bench/critic.py --task gym_hil`)
     "residual_gym_pixels": (["experiment=residual_gym_hil_pixels"], None, "the simulator's reward, for learned_*_gym"),
-    **{f"learned_{kind}_residual_gym": (["experiment=residual_gym_hil_pixels", *learned_reward(f"gym_hil_{kind}")],
-                                        None, "required: ≥ 0.9 × residual_gym_pixels at the same env steps")
-       for kind in ("classifier", "progress")},
+    **{
+        f"learned_{kind}_residual_gym": (
+            ["experiment=residual_gym_hil_pixels", *learned_reward(f"gym_hil_{kind}")],
+            None,
+            "required: ≥ 0.9 × residual_gym_pixels at the same env steps",
+        )
+        for kind in ("classifier", "progress")
+    },
     # the second scene with the human in the loop, HIL-SERL's real-robot setup: the simulated human and a learned
     # reward (the gym-hil models above) instead of the simulator's, against hil_gym_pixels_bc (the simulator's reward)
-    **{f"learned_{kind}_hil_gym": ([*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim",
-                                    *learned_reward(f"gym_hil_{kind}")],
-                                   None, "required: ≥ 0.9 × hil_gym_pixels_bc at the same env steps")
-       for kind in ("classifier", "progress")},
+    **{
+        f"learned_{kind}_hil_gym": (
+            [*HIL_TASKS["gym_pixels_bc"], "demos.num_episodes=0", "human=sim", *learned_reward(f"gym_hil_{kind}")],
+            None,
+            "required: ≥ 0.9 × hil_gym_pixels_bc at the same env steps",
+        )
+        for kind in ("classifier", "progress")
+    },
     # ... and on our pick task: HIL-SERL's recipe (the human's steps teach the critic only) with a learned reward
     # (the pick models of `bench/critic.py`), against hil_pick_pixels (the simulator's reward)
-    **{f"learned_{kind}_hil_pick": ([*HIL_TASKS["pick_pixels"], "demos.num_episodes=0", "human=sim",
-                                     *learned_reward(kind)],
-                                    None, "required: ≥ 0.9 × hil_pick_pixels at the same env steps")
-       for kind in ("classifier", "progress")},
-    "hil_residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
-                           "train.total_env_steps=6000", "train.checkpoint_every_env_steps=1000"], None,
-                          "residual on a weak base (5 demonstrations) with the simulated human; beside residual_weak"),
-    "hil_residual_weak_bc": (["experiment=residual_pick_cube", "demos.num_episodes=5", "human=sim",
-                              "algo.intervention_bc_weight=1.0", "train.total_env_steps=6000",
-                              "train.checkpoint_every_env_steps=1000"], None,
-                             "hil_residual_weak with the residual also regressed on the human's corrections"),
-    "residual_weak": (["experiment=residual_pick_cube", "demos.num_episodes=5", "train.total_env_steps=6000",
-                       "train.checkpoint_every_env_steps=1000"], None, "residual on the same weak base alone"),
+    **{
+        f"learned_{kind}_hil_pick": (
+            [*HIL_TASKS["pick_pixels"], "demos.num_episodes=0", "human=sim", *learned_reward(kind)],
+            None,
+            "required: ≥ 0.9 × hil_pick_pixels at the same env steps",
+        )
+        for kind in ("classifier", "progress")
+    },
+    "hil_residual_weak": (
+        [
+            "experiment=residual_pick_cube",
+            "demos.num_episodes=5",
+            "human=sim",
+            "train.total_env_steps=6000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "residual on a weak base (5 demonstrations) with the simulated human; beside residual_weak",
+    ),
+    "hil_residual_weak_bc": (
+        [
+            "experiment=residual_pick_cube",
+            "demos.num_episodes=5",
+            "human=sim",
+            "algo.intervention_bc_weight=1.0",
+            "train.total_env_steps=6000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "hil_residual_weak with the residual also regressed on the human's corrections",
+    ),
+    "residual_weak": (
+        [
+            "experiment=residual_pick_cube",
+            "demos.num_episodes=5",
+            "train.total_env_steps=6000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "residual on the same weak base alone",
+    ),
     # RL fine-tuning of a flow policy (issue 16): DSRL's two forms and the residual method on the same flow base
     # (behaviour-cloned from 30 scripted demonstrations: about 0.35 success), the same budget
-    "dsrl_pick": (["experiment=dsrl_pick_cube", *FLOW_BASE, "train.total_env_steps=10000",
-                   "train.checkpoint_every_env_steps=1000"], None,
-                  "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "dsrl_noise_pick": (["experiment=dsrl_pick_cube", *FLOW_BASE, "algo.form=noise", "train.total_env_steps=10000",
-                         "train.checkpoint_every_env_steps=1000"], None, "DSRL's plain noise-space SAC"),
-    "residual_flow_pick": (["experiment=residual_pick_cube", *FLOW_BASE, *[f"+policy.base.model.{k}={v}" for k, v in (
-                            ("kind", "flow"), ("chunk_size", 4), ("execute_steps", 4), ("steps", 8),
-                            ("hidden", "[256,256,256]"))], "train.total_env_steps=10000",
-                            "train.checkpoint_every_env_steps=1000"], None,
-                           "the residual method on dsrl_pick's flow base, same demonstrations and budget"),
-    "reinflow_pick": (["experiment=reinflow_pick_cube", *FLOW_BASE, "train.total_env_steps=50000",
-                       "train.checkpoint_every_env_steps=5000"], None,
-                      "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "dsrl_pick": (
+        [
+            "experiment=dsrl_pick_cube",
+            *FLOW_BASE,
+            "train.total_env_steps=10000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
+    "dsrl_noise_pick": (
+        [
+            "experiment=dsrl_pick_cube",
+            *FLOW_BASE,
+            "algo.form=noise",
+            "train.total_env_steps=10000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "DSRL's plain noise-space SAC",
+    ),
+    "residual_flow_pick": (
+        [
+            "experiment=residual_pick_cube",
+            *FLOW_BASE,
+            *[
+                f"+policy.base.model.{k}={v}"
+                for k, v in (
+                    ("kind", "flow"),
+                    ("chunk_size", 4),
+                    ("execute_steps", 4),
+                    ("steps", 8),
+                    ("hidden", "[256,256,256]"),
+                )
+            ],
+            "train.total_env_steps=10000",
+            "train.checkpoint_every_env_steps=1000",
+        ],
+        None,
+        "the residual method on dsrl_pick's flow base, same demonstrations and budget",
+    ),
+    "reinflow_pick": (
+        [
+            "experiment=reinflow_pick_cube",
+            *FLOW_BASE,
+            "train.total_env_steps=50000",
+            "train.checkpoint_every_env_steps=5000",
+        ],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... from the flow `experiment=reinflow_pick_cube` now trains (bc.flow_updates 6,000: about 0.77, above the band)
-    "reinflow_pick_trained": (["experiment=reinflow_pick_cube", "train.total_env_steps=50000",
-                               "train.checkpoint_every_env_steps=5000"], None,
-                              "reinflow_pick from the default, better-trained flow base (what a user now starts from)"),
-    "dppo_pick": (["experiment=dppo_pick_cube", "train.total_env_steps=50000",
-                   "train.checkpoint_every_env_steps=5000"], None, "DPPO-style PPO, the comparison for reinflow_pick"),
-    "dsrl_lift": (["experiment=dsrl_lift", *FLOW_BASE, "train.total_env_steps=30000",
-                   "train.checkpoint_every_env_steps=3000"],
-                  None, "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "dsrl_noise_lift_utd10": (["experiment=dsrl_lift", *FLOW_BASE, "algo.form=noise", "train.utd=10",
-                               "train.total_env_steps=10000",
-                               "train.checkpoint_every_env_steps=2000"], None,
-                              "dsrl_lift with the plain noise-space form at UTD 10 (DSRL's recipe: 20-30)"),
-    "reinflow_lift": (["experiment=reinflow_lift", *FLOW_BASE, "algo.lr_policy=3e-5",  # as measured, with
-                       "algo.gamma=0.99",
-                       "algo.value_warmup_iterations=0", "algo.bootstrap_truncated=true"], None,  # ppo.yaml's values
-                      "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "reinflow_lift_warm": (reinflow_lift("1e-4", bootstrap=True), None,
-                           "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_pick_trained": (
+        ["experiment=reinflow_pick_cube", "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"],
+        None,
+        "reinflow_pick from the default, better-trained flow base (what a user now starts from)",
+    ),
+    "dppo_pick": (
+        ["experiment=dppo_pick_cube", "train.total_env_steps=50000", "train.checkpoint_every_env_steps=5000"],
+        None,
+        "DPPO-style PPO, the comparison for reinflow_pick",
+    ),
+    "dsrl_lift": (
+        ["experiment=dsrl_lift", *FLOW_BASE, "train.total_env_steps=30000", "train.checkpoint_every_env_steps=3000"],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
+    "dsrl_noise_lift_utd10": (
+        [
+            "experiment=dsrl_lift",
+            *FLOW_BASE,
+            "algo.form=noise",
+            "train.utd=10",
+            "train.total_env_steps=10000",
+            "train.checkpoint_every_env_steps=2000",
+        ],
+        None,
+        "dsrl_lift with the plain noise-space form at UTD 10 (DSRL's recipe: 20-30)",
+    ),
+    "reinflow_lift": (
+        [
+            "experiment=reinflow_lift",
+            *FLOW_BASE,
+            "algo.lr_policy=3e-5",  # as measured, with
+            "algo.gamma=0.99",
+            "algo.value_warmup_iterations=0",
+            "algo.bootstrap_truncated=true",
+        ],
+        None,  # ppo.yaml's values
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
+    "reinflow_lift_warm": (
+        reinflow_lift("1e-4", bootstrap=True),
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with an episode cut by Lift's time limit a failure (no bootstrap from V(s_T)): the 200k run's returns rose
     # above the 0/1 reward's range as V fed itself through the cut, and success fell to 0.02
-    "reinflow_lift_nobootstrap": (reinflow_lift("1e-4", bootstrap=False), None,
-                                  "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_nobootstrap": (
+        reinflow_lift("1e-4", bootstrap=False),
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with four times the budget (DPPO's own Lift recipe acts 60k env steps per PPO iteration): does it climb
-    "reinflow_lift_warm_200k": (reinflow_lift("1e-4", bootstrap=True, steps=200000), None,
-                                "reinflow_lift_warm with 4x the benchmark's 50k env steps"),
-    "reinflow_lift_nobootstrap_200k": (reinflow_lift("1e-4", bootstrap=False, steps=200000), None,
-                                       "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps"),
-    "reinflow_lift_lr1e5": (reinflow_lift("1e-5", bootstrap=False), None,  # = experiment=reinflow_lift's recipe
-                            "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "reinflow_lift_lr1e5_200k": (reinflow_lift("1e-5", bootstrap=False, steps=200000), None,
-                                 "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5"),
+    "reinflow_lift_warm_200k": (
+        reinflow_lift("1e-4", bootstrap=True, steps=200000),
+        None,
+        "reinflow_lift_warm with 4x the benchmark's 50k env steps",
+    ),
+    "reinflow_lift_nobootstrap_200k": (
+        reinflow_lift("1e-4", bootstrap=False, steps=200000),
+        None,
+        "reinflow_lift_nobootstrap with 4x the benchmark's 50k env steps",
+    ),
+    "reinflow_lift_lr1e5": (
+        reinflow_lift("1e-5", bootstrap=False),
+        None,  # = experiment=reinflow_lift's recipe
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
+    "reinflow_lift_lr1e5_200k": (
+        reinflow_lift("1e-5", bootstrap=False, steps=200000),
+        None,
+        "reinflow_lift_nobootstrap_200k with DPPO's Lift actor learning rate, 1e-5",
+    ),
     # ... with Lift's sparse reward plus potential-based shaping of robosuite's staged progress (reaching, grasping):
     # the same ranking of policies by success, a signal at every step for the few episodes a PPO iteration holds
-    "reinflow_lift_potential": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential"], None,
-                                "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
-    "reinflow_lift_potential_lr3e5": (reinflow_lift("3e-5", bootstrap=False) + ["env.reward_type=potential"], None,
-                                      "reinflow_lift_potential with the actor learning rate 3e-5"),
+    "reinflow_lift_potential": (
+        reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential"],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
+    "reinflow_lift_potential_lr3e5": (
+        reinflow_lift("3e-5", bootstrap=False) + ["env.reward_type=potential"],
+        None,
+        "reinflow_lift_potential with the actor learning rate 3e-5",
+    ),
     # ... with the first Euler step's noise up to σ 1 (the rest 0.05-0.12): the base's Lift failures are decided by
     # its initial noise, and noise at the first step can carry a failing draw into a grasping mode
-    "reinflow_lift_first1": (reinflow_lift("1e-4", bootstrap=False) + ["policy.sigma_max_first=1.0"], None,
-                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_first1": (
+        reinflow_lift("1e-4", bootstrap=False) + ["policy.sigma_max_first=1.0"],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with a wider trust region: at clip 0.01 the policy moves an approximate KL of 3e-4 per iteration
-    "reinflow_lift_potential_clip05": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
-                                                                               "algo.clip=0.05"], None,
-                                       "reinflow_lift_potential with the PPO clip 0.05"),
+    "reinflow_lift_potential_clip05": (
+        reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential", "algo.clip=0.05"],
+        None,
+        "reinflow_lift_potential with the PPO clip 0.05",
+    ),
     # ... with x_0 drawn from a learned N(mu(s), sigma(s)^2) scored with the steps (policy.initial_noise=learned):
     # PPO also picks the initial noise, which decides the base's Lift failures, and keeps it near the prior
-    "reinflow_lift_x0": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
-                                                                   "policy.initial_noise=learned",
-                                                                   "algo.lr_initial_noise=1e-3"], None,
-                         "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_x0": (
+        reinflow_lift("1e-4", bootstrap=False)
+        + ["env.reward_type=potential", "policy.initial_noise=learned", "algo.lr_initial_noise=1e-3"],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with x_0's own ratio and clip beside the steps' (algo.clip_initial_noise): under one ratio of the chain the
     # velocity field's moves took the clip (clip fraction 0.5-0.7) and x_0's head hardly moved in 50k
-    "reinflow_lift_x0_split": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
-                                                                         "policy.initial_noise=learned",
-                                                                         "algo.lr_initial_noise=1e-3",
-                                                                         "algo.clip_initial_noise=0.05"], None,
-                               "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_x0_split": (
+        reinflow_lift("1e-4", bootstrap=False)
+        + [
+            "env.reward_type=potential",
+            "policy.initial_noise=learned",
+            "algo.lr_initial_noise=1e-3",
+            "algo.clip_initial_noise=0.05",
+        ],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with twice the PPO iterations in the same 50k (rollouts of 1,000 env steps, about 12 episodes) and x_0's
     # head at 3e-3: with the clip binding every iteration, the number of updates bounds how far the policy moves
-    "reinflow_lift_x0_r1k": (reinflow_lift("1e-4", bootstrap=False) + ["env.reward_type=potential",
-                                                                       "policy.initial_noise=learned",
-                                                                       "algo.lr_initial_noise=3e-3",
-                                                                       "algo.rollout_env_steps=1000"], None,
-                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_x0_r1k": (
+        reinflow_lift("1e-4", bootstrap=False)
+        + [
+            "env.reward_type=potential",
+            "policy.initial_noise=learned",
+            "algo.lr_initial_noise=3e-3",
+            "algo.rollout_env_steps=1000",
+        ],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with PPO's advantages from an action critic trained by TD on every decision so far (algo.advantage=critic)
     # instead of GAE over a dozen episodes: the critic reuses each transition as DSRL's does; sparse 0/1 reward
-    "reinflow_lift_critic": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC, None,
-                             "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way"),
+    "reinflow_lift_critic": (
+        reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC,
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # ... with a wider trust region (clip 0.05): under critic advantages at clip 0.01 the clip bound every iteration
     # (clip fraction 0.65, approximate KL 2e-4) and training success did not trend
-    "reinflow_lift_critic_clip05": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC + ["algo.clip=0.05"], None,
-                                    "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the "
-                                    "way"),
+    "reinflow_lift_critic_clip05": (
+        reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC + ["algo.clip=0.05"],
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # reinflow_lift_critic again after x_0's σ head stopped saturating at the prior (policies/chain.py, 2026-11-28):
     # at 50k its σ was still 0.98-0.99, where x_0 = μ(s) succeeded on 0.78 / 0.86 / 0.94 of 50 seeds
-    "reinflow_lift_critic_x0std": (reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC, None,
-                                   "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the "
-                                   "way"),
+    "reinflow_lift_critic_x0std": (
+        reinflow_lift("1e-4", bootstrap=False) + LIFT_CRITIC,
+        None,
+        "required: ≥ the flow base + 30 points within 50k env steps, no collapse on the way",
+    ),
     # DPPO-style on Lift, the comparison for reinflow_lift: its diffusion base from the same 10 demonstrations, the
     # Lift PPO settings of experiment=reinflow_lift (DPPO's own Lift actor learning rate is 1e-5)
-    "dppo_lift": (["experiment=dppo_pick_cube", "env=robosuite_lift", "demos.num_episodes=10",
-                   *lift_ppo("1e-5", bootstrap=False), "train.total_env_steps=50000",
-                   "train.checkpoint_every_env_steps=5000"], None,
-                  "DPPO-style PPO on Lift, the comparison for reinflow_lift_lr1e5"),
-    "residual_smoke": (["experiment=rlpd", "env=point_reach", "policy=residual", "algo=residual",
-                        "demos.num_episodes=10", "bc.eval_episodes=10", "train.learning_starts=100",
-                        "train.total_env_steps=600", "train.checkpoint_every_env_steps=200"], None,
-                       "a toy residual run (checks the path)"),
-}  # fmt: skip
+    "dppo_lift": (
+        [
+            "experiment=dppo_pick_cube",
+            "env=robosuite_lift",
+            "demos.num_episodes=10",
+            *lift_ppo("1e-5", bootstrap=False),
+            "train.total_env_steps=50000",
+            "train.checkpoint_every_env_steps=5000",
+        ],
+        None,
+        "DPPO-style PPO on Lift, the comparison for reinflow_lift_lr1e5",
+    ),
+    "residual_smoke": (
+        [
+            "experiment=rlpd",
+            "env=point_reach",
+            "policy=residual",
+            "algo=residual",
+            "demos.num_episodes=10",
+            "bc.eval_episodes=10",
+            "train.learning_starts=100",
+            "train.total_env_steps=600",
+            "train.checkpoint_every_env_steps=200",
+        ],
+        None,
+        "a toy residual run (checks the path)",
+    ),
+}
 
 
 def train(name: str, overrides: list[str], seed: int, out: Path) -> Path:
@@ -290,8 +583,19 @@ def train(name: str, overrides: list[str], seed: int, out: Path) -> Path:
     before = set(out.glob("*/*"))
     keys = ("data_port", "weights_port", "ctrl_port")
     ports = [f"transport.{k}={p}" for k, p in zip(keys, free_ports(3), strict=True)]
-    cmd = [sys.executable, "-m", "robo_rl.cli", "train", *overrides, *ports, f"seed={seed}", f"outputs_dir={out}",
-           "logger.progress=false", "eval.episodes=1", f"name={name}_s{seed}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_rl.cli",
+        "train",
+        *overrides,
+        *ports,
+        f"seed={seed}",
+        f"outputs_dir={out}",
+        "logger.progress=false",
+        "eval.episodes=1",
+        f"name={name}_s{seed}",
+    ]
     t = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -320,8 +624,14 @@ def evaluate_run(run: Path, episodes_mid: int, episodes_final: int) -> list[dict
         policy.load_state_dict(payload["algo"]["policy"])
         n = episodes_final if i == len(ckpts) - 1 else episodes_mid
         result = evaluate_policy(env, policy.eval(), n, cfg.eval.seed, progress=False)
-        points.append({"env_steps": int(payload["counters"]["env_steps"]), "success": result["success_rate"],
-                       "episodes": n, "ci95": result["success_ci95"]})  # fmt: skip
+        points.append(
+            {
+                "env_steps": int(payload["counters"]["env_steps"]),
+                "success": result["success_rate"],
+                "episodes": n,
+                "ci95": result["success_ci95"],
+            }
+        )
     env.close()
     return points
 
@@ -374,10 +684,15 @@ def safety_statistics(run: np.ndarray, base: np.ndarray, window: int) -> dict:
     run_rolling, base_rolling = rolling(run, window), rolling(base, window)
     run_min, base_mean = float(run_rolling.min()), float(base.mean())
     paired = float((base_rolling - run_rolling).max())
-    return {"min_rolling_success": round(run_min, 3), "base_success_same_states": round(base_mean, 3),
-            "base_min_rolling_same_states": round(float(base_rolling.min()), 3),
-            "drop_points": round(100 * (base_mean - run_min), 1), "met": bool(base_mean - run_min <= 0.10 + 1e-9),
-            "paired_drop_points": round(100 * paired, 1), "paired_met": bool(paired <= 0.10 + 1e-9)}  # fmt: skip
+    return {
+        "min_rolling_success": round(run_min, 3),
+        "base_success_same_states": round(base_mean, 3),
+        "base_min_rolling_same_states": round(float(base_rolling.min()), 3),
+        "drop_points": round(100 * (base_mean - run_min), 1),
+        "met": bool(base_mean - run_min <= 0.10 + 1e-9),
+        "paired_drop_points": round(100 * paired, 1),
+        "paired_met": bool(paired <= 0.10 + 1e-9),
+    }
 
 
 def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> dict:
@@ -389,9 +704,14 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
     episodes = [e for e in episodes if e.get("kind") == "episode"]
     success = np.array([e["success"] for e in episodes], float)
     steps = np.array([e["env_steps"] for e in episodes])
-    out = {"episodes": len(episodes), "success_per_1k": [
-        round(float(success[(steps > a) & (steps <= a + 1000)].mean()), 3) for a in range(0, int(steps.max()), 1000)
-        if ((steps > a) & (steps <= a + 1000)).any()]}  # fmt: skip
+    out = {
+        "episodes": len(episodes),
+        "success_per_1k": [
+            round(float(success[(steps > a) & (steps <= a + 1000)].mean()), 3)
+            for a in range(0, int(steps.max()), 1000)
+            if ((steps > a) & (steps <= a + 1000)).any()
+        ],
+    }
     reached = np.flatnonzero(rolling(success, 20) >= 0.8)
     out["steps_to_rolling_0.8"] = int(steps[reached[0] + 19]) if len(reached) else None
     human = np.array([e.get("intervention_steps", 0) for e in episodes], float)
@@ -401,8 +721,9 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
         def rate(mask):
             return round(float(human[mask].sum() / max(1.0, lengths[mask].sum())), 4)
 
-        out["intervention_rate_per_1k"] = [rate((steps > a) & (steps <= a + 1000))
-                                           for a in range(0, int(steps.max()), 1000)]  # fmt: skip
+        out["intervention_rate_per_1k"] = [
+            rate((steps > a) & (steps <= a + 1000)) for a in range(0, int(steps.max()), 1000)
+        ]
         out["intervention_rate_last_1k"] = rate(steps > steps.max() - 1000)
     from omegaconf import OmegaConf
 
@@ -413,8 +734,12 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
         early = success[steps <= early_steps]
         window = min(window, len(early))  # long episodes (robosuite Can): fewer than `window` in the first 5k
         base = base_on_training_stream(run, len(early))
-        out["safety"] = {"window": window, "early_env_steps": early_steps, "episodes": len(early),
-                         **safety_statistics(early, base, window)}  # fmt: skip
+        out["safety"] = {
+            "window": window,
+            "early_env_steps": early_steps,
+            "episodes": len(early),
+            **safety_statistics(early, base, window),
+        }
         # a residual's exploration is noise around its zero correction (DSRL's base alone already samples): the
         # same statistic for the base driven by the run's warm-up and exploration
         if "residual" in str(cfg.policy.get("_target_", "")):
@@ -435,8 +760,9 @@ def plot(name: str, curves: list[list[dict]], path: Path, target: float | None) 
     import matplotlib.pyplot as plt
 
     steps = sorted({p["env_steps"] for c in curves for p in c})
-    grid = np.array([[np.interp(s, [p["env_steps"] for p in c], [p["success"] for p in c]) for s in steps]
-                     for c in curves])  # fmt: skip
+    grid = np.array(
+        [[np.interp(s, [p["env_steps"] for p in c], [p["success"] for p in c]) for s in steps] for c in curves]
+    )
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, grid.mean(0), label=f"mean of {len(curves)} seeds")
     ax.fill_between(steps, grid.min(0), grid.max(0), alpha=0.25, label="min-max over seeds")
@@ -489,11 +815,17 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="one seed of the toy run, 10 evaluation episodes")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_learning"))
-    parser.add_argument("--add", action="store_true",
-                        help="merge these seeds into bench/results/learning_<name>.json (same overrides)")
-    parser.add_argument("--runs", nargs="+", default=[], metavar="RUN",
-                        help="evaluate these finished run folders of the experiment instead of training "
-                             "(a benchmark interrupted after training); their seeds replace --seeds")
+    parser.add_argument(
+        "--add", action="store_true", help="merge these seeds into bench/results/learning_<name>.json (same overrides)"
+    )
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="evaluate these finished run folders of the experiment instead of training "
+        "(a benchmark interrupted after training); their seeds replace --seeds",
+    )
     args = parser.parse_args()
     if args.quick:
         args.experiment, args.seeds, args.eval_episodes = "smoke", [0], 10
@@ -516,8 +848,11 @@ def main() -> None:
         points = evaluate_run(run, min(20, args.eval_episodes), args.eval_episodes)
         wall = float((run / "bench_wall_s.txt").read_text())
         final = points[-1]
-        print(f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
-              f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s", flush=True)  # fmt: skip
+        print(
+            f"seed {seed}: {run} final success {final['success']:.2f} at {final['env_steps']} env steps, "
+            f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s",
+            flush=True,
+        )
         runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points, "training": training_summary(run)})
     # --add processes of other seeds may finish within seconds of this one: the file is read again, merged and
     # written under one lock, on the results folder (unlocked, two that read it before either wrote kept only one's
@@ -529,11 +864,19 @@ def main() -> None:
     args.seeds = [r["seed"] for r in runs]
     finals = [r["curve"][-1]["success"] for r in runs]
     plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
-    result = {"experiment": args.experiment, "overrides": overrides, "seeds": args.seeds,
-              "final_success": finals, "final_success_mean": float(np.mean(finals)), "target": target,
-              "met": None if target is None else bool(min(finals) >= target), "reference": reference,
-              "runs": runs, "plot": str(results_dir / f"learning_{args.experiment}.png"),
-              "load": os.getloadavg()[0]}  # fmt: skip
+    result = {
+        "experiment": args.experiment,
+        "overrides": overrides,
+        "seeds": args.seeds,
+        "final_success": finals,
+        "final_success_mean": float(np.mean(finals)),
+        "target": target,
+        "met": None if target is None else bool(min(finals) >= target),
+        "reference": reference,
+        "runs": runs,
+        "plot": str(results_dir / f"learning_{args.experiment}.png"),
+        "load": os.getloadavg()[0],
+    }
     result_path.write_text(json.dumps(result, indent=1))
     os.close(lock)  # and the lock with it
     print(json.dumps(result))

@@ -60,8 +60,11 @@ def make_episodes(num_transitions: int, rng: np.random.Generator) -> list[dict]:
 def as_float_images(batch: dict) -> list[torch.Tensor]:
     """uint8 HWC frames → float32 tensors in [0, 1], viewed as NCHW (channels-last memory, which conv2d takes),
     as LeRobot's sampler hands them out. numpy's uint8→float32 is several times faster than torch's on one thread."""
-    return [torch.from_numpy(np.multiply(v, np.float32(1 / 255), dtype=np.float32)).permute(0, 3, 1, 2)
-            for obs in (batch["obs"], batch["next_obs"]) for v in obs["images"].values()]  # fmt: skip
+    return [
+        torch.from_numpy(np.multiply(v, np.float32(1 / 255), dtype=np.float32)).permute(0, 3, 1, 2)
+        for obs in (batch["obs"], batch["next_obs"])
+        for v in obs["images"].values()
+    ]
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -96,7 +99,8 @@ def ours(num_transitions: int, repeats: int, seed: int) -> dict:
             ring.add({k: v[lo : lo + 10] for k, v in ep.items()}, "actor-0")
     add_per_s = records / (time.perf_counter() - t)
     ram_bytes = sum(a.nbytes for a in ring.data.values()) + sum(
-        getattr(ring, n).nbytes for n in ("row_uid", "prev", "prev_uid", "next", "next_uid"))  # fmt: skip
+        getattr(ring, n).nbytes for n in ("row_uid", "prev", "prev_uid", "next", "next_uid")
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         store = SegmentStore(Path(tmp) / "online", fields)
@@ -143,8 +147,13 @@ def main() -> None:
     for k in ("bytes_per_transition", "add_per_s", "sample_ms_plain", "sample_ms_augmented"):
         print(f"lerobot  {k:<28} {b[k]:,.2f}")
     result = {
-        "transitions": n, "batch_size": BATCH, "cameras": "2 x 128x128x3", "raw_frame_bytes": RAW_FRAMES,
-        "ours": a, "lerobot": {k: v for k, v in b.items() if k != "config"}, "lerobot_config": b.get("config"),
+        "transitions": n,
+        "batch_size": BATCH,
+        "cameras": "2 x 128x128x3",
+        "raw_frame_bytes": RAW_FRAMES,
+        "ours": a,
+        "lerobot": {k: v for k, v in b.items() if k != "config"},
+        "lerobot_config": b.get("config"),
         "ours_ram_over_raw": a["bytes_per_transition_ram"] / RAW_FRAMES,
         "ours_disk_over_raw": a["bytes_per_transition_disk"] / RAW_FRAMES,
         "lerobot_over_ours_bytes": b["bytes_per_transition"] / a["bytes_per_transition_ram"],
@@ -152,7 +161,7 @@ def main() -> None:
         "speedup_ram_float_vs_lerobot_plain": b["sample_ms_plain"] / a["sample_ms_ram_float"],
         "speedup_disk_cold_float_vs_lerobot_plain": b["sample_ms_plain"] / a["sample_ms_disk_cold_float"],
         "load": os.getloadavg()[0],
-    }  # fmt: skip
+    }
     print(json.dumps(result))
 
 

@@ -46,8 +46,11 @@ from robo_rl.envs import make_observation_space  # noqa: E402
 from robo_rl.policy_io import batch_to_torch, policy_step  # noqa: E402
 
 CONTROL_HZ = 10.0  # our pick task's and most real arms' policy rate
-LEARNING = {"pick": ("residual_pick", "rlpd_pick30"), "lift": ("residual_lift", "rlpd_lift10"),
-            "can": ("residual_can", None)}  # fmt: skip
+LEARNING = {
+    "pick": ("residual_pick", "rlpd_pick30"),
+    "lift": ("residual_lift", "rlpd_lift10"),
+    "can": ("residual_can", None),
+}
 
 
 def percentiles(ms: list[float]) -> dict:
@@ -70,8 +73,10 @@ def time_acting(base_spec: dict, space, obs_seq: list[dict]) -> dict:
     policy = ResidualPolicy(space, ACTION_DIM, base_spec, scale=0.1, hidden=[256, 256])
     alone = ChunkedBase(policy.base.base, policy.base.execute_steps)
     out = {}
-    for name, step in (("base_alone", lambda o: alone.act(o)),
-                       ("base_plus_residual", lambda o: policy_step(policy, o, deterministic=False))):  # fmt: skip
+    for name, step in (
+        ("base_alone", lambda o: alone.act(o)),
+        ("base_plus_residual", lambda o: policy_step(policy, o, deterministic=False)),
+    ):
         queue = alone.queue if name == "base_alone" else policy.base.queue
         policy.reset(), alone.reset()
         step(obs_seq[0])  # warm-up: the first inference builds lazy state
@@ -97,8 +102,9 @@ def acting(quick: bool, tmp: Path) -> dict:
     results = {}
     state_space = make_observation_space(STATE_DIM, {})
     steps = 300 if quick else 2000
-    results["mlp_state"] = time_acting({"kind": "bc", "path": str(save_mlp_base(tmp / "mlp"))}, state_space,
-                                       observations(False, steps))  # fmt: skip
+    results["mlp_state"] = time_acting(
+        {"kind": "bc", "path": str(save_mlp_base(tmp / "mlp"))}, state_space, observations(False, steps)
+    )
     if quick:
         return results
     chunk = 20  # ResFiT ran ACT with 20-step chunks open-loop
@@ -114,11 +120,17 @@ def random_batch(state_dim: int, action_dim: int, size: int, gen: torch.Generato
     obs = {"state": torch.randn(size, state_dim, generator=gen), "images": {}}
     nxt = {"state": torch.randn(size, state_dim, generator=gen), "images": {}}
     base = torch.rand(size, action_dim, generator=gen) * 2 - 1
-    return {"obs": obs, "next_obs": nxt, "action": (torch.rand(size, action_dim, generator=gen) * 2 - 1),
-            "reward": torch.rand(size, generator=gen), "discount": torch.full((size,), 0.97),
-            "extras": {"base_action": base}, "next_extras": {"base_action": base},
-            "next_extras_valid": torch.ones(size, dtype=torch.bool),
-            "intervention": torch.zeros(size, dtype=torch.bool)}  # fmt: skip
+    return {
+        "obs": obs,
+        "next_obs": nxt,
+        "action": (torch.rand(size, action_dim, generator=gen) * 2 - 1),
+        "reward": torch.rand(size, generator=gen),
+        "discount": torch.full((size,), 0.97),
+        "extras": {"base_action": base},
+        "next_extras": {"base_action": base},
+        "next_extras_valid": torch.ones(size, dtype=torch.bool),
+        "intervention": torch.zeros(size, dtype=torch.bool),
+    }
 
 
 def as_numpy(tree):
@@ -137,10 +149,22 @@ def updates(seconds: float, tmp: Path, device: torch.device | None = None, preci
     gen = torch.Generator().manual_seed(0)
     batches = [random_batch(state_dim, action_dim, 256, gen) for _ in range(8)]
     base = {"kind": "bc", "path": str(save_mlp_base(tmp / "mlp18", state_dim, action_dim))}
-    residual = build_residual(ResidualPolicy(space, action_dim, base, hidden=[256, 256]).to(device), space,
-                              action_dim, batch_size=256, critic_updates_per_actor=4, precision=precision)  # fmt: skip
-    sac = build_sac(TanhGaussianPolicy(space, action_dim, hidden=[256, 256]).to(device), space, action_dim,
-                    batch_size=256, critic_updates_per_actor=4, precision=precision)  # fmt: skip
+    residual = build_residual(
+        ResidualPolicy(space, action_dim, base, hidden=[256, 256]).to(device),
+        space,
+        action_dim,
+        batch_size=256,
+        critic_updates_per_actor=4,
+        precision=precision,
+    )
+    sac = build_sac(
+        TanhGaussianPolicy(space, action_dim, hidden=[256, 256]).to(device),
+        space,
+        action_dim,
+        batch_size=256,
+        critic_updates_per_actor=4,
+        precision=precision,
+    )
     device = device or torch.device("cpu")
     if device.type != "cpu":  # as the learner hands them over: numpy from the replay, pinned, copied non-blocking
         batches = [as_numpy(b) for b in batches]
@@ -174,13 +198,17 @@ def learning_summary() -> dict:
                 continue
             data = json.loads(path.read_text())
             runs = data["runs"]
-            entry[role] = {"seeds": data["seeds"], "final_success": data["final_success"],
-                           "steps_to_rolling_0.8": [r.get("training", {}).get("steps_to_rolling_0.8") for r in runs],
-                           "safety": [r.get("training", {}).get("safety") for r in runs]}  # fmt: skip
+            entry[role] = {
+                "seeds": data["seeds"],
+                "final_success": data["final_success"],
+                "steps_to_rolling_0.8": [r.get("training", {}).get("steps_to_rolling_0.8") for r in runs],
+                "safety": [r.get("training", {}).get("safety") for r in runs],
+            }
         reached = {k: [s for s in v["steps_to_rolling_0.8"] if s is not None] for k, v in entry.items()}
         if reached.get("residual") and reached.get("rlpd"):
             entry["steps_to_0.8_ratio_residual_to_rlpd"] = round(
-                float(np.median(reached["residual"]) / np.median(reached["rlpd"])), 3)
+                float(np.median(reached["residual"]) / np.median(reached["rlpd"])), 3
+            )
         if entry:
             out[task] = entry
     return out
@@ -189,28 +217,43 @@ def learning_summary() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="MLP base only, short update timing (< 60 s)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: the actor and the learner each take one core)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: the actor and the learner each take one core)",
+    )
     parser.add_argument("--device", default="cpu", help="where the learner's update runs: cpu (default), cuda, auto")
     parser.add_argument("--precision", default="float32", help="both algorithms' algo.precision (float32, auto...)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    result = {"cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "threads": args.threads,
-              "control_hz": CONTROL_HZ, "quick": args.quick}  # fmt: skip
+    result = {
+        "cpus": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
+        "threads": args.threads,
+        "control_hz": CONTROL_HZ,
+        "quick": args.quick,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         result["acting"] = acting(args.quick, Path(tmp))
         result["updates"] = updates(5.0 if args.quick else 20.0, Path(tmp), device, args.precision)
     for name, r in result["acting"].items():
         o, b = r["base_plus_residual"], r["base_alone"]
-        print(f"acting {name}: base + residual per step p50 {o['step_ms']['p50']:.3f} ms p99 {o['step_ms']['p99']:.3f} "
-              f"ms; at inference steps p50 {o['inference_step_ms']['p50']:.2f} p99 {o['inference_step_ms']['p99']:.2f} "
-              f"ms (base alone {b['inference_step_ms']['p50']:.2f} / {b['inference_step_ms']['p99']:.2f}); "
-              f"{100 * r['worst_step_share_of_period_p99']:.1f}% of the {1e3 / CONTROL_HZ:.0f} ms control period at "
-              "p99", flush=True)  # fmt: skip
+        print(
+            f"acting {name}: base + residual per step p50 {o['step_ms']['p50']:.3f} ms p99 {o['step_ms']['p99']:.3f} "
+            f"ms; at inference steps p50 {o['inference_step_ms']['p50']:.2f} p99 {o['inference_step_ms']['p99']:.2f} "
+            f"ms (base alone {b['inference_step_ms']['p50']:.2f} / {b['inference_step_ms']['p99']:.2f}); "
+            f"{100 * r['worst_step_share_of_period_p99']:.1f}% of the {1e3 / CONTROL_HZ:.0f} ms control period at "
+            "p99",
+            flush=True,
+        )
     u = result["updates"]
-    print(f"learner: residual {u['residual_updates_per_s']:.1f} updates/s, SAC {u['sac_updates_per_s']:.1f} "
-          f"(ratio {u['ratio_residual_to_sac']:.2f})", flush=True)  # fmt: skip
+    print(
+        f"learner: residual {u['residual_updates_per_s']:.1f} updates/s, SAC {u['sac_updates_per_s']:.1f} "
+        f"(ratio {u['ratio_residual_to_sac']:.2f})",
+        flush=True,
+    )
     if not args.quick:
         result["learning"] = learning_summary()
         for task, entry in result["learning"].items():

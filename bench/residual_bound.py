@@ -38,8 +38,9 @@ from robo_rl.config import load_config, make_env, make_expert  # noqa: E402
 from robo_rl.eval.episodes import wilson_interval  # noqa: E402
 
 
-def oracle_success(env, base: ChunkedBase, expert, low: np.ndarray, high: np.ndarray, scale: float,
-                   episodes: int, seed: int) -> dict:  # fmt: skip
+def oracle_success(
+    env, base: ChunkedBase, expert, low: np.ndarray, high: np.ndarray, scale: float, episodes: int, seed: int
+) -> dict:
     """Base + clip(expert − base) on `episodes` fixed initial states: success, its interval, mean |r| / s."""
     half = np.maximum((high - low) / 2, MIN_HALF_RANGE) * (1 + scale)
     successes, used = 0, []
@@ -58,9 +59,13 @@ def oracle_success(env, base: ChunkedBase, expert, low: np.ndarray, high: np.nda
                 break
         successes += success
     low_ci, high_ci = wilson_interval(successes, episodes)
-    return {"scale": scale, "success": round(successes / episodes, 4),
-            "wilson95": [round(low_ci, 4), round(high_ci, 4)], "episodes": episodes,
-            "mean_abs_residual_over_s": round(float(np.mean(used)), 3)}  # fmt: skip
+    return {
+        "scale": scale,
+        "success": round(successes / episodes, 4),
+        "wilson95": [round(low_ci, 4), round(high_ci, 4)],
+        "episodes": episodes,
+        "mean_abs_residual_over_s": round(float(np.mean(used)), 3),
+    }
 
 
 def main() -> None:
@@ -94,16 +99,27 @@ def main() -> None:
             expert = make_expert(cfg, env, noise_std=0.0, seed=0)
             rows = []
             for scale in args.scales:
-                rows.append(oracle_success(env, base, expert, np.asarray(low), np.asarray(high), scale,
-                                           args.episodes, args.seed))  # fmt: skip
-                print(f"s = {scale:.2f}: success {rows[-1]['success']:.2f} {rows[-1]['wilson95']}, "
-                      f"mean |r|/s {rows[-1]['mean_abs_residual_over_s']}", flush=True)
+                rows.append(
+                    oracle_success(
+                        env, base, expert, np.asarray(low), np.asarray(high), scale, args.episodes, args.seed
+                    )
+                )
+                print(
+                    f"s = {scale:.2f}: success {rows[-1]['success']:.2f} {rows[-1]['wilson95']}, "
+                    f"mean |r|/s {rows[-1]['mean_abs_residual_over_s']}",
+                    flush=True,
+                )
         finally:
             env.close()
     base_row = next((r for r in rows if r["scale"] == 0), None)
-    out = {"bench": "residual_bound", "experiment": args.experiment, "base": str(args.base or "trained here"),
-           "rows": rows, "base_alone": base_row["success"] if base_row else None,
-           "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    out = {
+        "bench": "residual_bound",
+        "experiment": args.experiment,
+        "base": str(args.base or "trained here"),
+        "rows": rows,
+        "base_alone": base_row["success"] if base_row else None,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     if not args.quick:
         results = ROOT / "bench" / "results"
         results.mkdir(parents=True, exist_ok=True)

@@ -156,8 +156,11 @@ def ours_actor(i, cfg, stop, ready) -> dict:
         mark_ready(ready)
         while not stop.is_set():
             full = len(link.unacked) >= WINDOW  # then wait in poll (an ack frees the window) rather than spin
-            weights = [(kind, meta, arrays) for kind, meta, arrays in link.poll(timeout_ms=1 if full else 0)
-                       if kind.startswith("weights")]  # fmt: skip
+            weights = [
+                (kind, meta, arrays)
+                for kind, meta, arrays in link.poll(timeout_ms=1 if full else 0)
+                if kind.startswith("weights")
+            ]
             received += len(weights)
             if weights and policy is not None:
                 kind, meta, arrays = weights[-1]  # latest wins
@@ -170,8 +173,13 @@ def ours_actor(i, cfg, stop, ready) -> dict:
             if not full:
                 link.send_steps({"policy_version": 0}, numbered(pool[k % len(pool)], k))
                 k += 1
-        return {"sent_batches": k, "dropped": link.dropped_messages, "loads": loads, "wrong_weights": wrong,
-                "weights_received": received}  # fmt: skip
+        return {
+            "sent_batches": k,
+            "dropped": link.dropped_messages,
+            "loads": loads,
+            "wrong_weights": wrong,
+            "weights_received": received,
+        }
     finally:
         link.close(linger_s=0)
 
@@ -252,13 +260,23 @@ def latencies(name: str, out: dict) -> dict:
     if learner_rates(name, out) is None:
         return {}
     published = {int(v): t for v, t in out["learner"]["published"].items()}
-    lat = [(t - published[v]) * 1000 for role, res in out.items() if role != "learner"
-           for v, t in res.get("loads", []) if v in published]  # fmt: skip
+    lat = [
+        (t - published[v]) * 1000
+        for role, res in out.items()
+        if role != "learner"
+        for v, t in res.get("loads", [])
+        if v in published
+    ]
     if not lat:
         return {}
     p50, p99 = np.percentile(lat, [50, 99])
-    return {"p50_ms": round(float(p50), 1), "p99_ms": round(float(p99), 1), "max_ms": round(max(lat), 1),
-            "loads": len(lat), "expected": len(published) * (len(out) - 1)}  # fmt: skip
+    return {
+        "p50_ms": round(float(p50), 1),
+        "p99_ms": round(float(p99), 1),
+        "max_ms": round(max(lat), 1),
+        "loads": len(lat),
+        "expected": len(published) * (len(out) - 1),
+    }
 
 
 def fmt(tps: float | None) -> str:
@@ -284,16 +302,25 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 3)  # interleaved, so a load change hits every transport alike
     pushes, interval = (6, 0.3) if args.quick else (50, 0.5)  # slower than one push takes, so no backlog
     t_start, load0 = time.monotonic(), os.getloadavg()
-    print(f"{args.actors} actors -> 1 learner on {HOST}, {os.cpu_count()} CPUs, load {load0[0]:.2f} {load0[1]:.2f}; "
-          f"{UNIQUE_BYTES:,} unique bytes per transition; {secs:g} s per measurement, {rounds} round(s)")  # fmt: skip
+    print(
+        f"{args.actors} actors -> 1 learner on {HOST}, {os.cpu_count()} CPUs, load {load0[0]:.2f} {load0[1]:.2f}; "
+        f"{UNIQUE_BYTES:,} unique bytes per transition; {secs:g} s per measurement, {rounds} round(s)"
+    )
 
     # --quick on a loaded machine: each measurement runs on until 16 messages per actor came in (at most 20 s),
     # and the processes get twice as long to start
     least = {"min_transitions": 16 * 64 * args.actors, "max_phase_s": 20.0} if args.quick else {}
 
     def cfg(phases, n_ports=1, startup_s=30.0, **extra):
-        return {"actors": args.actors, "ports": free_ports(n_ports), "phases": phases, "replay_capacity": 8192,
-                "startup_s": startup_s * (2 if args.quick else 1), **least, **extra}  # fmt: skip
+        return {
+            "actors": args.actors,
+            "ports": free_ports(n_ports),
+            "phases": phases,
+            "replay_capacity": 8192,
+            "startup_s": startup_s * (2 if args.quick else 1),
+            **least,
+            **extra,
+        }
 
     def rate(name, out, phase):
         value = (learner_rates(name, out) or {}).get(phase)
@@ -342,23 +369,31 @@ def main() -> None:
         w |= {f"weights_raw_pubsub_{k}": v for k, v in floor.items()}
 
     print(f"\n{'figure':52s} transitions/s      MB/s   (median of {rounds} round(s) for a, b, d)")
-    for key, label in (("raw_zmq", f"(d) raw ZeroMQ PUSH/PULL, {BATCH} per message"),
-                       ("ours_wire", "(a) ours, wire (received + decoded)"),
-                       ("ours_e2e", "(a) ours, end to end (+ check_step_batch + ReplayBuffer.add)"),
-                       ("agentlace", "(b) agentlace-style pickle REQ/REP, 1 per round trip"),
-                       ("lerobot_wire", "(c) LeRobot gRPC, wire (chunks reassembled)"),
-                       ("lerobot_e2e", "(c) LeRobot gRPC, end to end (torch.load + its replay add)")):  # fmt: skip
+    for key, label in (
+        ("raw_zmq", f"(d) raw ZeroMQ PUSH/PULL, {BATCH} per message"),
+        ("ours_wire", "(a) ours, wire (received + decoded)"),
+        ("ours_e2e", "(a) ours, end to end (+ check_step_batch + ReplayBuffer.add)"),
+        ("agentlace", "(b) agentlace-style pickle REQ/REP, 1 per round trip"),
+        ("lerobot_wire", "(c) LeRobot gRPC, wire (chunks reassembled)"),
+        ("lerobot_e2e", "(c) LeRobot gRPC, end to end (torch.load + its replay add)"),
+    ):
         if key in r:
             v = r[key]
             print(f"{label:52s} {'-' if v is None else f'{v:13,.0f} {v * UNIQUE_BYTES / 1e6:9,.0f}'}")
     if "w" in args.only:
-        print(f"weights: {n_params / 1e6:.1f}M params ({4 * n_params / 1e6:.0f} MB) pushed {pushes}x, "
-              f"every {interval:g} s, to {args.actors} actors while transitions stream (ours)")  # fmt: skip
-        for name, pre in (("raw ZeroMQ PUB/SUB of the bytes, idle (floor)", "weights_raw_pubsub_"),
-                          ("ours, decoded + load_state_dict", "weights_")):  # fmt: skip
+        print(
+            f"weights: {n_params / 1e6:.1f}M params ({4 * n_params / 1e6:.0f} MB) pushed {pushes}x, "
+            f"every {interval:g} s, to {args.actors} actors while transitions stream (ours)"
+        )
+        for name, pre in (
+            ("raw ZeroMQ PUB/SUB of the bytes, idle (floor)", "weights_raw_pubsub_"),
+            ("ours, decoded + load_state_dict", "weights_"),
+        ):
             if f"{pre}p50_ms" in w:
-                print(f"  {name}: p50 {w[pre + 'p50_ms']} ms, p99 {w[pre + 'p99_ms']} ms, max {w[pre + 'max_ms']} ms, "
-                      f"{w[pre + 'loads']}/{w[pre + 'expected']} loads")  # fmt: skip
+                print(
+                    f"  {name}: p50 {w[pre + 'p50_ms']} ms, p99 {w[pre + 'p99_ms']} ms, max {w[pre + 'max_ms']} ms, "
+                    f"{w[pre + 'loads']}/{w[pre + 'expected']} loads"
+                )
         if "ours_e2e_during_pushes_tps" in w:
             print(f"  ours end to end meanwhile: {fmt(w['ours_e2e_during_pushes_tps'])}")
 
@@ -391,10 +426,26 @@ def main() -> None:
     figures = {f"{k}_tps": v and round(v) for k, v in r.items()}
     figures |= {f"{k}_MBps": v and round(v * UNIQUE_BYTES / 1e6) for k, v in r.items()}
     figures["rounds_tps"] = {k: [v and round(v) for v in vs] for k, vs in samples.items() if vs}
-    print(json.dumps({"bench": "transport", "quick": args.quick, "seconds": secs, "rounds": rounds,
-                      "actors": args.actors, "batch": BATCH, "unique_bytes_per_transition": UNIQUE_BYTES,
-                      "cpus": os.cpu_count(), "load_before": round(load0[0], 2), "load_after": round(load1[0], 2),
-                      **figures, **w, "ratios": ratios, "targets": targets}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "transport",
+                "quick": args.quick,
+                "seconds": secs,
+                "rounds": rounds,
+                "actors": args.actors,
+                "batch": BATCH,
+                "unique_bytes_per_transition": UNIQUE_BYTES,
+                "cpus": os.cpu_count(),
+                "load_before": round(load0[0], 2),
+                "load_after": round(load1[0], 2),
+                **figures,
+                **w,
+                "ratios": ratios,
+                "targets": targets,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,17 @@ def make_policy(method: str, space, action_dim: int):
     model = ChunkGenerator(space["state"].shape[0], action_dim, chunk_size=4, kind=kind, steps=20)
     if method == "reinflow":
         return ChainPolicy(space, action_dim, method="reinflow", steps=4, generator=model, execute_steps=4)
-    return ChainPolicy(space, action_dim, method="dppo", steps=20, stochastic_steps=10, sigma_min=0.1, sigma_max=0.1,
-                       generator=model, execute_steps=4)  # fmt: skip
+    return ChainPolicy(
+        space,
+        action_dim,
+        method="dppo",
+        steps=20,
+        stochastic_steps=10,
+        sigma_min=0.1,
+        sigma_max=0.1,
+        generator=model,
+        execute_steps=4,
+    )
 
 
 def act_envs(policy, envs: list, env_steps: int, seed: int) -> tuple[float, float]:
@@ -97,20 +106,33 @@ def main() -> None:
             s1, p1 = np.median([x[0] for x in one]), np.median([x[1] for x in one])
             sn, pn = np.median([x[0] for x in many]), np.median([x[1] for x in many])
             row[f"n{n}"] = m = {
-                "one_env_steps_per_s": round(env_steps / s1, 1), "n_envs_steps_per_s": round(env_steps / sn, 1),
-                "speedup": round(s1 / sn, 2), "policy_ms_per_env_step_one": round(p1 / env_steps * 1e3, 3),
-                "policy_ms_per_env_step_n": round(pn / env_steps * 1e3, 3), "policy_speedup": round(p1 / pn, 2),
-            }  # fmt: skip
-            print(f"{method:>8} N={n:>2}: {m['n_envs_steps_per_s']:.0f} env steps/s against one env's "
-                  f"{m['one_env_steps_per_s']:.0f} ({m['speedup']:.2f}x); policy per env step "
-                  f"{m['policy_ms_per_env_step_n']:.3f} ms against {m['policy_ms_per_env_step_one']:.3f} ms "
-                  f"({m['policy_speedup']:.1f}x)")  # fmt: skip
+                "one_env_steps_per_s": round(env_steps / s1, 1),
+                "n_envs_steps_per_s": round(env_steps / sn, 1),
+                "speedup": round(s1 / sn, 2),
+                "policy_ms_per_env_step_one": round(p1 / env_steps * 1e3, 3),
+                "policy_ms_per_env_step_n": round(pn / env_steps * 1e3, 3),
+                "policy_speedup": round(p1 / pn, 2),
+            }
+            print(
+                f"{method:>8} N={n:>2}: {m['n_envs_steps_per_s']:.0f} env steps/s against one env's "
+                f"{m['one_env_steps_per_s']:.0f} ({m['speedup']:.2f}x); policy per env step "
+                f"{m['policy_ms_per_env_step_n']:.3f} ms against {m['policy_ms_per_env_step_one']:.3f} ms "
+                f"({m['policy_speedup']:.1f}x)"
+            )
         results[method] = row
     for env in envs:
         env.close()
-    text = json.dumps({"bench": "vector_actor", "quick": args.quick, "env_steps": env_steps, "repeats": repeats,
-                       "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.perf_counter() - start, 1),
-                       **results})  # fmt: skip
+    text = json.dumps(
+        {
+            "bench": "vector_actor",
+            "quick": args.quick,
+            "env_steps": env_steps,
+            "repeats": repeats,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "wall_s": round(time.perf_counter() - start, 1),
+            **results,
+        }
+    )
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
     (ROOT / "bench" / "results" / f"vector_actor{'_quick' if args.quick else ''}.json").write_text(text + "\n")
     print(text)

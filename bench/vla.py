@@ -67,12 +67,24 @@ STEPS_FIELD = {"smolvla": "num_steps", "pi0": "num_inference_steps", "pi05": "nu
 NOISE_BOUND = 1.5  # policies/dsrl.py's default box of the noise
 
 # HuggingFaceTB/SmolVLM2-500M-Video-Instruct: a SmolLM2-360M text model and a SigLIP-B/16-512 vision tower
-SMOLVLM2_500M = dict(image_size=512, patch_size=16, hidden=960, layers=32, scale_factor=4,
-                     text=dict(intermediate_size=2560, num_attention_heads=15, num_key_value_heads=5,
-                               vocab_size=49280, rope_theta=100000.0, max_position_embeddings=8192,
-                               rms_norm_eps=1e-5, tie_word_embeddings=False),
-                     vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                                 num_attention_heads=12))  # fmt: skip
+SMOLVLM2_500M = dict(
+    image_size=512,
+    patch_size=16,
+    hidden=960,
+    layers=32,
+    scale_factor=4,
+    text=dict(
+        intermediate_size=2560,
+        num_attention_heads=15,
+        num_key_value_heads=5,
+        vocab_size=49280,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    ),
+    vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12),
+)
 
 
 def sync(device: str) -> None:
@@ -116,9 +128,15 @@ def build_smolvla(quick: bool, device: str, dtype: str, work: Path, compile_mode
 
     sizes = dict(image_size=32) if quick else SMOLVLM2_500M
     vlm = write_tiny_smolvlm(work / ("smolvlm_tiny" if quick else "smolvlm2_500m"), **sizes)
-    cfg = SmolVLAConfig(**features(quick), vlm_model_name=str(vlm), load_vlm_weights=False, device=device,
-                        push_to_hub=False, **(dict(resize_imgs_with_padding=(32, 32)) if quick else {}),
-                        **compiled(compile_mode))  # fmt: skip
+    cfg = SmolVLAConfig(
+        **features(quick),
+        vlm_model_name=str(vlm),
+        load_vlm_weights=False,
+        device=device,
+        push_to_hub=False,
+        **(dict(resize_imgs_with_padding=(32, 32)) if quick else {}),
+        **compiled(compile_mode),
+    )
     with torch.device(device):
         policy = SmolVLAPolicy(cfg)
     if dtype == "bfloat16":  # as load_vlm_weights=True loads the VLM; the expert and projections stay float32
@@ -135,12 +153,18 @@ def tiny_gemma(module):
     widths = {"gemma_2b": 64, "gemma_300m": 32}
 
     def small_config(variant: str):
-        return module.GemmaConfig(width=widths[variant], depth=2, mlp_dim=2 * widths[variant], num_heads=8,
-                                  num_kv_heads=1, head_dim=8)  # fmt: skip
+        return module.GemmaConfig(
+            width=widths[variant], depth=2, mlp_dim=2 * widths[variant], num_heads=8, num_kv_heads=1, head_dim=8
+        )
 
     def small_paligemma(config):
-        sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                     projection_dim=config.text_config.hidden_size)  # fmt: skip
+        sizes = dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            projection_dim=config.text_config.hidden_size,
+        )
         for name, value in sizes.items():
             setattr(config.vision_config, name, value)
         return paligemma(config=config)
@@ -160,8 +184,14 @@ def build_pi(kind: str, quick: bool, device: str, dtype: str, compile_mode: str 
         from lerobot.policies.pi05 import modeling_pi05 as module
         from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
 
-    cfg = Config(**features(quick), dtype=dtype, device=device, push_to_hub=False,
-                 **(dict(image_resolution=(28, 28)) if quick else {}), **compiled(compile_mode))  # fmt: skip
+    cfg = Config(
+        **features(quick),
+        dtype=dtype,
+        device=device,
+        push_to_hub=False,
+        **(dict(image_resolution=(28, 28)) if quick else {}),
+        **compiled(compile_mode),
+    )
     policy_class = module.PI0Policy if kind == "pi0" else module.PI05Policy
     with tiny_gemma(module) if quick else contextlib.nullcontext(), torch.device(device):
         policy = policy_class(cfg)
@@ -175,11 +205,15 @@ def observation_batch(kind: str, quick: bool, seed: int = 0) -> dict:
     mask = torch.zeros(1, length, dtype=torch.bool)
     mask[:, :real] = True
     tokens = torch.randint(1, 256, (1, length), generator=gen) * mask  # ids every tokenizer here has; 0 pads
-    batch = {"observation.state": torch.randn(1, STATE_DIM, generator=gen),
-             "observation.language.tokens": tokens, "observation.language.attention_mask": mask}  # fmt: skip
+    batch = {
+        "observation.state": torch.randn(1, STATE_DIM, generator=gen),
+        "observation.language.tokens": tokens,
+        "observation.language.attention_mask": mask,
+    }
     for camera in CAMERAS:
-        batch[f"observation.images.{camera}"] = torch.rand(1, 3, *(QUICK_CAMERA_HW if quick else CAMERA_HW),
-                                                           generator=gen)  # fmt: skip
+        batch[f"observation.images.{camera}"] = torch.rand(
+            1, 3, *(QUICK_CAMERA_HW if quick else CAMERA_HW), generator=gen
+        )
     return batch
 
 
@@ -216,9 +250,13 @@ def measure(policy, kind: str, quick: bool, device: str, calls: int, warmup: int
         z = draw(host["observation.state"]).reshape(shape)
         return chunk(k, {key: v.to(device) for key, v in host.items()}, z.to(device)).cpu()
 
-    runs = {"k_step": lambda: chunk(steps, on_device), "one_step": lambda: chunk(1, on_device),
-            "dsrl_step": lambda: dsrl_step(steps), "dsrl_step_one_step": lambda: dsrl_step(1),
-            "noise_actor": lambda: draw(host["observation.state"])}  # fmt: skip
+    runs = {
+        "k_step": lambda: chunk(steps, on_device),
+        "one_step": lambda: chunk(1, on_device),
+        "dsrl_step": lambda: dsrl_step(steps),
+        "dsrl_step_one_step": lambda: dsrl_step(1),
+        "noise_actor": lambda: draw(host["observation.state"]),
+    }
     times = {name: [] for name in runs}
     try:
         first = chunk(steps, on_device)
@@ -234,9 +272,15 @@ def measure(policy, kind: str, quick: bool, device: str, calls: int, warmup: int
     r["speedup_p99"] = round(r["k_step"]["p99_ms"] / r["one_step"]["p99_ms"], 2)
     for name in ("dsrl_step", "dsrl_step_one_step"):
         r[name]["fits"] = r[name]["p99_ms"] <= period_ms
-    return {"steps": steps, "chunk": cfg.chunk_size, "max_action_dim": cfg.max_action_dim,
-            "lang_tokens": TOKENS[kind][0], "chunk_shape": list(first.shape),
-            "finite": bool(torch.isfinite(first).all()), **r}  # fmt: skip
+    return {
+        "steps": steps,
+        "chunk": cfg.chunk_size,
+        "max_action_dim": cfg.max_action_dim,
+        "lang_tokens": TOKENS[kind][0],
+        "chunk_shape": list(first.shape),
+        "finite": bool(torch.isfinite(first).all()),
+        **r,
+    }
 
 
 def one_model(kind: str, args, work: Path) -> dict:
@@ -246,20 +290,31 @@ def one_model(kind: str, args, work: Path) -> dict:
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     start = time.perf_counter()
-    policy = (build_smolvla(args.quick, args.device, args.dtype, work, args.compile) if kind == "smolvla"
-              else build_pi(kind, args.quick, args.device, args.dtype, args.compile))  # fmt: skip
+    policy = (
+        build_smolvla(args.quick, args.device, args.dtype, work, args.compile)
+        if kind == "smolvla"
+        else build_pi(kind, args.quick, args.device, args.dtype, args.compile)
+    )
     sync(args.device)
     by_dtype: dict[str, int] = {}
     for p in policy.parameters():
         name = str(p.dtype).removeprefix("torch.")
         by_dtype[name] = by_dtype.get(name, 0) + p.numel()
     unused = sum(p.numel() for name, p in policy.named_parameters() if "lm_head" in name)  # no text is generated
-    r = {"size": "tiny" if args.quick else "real", "dtype": args.dtype, "params": sum(by_dtype.values()),
-         "params_by_dtype": by_dtype, "lm_head_params": unused,
-         "build_s": round(time.perf_counter() - start, 1)}  # fmt: skip
-    print(f"{kind}: built in {r['build_s']} s, {r['params'] / 1e6:.1f}M parameters "
-          f"({', '.join(f'{n / 1e6:.1f}M {d}' for d, n in by_dtype.items())}; {unused / 1e6:.1f}M of them in "
-          f"language-model heads that no chunk uses)", flush=True)  # fmt: skip
+    r = {
+        "size": "tiny" if args.quick else "real",
+        "dtype": args.dtype,
+        "params": sum(by_dtype.values()),
+        "params_by_dtype": by_dtype,
+        "lm_head_params": unused,
+        "build_s": round(time.perf_counter() - start, 1),
+    }
+    print(
+        f"{kind}: built in {r['build_s']} s, {r['params'] / 1e6:.1f}M parameters "
+        f"({', '.join(f'{n / 1e6:.1f}M {d}' for d, n in by_dtype.items())}; {unused / 1e6:.1f}M of them in "
+        f"language-model heads that no chunk uses)",
+        flush=True,
+    )
     if cuda:
         r["gpu_weights_gb"] = round(torch.cuda.memory_allocated() / 2**30, 3)
         torch.cuda.reset_peak_memory_stats()
@@ -289,8 +344,10 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     cuda = args.device.startswith("cuda")
     folder = work / "smolvla_pretrained_model"
     policy = build_smolvla(args.quick, "cpu", "float32", work)  # saved in float32, as `lerobot-train` saves
-    stats = {"observation.state": {"mean": torch.zeros(STATE_DIM), "std": torch.ones(STATE_DIM)},
-             "action": {"mean": torch.zeros(ACTION_DIM), "std": torch.ones(ACTION_DIM)}}  # fmt: skip
+    stats = {
+        "observation.state": {"mean": torch.zeros(STATE_DIM), "std": torch.ones(STATE_DIM)},
+        "action": {"mean": torch.zeros(ACTION_DIM), "std": torch.ones(ACTION_DIM)},
+    }
     for part in (policy, *make_pre_post_processors(policy.config, dataset_stats=stats)):
         part.save_pretrained(folder)
     steps = policy.config.num_steps
@@ -311,8 +368,10 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     device = torch.device(args.device)
 
     def observation() -> dict:  # a contract observation (numpy), as an env returns it
-        return {"state": rng.standard_normal(STATE_DIM).astype(np.float32),
-                "images": {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in CAMERAS}}  # fmt: skip
+        return {
+            "state": rng.standard_normal(STATE_DIM).astype(np.float32),
+            "images": {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in CAMERAS},
+        }
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -331,11 +390,18 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
             extras.append(decided)
     n = len(observations)
     obs = stack_obs(observations)  # CPU tensors sharing the numpy arrays, which batch_to_torch takes as they are
-    batch = batch_to_torch({"obs": obs, "next_obs": obs, "reward": rng.standard_normal(n).astype(np.float32),
-                            "discount": np.zeros(n, np.float32), "steps": np.full(n, int(chain.execute_steps)),
-                            "continues": np.zeros(n, bool),
-                            "extras": {k: np.concatenate([e[k] for e in extras]) for k in ("chain", "log_prob")}},
-                           device)  # as the learner hands a rollout to the algorithm  # fmt: skip
+    batch = batch_to_torch(
+        {
+            "obs": obs,
+            "next_obs": obs,
+            "reward": rng.standard_normal(n).astype(np.float32),
+            "discount": np.zeros(n, np.float32),
+            "steps": np.full(n, int(chain.execute_steps)),
+            "continues": np.zeros(n, bool),
+            "extras": {k: np.concatenate([e[k] for e in extras]) for k in ("chain", "log_prob")},
+        },
+        device,
+    )  # as the learner hands a rollout to the algorithm
     updates = []
     for _ in range(3):
         sync(args.device)
@@ -346,13 +412,20 @@ def reinflow_smolvla(args, work: Path, decisions: int, minibatch: int) -> dict:
     t = time.perf_counter()
     sent = trainable_state(chain)
     sent_s = time.perf_counter() - t
-    r = {"steps": steps, "decisions": n, "minibatch": minibatch, "load_s": round(load_s, 1),
-         "trainable_params": trainable, "sent_params": sum(v.numel() for v in sent.values()),
-         "act_per_decision": percentiles(acting),
-         "update_s": [round(u, 3) for u in updates],
-         "update_ms_per_decision": round(1e3 * float(np.median(updates)) / n, 2),
-         "sent_state_s": round(sent_s, 3), "policy_loss": float(metrics["policy_loss"]),
-         "approx_kl": float(metrics["approx_kl"])}  # fmt: skip
+    r = {
+        "steps": steps,
+        "decisions": n,
+        "minibatch": minibatch,
+        "load_s": round(load_s, 1),
+        "trainable_params": trainable,
+        "sent_params": sum(v.numel() for v in sent.values()),
+        "act_per_decision": percentiles(acting),
+        "update_s": [round(u, 3) for u in updates],
+        "update_ms_per_decision": round(1e3 * float(np.median(updates)) / n, 2),
+        "sent_state_s": round(sent_s, 3),
+        "policy_loss": float(metrics["policy_loss"]),
+        "approx_kl": float(metrics["approx_kl"]),
+    }
     if cuda:
         r["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     del chain, algo, batch
@@ -390,11 +463,14 @@ def profile_chunk(policy, kind: str, quick: bool, device: str, calls: int, top: 
         items = sorted(items, key=lambda x: -x[1])[:top]
         return [[name, round(us / 1e3 / calls, 3), round(count / calls, 1)] for name, us, count in items]
 
-    return {"calls": calls, "wall_ms_per_call": round(wall, 2),
-            "device_ms_per_call": round(sum(t for _, t, _ in device_time) / 1e3 / calls, 2),
-            "kernels_per_call": round(kernels / calls, 1),
-            "top_host_self_ms": rows([(e.key, e.self_cpu_time_total, e.count) for e in events]),
-            "top_device_self_ms": rows(device_time) if device.startswith("cuda") else []}  # fmt: skip
+    return {
+        "calls": calls,
+        "wall_ms_per_call": round(wall, 2),
+        "device_ms_per_call": round(sum(t for _, t, _ in device_time) / 1e3 / calls, 2),
+        "kernels_per_call": round(kernels / calls, 1),
+        "top_host_self_ms": rows([(e.key, e.self_cpu_time_total, e.count) for e in events]),
+        "top_device_self_ms": rows(device_time) if device.startswith("cuda") else [],
+    }
 
 
 def report(kind: str, r: dict, period_ms: float) -> None:
@@ -403,20 +479,30 @@ def report(kind: str, r: dict, period_ms: float) -> None:
 
     k = r["steps"]
     print(f"{kind} K={k} chunk: {fig(r['k_step'])}", flush=True)
-    print(f"{kind} K=1 chunk: {fig(r['one_step'])} (K={k} / K=1: p50 {r['speedup_p50']:.2f}x, "
-          f"p99 {r['speedup_p99']:.2f}x)", flush=True)  # fmt: skip
+    print(
+        f"{kind} K=1 chunk: {fig(r['one_step'])} (K={k} / K=1: p50 {r['speedup_p50']:.2f}x, "
+        f"p99 {r['speedup_p99']:.2f}x)",
+        flush=True,
+    )
     print(f"{kind} noise actor: {fig(r['noise_actor'])}", flush=True)
     for name, steps in (("dsrl_step", k), ("dsrl_step_one_step", 1)):
         verdict = "fits" if r[name]["fits"] else "exceeds"
-        print(f"{kind} DSRL actor step (K={steps}): {fig(r[name])}: {verdict} the {period_ms:.0f} ms period",
-              flush=True)  # fmt: skip
+        print(
+            f"{kind} DSRL actor step (K={steps}): {fig(r[name])}: {verdict} the {period_ms:.0f} ms period", flush=True
+        )
     memory = f", GPU weights {r['gpu_weights_gb']:.2f} GB, peak {r['gpu_peak_gb']:.2f} GB" if "gpu_peak_gb" in r else ""
-    print(f"{kind}: {r['params'] / 1e6:.1f}M parameters, {r['dtype']}, chunk {r['chunk_shape']}, finite "
-          f"{r['finite']}{memory}", flush=True)  # fmt: skip
+    print(
+        f"{kind}: {r['params'] / 1e6:.1f}M parameters, {r['dtype']}, chunk {r['chunk_shape']}, finite "
+        f"{r['finite']}{memory}",
+        flush=True,
+    )
     if "profile" in r:
         p = r["profile"]
-        print(f"{kind} K={k} chunk profiled: {p['wall_ms_per_call']} ms a call, device busy {p['device_ms_per_call']} "
-              f"ms, {p['kernels_per_call']} kernels", flush=True)  # fmt: skip
+        print(
+            f"{kind} K={k} chunk profiled: {p['wall_ms_per_call']} ms a call, device busy {p['device_ms_per_call']} "
+            f"ms, {p['kernels_per_call']} kernels",
+            flush=True,
+        )
         for title in ("top_host_self_ms", "top_device_self_ms"):
             for name, ms, count in p[title][:8]:
                 print(f"  {title[4:8]} {ms:8.3f} ms  x{count:<7} {name[:90]}", flush=True)
@@ -440,22 +526,44 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny configurations of the same architectures")
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cuda, cuda:N or cpu")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=None, help=f"default: {' '.join(MODELS)}")
-    parser.add_argument("--calls", type=int, default=None, help="timed calls per figure (default 100 on CUDA, "
-                        "20 on CPU, --quick 5)")  # fmt: skip
+    parser.add_argument(
+        "--calls", type=int, default=None, help="timed calls per figure (default 100 on CUDA, 20 on CPU, --quick 5)"
+    )
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5 on CUDA, 1 on CPU)")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
-                        help="default bfloat16 on CUDA, float32 on CPU")  # fmt: skip
+    parser.add_argument(
+        "--dtype", choices=("bfloat16", "float32"), default=None, help="default bfloat16 on CUDA, float32 on CPU"
+    )
     parser.add_argument("--control-hz", type=float, default=10.0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as an actor runs: the "
-                        "noise actor and the host side of each call; the H100 figures of 2026-11-23 ran with 16)")
-    parser.add_argument("--reinflow", type=int, default=0, help="time ReinFlow on SmolVLA's action expert over this "
-                        "many decisions (acting, one PPO update in minibatches of --minibatch, peak memory)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1, as an actor runs: the "
+        "noise actor and the host side of each call; the H100 figures of 2026-11-23 ran with 16)",
+    )
+    parser.add_argument(
+        "--reinflow",
+        type=int,
+        default=0,
+        help="time ReinFlow on SmolVLA's action expert over this "
+        "many decisions (acting, one PPO update in minibatches of --minibatch, peak memory)",
+    )
     parser.add_argument("--minibatch", type=int, default=16)
-    parser.add_argument("--compile", default=None, metavar="MODE", help="lerobot's compile_model with this "
-                        "torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: lerobot's default); the "
-                        "warm-up calls pay the compilation")
-    parser.add_argument("--profile", type=int, default=0, help="profile this many K-step chunk calls of each model "
-                        "after the timing (torch.profiler): host and device time, kernels, the top operators")
+    parser.add_argument(
+        "--compile",
+        default=None,
+        metavar="MODE",
+        help="lerobot's compile_model with this "
+        "torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: lerobot's default); the "
+        "warm-up calls pay the compilation",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        help="profile this many K-step chunk calls of each model "
+        "after the timing (torch.profiler): host and device time, kernels, the top operators",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "auto":
@@ -475,14 +583,26 @@ def main() -> None:
     import lerobot
     import transformers
 
-    results = {"device": args.device,
-               "device_name": torch.cuda.get_device_name(args.device) if cuda else cpu_name(),
-               "torch": torch.__version__, "lerobot": lerobot.__version__, "transformers": transformers.__version__,
-               "quick": args.quick, "dtype": args.dtype, "compile": args.compile, "calls": args.calls,
-               "warmup": args.warmup,
-               "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "control_period_ms": period_ms,
-               "state_dim": STATE_DIM, "action_dim": ACTION_DIM, "cameras": list(CAMERAS),
-               "camera_hw": list(QUICK_CAMERA_HW if args.quick else CAMERA_HW), "models": {}}  # fmt: skip
+    results = {
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name(args.device) if cuda else cpu_name(),
+        "torch": torch.__version__,
+        "lerobot": lerobot.__version__,
+        "transformers": transformers.__version__,
+        "quick": args.quick,
+        "dtype": args.dtype,
+        "compile": args.compile,
+        "calls": args.calls,
+        "warmup": args.warmup,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "control_period_ms": period_ms,
+        "state_dim": STATE_DIM,
+        "action_dim": ACTION_DIM,
+        "cameras": list(CAMERAS),
+        "camera_hw": list(QUICK_CAMERA_HW if args.quick else CAMERA_HW),
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for kind in models:
             try:
@@ -506,19 +626,27 @@ def main() -> None:
                 r = {"error": f"{type(err).__name__}: {err}".splitlines()[0][:500]}
             else:
                 a, peak = r["act_per_decision"], r.get("gpu_peak_gb")
-                print(f"ReinFlow on SmolVLA's action expert (K={r['steps']}, {r['trainable_params'] / 1e6:.1f}M "
-                      f"trainable parameters, {r['sent_params'] / 1e6:.1f}M sent to actors): acting p50 "
-                      f"{a['p50_ms']:.1f} ms p99 {a['p99_ms']:.1f} ms a decision; one PPO epoch over {r['decisions']} "
-                      f"decisions in minibatches of {r['minibatch']}: {r['update_ms_per_decision']:.1f} ms a decision"
-                      + (f"; GPU peak {peak:.1f} GB" if peak else ""), flush=True)  # fmt: skip
+                print(
+                    f"ReinFlow on SmolVLA's action expert (K={r['steps']}, {r['trainable_params'] / 1e6:.1f}M "
+                    f"trainable parameters, {r['sent_params'] / 1e6:.1f}M sent to actors): acting p50 "
+                    f"{a['p50_ms']:.1f} ms p99 {a['p99_ms']:.1f} ms a decision; one PPO epoch over {r['decisions']} "
+                    f"decisions in minibatches of {r['minibatch']}: {r['update_ms_per_decision']:.1f} ms a decision"
+                    + (f"; GPU peak {peak:.1f} GB" if peak else ""),
+                    flush=True,
+                )
             results["reinflow_smolvla"] = r
             gc.collect()
-    results["largest_fitting"] = {"k_step": largest_fitting(results["models"], "dsrl_step"),
-                                  "one_step": largest_fitting(results["models"], "dsrl_step_one_step")}  # fmt: skip
+    results["largest_fitting"] = {
+        "k_step": largest_fitting(results["models"], "dsrl_step"),
+        "one_step": largest_fitting(results["models"], "dsrl_step_one_step"),
+    }
     results["wall_s"] = round(time.perf_counter() - start, 1)
-    print(f"largest VLA whose DSRL actor step fits {period_ms:.0f} ms (p99): K-step "
-          f"{results['largest_fitting']['k_step']}, one-step {results['largest_fitting']['one_step']} "
-          f"(of {', '.join(models)}; {results['wall_s']} s)", flush=True)  # fmt: skip
+    print(
+        f"largest VLA whose DSRL actor step fits {period_ms:.0f} ms (p99): K-step "
+        f"{results['largest_fitting']['k_step']}, one-step {results['largest_fitting']['one_step']} "
+        f"(of {', '.join(models)}; {results['wall_s']} s)",
+        flush=True,
+    )
     out = ROOT / "bench" / "results" / f"vla{'_quick' if args.quick else ''}.json"
     out.write_text(json.dumps(results, indent=2))
     print(json.dumps(results), flush=True)

@@ -29,8 +29,9 @@ def import_sdk(module: str, extra: str, robot: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"the {robot} driver needs the `{module}` module ({e.name or module} is missing): "
-                          f"uv sync --extra {extra}") from None  # fmt: skip
+        raise ImportError(
+            f"the {robot} driver needs the `{module}` module ({e.name or module} is missing): uv sync --extra {extra}"
+        ) from None
 
 
 class Clock:
@@ -116,8 +117,9 @@ class ArmDriver:
 
     def freedrive(self, on: bool) -> None:
         """Let a person move the arm by hand (its torque off, or the arm's free-drive mode), or end that."""
-        raise HardwareError(f"{self.robot}: no free-drive mode through its SDK: calibrate with mode=device "
-                            "human=<a teleop device>")  # fmt: skip
+        raise HardwareError(
+            f"{self.robot}: no free-drive mode through its SDK: calibrate with mode=device human=<a teleop device>"
+        )
 
     # --- shared -------------------------------------------------------------------------------
     def command_joints(self, q: np.ndarray, gripper: float | None = None) -> None:
@@ -140,8 +142,15 @@ class ArmDriver:
             self._send_joints(self.read().joints, None)
             self.holds += 1
 
-    def move_to(self, q_goal: np.ndarray, speed_rad_s: float = 0.5, rate_hz: float = 50.0, tol_rad: float = 0.02,
-                timeout_s: float = 15.0, gripper: float | None = None) -> None:  # fmt: skip
+    def move_to(
+        self,
+        q_goal: np.ndarray,
+        speed_rad_s: float = 0.5,
+        rate_hz: float = 50.0,
+        tol_rad: float = 0.02,
+        timeout_s: float = 15.0,
+        gripper: float | None = None,
+    ) -> None:
         """Blocking joint-space move at a bounded speed (reset to home, recovery after an IK failure); raises
         HardwareError if the arm does not get there within `timeout_s`."""
         q_goal = self.model.clip(np.asarray(q_goal, float))
@@ -159,8 +168,10 @@ class ArmDriver:
             if np.array_equal(q_cmd, q_goal) and np.max(np.abs(now.joints - q_goal)) < tol_rad:
                 return  # the goal itself commanded (not a point short of it) and the arm there
             if self.clock.now() - start > timeout_s:
-                raise HardwareError(f"{self.robot}: did not reach the joint goal within {timeout_s:.0f} s (off by "
-                                    f"{np.max(np.abs(now.joints - q_goal)):.3f} rad): is the arm blocked?")  # fmt: skip
+                raise HardwareError(
+                    f"{self.robot}: did not reach the joint goal within {timeout_s:.0f} s (off by "
+                    f"{np.max(np.abs(now.joints - q_goal)):.3f} rad): is the arm blocked?"
+                )
 
     def home(self, timeout_s: float = 15.0) -> None:
         self.move_to(self.home_joints, timeout_s=timeout_s, gripper=0.0)

@@ -82,9 +82,11 @@ def workspace_box(positions: np.ndarray, margin_m: float) -> tuple[np.ndarray, n
     low, high = positions.min(axis=0) + margin_m, positions.max(axis=0) - margin_m
     thin = [axis for axis, lo, hi in zip("xyz", low, high, strict=True) if hi - lo < MIN_BOX_M]
     if thin:
-        raise HardwareError(f"the tool hardly moved along {', '.join(thin)} (the box would be under "
-                            f"{MIN_BOX_M * 100:.0f} cm there, after the {margin_m * 100:.1f} cm margin): move it "
-                            "through the corners of the space it may use, then finish")  # fmt: skip
+        raise HardwareError(
+            f"the tool hardly moved along {', '.join(thin)} (the box would be under "
+            f"{MIN_BOX_M * 100:.0f} cm there, after the {margin_m * 100:.1f} cm margin): move it "
+            "through the corners of the space it may use, then finish"
+        )
     return low, high
 
 
@@ -93,10 +95,12 @@ def calibrate(driver, signal: Signal, margin_m: float, step=None, hand: bool = T
     if hand:
         driver.freedrive(True)
     try:
-        home = record(driver, signal, "1/2: put the arm in its home pose, then press Enter (or the device's success "
-                      "button)", step)[-1].joints  # fmt: skip
-        states = record(driver, signal, "2/2: move the tool through the corners of the space it may use, then press "
-                        "Enter", step)  # fmt: skip
+        home = record(
+            driver, signal, "1/2: put the arm in its home pose, then press Enter (or the device's success button)", step
+        )[-1].joints
+        states = record(
+            driver, signal, "2/2: move the tool through the corners of the space it may use, then press Enter", step
+        )
     finally:
         if hand:
             try:
@@ -125,13 +129,17 @@ def jog_session(env_cfg: dict, devices: list):
 def write_calibration(path: Path, robot: str, where: str, home: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
     from omegaconf import OmegaConf
 
-    data = {"robot": robot, "env": {"driver": {"home": [round(float(x), 4) for x in home]}},
-            "safety": {"workspace": {"low": [round(float(x), 4) for x in low],
-                                     "high": [round(float(x), 4) for x in high]}}}  # fmt: skip
+    data = {
+        "robot": robot,
+        "env": {"driver": {"home": [round(float(x), 4) for x in home]}},
+        "safety": {"workspace": {"low": [round(float(x), 4) for x in low], "high": [round(float(x), 4) for x in high]}},
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().isoformat(timespec="seconds")
-    path.write_text(f"# robo-rl calibrate: {robot} ({where}), {stamp}; apply with hardware.calibration={path}\n"
-                    + OmegaConf.to_yaml(OmegaConf.create(data)))  # fmt: skip
+    path.write_text(
+        f"# robo-rl calibrate: {robot} ({where}), {stamp}; apply with hardware.calibration={path}\n"
+        + OmegaConf.to_yaml(OmegaConf.create(data))
+    )
 
 
 def cmd_calibrate(overrides: list[str]) -> int:
@@ -141,8 +149,11 @@ def cmd_calibrate(overrides: list[str]) -> int:
     from hardware.env import _make_driver
     from robo_rl.config import ConfigError, load_config
 
-    opts = {k: v for k, _, v in (o.partition("=") for o in overrides) if k in ("out", "mode", "margin_m", "record_s",
-                                                                                  "twin")}  # fmt: skip
+    opts = {
+        k: v
+        for k, _, v in (o.partition("=") for o in overrides)
+        if k in ("out", "mode", "margin_m", "record_s", "twin")
+    }
     rest = [o for o in overrides if o.partition("=")[0] not in opts]
     mode = opts.get("mode", "hand")
     if mode not in ("hand", "device"):
@@ -175,6 +186,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     finally:
         (env or driver).close()
     write_calibration(out, driver.robot, where, home, low, high)
-    print(f"wrote {out}: home {np.round(home, 3).tolist()} rad, workspace {np.round(low, 3).tolist()} .. "
-          f"{np.round(high, 3).tolist()} m\napply it with hardware.calibration={out} (and safety=default)")
+    print(
+        f"wrote {out}: home {np.round(home, 3).tolist()} rad, workspace {np.round(low, 3).tolist()} .. "
+        f"{np.round(high, 3).tolist()} m\napply it with hardware.calibration={out} (and safety=default)"
+    )
     return 0

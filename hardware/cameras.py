@@ -78,9 +78,18 @@ class Camera:
     bgr = False  # True: `_grab` returns BGR (OpenCV), converted to RGB by the capture thread
     device = "the device"  # what to check in error messages: a /dev path, a serial
 
-    def __init__(self, name: str, width: int, height: int, fps: float = 30.0, max_age_s: float | None = None,
-                 frozen_after: int = 30, buffer: int = 8, start_timeout_s: float = 5.0,
-                 close_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        width: int,
+        height: int,
+        fps: float = 30.0,
+        max_age_s: float | None = None,
+        frozen_after: int = 30,
+        buffer: int = 8,
+        start_timeout_s: float = 5.0,
+        close_timeout_s: float = 2.0,
+    ) -> None:
         if width <= 0 or height <= 0:
             raise ValueError(f"camera '{name}': width and height must be positive, got {width}x{height}")
         if fps <= 0:
@@ -158,9 +167,11 @@ class Camera:
         self.close()
         if error is not None:
             raise error
-        raise CameraError(f"camera '{self.name}': no frame within {timeout_s:.1f} s of start from {self.device}: is "
-                          f"it connected, does it support {self.width}x{self.height} at {self.fps:g} fps, and is no "
-                          f"other process holding it?")
+        raise CameraError(
+            f"camera '{self.name}': no frame within {timeout_s:.1f} s of start from {self.device}: is "
+            f"it connected, does it support {self.width}x{self.height} at {self.fps:g} fps, and is no "
+            f"other process holding it?"
+        )
 
     def close(self) -> None:
         """Stop the capture thread and join it; the thread releases the device. Safe to call more than once."""
@@ -169,8 +180,13 @@ class Camera:
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.close_timeout_s)
             if thread.is_alive():
-                log.warning("camera '%s': capture thread still blocked in a read after %.1f s; it releases %s when "
-                            "the read returns", self.name, self.close_timeout_s, self.device)
+                log.warning(
+                    "camera '%s': capture thread still blocked in a read after %.1f s; it releases %s when "
+                    "the read returns",
+                    self.name,
+                    self.close_timeout_s,
+                    self.device,
+                )
             else:
                 self._thread = None
 
@@ -198,10 +214,13 @@ class Camera:
         CameraError on timeout or when the camera fails meanwhile."""
         with self._cond:
             arrived = self._cond.wait_for(
-                lambda: (self._frames and self._frames[-1].seq > after_seq) or not self._running, timeout_s)
+                lambda: (self._frames and self._frames[-1].seq > after_seq) or not self._running, timeout_s
+            )
             if not arrived:
-                raise CameraError(f"camera '{self.name}': no new frame within {timeout_s:.2f} s: is it unplugged, or "
-                                  f"is another process holding {self.device}?")
+                raise CameraError(
+                    f"camera '{self.name}': no new frame within {timeout_s:.2f} s: is it unplugged, or "
+                    f"is another process holding {self.device}?"
+                )
             return self._checked_newest(time.monotonic())
 
     def stats(self) -> dict[str, Any]:
@@ -211,12 +230,16 @@ class Camera:
             received, latency = list(self._received), np.asarray(self._latency_ms)
             span = received[-1] - received[0] if len(received) > 1 else 0.0
             return {
-                "name": self.name, "running": self._running, "frames": self._seq,
+                "name": self.name,
+                "running": self._running,
+                "frames": self._seq,
                 "fps": (len(received) - 1) / span if span > 0 else 0.0,
                 "latency_ms_p50": float(np.percentile(latency, 50)) if latency.size else float("nan"),
                 "latency_ms_p99": float(np.percentile(latency, 99)) if latency.size else float("nan"),
-                "errors": self._errors, "last_error": self._last_failure,
-                "unplugged": self._error is not None, "identical_frames": self._identical,
+                "errors": self._errors,
+                "last_error": self._last_failure,
+                "unplugged": self._error is not None,
+                "identical_frames": self._identical,
             }
 
     def _checked_newest(self, now: float) -> Frame:
@@ -227,13 +250,17 @@ class Camera:
             raise CameraError(f"camera '{self.name}' is not running (never started, or closed): call start()")
         newest = self._frames[-1]
         if self.frozen_after > 0 and self._identical >= self.frozen_after:
-            raise CameraError(f"camera '{self.name}': frozen: the last {self._identical} frames are byte-identical: "
-                              f"is the driver stuck (replug {self.device}), or is the image one flat colour (lens "
-                              f"cap, dark room)?")
+            raise CameraError(
+                f"camera '{self.name}': frozen: the last {self._identical} frames are byte-identical: "
+                f"is the driver stuck (replug {self.device}), or is the image one flat colour (lens "
+                f"cap, dark room)?"
+            )
         age = now - newest.t
         if age > self.max_age_s:
-            raise CameraError(f"camera '{self.name}': no new frame for {age:.2f} s (max_age_s={self.max_age_s:.2f}): "
-                              f"is it unplugged, or is another process holding {self.device}?")
+            raise CameraError(
+                f"camera '{self.name}': no new frame for {age:.2f} s (max_age_s={self.max_age_s:.2f}): "
+                f"is it unplugged, or is another process holding {self.device}?"
+            )
         return newest
 
     # --- the capture thread -------------------------------------------------------------------------------------
@@ -261,7 +288,8 @@ class Camera:
                         if failures >= self.max_failures:
                             self._error = CameraError(
                                 f"camera '{self.name}': unplugged: {failures} reads in a row failed (last: "
-                                f"{self._last_failure}): check the cable and {self.device}, then start() it again")
+                                f"{self._last_failure}): check the cable and {self.device}, then start() it again"
+                            )
                             self._error.__cause__ = exc
                             break
                     self._stopping.wait(period)  # a dead device fails at once: do not spin on it
@@ -323,8 +351,16 @@ class FakeCamera(Camera):
     MODES = ("ok", "stale", "frozen", "unplugged")
     device = "the fake source"
 
-    def __init__(self, name: str, width: int, height: int, fps: float = 30.0, mode: str = "ok",
-                 source: Callable[[int], np.ndarray] | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        width: int,
+        height: int,
+        fps: float = 30.0,
+        mode: str = "ok",
+        source: Callable[[int], np.ndarray] | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(name, width, height, fps, **kw)
         self.mode = mode
         self.source = source or self._gradient
@@ -346,8 +382,9 @@ class FakeCamera(Camera):
     def _gradient(self, seq: int) -> np.ndarray:
         if self._pattern is None:
             y, x = np.mgrid[0 : self.height, 0 : self.width]
-            self._pattern = np.stack([x * 255 // max(1, self.width - 1), y * 255 // max(1, self.height - 1),
-                                      (x + y) % 256], axis=-1).astype(np.uint8)
+            self._pattern = np.stack(
+                [x * 255 // max(1, self.width - 1), y * 255 // max(1, self.height - 1), (x + y) % 256], axis=-1
+            ).astype(np.uint8)
         return self._pattern + np.uint8(seq * 7 % 256)  # uint8 wraps: every pixel changes every frame
 
     def _open(self) -> None:
@@ -376,8 +413,15 @@ class FakeCamera(Camera):
 
 
 def _backend_id(backend: str) -> int:
-    names = {"any": "CAP_ANY", "v4l2": "CAP_V4L2", "ffmpeg": "CAP_FFMPEG", "gstreamer": "CAP_GSTREAMER",
-             "dshow": "CAP_DSHOW", "msmf": "CAP_MSMF", "avfoundation": "CAP_AVFOUNDATION"}
+    names = {
+        "any": "CAP_ANY",
+        "v4l2": "CAP_V4L2",
+        "ffmpeg": "CAP_FFMPEG",
+        "gstreamer": "CAP_GSTREAMER",
+        "dshow": "CAP_DSHOW",
+        "msmf": "CAP_MSMF",
+        "avfoundation": "CAP_AVFOUNDATION",
+    }
     if backend not in names:
         raise ValueError(f"unknown OpenCV backend '{backend}' (backends: {', '.join(names)})")
     return getattr(cv2, names[backend])
@@ -390,8 +434,17 @@ class OpenCVCamera(Camera):
 
     bgr = True
 
-    def __init__(self, name: str, device: int | str = 0, width: int = 640, height: int = 480, fps: float = 30.0,
-                 fourcc: str | None = "MJPG", backend: str = "v4l2", **kw: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        device: int | str = 0,
+        width: int = 640,
+        height: int = 480,
+        fps: float = 30.0,
+        fourcc: str | None = "MJPG",
+        backend: str = "v4l2",
+        **kw: Any,
+    ) -> None:
         super().__init__(name, width, height, fps, **kw)
         if isinstance(device, str) and device.isdigit():
             device = int(device)
@@ -410,13 +463,17 @@ class OpenCVCamera(Camera):
 
     def _open(self) -> None:
         if self.device.startswith("/dev/") and not os.path.exists(self.device):
-            raise CameraError(f"camera '{self.name}': cannot open {self.device} (not found): is it plugged in? "
-                              f"`ls /dev/video*` lists the cameras there are")
+            raise CameraError(
+                f"camera '{self.name}': cannot open {self.device} (not found): is it plugged in? "
+                f"`ls /dev/video*` lists the cameras there are"
+            )
         cap = cv2.VideoCapture(self.index, self._api)
         if not cap.isOpened():
             cap.release()
-            raise CameraError(f"camera '{self.name}': cannot open {self.device} (not found / busy): is it plugged in, "
-                              f"and is no other process holding it (`fuser {self.device}`)?")
+            raise CameraError(
+                f"camera '{self.name}': cannot open {self.device} (not found / busy): is it plugged in, "
+                f"and is no other process holding it (`fuser {self.device}`)?"
+            )
         if self.fourcc:  # before the size: some drivers list their large sizes only under MJPG
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*self.fourcc))
         cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
@@ -427,8 +484,14 @@ class OpenCVCamera(Camera):
             cap.set(cv2.CAP_PROP_READ_TIMEOUT_MSEC, 1000)
         got = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
         if got != (self.width, self.height):
-            log.info("camera '%s': %s gives %dx%d; frames are resized to %dx%d", self.name, self.device, *got,
-                     self.width, self.height)
+            log.info(
+                "camera '%s': %s gives %dx%d; frames are resized to %dx%d",
+                self.name,
+                self.device,
+                *got,
+                self.width,
+                self.height,
+            )
         self._cap = cap
 
     def _grab(self) -> tuple[np.ndarray, float | None] | None:
@@ -457,8 +520,9 @@ class RealSenseCamera(Camera):
     """An Intel RealSense colour stream through pyrealsense2 (the `realsense` extra); `serial` picks one of several
     (None: the first found). Frames come as RGB from the device."""
 
-    def __init__(self, name: str, serial: str | None = None, width: int = 640, height: int = 480, fps: float = 30.0,
-                 **kw: Any) -> None:
+    def __init__(
+        self, name: str, serial: str | None = None, width: int = 640, height: int = 480, fps: float = 30.0, **kw: Any
+    ) -> None:
         self._rs = _import_realsense()
         super().__init__(name, width, height, fps, **kw)
         self.serial = None if serial is None else str(serial)
@@ -476,9 +540,11 @@ class RealSenseCamera(Camera):
         try:
             pipeline.start(config)
         except RuntimeError as exc:
-            raise CameraError(f"camera '{self.name}': cannot start {self.device} at {self.width}x{self.height} "
-                              f"{self.fps:g} fps ({exc}): is it on a USB 3 port, and does `rs-enumerate-devices` list "
-                              f"it and that mode?") from exc
+            raise CameraError(
+                f"camera '{self.name}': cannot start {self.device} at {self.width}x{self.height} "
+                f"{self.fps:g} fps ({exc}): is it on a USB 3 port, and does `rs-enumerate-devices` list "
+                f"it and that mode?"
+            ) from exc
         self._pipeline = pipeline
 
     def _grab(self) -> tuple[np.ndarray, float | None] | None:
@@ -544,13 +610,17 @@ def make_camera(spec: Mapping[str, Any] | Camera, name: str | None = None) -> Ca
     else:
         kind = options.pop("type", None)
         if kind not in CAMERA_TYPES:
-            raise ValueError(f"camera '{options['name']}': unknown camera type {kind!r}; the types are: "
-                             f"{', '.join(CAMERA_TYPES)} (or give a class as _target_)")
+            raise ValueError(
+                f"camera '{options['name']}': unknown camera type {kind!r}; the types are: "
+                f"{', '.join(CAMERA_TYPES)} (or give a class as _target_)"
+            )
         cls = CAMERA_TYPES[kind]
     unknown = set(options) - _options(cls)
     if unknown:
-        raise ValueError(f"camera '{options['name']}': {cls.__name__} has no option {', '.join(sorted(unknown))}; "
-                         f"its options are: {', '.join(sorted(_options(cls)))}")
+        raise ValueError(
+            f"camera '{options['name']}': {cls.__name__} has no option {', '.join(sorted(unknown))}; "
+            f"its options are: {', '.join(sorted(_options(cls)))}"
+        )
     return cls(**options)
 
 
@@ -576,9 +646,14 @@ def _probe_v4l2(path: str) -> dict[str, Any] | None:
     try:
         if not cap.isOpened():
             return None  # a metadata node, or busy
-        return {"type": "opencv", "index": int(re.sub(r"\D", "", path) or -1), "path": path,
-                "width": int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), "height": int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
-                "fps": float(cap.get(cv2.CAP_PROP_FPS))}
+        return {
+            "type": "opencv",
+            "index": int(re.sub(r"\D", "", path) or -1),
+            "path": path,
+            "width": int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)),
+            "height": int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+            "fps": float(cap.get(cv2.CAP_PROP_FPS)),
+        }
     finally:
         cap.release()
 
@@ -586,8 +661,14 @@ def _probe_v4l2(path: str) -> dict[str, Any] | None:
 def _realsense_devices() -> list[dict[str, Any]]:
     import pyrealsense2 as rs
 
-    return [{"type": "realsense", "serial": dev.get_info(rs.camera_info.serial_number),
-             "model": dev.get_info(rs.camera_info.name)} for dev in rs.context().query_devices()]
+    return [
+        {
+            "type": "realsense",
+            "serial": dev.get_info(rs.camera_info.serial_number),
+            "model": dev.get_info(rs.camera_info.name),
+        }
+        for dev in rs.context().query_devices()
+    ]
 
 
 def find_cameras(timeout_s: float = 2.0) -> list[dict[str, Any]]:

@@ -28,8 +28,11 @@ log = logging.getLogger(__name__)
 TWINS = ("so101", "franka", "ur5e")
 RATE_STEPS = 50  # control steps timed for the rate check
 NETWORK_PORTS = {"hardware.franka.FrankaDriver": 1337, "hardware.ur.URDriver": 30004}  # libfranka, RTDE
-SDK_EXTRAS = {"hardware.so101.SO101Driver": ("scservo_sdk", "so101"),
-              "hardware.franka.FrankaDriver": ("franky", "franka"), "hardware.ur.URDriver": ("rtde_control", "ur")}
+SDK_EXTRAS = {
+    "hardware.so101.SO101Driver": ("scservo_sdk", "so101"),
+    "hardware.franka.FrankaDriver": ("franky", "franka"),
+    "hardware.ur.URDriver": ("rtde_control", "ur"),
+}
 WATCHDOG_SLACK_S = 0.1  # the watchdog looks every 20 ms; a loaded machine adds a little
 
 
@@ -61,8 +64,12 @@ class Doctor:
         driver_cfg = OmegaConf.to_container(self.cfg.env.get("driver") or OmegaConf.create(), resolve=True)
         target = driver_cfg.get("_target_")
         if target is None:
-            self.add("robot", "fail", f"env {self.cfg.env.get('_target_')} drives no arm",
-                     "use a robot env: env=so101 | franka | ur5e, or twin=so101")  # fmt: skip
+            self.add(
+                "robot",
+                "fail",
+                f"env {self.cfg.env.get('_target_')} drives no arm",
+                "use a robot env: env=so101 | franka | ur5e, or twin=so101",
+            )
             return 1
         dry = self.twin or bool(self.cfg.hardware.dry_run) or bool(driver_cfg.get("twin"))
         self.sdk(target, dry)
@@ -92,8 +99,12 @@ class Doctor:
         if importlib.util.find_spec(module) is not None:
             self.add("sdk", "ok", f"{module} is installed")
         elif dry:
-            self.add("sdk", "warn", f"{module} is not installed: fine for the twin, needed for the arm",
-                     f"uv sync --extra {extra}")  # fmt: skip
+            self.add(
+                "sdk",
+                "warn",
+                f"{module} is not installed: fine for the twin, needed for the arm",
+                f"uv sync --extra {extra}",
+            )
         else:
             self.add("sdk", "fail", f"{module} is not installed", f"uv sync --extra {extra}")
 
@@ -104,9 +115,13 @@ class Doctor:
             if Path(port).exists():
                 self.add("serial port", "ok", f"{port} exists (found: {', '.join(found) or 'none'})")
             else:
-                self.add("serial port", "fail", f"{port} does not exist (found: {', '.join(found) or 'none'})",
-                         "plug the arm's bus adapter in, then env.driver.port=<one of the found ports>; "
-                         "`sudo usermod -aG dialout $USER` if it exists but cannot be opened")  # fmt: skip
+                self.add(
+                    "serial port",
+                    "fail",
+                    f"{port} does not exist (found: {', '.join(found) or 'none'})",
+                    "plug the arm's bus adapter in, then env.driver.port=<one of the found ports>; "
+                    "`sudo usermod -aG dialout $USER` if it exists but cannot be opened",
+                )
         host, net_port = driver_cfg.get("host"), NETWORK_PORTS.get(target)
         if host is not None and net_port is not None:
             start = time.monotonic()
@@ -114,9 +129,13 @@ class Doctor:
                 socket.create_connection((host, net_port), timeout=1.0).close()
                 self.add("network", "ok", f"{host}:{net_port} answers in {(time.monotonic() - start) * 1e3:.1f} ms")
             except OSError as e:
-                self.add("network", "fail", f"{host}:{net_port} does not answer ({e})",
-                         "check the cable and the workstation's address on the arm's network, and that the arm's "
-                         "controller is on with its remote/FCI interface enabled")  # fmt: skip
+                self.add(
+                    "network",
+                    "fail",
+                    f"{host}:{net_port} does not answer ({e})",
+                    "check the cable and the workstation's address on the arm's network, and that the arm's "
+                    "controller is on with its remote/FCI interface enabled",
+                )
 
     def cameras_found(self) -> None:
         from hardware.cameras import find_cameras
@@ -125,8 +144,12 @@ class Doctor:
         wanted = list(self.cfg.env.get("cameras") or [])  # the names: a robot's mapping, a simulator's list
         text = ", ".join(f"{c.get('path', c.get('serial'))} ({c['type']})" for c in found) or "none"
         status = "ok" if found or not wanted or self.twin or self.cfg.hardware.dry_run else "fail"
-        self.add("cameras found", status, f"{text}; the config uses {', '.join(wanted) or 'no cameras'}",
-                 "" if status == "ok" else "plug the cameras in; env.cameras.<name>.device=<a found path>")
+        self.add(
+            "cameras found",
+            status,
+            f"{text}; the config uses {', '.join(wanted) or 'no cameras'}",
+            "" if status == "ok" else "plug the cameras in; env.cameras.<name>.device=<a found path>",
+        )
 
     def connect(self):
         from robo_rl.config import make_env
@@ -135,11 +158,19 @@ class Doctor:
         try:
             env = make_env(self.cfg)
         except Exception as e:  # noqa: BLE001 - whatever stops the connection is the finding
-            self.add("connect", "fail", " ".join(str(e).split())[:400],
-                     "see the line above; robo-rl doctor twin=<robot> checks the rest of the pipeline without it")
+            self.add(
+                "connect",
+                "fail",
+                " ".join(str(e).split())[:400],
+                "see the line above; robo-rl doctor twin=<robot> checks the rest of the pipeline without it",
+            )
             return None
-        self.add("connect", "ok", f"{env.driver.robot} connected in {time.monotonic() - start:.1f} s"
-                 + (" (twin)" if getattr(env.driver, "twin", None) is not None else ""))  # fmt: skip
+        self.add(
+            "connect",
+            "ok",
+            f"{env.driver.robot} connected in {time.monotonic() - start:.1f} s"
+            + (" (twin)" if getattr(env.driver, "twin", None) is not None else ""),
+        )
         return env
 
     def _safety(self, env, **overrides):
@@ -171,51 +202,82 @@ class Doctor:
         periods = np.diff(starts) * 1e3
         jitter = np.abs(periods - 1e3 / hz)
         achieved = 1e3 / float(np.mean(periods))
-        self.figures["rate"] = {"control_hz": hz, "achieved_hz": achieved, "jitter_ms_p50": float(np.median(jitter)),
-                                "jitter_ms_p99": float(np.percentile(jitter, 99)),
-                                "read_ms_p50": float(np.median(reads))}  # fmt: skip
-        detail = (f"{achieved:.1f} Hz of {hz:g} Hz, jitter p50 {np.median(jitter):.1f} ms / p99 "
-                  f"{np.percentile(jitter, 99):.1f} ms, arm read {np.median(reads):.2f} ms p50")  # fmt: skip
+        self.figures["rate"] = {
+            "control_hz": hz,
+            "achieved_hz": achieved,
+            "jitter_ms_p50": float(np.median(jitter)),
+            "jitter_ms_p99": float(np.percentile(jitter, 99)),
+            "read_ms_p50": float(np.median(reads)),
+        }
+        detail = (
+            f"{achieved:.1f} Hz of {hz:g} Hz, jitter p50 {np.median(jitter):.1f} ms / p99 "
+            f"{np.percentile(jitter, 99):.1f} ms, arm read {np.median(reads):.2f} ms p50"
+        )
         if getattr(env.driver.clock, "virtual", False):
-            self.add("control rate", "warn", detail + " (a virtual-clock twin: not wall time)",
-                     "env.twin_clock=real times the loop against the wall clock")  # fmt: skip
+            self.add(
+                "control rate",
+                "warn",
+                detail + " (a virtual-clock twin: not wall time)",
+                "env.twin_clock=real times the loop against the wall clock",
+            )
         elif achieved < 0.9 * hz:
-            self.add("control rate", "fail", detail, "lower env.control_hz, or free the CPU (each step: IK, the "
-                     "driver's read and command, the cameras)")  # fmt: skip
+            self.add(
+                "control rate",
+                "fail",
+                detail,
+                "lower env.control_hz, or free the CPU (each step: IK, the driver's read and command, the cameras)",
+            )
         else:
             self.add("control rate", "ok", detail)
         for name, values in ages.items():
             p50, p99 = np.percentile(values, [50, 99])
             self.figures.setdefault("obs_age_ms", {})[name] = {"p50": float(p50), "p99": float(p99)}
             status = "ok" if p99 < 2e3 / hz else "warn"
-            self.add(f"{'arm reading' if name == 'state' else 'camera ' + name} age", status,
-                     f"p50 {p50:.1f} ms, p99 {p99:.1f} ms at observation time",
-                     "" if status == "ok" else "a frame older than two control periods: lower the camera's "
-                     "resolution or raise its fps")  # fmt: skip
+            self.add(
+                f"{'arm reading' if name == 'state' else 'camera ' + name} age",
+                status,
+                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms at observation time",
+                ""
+                if status == "ok"
+                else "a frame older than two control periods: lower the camera's resolution or raise its fps",
+            )
         safe.detach()
 
     def workspace(self, env) -> None:
         box = self.cfg.safety.get("workspace") if self.cfg.get("safety") else None
         home_pos = env.model.fk(env.driver.home_joints)[0]
         if not box:
-            self.add("workspace", "warn", f"no safety.workspace box: the tool may go anywhere it reaches (home is "
-                     f"at {np.round(home_pos, 3).tolist()} m)", "robo-rl calibrate records one; safety=default "
-                     "safety.workspace='{low: [..], high: [..]}'")  # fmt: skip
+            self.add(
+                "workspace",
+                "warn",
+                f"no safety.workspace box: the tool may go anywhere it reaches (home is "
+                f"at {np.round(home_pos, 3).tolist()} m)",
+                "robo-rl calibrate records one; safety=default safety.workspace='{low: [..], high: [..]}'",
+            )
             return
         low, high = np.asarray(box["low"], float), np.asarray(box["high"], float)
         corners = [np.where([i & 1, i & 2, i & 4], high, low) for i in range(8)]
         unreachable = [np.round(c, 3).tolist() for c in corners if not env.model.reachable(c)]
         inside = bool(np.all(home_pos >= low) and np.all(home_pos <= high))
         if unreachable:
-            self.add("workspace", "fail", f"{len(unreachable)} of 8 corners of the box are out of the arm's reach: "
-                     f"{unreachable}", "shrink safety.workspace to what the arm reaches (robo-rl calibrate)")
+            self.add(
+                "workspace",
+                "fail",
+                f"{len(unreachable)} of 8 corners of the box are out of the arm's reach: {unreachable}",
+                "shrink safety.workspace to what the arm reaches (robo-rl calibrate)",
+            )
         elif not inside:
-            self.add("workspace", "warn", f"the home pose {np.round(home_pos, 3).tolist()} m is outside the box "
-                     f"{low.tolist()}..{high.tolist()}: every episode starts outside it",
-                     "move the box or the home pose (robo-rl calibrate records both)")  # fmt: skip
+            self.add(
+                "workspace",
+                "warn",
+                f"the home pose {np.round(home_pos, 3).tolist()} m is outside the box "
+                f"{low.tolist()}..{high.tolist()}: every episode starts outside it",
+                "move the box or the home pose (robo-rl calibrate records both)",
+            )
         else:
-            self.add("workspace", "ok", f"all 8 corners of {low.tolist()}..{high.tolist()} m are reachable; home "
-                     "is inside")  # fmt: skip
+            self.add(
+                "workspace", "ok", f"all 8 corners of {low.tolist()}..{high.tolist()} m are reachable; home is inside"
+            )
 
     def estop(self, env) -> None:
         from robo_rl.teleop.base import FakeDevice
@@ -234,8 +296,12 @@ class Doctor:
         if info.get("ended_by") == "estop" and truncated and np.all(np.abs(executed) < 0.05) and moved < 0.01:
             self.add("e-stop", "ok", f"a device's e-stop ended the episode and the arm held (moved {moved:.4f} rad)")
         else:
-            self.add("e-stop", "fail", f"ended_by={info.get('ended_by')}, executed {executed.tolist()}, the arm moved "
-                     f"{moved:.3f} rad", "this is a bug in the e-stop path: do not run the arm")  # fmt: skip
+            self.add(
+                "e-stop",
+                "fail",
+                f"ended_by={info.get('ended_by')}, executed {executed.tolist()}, the arm moved {moved:.3f} rad",
+                "this is a bug in the e-stop path: do not run the arm",
+            )
         human.estopped = None
         safe.detach()
 
@@ -260,8 +326,12 @@ class Doctor:
         if safe.counts["watchdog_holds"] and took <= limit + WATCHDOG_SLACK_S:
             self.add("watchdog", "ok", f"a stalled actor made the arm hold after {took:.2f} s (limit {limit:g} s)")
         else:
-            self.add("watchdog", "fail", f"no hold within {took:.2f} s of a stall (safety.watchdog_s={limit:g})",
-                     "this is a bug in the watchdog: do not run the arm")  # fmt: skip
+            self.add(
+                "watchdog",
+                "fail",
+                f"no hold within {took:.2f} s of a stall (safety.watchdog_s={limit:g})",
+                "this is a bug in the watchdog: do not run the arm",
+            )
 
 
 def cmd_doctor(overrides: list[str]) -> int:
@@ -282,6 +352,7 @@ def cmd_doctor(overrides: list[str]) -> int:
     doctor = Doctor(cfg, twin is not None)
     status = doctor.run()
     if report:
-        Path(report).write_text(json.dumps({"checks": [dataclasses.asdict(c) for c in doctor.checks],
-                                            "figures": doctor.figures}, indent=1))  # fmt: skip
+        Path(report).write_text(
+            json.dumps({"checks": [dataclasses.asdict(c) for c in doctor.checks], "figures": doctor.figures}, indent=1)
+        )
     return status

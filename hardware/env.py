@@ -111,14 +111,23 @@ class ArmEnv(RobotEnv):
             raise
         self.camera_names = tuple(self.cameras)
         self.observation_space = make_observation_space(
-            len(self.state_names), {n: (c.height, c.width) for n, c in self.cameras.items()})  # fmt: skip
+            len(self.state_names), {n: (c.height, c.width) for n, c in self.cameras.items()}
+        )
         import gymnasium as gym
 
         self.action_space = gym.spaces.Box(-1.0, 1.0, (len(self.action_names),), np.float32)
 
     @classmethod
-    def spec_from_config(cls, driver: dict, cameras: dict | None = None, control_hz: float = 10.0,
-                         rotation: bool = False, gripper: str = "absolute", reach: dict | None = None, **_) -> EnvSpec:
+    def spec_from_config(
+        cls,
+        driver: dict,
+        cameras: dict | None = None,
+        control_hz: float = 10.0,
+        rotation: bool = False,
+        gripper: str = "absolute",
+        reach: dict | None = None,
+        **_,
+    ) -> EnvSpec:
         """The spaces this config gives, without opening the arm (the learner never does)."""
         from hydra.utils import get_class
 
@@ -140,9 +149,14 @@ class ArmEnv(RobotEnv):
                 if self.driver_twin is not None and (self.dry_run or spec.get("type") == "twin"):
                     from hardware.twin_camera import TwinCamera  # a dry run sees the twin, not the real scene
 
-                    camera = TwinCamera(name, self.driver_twin, int(spec.get("width", 128)),
-                                        int(spec.get("height", 128)), fps=float(spec.get("fps", 30.0)),
-                                        view=spec.get("view", "front"))  # fmt: skip
+                    camera = TwinCamera(
+                        name,
+                        self.driver_twin,
+                        int(spec.get("width", 128)),
+                        int(spec.get("height", 128)),
+                        fps=float(spec.get("fps", 30.0)),
+                        view=spec.get("view", "front"),
+                    )
                 else:
                     camera = make_camera(spec, name=name)
                 cameras[name] = camera
@@ -275,8 +289,11 @@ def _action_names(rotation: bool, gripper: str) -> tuple[str, ...]:
 
 
 def _state_names(joints, reach: bool) -> tuple[str, ...]:
-    return ("ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz", "gripper_pos") + tuple(
-        f"q_{j}" for j in joints) + (ReachTask.state_names if reach else ())  # fmt: skip
+    return (
+        ("ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz", "gripper_pos")
+        + tuple(f"q_{j}" for j in joints)
+        + (ReachTask.state_names if reach else ())
+    )
 
 
 def _make_driver(spec: dict | ArmDriver, dry_run: bool, twin_clock: str) -> ArmDriver:

@@ -36,9 +36,11 @@ COMM_SUCCESS = 0
 COMM_TX_FAIL = -2
 COMM_RX_TIMEOUT = -6
 NO_ERROR = 0x00
-RESULT_TEXT = {COMM_SUCCESS: "[TxRxResult] Communication success!",
-               COMM_TX_FAIL: "[TxRxResult] Failed transmit instruction packet!",
-               COMM_RX_TIMEOUT: "[TxRxResult] There is no status packet!"}  # fmt: skip
+RESULT_TEXT = {
+    COMM_SUCCESS: "[TxRxResult] Communication success!",
+    COMM_TX_FAIL: "[TxRxResult] Failed transmit instruction packet!",
+    COMM_RX_TIMEOUT: "[TxRxResult] There is no status packet!",
+}
 
 FIRMWARE = (3, 10)  # major, minor: what STS3215s on SO-101 kits report
 REGISTER_BYTES = 128  # the STS control table ends below this address
@@ -357,8 +359,15 @@ class FakeFeetechBus(FeetechMotorsBus):
     FeetechMotorsBus's do minus their package checks (feetech-servo-sdk, pyserial, deepdiff) and with fake SDK
     objects; the three methods that call `scs` or DeepDiff directly are replaced, every other one is lerobot's."""
 
-    def __init__(self, port: str, motors: dict, calibration: dict | None = None, protocol_version: int = 0, *,
-                 servos: FakeFeetechServos) -> None:  # fmt: skip
+    def __init__(
+        self,
+        port: str,
+        motors: dict,
+        calibration: dict | None = None,
+        protocol_version: int = 0,
+        *,
+        servos: FakeFeetechServos,
+    ) -> None:
         MotorsBusBase.__init__(self, port, motors, calibration)
         self._id_to_model_dict = {m.id: m.model for m in self.motors.values()}
         self._id_to_name_dict = {m.id: motor for motor, m in self.motors.items()}

@@ -75,8 +75,13 @@ class JointState:
 class JointMotion:
     """A joint motion with a single target (franky plans a jerk-limited trajectory; the twin's servos move there)."""
 
-    def __init__(self, target, reference_type: ReferenceType = ReferenceType.Absolute,
-                 relative_dynamics_factor: float = 1.0, return_when_finished: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        target,
+        reference_type: ReferenceType = ReferenceType.Absolute,
+        relative_dynamics_factor: float = 1.0,
+        return_when_finished: bool = True,
+    ) -> None:
         self._target = JointState(target)
         self._reference_type = reference_type
         self.relative_dynamics_factor = float(relative_dynamics_factor)
@@ -136,8 +141,13 @@ class Robot:
     control_rate = 0.001
     degrees_of_freedom = 7
 
-    def __init__(self, fci_hostname: str, relative_dynamics_factor: float = 1.0, default_torque_threshold: float = 20.0,
-                 default_force_threshold: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fci_hostname: str,
+        relative_dynamics_factor: float = 1.0,
+        default_torque_threshold: float = 20.0,
+        default_force_threshold: float = 30.0,
+    ) -> None:
         self.fci_hostname = fci_hostname
         self.relative_dynamics_factor = float(relative_dynamics_factor)
         self.default_torque_threshold = float(default_torque_threshold)
@@ -148,8 +158,9 @@ class Robot:
         _, q, _, _ = self.twin.read()
         return bool(np.max(np.abs(q - self.twin.target)) < REACHED_RAD)
 
-    def move(self, motion, asynchronous: bool = False, limit_rate: bool = False,
-             cutoff_frequency: float = 100.0) -> None:  # fmt: skip
+    def move(
+        self, motion, asynchronous: bool = False, limit_rate: bool = False, cutoff_frequency: float = 100.0
+    ) -> None:
         if self.twin.fault is not None:
             self._motion = None
             raise ControlException(f"libfranka: Move command aborted: motion aborted by reflex! ({self.twin.fault})")
@@ -262,14 +273,16 @@ class Gripper:
         self._set(width)
         return BoolFuture(True)
 
-    def grasp(self, width: float, speed: float, force: float, epsilon_inner: float = 0.005,
-              epsilon_outer: float = 0.005) -> bool:  # fmt: skip
+    def grasp(
+        self, width: float, speed: float, force: float, epsilon_inner: float = 0.005, epsilon_outer: float = 0.005
+    ) -> bool:
         self.grasp_async(width, speed, force, epsilon_inner, epsilon_outer)
         _wait_until(self.twin, self._reached)
         return True
 
-    def grasp_async(self, width: float, speed: float, force: float, epsilon_inner: float = 0.005,
-                    epsilon_outer: float = 0.005) -> BoolFuture:  # fmt: skip
+    def grasp_async(
+        self, width: float, speed: float, force: float, epsilon_inner: float = 0.005, epsilon_outer: float = 0.005
+    ) -> BoolFuture:
         self._grasping = True
         self._set(width)  # nothing between the twin's fingers: they close to `width`
         return BoolFuture(True)
@@ -305,7 +318,17 @@ def module_for(twin: ArmTwin, max_width_m: float = FRANKA_HAND_MAX_WIDTH_M) -> t
     module = types.ModuleType("franky", "fake franky backed by a MuJoCo twin (hardware.fake_franky)")
     module.Robot = type("Robot", (Robot,), {"twin": twin})
     module.Gripper = type("Gripper", (Gripper,), {"twin": twin, "_max_width_m": float(max_width_m)})
-    for cls in (JointMotion, JointStopMotion, JointState, RobotState, RobotMode, ReferenceType, BoolFuture,
-                ControlException, CommandException, NetworkException):  # fmt: skip
+    for cls in (
+        JointMotion,
+        JointStopMotion,
+        JointState,
+        RobotState,
+        RobotMode,
+        ReferenceType,
+        BoolFuture,
+        ControlException,
+        CommandException,
+        NetworkException,
+    ):
         setattr(module, cls.__name__, cls)
     return module

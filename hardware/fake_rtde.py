@@ -48,8 +48,14 @@ class RTDEControlInterface(_Session):
     twin: ArmTwin
     FLAG_UPLOAD_SCRIPT = 1
 
-    def __init__(self, hostname: str, frequency: float = -1.0, flags: int = FLAG_UPLOAD_SCRIPT,
-                 ur_cap_port: int = 50002, rt_priority: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        hostname: str,
+        frequency: float = -1.0,
+        flags: int = FLAG_UPLOAD_SCRIPT,
+        ur_cap_port: int = 50002,
+        rt_priority: int = 0,
+    ) -> None:
         self.hostname = hostname
         self._connected = True
         self._script = True  # the constructor uploads and starts the RTDE control script
@@ -60,8 +66,9 @@ class RTDEControlInterface(_Session):
             self._script = False
         return self._connected and self._script
 
-    def servoJ(self, q: list[float], speed: float, acceleration: float, time: float, lookahead_time: float,
-               gain: float) -> bool:  # fmt: skip
+    def servoJ(
+        self, q: list[float], speed: float, acceleration: float, time: float, lookahead_time: float, gain: float
+    ) -> bool:
         if not self._running():
             return False
         self.twin.set_target(np.asarray(q, float))
@@ -129,9 +136,15 @@ class RTDEReceiveInterface(_Session):
 
     twin: ArmTwin
 
-    def __init__(self, hostname: str, frequency: float = -1.0, variables: list[str] | None = None,
-                 verbose: bool = False, use_upper_range_registers: bool = False,
-                 rt_priority: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        hostname: str,
+        frequency: float = -1.0,
+        variables: list[str] | None = None,
+        verbose: bool = False,
+        use_upper_range_registers: bool = False,
+        rt_priority: int = 0,
+    ) -> None:
         self.hostname = hostname
         self._connected = True
 
@@ -269,7 +282,10 @@ def modules_for(twin: ArmTwin) -> types.SimpleNamespace:
     def socket_connect(address: tuple[str, int], timeout: float | None = None) -> RobotiqSocket:
         return RobotiqSocket(urcap)
 
-    return types.SimpleNamespace(rtde_control=module("rtde_control", RTDEControlInterface),
-                                 rtde_receive=module("rtde_receive", RTDEReceiveInterface),
-                                 dashboard_client=module("dashboard_client", DashboardClient),
-                                 socket_connect=socket_connect, urcap=urcap)  # fmt: skip
+    return types.SimpleNamespace(
+        rtde_control=module("rtde_control", RTDEControlInterface),
+        rtde_receive=module("rtde_receive", RTDEReceiveInterface),
+        dashboard_client=module("dashboard_client", DashboardClient),
+        socket_connect=socket_connect,
+        urcap=urcap,
+    )

@@ -34,8 +34,15 @@ CLOSE_TIMEOUT_S = 2.0  # how long closing waits for the stop motion to finish
 def panda_model(tcp_m: float = FRANKA_HAND_TCP_M) -> ArmModel:
     """The Panda of robosuite, its tool point `tcp_m` beyond the flange (the Franka Hand's fingertips by default).
     At home the tool is 0.31 m in front of the base, 0.49 m up, pointing down; an FR3 has the same kinematics."""
-    return ArmModel(robosuite_robot_xml("panda"), list(PANDA_JOINTS), "ee", list(PANDA_HOME_RAD), "panda",
-                    ee_body="right_hand", ee_offset=(0.0, 0.0, tcp_m))  # fmt: skip
+    return ArmModel(
+        robosuite_robot_xml("panda"),
+        list(PANDA_JOINTS),
+        "ee",
+        list(PANDA_HOME_RAD),
+        "panda",
+        ee_body="right_hand",
+        ee_offset=(0.0, 0.0, tcp_m),
+    )
 
 
 class FrankaDriver(ArmDriver):
@@ -48,9 +55,17 @@ class FrankaDriver(ArmDriver):
     effort_kind = "force_n"
     default_effort_limit = FRANKA_FORCE_LIMIT_N
 
-    def __init__(self, host: str = "172.16.0.2", twin: bool | ArmTwin = False, clock: Clock | None = None,
-                 home: list[float] | None = None, dynamics_factor: float = 0.2, gripper: bool = True,
-                 franky_module=None, **twin_kw) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str = "172.16.0.2",
+        twin: bool | ArmTwin = False,
+        clock: Clock | None = None,
+        home: list[float] | None = None,
+        dynamics_factor: float = 0.2,
+        gripper: bool = True,
+        franky_module=None,
+        **twin_kw,
+    ) -> None:
         if not 0.0 < dynamics_factor <= 1.0:
             raise ValueError(f"franka: dynamics_factor must be in (0, 1], got {dynamics_factor}")
         self.twin, clock = resolve_twin("franka", twin, clock, panda_model, twin_kw)
@@ -162,7 +177,8 @@ class FrankaDriver(ArmDriver):
             except Exception as e:  # CommandException, NetworkException
                 raise HardwareError(f"franka: error recovery failed: {type(e).__name__}: {e}") from e
             if not ok:
-                raise HardwareError("franka: error recovery failed: is the enabling button released or the arm "
-                                    "locked in Desk?")  # fmt: skip
+                raise HardwareError(
+                    "franka: error recovery failed: is the enabling button released or the arm locked in Desk?"
+                )
             self._fault = None
             self.last_command = None

@@ -79,9 +79,16 @@ class ArmModel:
     the IK's null-space rest pose for redundant arms.
     """
 
-    def __init__(self, mjcf: str | Path | mujoco.MjSpec, joints: list[str], ee_site: str,
-                 home: np.ndarray | list[float], name: str = "arm", ee_body: str | None = None,
-                 ee_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> None:  # fmt: skip
+    def __init__(
+        self,
+        mjcf: str | Path | mujoco.MjSpec,
+        joints: list[str],
+        ee_site: str,
+        home: np.ndarray | list[float],
+        name: str = "arm",
+        ee_body: str | None = None,
+        ee_offset: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    ) -> None:
         self.name = name
         self.spec = mjcf if isinstance(mjcf, mujoco.MjSpec) else mujoco.MjSpec.from_file(str(mjcf))
         if ee_body is not None:  # the tool point: a site on the flange body (an arm file may have none there)
@@ -130,8 +137,15 @@ class ArmModel:
     def clip(self, q: np.ndarray, margin: float = 0.0) -> np.ndarray:
         return np.clip(q, self.lower + margin, self.upper - margin)
 
-    def ik(self, pos: np.ndarray, quat: np.ndarray | None, q0: np.ndarray, iters: int = 30,
-           rot_weight: float = 0.5, nullspace_gain: float = 0.05) -> IKResult:  # fmt: skip
+    def ik(
+        self,
+        pos: np.ndarray,
+        quat: np.ndarray | None,
+        q0: np.ndarray,
+        iters: int = 30,
+        rot_weight: float = 0.5,
+        nullspace_gain: float = 0.05,
+    ) -> IKResult:
         """Joints reaching (pos, quat) from `q0` (warm start), within limits. `quat=None`: position only; an arm
         with fewer than 6 joints weighs orientation by `rot_weight` and reaches what its joints allow."""
         q = self.clip(np.asarray(q0, float))

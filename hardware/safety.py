@@ -38,11 +38,19 @@ AXES = ("x", "y", "z")
 
 
 class SafetyWrapper(RobotWrapper):
-    def __init__(self, env, workspace: dict | None = None, max_step_m: float | None = None,
-                 max_ee_speed_m_s: float | None = 0.25, max_rot_step_rad: float | None = None,
-                 joint_margin_rad: float = 0.05, max_joint_speed_rad_s: float | None = 1.5,
-                 effort_limit: float | None = None, watchdog_s: float | None = 0.5,
-                 ack_timeout_s: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env,
+        workspace: dict | None = None,
+        max_step_m: float | None = None,
+        max_ee_speed_m_s: float | None = 0.25,
+        max_rot_step_rad: float | None = None,
+        joint_margin_rad: float = 0.05,
+        max_joint_speed_rad_s: float | None = 1.5,
+        effort_limit: float | None = None,
+        watchdog_s: float | None = 0.5,
+        ack_timeout_s: float | None = None,
+    ) -> None:
         super().__init__(env)
         arm = env.unwrapped
         if not all(hasattr(arm, a) for a in ("driver", "model", "max_ee_step_m", "joint_guard")):
@@ -52,10 +60,15 @@ class SafetyWrapper(RobotWrapper):
         if workspace:
             self.low, self.high = np.asarray(workspace["low"], float), np.asarray(workspace["high"], float)
             if self.low.shape != (3,) or self.high.shape != (3,) or np.any(self.high <= self.low):
-                raise ValueError(f"safety.workspace: low {workspace['low']} / high {workspace['high']} must be 3 "
-                                 "values each (m, the arm's base frame) with low < high")  # fmt: skip
-        step_limits = [x for x in (max_step_m, None if max_ee_speed_m_s is None else max_ee_speed_m_s / arm.control_hz)
-                       if x is not None]  # fmt: skip
+                raise ValueError(
+                    f"safety.workspace: low {workspace['low']} / high {workspace['high']} must be 3 "
+                    "values each (m, the arm's base frame) with low < high"
+                )
+        step_limits = [
+            x
+            for x in (max_step_m, None if max_ee_speed_m_s is None else max_ee_speed_m_s / arm.control_hz)
+            if x is not None
+        ]
         self.max_step_m = min(step_limits) if step_limits else None
         self.max_rot_step_rad = max_rot_step_rad
         self.joint_margin_rad = float(joint_margin_rad)
@@ -96,8 +109,10 @@ class SafetyWrapper(RobotWrapper):
         self._pollers.append(poll)
 
     def _wait_for_ack(self) -> None:
-        log.error("SAFETY STOP: %s. The arm holds; acknowledge in the GUI (or a device's acknowledge button) to go on",
-                  self.stopped)  # fmt: skip
+        log.error(
+            "SAFETY STOP: %s. The arm holds; acknowledge in the GUI (or a device's acknowledge button) to go on",
+            self.stopped,
+        )
         start = time.monotonic()
         while not self._ack.is_set():
             for poll in self._pollers:
@@ -106,8 +121,10 @@ class SafetyWrapper(RobotWrapper):
             for hook in self.on_wait:
                 hook()
             if self.ack_timeout_s is not None and time.monotonic() - start > self.ack_timeout_s:
-                raise SafetyStop(f"the arm was stopped by safety ({self.stopped}) and nobody acknowledged within "
-                                 f"{self.ack_timeout_s:.0f} s (safety.ack_timeout_s)")  # fmt: skip
+                raise SafetyStop(
+                    f"the arm was stopped by safety ({self.stopped}) and nobody acknowledged within "
+                    f"{self.ack_timeout_s:.0f} s (safety.ack_timeout_s)"
+                )
             self._ack.wait(WAIT_POLL_S)
         log.warning("safety stop (%s) acknowledged by %s: recovering and resetting", self.stopped, self._acked_by)
         self.counts["acknowledged"] += 1
@@ -160,13 +177,23 @@ class SafetyWrapper(RobotWrapper):
     def _end(self, report: dict, action) -> tuple:
         """The step that never reached the driver: the arm holds, the episode ends by safety."""
         hold = np.zeros(self.env.action_space.shape, np.float32)
-        proposed = np.nan_to_num(np.asarray(action, np.float32).reshape(-1)[: hold.size], nan=0.0, posinf=1.0,
-                                 neginf=-1.0) if np.asarray(action).size >= hold.size else hold  # fmt: skip
+        proposed = (
+            np.nan_to_num(np.asarray(action, np.float32).reshape(-1)[: hold.size], nan=0.0, posinf=1.0, neginf=-1.0)
+            if np.asarray(action).size >= hold.size
+            else hold
+        )
         if "gripper" in self.arm.action_names:  # the gripper keeps what it holds
             hold[self.arm.action_names.index("gripper")] = 2.0 * self.arm.gripper_command - 1.0
         self._finish(report)
-        info = {"action_executed": hold, "action_policy": np.clip(proposed, -1, 1), "action_base": None,
-                "intervention": False, "success": False, "ended_by": "safety", "safety": report}  # fmt: skip
+        info = {
+            "action_executed": hold,
+            "action_policy": np.clip(proposed, -1, 1),
+            "action_base": None,
+            "intervention": False,
+            "success": False,
+            "ended_by": "safety",
+            "safety": report,
+        }
         return self._obs, 0.0, False, True, info
 
     def _finish(self, report: dict) -> None:
@@ -259,8 +286,10 @@ class SafetyWrapper(RobotWrapper):
             return f"the arm reports a fault: {state.fault}"
         if state.effort > self.effort_limit:
             unit = "N" if self.effort_kind == "force_n" else "of the motor limit"
-            return f"{'external force' if self.effort_kind == 'force_n' else 'motor load'} {state.effort:.2f} {unit} " \
-                   f"above the limit {self.effort_limit:.2f} (safety.effort_limit)"  # fmt: skip
+            return (
+                f"{'external force' if self.effort_kind == 'force_n' else 'motor load'} {state.effort:.2f} {unit} "
+                f"above the limit {self.effort_limit:.2f} (safety.effort_limit)"
+            )
         return None
 
     # --- the watchdog -------------------------------------------------------------------------
@@ -276,8 +305,11 @@ class SafetyWrapper(RobotWrapper):
                     continue
                 self._held_at = time.monotonic()
                 self.counts["watchdog_holds"] += 1
-                log.warning("watchdog: no command for %.2f s (safety.watchdog_s=%.2f): the arm holds its position",
-                            idle, self.watchdog_s)  # fmt: skip
+                log.warning(
+                    "watchdog: no command for %.2f s (safety.watchdog_s=%.2f): the arm holds its position",
+                    idle,
+                    self.watchdog_s,
+                )
 
     def stats(self) -> dict:
         out = {k: int(v) for k, v in dict(self.counts).items()}  # one atomic copy: the control loop may be counting

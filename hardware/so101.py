@@ -42,8 +42,14 @@ MID_STEP = 2047  # Present_Position at a joint's mid-range after lerobot's half-
 
 # What the twin's motors hold in EEPROM, as after `lerobot-calibrate` on a real arm (offsets as a real arm's, far
 # from 0 so a wrong sign or a skipped offset shows in the tests)
-TWIN_HOMING_OFFSETS = {"shoulder_pan": -512, "shoulder_lift": 683, "elbow_flex": -790, "wrist_flex": 415,
-                       "wrist_roll": -120, "gripper": -1012}  # steps  # fmt: skip
+TWIN_HOMING_OFFSETS = {
+    "shoulder_pan": -512,
+    "shoulder_lift": 683,
+    "elbow_flex": -790,
+    "wrist_flex": 415,
+    "wrist_roll": -120,
+    "gripper": -1012,
+}  # steps
 TWIN_RANGE_MARGIN_STEPS = 40  # recorded ranges reach a little past the model's joint limits
 TWIN_GRIPPER_RANGE = (2030, 3450)  # steps: closed .. fully open
 WRIST_ROLL_RANGE = (0, STEPS_PER_TURN)  # lerobot-calibrate records the roll as a full turn
@@ -72,8 +78,9 @@ def twin_calibration(model: ArmModel):
         half = int(np.ceil(max(abs(model.lower[i]), abs(model.upper[i])) * STEPS_PER_RAD)) + TWIN_RANGE_MARGIN_STEPS
         lo, hi = WRIST_ROLL_RANGE if motor == "wrist_roll" else (MID_STEP - half, MID_STEP + half)
         calibration[motor] = MotorCalibration(MOTOR_IDS[motor], 0, TWIN_HOMING_OFFSETS[motor], lo, hi)
-    calibration[GRIPPER_MOTOR] = MotorCalibration(MOTOR_IDS[GRIPPER_MOTOR], 0, TWIN_HOMING_OFFSETS[GRIPPER_MOTOR],
-                                                  *TWIN_GRIPPER_RANGE)  # fmt: skip
+    calibration[GRIPPER_MOTOR] = MotorCalibration(
+        MOTOR_IDS[GRIPPER_MOTOR], 0, TWIN_HOMING_OFFSETS[GRIPPER_MOTOR], *TWIN_GRIPPER_RANGE
+    )
     return calibration
 
 
@@ -108,10 +115,18 @@ class SO101Driver(ArmDriver):
     joint_names = ARM_MOTORS
     effort_kind = "current"
 
-    def __init__(self, port: str = "/dev/ttyACM0", id: str = "so101", robot_type: str = "so101_follower",  # noqa: A002
-                 twin: bool | ArmTwin = False, clock: Clock | None = None, home: list[float] | None = None,
-                 calibration_dir: str | None = None, max_relative_target: float | None = None,
-                 **twin_kw) -> None:  # fmt: skip
+    def __init__(
+        self,
+        port: str = "/dev/ttyACM0",
+        id: str = "so101",
+        robot_type: str = "so101_follower",  # noqa: A002
+        twin: bool | ArmTwin = False,
+        clock: Clock | None = None,
+        home: list[float] | None = None,
+        calibration_dir: str | None = None,
+        max_relative_target: float | None = None,
+        **twin_kw,
+    ) -> None:
         if robot_type not in ROBOT_TYPES:
             raise ValueError(f"so101: robot_type must be one of {ROBOT_TYPES}, got '{robot_type}'")
         if twin_kw and (twin is False or isinstance(twin, ArmTwin)):
@@ -134,15 +149,21 @@ class SO101Driver(ArmDriver):
         if twin is not False and calibration_dir is None:
             self._tmp_calibration = tempfile.TemporaryDirectory(prefix="so101_twin_calibration_")
             calibration_dir = self._tmp_calibration.name
-        config = SOFollowerRobotConfig(port=port, id=id, use_degrees=True, max_relative_target=max_relative_target,
-                                       calibration_dir=Path(calibration_dir) if calibration_dir else None)  # fmt: skip
+        config = SOFollowerRobotConfig(
+            port=port,
+            id=id,
+            use_degrees=True,
+            max_relative_target=max_relative_target,
+            calibration_dir=Path(calibration_dir) if calibration_dir else None,
+        )
         if twin is False:
             self.lerobot = SOFollower(config)
             return
         from hardware.fake_feetech import FakeFeetechServos, robot_on_fake_bus
 
-        self.twin = twin if isinstance(twin, ArmTwin) else ArmTwin(model, self.clock, **{"cameras": TWIN_CAMERAS,
-                                                                                          **twin_kw})  # fmt: skip
+        self.twin = (
+            twin if isinstance(twin, ArmTwin) else ArmTwin(model, self.clock, **{"cameras": TWIN_CAMERAS, **twin_kw})
+        )
         servos = FakeFeetechServos(self.twin, twin_servos(model), CURRENT_LIMIT_RAW)
         self.lerobot = robot_on_fake_bus(SOFollower, config, servos)
         if not self.lerobot.calibration:  # first run in this directory: the file `lerobot-calibrate` would write
@@ -167,9 +188,11 @@ class SO101Driver(ArmDriver):
                 raise HardwareError(f"so101: cannot open the Feetech bus on {self.port}: {reason}") from e
             if not self.lerobot.is_calibrated:
                 self.lerobot.disconnect()
-                raise HardwareError(f"so101: the motors do not match the calibration "
-                                    f"{self.lerobot.calibration_fpath} (or there is none): run "
-                                    f"`{self.calibrate_command()}`")  # fmt: skip
+                raise HardwareError(
+                    f"so101: the motors do not match the calibration "
+                    f"{self.lerobot.calibration_fpath} (or there is none): run "
+                    f"`{self.calibrate_command()}`"
+                )
             self._last = None
             self.connected = True
 
@@ -187,8 +210,9 @@ class SO101Driver(ArmDriver):
             if not self.connected:
                 raise HardwareError("so101: not connected")
             obs = self.lerobot.get_observation()
-            current = self.lerobot.bus.sync_read("Present_Current", list(ARM_MOTORS),
-                                                 num_retry=self.lerobot.config.num_read_retries)  # fmt: skip
+            current = self.lerobot.bus.sync_read(
+                "Present_Current", list(ARM_MOTORS), num_retry=self.lerobot.config.num_read_retries
+            )
             t = self.clock.now()
             q = degrees_to_rad([obs[f"{m}.pos"] for m in ARM_MOTORS])
             vel = np.zeros_like(q)
@@ -199,8 +223,15 @@ class SO101Driver(ArmDriver):
             pos, quat = self.model.fk(q)
         gripper = (obs[f"{GRIPPER_MOTOR}.pos"] - GRIPPER_POS_OPEN) / (GRIPPER_POS_CLOSED - GRIPPER_POS_OPEN)
         effort = max(current[m] for m in ARM_MOTORS) / CURRENT_LIMIT_RAW  # not the gripper's: a grasp draws current
-        return ArmState(t=t, joints=q, joint_vel=vel, ee_pos=pos, ee_quat=quat,
-                        gripper=float(np.clip(gripper, 0.0, 1.0)), effort=float(effort))  # fmt: skip
+        return ArmState(
+            t=t,
+            joints=q,
+            joint_vel=vel,
+            ee_pos=pos,
+            ee_quat=quat,
+            gripper=float(np.clip(gripper, 0.0, 1.0)),
+            effort=float(effort),
+        )
 
     def freedrive(self, on: bool) -> None:
         """Torque off on the arm's motors so a person can move it by hand; back on, it holds where it was left (the

@@ -37,8 +37,14 @@ def resolve_twin(robot: str, twin, clock: Clock | None, make_model, twin_kw: dic
 class ArmTwin:
     """The simulated arm. `joint_speed_rad_s`: the servos' top speed; `gripper_speed`: full stroke per second."""
 
-    def __init__(self, model: ArmModel, clock: Clock | None = None, joint_speed_rad_s: float = 2.0,
-                 gripper_speed: float = 2.0, cameras: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: ArmModel,
+        clock: Clock | None = None,
+        joint_speed_rad_s: float = 2.0,
+        gripper_speed: float = 2.0,
+        cameras: dict | None = None,
+    ) -> None:
         self.arm = model
         self.clock = clock or Clock()
         self.speed = float(joint_speed_rad_s)
@@ -148,4 +154,3 @@ class ArmTwin:
         for renderer in self._renderers.values():
             renderer.close()
         self._renderers.clear()
-

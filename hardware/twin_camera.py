@@ -12,16 +12,25 @@ class TwinCamera(Camera):
     """A camera of the twin's scene on its own capture thread, like a USB camera: a dry run and the twin's tests go
     through the same frame-age and alignment checks as the metal."""
 
-    def __init__(self, name: str, twin: ArmTwin, width: int = 128, height: int = 128, fps: float = 30.0,
-                 view: str = "front", **kw) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        twin: ArmTwin,
+        width: int = 128,
+        height: int = 128,
+        fps: float = 30.0,
+        view: str = "front",
+        **kw,
+    ) -> None:
         super().__init__(name, width, height, fps=fps, **kw)
         self.twin, self.view = twin, view
         self._next = 0.0
 
     def _open(self) -> None:
         if self.view not in self.twin.cameras:
-            raise CameraError(f"camera '{self.name}': the twin has no view '{self.view}' (it has "
-                              f"{', '.join(self.twin.cameras)})")  # fmt: skip
+            raise CameraError(
+                f"camera '{self.name}': the twin has no view '{self.view}' (it has {', '.join(self.twin.cameras)})"
+            )
 
     def _grab(self):
         delay = self._next - time.monotonic()

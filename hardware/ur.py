@@ -21,8 +21,14 @@ from hardware.arm import ArmDriver, ArmState, Clock, HardwareError, import_sdk
 from hardware.kinematics import ArmModel, robosuite_robot_xml
 from hardware.twin import ArmTwin, resolve_twin
 
-UR5E_JOINTS = ("shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
-               "wrist_3_joint")  # fmt: skip
+UR5E_JOINTS = (
+    "shoulder_pan_joint",
+    "shoulder_lift_joint",
+    "elbow_joint",
+    "wrist_1_joint",
+    "wrist_2_joint",
+    "wrist_3_joint",
+)
 UR5E_HOME_RAD = (0.0, -np.pi / 2, np.pi / 2, -np.pi / 2, -np.pi / 2, 0.0)  # tool 0.49 m in front, 0.49 m up, down
 
 UR_FORCE_LIMIT_N = 25.0  # the safety stop: above the e-series TCP force noise, well below a protective stop
@@ -32,10 +38,21 @@ SERVO_GAIN_RANGE = (100.0, 2000.0)
 SERVO_STOP_DECEL_M_S2 = 10.0  # a hold's deceleration of the tool (ur_rtde's default)
 GRIPPER_DEADBAND = 0.02  # fraction of the stroke: smaller changes are not sent
 # RTDE safety_mode values
-SAFETY_MODES = {1: "normal", 2: "reduced", 3: "protective stop", 4: "recovery", 5: "safeguard stop",
-                6: "system emergency stop", 7: "robot emergency stop", 8: "violation", 9: "fault",
-                10: "validate joint id", 11: "undefined", 12: "automatic mode safeguard stop",
-                13: "system three position enabling stop"}  # fmt: skip
+SAFETY_MODES = {
+    1: "normal",
+    2: "reduced",
+    3: "protective stop",
+    4: "recovery",
+    5: "safeguard stop",
+    6: "system emergency stop",
+    7: "robot emergency stop",
+    8: "violation",
+    9: "fault",
+    10: "validate joint id",
+    11: "undefined",
+    12: "automatic mode safeguard stop",
+    13: "system three position enabling stop",
+}
 SAFETY_OK = (1, 2)
 SAFETY_PROTECTIVE_STOP = 3
 
@@ -51,8 +68,15 @@ ROBOTIQ_REPLY_BYTES = 1024
 def ur5e_model(tcp_m: float = 0.0) -> ArmModel:
     """robosuite's UR5e, its tool point `tcp_m` beyond the flange along the tool axis (0: the flange; set the
     gripper's TCP length, as on the pendant)."""
-    return ArmModel(robosuite_robot_xml("ur5e"), list(UR5E_JOINTS), "ee", list(UR5E_HOME_RAD), "ur5e",
-                    ee_body="right_hand", ee_offset=(0.0, 0.0, tcp_m))  # fmt: skip
+    return ArmModel(
+        robosuite_robot_xml("ur5e"),
+        list(UR5E_JOINTS),
+        "ee",
+        list(UR5E_HOME_RAD),
+        "ur5e",
+        ee_body="right_hand",
+        ee_offset=(0.0, 0.0, tcp_m),
+    )
 
 
 class RobotiqGripper:
@@ -61,9 +85,16 @@ class RobotiqGripper:
     fractions of the gripper's range. `socket_connect` makes the socket (`socket.create_connection`'s signature; the
     twin's fake replaces it)."""
 
-    def __init__(self, host: str, port: int = ROBOTIQ_PORT, socket_connect=socket.create_connection,
-                 clock: Clock | None = None, speed: float = 1.0, force: float = 0.5,
-                 timeout_s: float = ROBOTIQ_TIMEOUT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        port: int = ROBOTIQ_PORT,
+        socket_connect=socket.create_connection,
+        clock: Clock | None = None,
+        speed: float = 1.0,
+        force: float = 0.5,
+        timeout_s: float = ROBOTIQ_TIMEOUT_S,
+    ) -> None:
         self.host, self.port, self.timeout_s = host, int(port), float(timeout_s)
         self._socket_connect = socket_connect
         self.clock = clock or Clock()
@@ -93,8 +124,10 @@ class RobotiqGripper:
         try:
             self._sock = self._socket_connect((self.host, self.port), self.timeout_s)
         except OSError as e:
-            raise HardwareError(f"robotiq: no URCap socket at {self.host}:{self.port} ({e}): is the Robotiq URCap "
-                                "installed and the gripper connected?") from e  # fmt: skip
+            raise HardwareError(
+                f"robotiq: no URCap socket at {self.host}:{self.port} ({e}): is the Robotiq URCap "
+                "installed and the gripper connected?"
+            ) from e
         if self._get("STA") != ROBOTIQ_ACTIVE:
             self._set(ACT=1)
             deadline = self.clock.now() + ROBOTIQ_ACTIVATION_S
@@ -127,10 +160,20 @@ class URDriver(ArmDriver):
     effort_kind = "force_n"
     default_effort_limit = UR_FORCE_LIMIT_N
 
-    def __init__(self, host: str = "192.168.1.10", twin: bool | ArmTwin = False, clock: Clock | None = None,
-                 home: list[float] | None = None, servo_lookahead_s: float = 0.1, servo_gain: float = 300.0,
-                 control_hz: float = 10.0, gripper: str | None = "robotiq", tcp_m: float = 0.0, rtde_modules=None,
-                 **twin_kw) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str = "192.168.1.10",
+        twin: bool | ArmTwin = False,
+        clock: Clock | None = None,
+        home: list[float] | None = None,
+        servo_lookahead_s: float = 0.1,
+        servo_gain: float = 300.0,
+        control_hz: float = 10.0,
+        gripper: str | None = "robotiq",
+        tcp_m: float = 0.0,
+        rtde_modules=None,
+        **twin_kw,
+    ) -> None:
         lo, hi = SERVO_LOOKAHEAD_RANGE_S
         if not lo <= servo_lookahead_s <= hi:
             raise ValueError(f"ur: servo_lookahead_s must be in [{lo}, {hi}] s, got {servo_lookahead_s}")
@@ -208,8 +251,9 @@ class URDriver(ArmDriver):
 
     def _send_joints(self, q: np.ndarray, gripper: float | None) -> None:
         try:
-            ok = self._control.servoJ(q.tolist(), SERVOJ_UNUSED, SERVOJ_UNUSED, self.servo_time_s,
-                                      self.servo_lookahead_s, self.servo_gain)  # fmt: skip
+            ok = self._control.servoJ(
+                q.tolist(), SERVOJ_UNUSED, SERVOJ_UNUSED, self.servo_time_s, self.servo_lookahead_s, self.servo_gain
+            )
         except RuntimeError as e:
             ok, why = False, str(e)
         else:
@@ -236,8 +280,10 @@ class URDriver(ArmDriver):
             if self._control is None:
                 raise HardwareError("ur: not connected")
             if (self._control.teachMode() if on else self._control.endTeachMode()) is False:
-                raise HardwareError(f"ur: the controller refused to {'enter' if on else 'leave'} teach mode (is the "
-                                    "arm in remote control?)")  # fmt: skip
+                raise HardwareError(
+                    f"ur: the controller refused to {'enter' if on else 'leave'} teach mode (is the "
+                    "arm in remote control?)"
+                )
             self.last_command = None
 
     def recover(self) -> None:
@@ -248,8 +294,9 @@ class URDriver(ArmDriver):
                 raise HardwareError("ur: not connected")
             mode = int(self._receive.getSafetyMode())
             if mode not in SAFETY_OK and mode != SAFETY_PROTECTIVE_STOP:
-                raise HardwareError(f"ur: {SAFETY_MODES.get(mode, mode)} cannot be cleared remotely: release it at "
-                                    "the pendant")  # fmt: skip
+                raise HardwareError(
+                    f"ur: {SAFETY_MODES.get(mode, mode)} cannot be cleared remotely: release it at the pendant"
+                )
             if mode == SAFETY_PROTECTIVE_STOP:
                 dashboard = self.sdk.dashboard_client.DashboardClient(self.host)
                 try:
@@ -257,8 +304,9 @@ class URDriver(ArmDriver):
                     dashboard.closeSafetyPopup()
                     dashboard.unlockProtectiveStop()
                 except RuntimeError as e:
-                    raise HardwareError(f"ur: unlocking the protective stop failed ({e}); the controller refuses "
-                                        "within 5 s of the stop") from e  # fmt: skip
+                    raise HardwareError(
+                        f"ur: unlocking the protective stop failed ({e}); the controller refuses within 5 s of the stop"
+                    ) from e
                 finally:
                     dashboard.disconnect()
             if not self._control.isProgramRunning() and not self._control.reuploadScript():

@@ -57,8 +57,14 @@ REMOTE_PID_MARK = "launch: remote pid "  # the first line of a process started o
 REMOTE_KEYS_DIR = ".robo_rl_keys"  # under remote_dir: each launch's CURVE keys on the other machines
 SSH_CONNECT_TIMEOUT_S = 10
 SSH_ALIVE_INTERVAL_S = 5  # a dead link is noticed within a few of these
-SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
-               "-o", f"ServerAliveInterval={SSH_ALIVE_INTERVAL_S}")  # fmt: skip
+SSH_OPTIONS = (
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
+    "-o",
+    f"ServerAliveInterval={SSH_ALIVE_INTERVAL_S}",
+)
 SSH_COMMAND_TIMEOUT_S = 60.0  # mkdir, scp, kill over SSH
 CHILD_ENV = {"PYTHONUNBUFFERED": "1"}  # logs written as they happen
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -77,8 +83,9 @@ class Network:
     keys_dirs: dict[str, str] = field(default_factory=dict)  # process name -> its CURVE keys folder
 
 
-def process_args(layout: Layout, proc: Process, overrides: list[str], ports: dict, net: Network,
-                 run_dir: Path | None, base_seed: int) -> list[str]:  # fmt: skip
+def process_args(
+    layout: Layout, proc: Process, overrides: list[str], ports: dict, net: Network, run_dir: Path | None, base_seed: int
+) -> list[str]:
     """The `robo-rl <role> ...` arguments of one process: the layout's shared overrides, the command line's, the
     process's own, then what the launch decides (ports, run folder, actor id and seed, addresses, keys)."""
     keys_dir = net.keys_dirs.get(proc.name)
@@ -234,8 +241,9 @@ def machine_address(layout: Layout, host: str | None) -> str:
             s.connect((other, 22))  # a UDP connect sends nothing: it only picks the route
             return s.getsockname()[0]
     except OSError as e:
-        raise LayoutError(f"cannot tell this machine's address toward {other} ({e}): set address: in the layout") \
-            from None
+        raise LayoutError(
+            f"cannot tell this machine's address toward {other} ({e}): set address: in the layout"
+        ) from None
 
 
 def _run_checked(argv: list[str]) -> None:
@@ -287,9 +295,16 @@ class LocalProcess:
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=cwd, env={**os.environ, **CHILD_ENV}, start_new_session=True,
-                                          preexec_fn=_child_setup())  # fmt: skip
+            self.popen = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env={**os.environ, **CHILD_ENV},
+                start_new_session=True,
+                preexec_fn=_child_setup(),
+            )
         self.pid = self.popen.pid
 
     def poll(self) -> int | None:
@@ -318,8 +333,9 @@ class SSHProcess(LocalProcess):
     def signal(self, sig: int) -> None:
         if sig != signal.SIGKILL and self.poll() is None and self._remote_pid() is not None:
             try:
-                subprocess.run(ssh_signal_argv(self.host, self.remote_pid, sig), capture_output=True,
-                               timeout=SSH_COMMAND_TIMEOUT_S)  # fmt: skip
+                subprocess.run(
+                    ssh_signal_argv(self.host, self.remote_pid, sig), capture_output=True, timeout=SSH_COMMAND_TIMEOUT_S
+                )
                 return
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -446,8 +462,14 @@ class Supervisor:
     when the learner ends (exit 0: done; otherwise: a failure) or no actor is left, and stops everything on Ctrl-C
     or SIGTERM: SIGINT to each process group, SIGTERM after `stop_timeout_s`, SIGKILL after TERM_GRACE_S."""
 
-    def __init__(self, layout: Layout, slots: list[Slot], start: Callable[[Slot], object],
-                 learner_up: Callable[[], bool], board: StatusBoard) -> None:  # fmt: skip
+    def __init__(
+        self,
+        layout: Layout,
+        slots: list[Slot],
+        start: Callable[[Slot], object],
+        learner_up: Callable[[], bool],
+        board: StatusBoard,
+    ) -> None:
         self.layout, self.slots, self.start_fn, self.learner_up, self.board = layout, slots, start, learner_up, board
         self.learner = next(s for s in slots if s.proc.role == "learner")
         self.actors = [s for s in slots if s.proc.role == "actor"]
@@ -523,8 +545,10 @@ class Supervisor:
     def _outcome(self, now: float) -> int | None:
         learner = self.learner
         if learner.code is not None and learner.code != 0:
-            self.board.say(f"the learner exited with code {learner.code}: {learner.handle.last_line()} "
-                           f"({learner.log}); stopping the others")  # fmt: skip
+            self.board.say(
+                f"the learner exited with code {learner.code}: {learner.handle.last_line()} "
+                f"({learner.log}); stopping the others"
+            )
             return EXIT_STOPPED if learner.code == EXIT_STOPPED else 1
         if self.ended_at is not None:  # the run is done: actors end by themselves, the rest is stopped
             if all(not s.alive for s in self.actors) or now - self.ended_at > END_GRACE_S:
@@ -533,8 +557,10 @@ class Supervisor:
         active = [s for s in self.actors if s.alive or s.state in ("waiting", "restarting")]
         failed = [s for s in self.actors if s.code not in (None, 0)]
         if self.actors and not active and failed:  # all data sources gone: the learner would wait forever
-            self.board.say(f"no actor is left running ({failed[-1].proc.name}: exit {failed[-1].code}): stopping "
-                           "the learner (it writes a checkpoint)")  # fmt: skip
+            self.board.say(
+                f"no actor is left running ({failed[-1].proc.name}: exit {failed[-1].code}): stopping "
+                "the learner (it writes a checkpoint)"
+            )
             return 1
         return None
 
@@ -619,8 +645,10 @@ def prepare(layout: Layout, overrides: list[str], ports: dict) -> Prepared:
     for p in layout.of_role("actor"):
         if config_hash(cfgs[p.name]) != config_hash(cfg):  # the learner would refuse its hello: say why now
             keys = ", ".join(_differing_keys(cfgs[p.name], cfg)[:3])
-            raise LayoutError(f"layout {layout.name}: {p.name}: its env/policy config differs from the learner's in "
-                              f"{keys}: the learner would refuse it (config hash)")  # fmt: skip
+            raise LayoutError(
+                f"layout {layout.name}: {p.name}: its env/policy config differs from the learner's in "
+                f"{keys}: the learner would refuse it (config hash)"
+            )
     if cfg.resume:
         run_dir = Path(cfg.resume)
     elif cfg.run_dir:
@@ -641,18 +669,30 @@ def _differing_keys(a, b) -> list[str]:
             return {prefix: node}
         return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}.{key}").items()}
 
-    fa, fb = ({k: v for key in SHARED_KEYS for k, v in flat(OmegaConf.to_container(c[key], resolve=True), key).items()}
-              for c in (a, b))  # fmt: skip
+    fa, fb = (
+        {k: v for key in SHARED_KEYS for k, v in flat(OmegaConf.to_container(c[key], resolve=True), key).items()}
+        for c in (a, b)
+    )
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
 
 
 def make_slots(prep: Prepared, ports: dict, net: Network) -> list[Slot]:
     order = {role: i for i, role in enumerate(START_ORDER)}
     procs = sorted(prep.layout.processes, key=lambda p: order[p.role])
-    slots = [Slot(p, process_args(prep.layout, p, prep.overrides, ports, net, prep.run_dir, prep.base_seed),
-                  prep.run_dir / "logs" / f"{p.name}.log") for p in procs]  # fmt: skip
-    record = {"layout": prep.layout.name, "started": dt.datetime.now().isoformat(timespec="seconds"), "ports": ports,
-              "processes": {s.proc.name: {"role": s.proc.role, "host": s.proc.host, "args": s.args} for s in slots}}
+    slots = [
+        Slot(
+            p,
+            process_args(prep.layout, p, prep.overrides, ports, net, prep.run_dir, prep.base_seed),
+            prep.run_dir / "logs" / f"{p.name}.log",
+        )
+        for p in procs
+    ]
+    record = {
+        "layout": prep.layout.name,
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "ports": ports,
+        "processes": {s.proc.name: {"role": s.proc.role, "host": s.proc.host, "args": s.args} for s in slots},
+    }
     (prep.run_dir / "launch.json").write_text(json.dumps(record, indent=1))  # what ran, to repeat it by hand
     return slots
 
@@ -687,8 +727,11 @@ def cmd_launch(args: list[str], out=None) -> int:
     if not args or args[0].startswith(("-", OPTION_PREFIX)) or "=" in args[0]:
         names = layout_names()
         width = max(len(n) for n in names)
-        print("usage: robo-rl launch <layout or path.yaml> [launch.<setting>=<value> ...] [overrides ...]\n\nlayouts:\n"
-              + "\n".join(f"  {n:<{width}}  {text}" for n, text in names.items()), file=out)  # fmt: skip
+        print(
+            "usage: robo-rl launch <layout or path.yaml> [launch.<setting>=<value> ...] [overrides ...]\n\nlayouts:\n"
+            + "\n".join(f"  {n:<{width}}  {text}" for n, text in names.items()),
+            file=out,
+        )
         return 2
     options, overrides = split_options(args[1:])
     on_ray = bool(options.pop("ray", False))

@@ -14,8 +14,17 @@ import yaml
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 ROLES = ("learner", "actor", "gui", "critic")
 RESTART_POLICIES = ("on-failure", "never")
-LAYOUT_KEYS = ("overrides", "processes", "max_restarts", "restart_backoff_s", "stop_timeout_s", "remote_dir",
-               "remote_python", "address", "ray_address")  # fmt: skip
+LAYOUT_KEYS = (
+    "overrides",
+    "processes",
+    "max_restarts",
+    "restart_backoff_s",
+    "stop_timeout_s",
+    "remote_dir",
+    "remote_python",
+    "address",
+    "ray_address",
+)
 PROCESS_KEYS = ("name", "role", "overrides", "host", "restart", "count", "ray")
 OPTION_PREFIX = "launch."  # robo-rl launch <layout> launch.max_restarts=3 launch.actors=8: the layout's own settings
 
@@ -103,8 +112,10 @@ def load_layout(name_or_path: str, options: dict | None = None) -> Layout:
     actors = options.pop("actors", None)
     unknown = [k for k in options if k not in LAYOUT_KEYS or k in ("processes", "overrides")]
     if unknown:
-        raise LayoutError(f"unknown launch option {OPTION_PREFIX}{unknown[0]}{_did_you_mean(unknown[0], LAYOUT_KEYS)}"
-                          f" (or {OPTION_PREFIX}actors=N)")  # fmt: skip
+        raise LayoutError(
+            f"unknown launch option {OPTION_PREFIX}{unknown[0]}{_did_you_mean(unknown[0], LAYOUT_KEYS)}"
+            f" (or {OPTION_PREFIX}actors=N)"
+        )
     data.update(options)
     return parse_layout(data, path.stem, actors)
 
@@ -157,8 +168,9 @@ def _expand(entry, where: str, actors_before: int) -> list[Process]:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise LayoutError(f"{where}: process name {name!r} must be letters, digits, '_', '-', '.' (it names its log)")
     if role not in ROLES:
-        raise LayoutError(f"{where}: {name}: role '{role}' is not one of {', '.join(ROLES)}"
-                          f"{_did_you_mean(str(role), ROLES)}")  # fmt: skip
+        raise LayoutError(
+            f"{where}: {name}: role '{role}' is not one of {', '.join(ROLES)}{_did_you_mean(str(role), ROLES)}"
+        )
     restart = entry.get("restart", "never" if role == "learner" else "on-failure")
     if role == "learner" and restart != "never":
         raise LayoutError(f"{where}: {name}: a learner is never restarted: its crash ends the launch (resume= goes on)")
@@ -172,8 +184,14 @@ def _expand(entry, where: str, actors_before: int) -> list[Process]:
     ray = entry.get("ray") or {}
     if not isinstance(ray, dict):
         raise LayoutError(f"{where}: {name}: ray is a mapping (num_cpus, num_gpus, resources)")
-    base = Process(name, role, tuple(_string_list(entry.get("overrides"), f"{where}: {name}: overrides")),
-                   entry.get("host"), restart, ray=ray)  # fmt: skip
+    base = Process(
+        name,
+        role,
+        tuple(_string_list(entry.get("overrides"), f"{where}: {name}: overrides")),
+        entry.get("host"),
+        restart,
+        ray=ray,
+    )
     if count is None:
         return [Process(**{**base.__dict__, "actor_index": actors_before if role == "actor" else None})]
     return [Process(**{**base.__dict__, "name": f"{name}-{i}", "actor_index": actors_before + i}) for i in range(count)]

@@ -139,8 +139,10 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
             found = ray.get([h.node.remote() for h in hosts.values()], timeout=PLACEMENT_TIMEOUT_S)
             nodes = dict(zip(hosts, found, strict=True))  # name -> (address, node id)
         except ray.exceptions.GetTimeoutError:
-            raise LayoutError(f"the Ray cluster has no room for the layout's {len(hosts)} processes within "
-                              f"{PLACEMENT_TIMEOUT_S:.0f} s (ray: num_cpus / num_gpus in the layout)") from None
+            raise LayoutError(
+                f"the Ray cluster has no room for the layout's {len(hosts)} processes within "
+                f"{PLACEMENT_TIMEOUT_S:.0f} s (ray: num_cpus / num_gpus in the layout)"
+            ) from None
         learner = hosts[layout.learner.name]
         spread = len({nodes[name][1] for name in hosts}) > 1
         bind = nodes[layout.learner.name][0] if spread else "127.0.0.1"
@@ -149,8 +151,11 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
         prep.run_dir = prep.run_dir.resolve()  # the processes' folder is not this one
         net = _network(ray, layout, prep.run_dir, hosts, nodes) if spread else Network()
         slots = make_slots(prep, ports, net)
-        print(f"run folder: {prep.run_dir} (logs in {prep.run_dir / 'logs'}); on Ray: {len(hosts)} processes on "
-              f"{len({n[1] for n in nodes.values()})} node(s); Ctrl-C stops every process", file=out)  # fmt: skip
+        print(
+            f"run folder: {prep.run_dir} (logs in {prep.run_dir / 'logs'}); on Ray: {len(hosts)} processes on "
+            f"{len({n[1] for n in nodes.values()})} node(s); Ctrl-C stops every process",
+            file=out,
+        )
         cwd = os.getcwd()
 
         def start(s: Slot) -> RayHandle:
@@ -164,8 +169,9 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
         learner_args = next(s.args for s in slots if s.proc.role == "learner")
         probe = (net.learner_address or "127.0.0.1", int(arg_value(learner_args, TRANSPORT_PORTS[2])))
         local = nodes[layout.learner.name][1] == here
-        board = StatusBoard(slots, LearnerProgress(prep.run_dir / "metrics.jsonl" if local else None,
-                                                   prep.total_env_steps), out)  # fmt: skip
+        board = StatusBoard(
+            slots, LearnerProgress(prep.run_dir / "metrics.jsonl" if local else None, prep.total_env_steps), out
+        )
         return Supervisor(layout, slots, start, lambda: ray.get(learner.port_open.remote(*probe)), board).run()
     finally:
         try:

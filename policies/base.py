@@ -53,8 +53,10 @@ class ChunkedBase:
             chunk = np.asarray(self.base.predict_chunk(obs), np.float32)
             self.inference_ms.append((time.perf_counter() - start) * 1e3)
             if chunk.ndim != 2 or chunk.shape[1] != self.base.action_dim or not len(chunk):
-                raise ValueError(f"the base policy returned actions of shape {chunk.shape}, expected "
-                                 f"[{self.base.chunk_size}, {self.base.action_dim}]")  # fmt: skip
+                raise ValueError(
+                    f"the base policy returned actions of shape {chunk.shape}, expected "
+                    f"[{self.base.chunk_size}, {self.base.action_dim}]"
+                )
             self.queue.extend(chunk[: self.execute_steps])
         return self.queue.popleft()
 
@@ -72,10 +74,15 @@ def action_range(base: BasePolicy) -> tuple[np.ndarray, np.ndarray] | None:
     if rng is None:
         return None
     low, high = (np.asarray(v, np.float32).reshape(-1) for v in rng)
-    if low.shape != (base.action_dim,) or high.shape != (base.action_dim,) or not (
-            np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low <= high)):  # fmt: skip
-        raise ValueError(f"the base's action range does not fit its {base.action_dim} action dimensions "
-                         f"(low {low.tolist()}, high {high.tolist()})")  # fmt: skip
+    if (
+        low.shape != (base.action_dim,)
+        or high.shape != (base.action_dim,)
+        or not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low <= high))
+    ):
+        raise ValueError(
+            f"the base's action range does not fit its {base.action_dim} action dimensions "
+            f"(low {low.tolist()}, high {high.tolist()})"
+        )
     return low, high
 
 

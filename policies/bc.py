@@ -30,21 +30,36 @@ class BCPolicy(nn.Module):
 
     The per-dimension state mean and std are buffers, so they travel with the weights."""
 
-    def __init__(self, state_dim: int, action_dim: int, chunk_size: int = 1, hidden: list[int] = (256, 256),
-                 cameras: dict[str, list[int]] | None = None, encoder: dict | None = None,
-                 state_names: list[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        chunk_size: int = 1,
+        hidden: list[int] = (256, 256),
+        cameras: dict[str, list[int]] | None = None,
+        encoder: dict | None = None,
+        state_names: list[str] | None = None,
+    ) -> None:
         super().__init__()
         if chunk_size < 1 or action_dim < 1 or state_dim < 1:
-            raise ValueError(f"BCPolicy needs positive sizes: state_dim={state_dim}, action_dim={action_dim}, "
-                             f"chunk_size={chunk_size}")  # fmt: skip
+            raise ValueError(
+                f"BCPolicy needs positive sizes: state_dim={state_dim}, action_dim={action_dim}, "
+                f"chunk_size={chunk_size}"
+            )
         cameras = {name: [int(h), int(w)] for name, (h, w) in (cameras or {}).items()}
-        self.config = {"state_dim": int(state_dim), "action_dim": int(action_dim), "chunk_size": int(chunk_size),
-                       "hidden": [int(h) for h in hidden], "cameras": cameras,
-                       "encoder": dict(encoder) if cameras and encoder else None,
-                       "state_names": list(state_names or [])}  # fmt: skip
+        self.config = {
+            "state_dim": int(state_dim),
+            "action_dim": int(action_dim),
+            "chunk_size": int(chunk_size),
+            "hidden": [int(h) for h in hidden],
+            "cameras": cameras,
+            "encoder": dict(encoder) if cameras and encoder else None,
+            "state_names": list(state_names or []),
+        }
         self.state_dim, self.action_dim, self.chunk_size = state_dim, action_dim, chunk_size
-        self.encoder = ObservationEncoder(state_dim, {n: tuple(s) for n, s in cameras.items()},
-                                          config=EncoderConfig.parse(self.config["encoder"]))  # fmt: skip
+        self.encoder = ObservationEncoder(
+            state_dim, {n: tuple(s) for n, s in cameras.items()}, config=EncoderConfig.parse(self.config["encoder"])
+        )
         self.head = mlp(self.encoder.out_dim, list(hidden), chunk_size * action_dim, layer_norm=True)
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
@@ -71,8 +86,13 @@ class BCPolicy(nn.Module):
 class BCBase:
     """A loaded BCPolicy as a frozen base (`policies.base.BasePolicy`): no gradients, CPU unless told."""
 
-    def __init__(self, policy: BCPolicy, device: str | torch.device = "cpu", execute_steps: int | None = None,
-                 action_range: tuple[list[float], list[float]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        policy: BCPolicy,
+        device: str | torch.device = "cpu",
+        execute_steps: int | None = None,
+        action_range: tuple[list[float], list[float]] | None = None,
+    ) -> None:
         self.device = torch.device(device)
         self.action_range = action_range  # of its training actions (checkpoints from before it was kept: None)
         self.policy = policy.to(self.device).eval().requires_grad_(False)
@@ -102,8 +122,9 @@ class BCBase:
     @torch.no_grad()
     def _torch_chunk(self, obs: dict) -> np.ndarray:
         state = torch.as_tensor(np.asarray(obs["state"], np.float32), device=self.device).unsqueeze(0)
-        images = {n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0)
-                  for n in self.cameras}  # fmt: skip
+        images = {
+            n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0) for n in self.cameras
+        }
         return self.policy({"state": state, "images": images})[0].cpu().numpy().astype(np.float32)
 
 
@@ -122,8 +143,10 @@ def read_bc_checkpoint(path: str | Path) -> dict:
 
     formats = {"bc_policy": BC_FORMAT, GENERATIVE_KIND: GENERATIVE_FORMAT}
     if not isinstance(payload, dict) or formats.get(payload.get("kind")) != payload.get("format"):
-        raise BCCheckpointError(f"base checkpoint {path} is not a robo_rl BC policy (MLP format {BC_FORMAT}, flow or "
-                                f"diffusion format {GENERATIVE_FORMAT})")  # fmt: skip
+        raise BCCheckpointError(
+            f"base checkpoint {path} is not a robo_rl BC policy (MLP format {BC_FORMAT}, flow or "
+            f"diffusion format {GENERATIVE_FORMAT})"
+        )
     payload["path"] = str(path)
     return payload
 
@@ -150,8 +173,9 @@ def feature_mismatch(config: dict, observation_space, action_dim: int, state_nam
     return None
 
 
-def load_bc_base(path: str | Path, observation_space, action_dim: int, state_names=None,
-                 device: str | torch.device = "cpu"):  # fmt: skip
+def load_bc_base(
+    path: str | Path, observation_space, action_dim: int, state_names=None, device: str | torch.device = "cpu"
+):
     """A BC checkpoint (an MLP, a flow or a diffusion policy) as a frozen base, refused in one line if missing,
     unreadable or made for another task."""
     payload = read_bc_checkpoint(path)
@@ -167,7 +191,9 @@ def load_bc_base(path: str | Path, observation_space, action_dim: int, state_nam
     try:
         policy.load_state_dict(payload["weights"])
     except (KeyError, RuntimeError) as e:
-        raise BCCheckpointError(f"base checkpoint {payload['path']} has weights that do not fit its own config "
-                                f"({str(e).splitlines()[0][:120]})") from None  # fmt: skip
+        raise BCCheckpointError(
+            f"base checkpoint {payload['path']} has weights that do not fit its own config "
+            f"({str(e).splitlines()[0][:120]})"
+        ) from None
     rng = payload.get("action_range")
     return BCBase(policy, device, payload.get("execute_steps"), (rng["low"], rng["high"]) if rng else None)

@@ -48,26 +48,44 @@ LOG_PROB_MIN, LOG_PROB_MAX = -5.0, 2.0  # per element (DPPO clamps its log-proba
 
 
 class ChainPolicy(nn.Module):
-    def __init__(self, observation_space, action_dim: int, path: str | None = None, method: str = "reinflow",
-                 steps: int | None = None, stochastic_steps: int | None = None, sigma_min: float = 0.05,
-                 sigma_max: float = 0.12, noise_hidden: list[int] = (64, 64), execute_steps: int | None = None,
-                 model: dict | None = None, generator: ChunkGenerator | None = None, task: str | None = None,
-                 camera_map: dict | None = None, sigma_max_first: float | None = None,
-                 initial_noise: str = "prior", initial_sigma_min: float = 0.3) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space,
+        action_dim: int,
+        path: str | None = None,
+        method: str = "reinflow",
+        steps: int | None = None,
+        stochastic_steps: int | None = None,
+        sigma_min: float = 0.05,
+        sigma_max: float = 0.12,
+        noise_hidden: list[int] = (64, 64),
+        execute_steps: int | None = None,
+        model: dict | None = None,
+        generator: ChunkGenerator | None = None,
+        task: str | None = None,
+        camera_map: dict | None = None,
+        sigma_max_first: float | None = None,
+        initial_noise: str = "prior",
+        initial_sigma_min: float = 0.3,
+    ) -> None:
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"policy.method must be reinflow or dppo, got '{method}'")
         if not 0 < sigma_min <= sigma_max <= 1.0:
-            raise ValueError(f"policy.sigma_min/sigma_max must satisfy 0 < min <= max <= 1, got {sigma_min}, "
-                             f"{sigma_max}")  # fmt: skip
+            raise ValueError(
+                f"policy.sigma_min/sigma_max must satisfy 0 < min <= max <= 1, got {sigma_min}, {sigma_max}"
+            )
         if sigma_max_first is not None and not sigma_min <= sigma_max_first <= 1.0:
-            raise ValueError(f"policy.sigma_max_first must be in [sigma_min, 1] = [{sigma_min}, 1], got "
-                             f"{sigma_max_first}")  # fmt: skip
+            raise ValueError(
+                f"policy.sigma_max_first must be in [sigma_min, 1] = [{sigma_min}, 1], got {sigma_max_first}"
+            )
         if initial_noise not in INITIAL_NOISE:
             raise ValueError(f"policy.initial_noise must be one of {INITIAL_NOISE}, got '{initial_noise}'")
         if initial_noise == "learned" and method != "reinflow":
-            raise ValueError("policy.initial_noise=learned is for policy.method=reinflow (DPPO's early steps are "
-                             "frozen and unscored)")  # fmt: skip
+            raise ValueError(
+                "policy.initial_noise=learned is for policy.method=reinflow (DPPO's early steps are "
+                "frozen and unscored)"
+            )
         if not 0 < initial_sigma_min <= 1.0:
             raise ValueError(f"policy.initial_sigma_min must be in (0, 1], got {initial_sigma_min}")
         # `model`: the architecture `robo-rl train` behaviour-clones when no path is given (read there, not here)
@@ -80,8 +98,10 @@ class ChainPolicy(nn.Module):
             execute_steps = execute_steps or base.chunk_size
         if model is None:
             if not path:
-                raise ValueError(f"policy={method} fine-tunes a trained policy: set policy.path to a `robo-rl bc "
-                                 f"policy={'flow' if method == 'reinflow' else 'diffusion'}` checkpoint")  # fmt: skip
+                raise ValueError(
+                    f"policy={method} fine-tunes a trained policy: set policy.path to a `robo-rl bc "
+                    f"policy={'flow' if method == 'reinflow' else 'diffusion'}` checkpoint"
+                )
             payload = read_bc_checkpoint(path)
             if payload["kind"] != GENERATIVE_KIND:
                 raise BCCheckpointError(f"{payload['path']} is an MLP policy: {method} fine-tunes a flow/diffusion one")
@@ -104,8 +124,9 @@ class ChainPolicy(nn.Module):
         self.sigma_max_first = self.sigma_max if sigma_max_first is None else float(sigma_max_first)  # reinflow
         chunk = model.chunk_size
         if method == "reinflow":  # σ_φ(features, t) per dimension of the chunk
-            self.noise_net = mlp(model.feature_dim + model.config["time_features"], list(noise_hidden),
-                                 int(np.prod(model.noise_shape)))  # fmt: skip
+            self.noise_net = mlp(
+                model.feature_dim + model.config["time_features"], list(noise_hidden), int(np.prod(model.noise_shape))
+            )
         # `initial_noise=learned`: x_0 ~ N(μ_ψ(s), σ_ψ(s)²), μ in [-1, 1], σ in [initial_sigma_min, 1], starting at
         # the prior N(0, I) (the last layer zero: μ = 0, σ ≈ 1), scored as one more step of the chain
         self.initial_noise, self.initial_sigma_min = initial_noise, float(initial_sigma_min)
@@ -121,8 +142,11 @@ class ChainPolicy(nn.Module):
         self.chain_shape = (self.stochastic_steps + 1, *model.noise_shape)  # a VLA's: its padded action width
         # each env's running chunk, by its slot in the actor (one actor may step several envs: `actor.num_envs`)
         self.queues: dict[int, collections.deque] = {}
-        self.extras_spec = {"chain": ((int(np.prod(self.chain_shape)),), np.float32), "log_prob": ((1,), np.float32),
-                            "decision": ((1,), np.float32)}  # fmt: skip
+        self.extras_spec = {
+            "chain": ((int(np.prod(self.chain_shape)),), np.float32),
+            "log_prob": ((1,), np.float32),
+            "decision": ((1,), np.float32),
+        }
 
     vector_slots = True  # acts for several envs in one batched call, each env's chunk its own (`slots`)
 
@@ -195,8 +219,12 @@ class ChainPolicy(nn.Module):
         std = low + (1.0 - low) * torch.exp(-(raw_std + INITIAL_STD_OFFSET).abs())
         return torch.tanh(raw_mean).view(shape), std.view(shape)
 
-    def sample_chain(self, obs: dict, deterministic: bool = False, features: tuple | None = None,
-                     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def sample_chain(
+        self,
+        obs: dict,
+        deterministic: bool = False,
+        features: tuple | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(chain [B, K′+1, chunk, A], log-prob [B]) from fresh noise (drawn from x_0's distribution even when
         `deterministic`: that only takes the steps' noise away). `features`: `self.features(obs)` where the caller
         has them (several chains for the same observations)."""
@@ -220,8 +248,13 @@ class ChainPolicy(nn.Module):
         chain.append(x)
         return torch.stack(chain, dim=1), log_prob
 
-    def chain_log_prob(self, obs: dict, chain: torch.Tensor, features: tuple | None = None, split: bool = False,
-                       ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    def chain_log_prob(
+        self,
+        obs: dict,
+        chain: torch.Tensor,
+        features: tuple | None = None,
+        split: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         """log π of each recorded chain [B, K′+1, chunk, A] under the current weights, and the mean per-step
         Gaussian entropy (for an entropy bonus). `features`: `self.features(obs)` where the caller has them.
         `split` (a learned x_0): x_0's term and the steps' mean term too, for a separate trust region each; log π is
@@ -253,8 +286,9 @@ class ChainPolicy(nn.Module):
             self.queues.pop(slot, None)
 
     @torch.no_grad()
-    def act_with_extras(self, obs: dict, deterministic: bool = False,
-                        slots: list[int] | None = None) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    def act_with_extras(
+        self, obs: dict, deterministic: bool = False, slots: list[int] | None = None
+    ) -> tuple[torch.Tensor, dict]:
         """The next action of each env's chunk, for a batch of observations (row j is env `slots[j]`'s; one env,
         slot 0, by default). The envs whose chunk is used up get new chains from one batched sampling call."""
         slots = [0] if slots is None else list(slots)
@@ -272,8 +306,11 @@ class ChainPolicy(nn.Module):
         action, chain, log_prob = zip(*(q.popleft() for q in queues), strict=True)
         decision = torch.zeros(len(slots), 1)
         decision[need] = 1.0
-        return torch.stack(action), {"chain": torch.stack(chain), "log_prob": torch.stack(log_prob).view(-1, 1),
-                                     "decision": decision}  # fmt: skip
+        return torch.stack(action), {
+            "chain": torch.stack(chain),
+            "log_prob": torch.stack(log_prob).view(-1, 1),
+            "decision": decision,
+        }
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False, slots: list[int] | None = None) -> torch.Tensor:

@@ -43,8 +43,12 @@ class _Snapshot:
         if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (*model.parameters(), *model.buffers())):
             return False
         layers = list(net)
-        return (bool(layers) and all(isinstance(layer, nn.Linear | nn.LayerNorm | nn.ReLU) for layer in layers)
-                and isinstance(layers[0], nn.Linear) and isinstance(layers[-1], nn.Linear))  # fmt: skip
+        return (
+            bool(layers)
+            and all(isinstance(layer, nn.Linear | nn.LayerNorm | nn.ReLU) for layer in layers)
+            and isinstance(layers[0], nn.Linear)
+            and isinstance(layers[-1], nn.Linear)
+        )
 
     def _read_versions(self) -> tuple[int, ...]:
         return tuple(t._version for t in self._tensors)
@@ -140,10 +144,18 @@ class CpuSampler(_Snapshot):
         timesteps = model.ddim_timesteps(model.steps)
         T = len(model.alpha_bar)
         ab = [float(model.alpha_bar[k - 1]) for k in timesteps] + [None]
-        return [(self._embedding(k / T), (math.sqrt(ab[i]), math.sqrt(1 - ab[i]),
-                                          None if ab[i + 1] is None else math.sqrt(ab[i + 1]),
-                                          None if ab[i + 1] is None else math.sqrt(1 - ab[i + 1])))
-                for i, k in enumerate(timesteps)]  # fmt: skip
+        return [
+            (
+                self._embedding(k / T),
+                (
+                    math.sqrt(ab[i]),
+                    math.sqrt(1 - ab[i]),
+                    None if ab[i + 1] is None else math.sqrt(ab[i + 1]),
+                    None if ab[i + 1] is None else math.sqrt(1 - ab[i + 1]),
+                ),
+            )
+            for i, k in enumerate(timesteps)
+        ]
 
     def sample(self, state, noise: np.ndarray) -> np.ndarray:
         """The chunk [chunk, A] (float32, in [-1, 1]) that the model's sampler makes of `noise` [chunk, A] for one

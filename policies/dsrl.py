@@ -35,10 +35,20 @@ class _Chunk:
 
 
 class NoisePolicy(nn.Module):
-    def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, noise_bound: float = 1.5,
-                 hidden: list[int] = (256, 256), log_std_min: float = -5.0, log_std_max: float = 2.0,
-                 encoder: dict | None = None, warmup: str = "base", execute_steps: int | None = None,
-                 state_norm: str = "none") -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space,
+        action_dim: int,
+        base: dict | BasePolicy,
+        noise_bound: float = 1.5,
+        hidden: list[int] = (256, 256),
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        encoder: dict | None = None,
+        warmup: str = "base",
+        execute_steps: int | None = None,
+        state_norm: str = "none",
+    ) -> None:
         super().__init__()
         if not 0 < noise_bound <= 5:
             raise ValueError(f"policy.noise_bound must be in (0, 5] (the box of the initial noise), got {noise_bound}")
@@ -49,8 +59,10 @@ class NoisePolicy(nn.Module):
         self.base = load_base(spec or base, observation_space, action_dim)
         shape = getattr(self.base, "noise_shape", None)
         if shape is None:
-            raise ValueError(f"DSRL steers the initial noise of a flow or diffusion policy; this base "
-                             f"({type(self.base).__name__}) takes none: train one with `robo-rl bc policy=flow`")
+            raise ValueError(
+                f"DSRL steers the initial noise of a flow or diffusion policy; this base "
+                f"({type(self.base).__name__}) takes none: train one with `robo-rl bc policy=flow`"
+            )
         if self.base.action_dim != action_dim:
             raise ValueError(f"the base acts in {self.base.action_dim} dimensions, the task in {action_dim}")
         self.action_dim, self.noise_bound, self.warmup = action_dim, float(noise_bound), warmup
@@ -61,8 +73,9 @@ class NoisePolicy(nn.Module):
         if not 1 <= execute <= chunk:
             raise ValueError(f"policy.execute_steps={execute} must be in [1, {chunk}] (the base's chunk)")
         self.execute_steps = int(execute)
-        self.actor = TanhGaussianPolicy(observation_space, self.noise_dim, list(hidden), log_std_min, log_std_max,
-                                        encoder=encoder)  # fmt: skip
+        self.actor = TanhGaussianPolicy(
+            observation_space, self.noise_dim, list(hidden), log_std_min, log_std_max, encoder=encoder
+        )
         self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
         normalise_state_like_base(self.encoder, self.base, state_norm)  # the critics copy it (algos/dsrl.py)
         self.chunk = _Chunk()
@@ -92,8 +105,10 @@ class NoisePolicy(nn.Module):
             chunk = self.base.predict_chunk(observation_row(obs, 0), noise=noise[0].numpy().reshape(self.noise_shape))
             chunk = np.asarray(chunk, np.float32)
             if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not np.all(np.isfinite(chunk)):
-                raise FloatingPointError(f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
-                                         f"or not {self.action_dim}-dimensional")  # fmt: skip
+                raise FloatingPointError(
+                    f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
+                    f"or not {self.action_dim}-dimensional"
+                )
             self.chunk.queue.extend(chunk[: self.execute_steps])
             self.chunk.noise = noise
         action = torch.from_numpy(np.asarray(self.chunk.queue.popleft(), np.float32))[None]
@@ -115,6 +130,7 @@ class NoisePolicy(nn.Module):
     def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict]:
         """Warm-up (train.random_steps): the base's own behaviour (w ~ N(0, I), clipped to the box) or uniform
         noise over the box."""
+
         def choose():
             if self.warmup == "uniform":
                 return (torch.rand(self.noise_dim) * 2 - 1) * self.noise_bound

@@ -53,8 +53,10 @@ class EncoderConfig:
             raise ValueError(f"unknown policy.encoder keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
         if image_features is not None:
             if spec.get("features", image_features) != image_features:
-                raise ValueError(f"policy.image_features={image_features} and policy.encoder.features="
-                                 f"{spec['features']} disagree; set only policy.encoder.features")  # fmt: skip
+                raise ValueError(
+                    f"policy.image_features={image_features} and policy.encoder.features="
+                    f"{spec['features']} disagree; set only policy.encoder.features"
+                )
             spec["features"] = image_features
         cfg = cls(**{k: v for k, v in spec.items() if v is not None})  # null → the default
         cfg.validate()
@@ -71,8 +73,10 @@ class EncoderConfig:
             if len(box) != 4 or box[0] < 0 or box[1] < 0 or box[2] < 1 or box[3] < 1:
                 raise ValueError(f"policy.encoder.crops.{cam} must be [top, left, height, width], got {box}")
         if len(self.kernels) != len(self.strides) or not self.kernels or self.channels < 1:
-            raise ValueError(f"policy.encoder.kernels {self.kernels} and .strides {self.strides} must be non-empty "
-                             "lists of the same length, and channels positive")  # fmt: skip
+            raise ValueError(
+                f"policy.encoder.kernels {self.kernels} and .strides {self.strides} must be non-empty "
+                "lists of the same length, and channels positive"
+            )
         if self.resize is not None and (len(self.resize) != 2 or min(self.resize) < 1):
             raise ValueError(f"policy.encoder.resize must be [height, width], got {self.resize}")
 
@@ -104,8 +108,14 @@ class ConvEncoder(nn.Module):
     """A small CNN for one uint8 camera: strided convolutions (3×3, strides 2-2-2-1 by default), then a linear
     projection with LayerNorm and tanh."""
 
-    def __init__(self, image_size: int | tuple[int, int], channels: int = 32, out_dim: int = 64,
-                 kernels: tuple[int, ...] = (3, 3, 3, 3), strides: tuple[int, ...] = (2, 2, 2, 1)) -> None:  # fmt: skip
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        channels: int = 32,
+        out_dim: int = 64,
+        kernels: tuple[int, ...] = (3, 3, 3, 3),
+        strides: tuple[int, ...] = (2, 2, 2, 1),
+    ) -> None:
         super().__init__()
         h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
         layers, c_in, side = [], 3, min(h, w)
@@ -115,8 +125,10 @@ class ConvEncoder(nn.Module):
             side = (side - kernel) // stride + 1
         self.conv = nn.Sequential(*layers)
         if side < 1:
-            raise ValueError(f"the cnn encoder's convolutions shrink {h}×{w} images to nothing: set "
-                             "policy.encoder.resize (larger) or use fewer/smaller kernels")  # fmt: skip
+            raise ValueError(
+                f"the cnn encoder's convolutions shrink {h}×{w} images to nothing: set "
+                "policy.encoder.resize (larger) or use fewer/smaller kernels"
+            )
         with torch.no_grad():
             n = self.conv(torch.zeros(1, 3, h, w)).numel()
         self.proj = nn.Sequential(nn.Linear(n, out_dim), nn.LayerNorm(out_dim), nn.Tanh())
@@ -190,8 +202,10 @@ class ObservationEncoder(nn.Module):
         if config.kind == "cnn":
             self.mean, self.std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
             self.cameras = nn.ModuleDict(
-                {name: ConvEncoder(hw, config.channels, config.features, config.kernels, config.strides)
-                 for name, hw in prepared.items()}
+                {
+                    name: ConvEncoder(hw, config.channels, config.features, config.kernels, config.strides)
+                    for name, hw in prepared.items()
+                }
             )
             for name, camera in self.cameras.items():
                 if donor is not None:
@@ -217,8 +231,9 @@ class ObservationEncoder(nn.Module):
         (a residual's base), as the weights' receivers rebuild the policy from the same config."""
         mean, std = (torch.as_tensor(v, dtype=torch.float32).detach().clone().reshape(-1) for v in (mean, std))
         if mean.shape != (self.state_dim,) or std.shape != (self.state_dim,):
-            raise ValueError(f"state statistics of {mean.shape[0]}/{std.shape[0]} entries for a "
-                             f"{self.state_dim}-entry state")  # fmt: skip
+            raise ValueError(
+                f"state statistics of {mean.shape[0]}/{std.shape[0]} entries for a {self.state_dim}-entry state"
+            )
         self.register_buffer("state_mean", mean, persistent=False)
         self.register_buffer("state_std", std, persistent=False)
         self.state_clip, self.state_normalised = float(clip), True
@@ -242,8 +257,10 @@ class ObservationEncoder(nn.Module):
             )
         for name, (top, left, h, w) in crops.items():
             if top + h > sizes[name][0] or left + w > sizes[name][1]:
-                raise ValueError(f"policy.encoder.crops.{name} = {[top, left, h, w]} reaches outside the "
-                                 f"{sizes[name][0]}×{sizes[name][1]} image")  # fmt: skip
+                raise ValueError(
+                    f"policy.encoder.crops.{name} = {[top, left, h, w]} reaches outside the "
+                    f"{sizes[name][0]}×{sizes[name][1]} image"
+                )
         return {name: tuple(box) for name, box in crops.items()}
 
     def prepare(self, images: dict[str, torch.Tensor]) -> PreparedImages:
@@ -255,8 +272,10 @@ class ObservationEncoder(nn.Module):
             image = images[name]
             if name in self.crops:
                 if tuple(image.shape[1:3]) != self.sizes[name]:  # e.g. cropped twice: a dict lost its type
-                    raise ValueError(f"camera '{name}' image is {tuple(image.shape[1:3])}, the crop expects the "
-                                     f"env's {self.sizes[name]}; pass prepared images as PreparedImages")  # fmt: skip
+                    raise ValueError(
+                        f"camera '{name}' image is {tuple(image.shape[1:3])}, the crop expects the "
+                        f"env's {self.sizes[name]}; pass prepared images as PreparedImages"
+                    )
                 top, left, h, w = self.crops[name]
                 image = image[:, top : top + h, left : left + w]
             if self.config.resize is not None and tuple(image.shape[1:3]) != tuple(self.config.resize):
@@ -302,8 +321,12 @@ def module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def encoder_for_space(observation_space, image_features: int = 64, config: EncoderConfig | dict | None = None,
-                      share_frozen_from: ObservationEncoder | None = None) -> ObservationEncoder:  # fmt: skip
+def encoder_for_space(
+    observation_space,
+    image_features: int = 64,
+    config: EncoderConfig | dict | None = None,
+    share_frozen_from: ObservationEncoder | None = None,
+) -> ObservationEncoder:
     """Build the encoder that matches a contract observation space (a gymnasium Dict)."""
     config = EncoderConfig.parse(config) if config is not None else EncoderConfig(features=image_features)
     state_dim = observation_space["state"].shape[0]

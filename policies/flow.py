@@ -41,27 +41,48 @@ COSINE_OFFSET = 0.008  # the cosine schedule's s (Nichol & Dhariwal)
 class ChunkGenerator(nn.Module):
     """The network and its sampler; `config` rebuilds it (plain containers)."""
 
-    def __init__(self, state_dim: int, action_dim: int, chunk_size: int = 8, kind: str = "flow", steps: int = 8,
-                 hidden: list[int] = (256, 256, 256), cameras: dict[str, list[int]] | None = None,
-                 encoder: dict | None = None, state_names: list[str] | None = None, time_features: int = 32,
-                 diffusion_timesteps: int = 100) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        chunk_size: int = 8,
+        kind: str = "flow",
+        steps: int = 8,
+        hidden: list[int] = (256, 256, 256),
+        cameras: dict[str, list[int]] | None = None,
+        encoder: dict | None = None,
+        state_names: list[str] | None = None,
+        time_features: int = 32,
+        diffusion_timesteps: int = 100,
+    ) -> None:
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"a generative policy's kind must be flow or diffusion, got '{kind}'")
         check_steps(steps, kind, diffusion_timesteps)
         if chunk_size < 1 or action_dim < 1 or state_dim < 1 or time_features < 2:
-            raise ValueError(f"a generative policy needs positive sizes: state_dim={state_dim}, action_dim="
-                             f"{action_dim}, chunk_size={chunk_size}, time_features={time_features}")  # fmt: skip
+            raise ValueError(
+                f"a generative policy needs positive sizes: state_dim={state_dim}, action_dim="
+                f"{action_dim}, chunk_size={chunk_size}, time_features={time_features}"
+            )
         cameras = {name: [int(h), int(w)] for name, (h, w) in (cameras or {}).items()}
-        self.config = {"state_dim": int(state_dim), "action_dim": int(action_dim), "chunk_size": int(chunk_size),
-                       "kind": kind, "steps": int(steps), "hidden": [int(h) for h in hidden], "cameras": cameras,
-                       "encoder": dict(encoder) if cameras and encoder else None,
-                       "state_names": list(state_names or []), "time_features": int(time_features),
-                       "diffusion_timesteps": int(diffusion_timesteps)}  # fmt: skip
+        self.config = {
+            "state_dim": int(state_dim),
+            "action_dim": int(action_dim),
+            "chunk_size": int(chunk_size),
+            "kind": kind,
+            "steps": int(steps),
+            "hidden": [int(h) for h in hidden],
+            "cameras": cameras,
+            "encoder": dict(encoder) if cameras and encoder else None,
+            "state_names": list(state_names or []),
+            "time_features": int(time_features),
+            "diffusion_timesteps": int(diffusion_timesteps),
+        }
         self.state_dim, self.action_dim, self.chunk_size = state_dim, action_dim, chunk_size
         self.kind, self.steps = kind, int(steps)
-        self.encoder = ObservationEncoder(state_dim, {n: tuple(s) for n, s in cameras.items()},
-                                          config=EncoderConfig.parse(self.config["encoder"]))  # fmt: skip
+        self.encoder = ObservationEncoder(
+            state_dim, {n: tuple(s) for n, s in cameras.items()}, config=EncoderConfig.parse(self.config["encoder"])
+        )
         width = chunk_size * action_dim
         self.net = mlp(self.encoder.out_dim + width + time_features, list(hidden), width, layer_norm=True)
         self.register_buffer("state_mean", torch.zeros(state_dim))
@@ -141,8 +162,9 @@ class ChunkGenerator(nn.Module):
         return self.sample(features, features.new_zeros(len(features), *self.noise_shape))
 
     # --- training ---------------------------------------------------------------------------------
-    def loss(self, obs: dict, actions: torch.Tensor, mask: torch.Tensor,
-             generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    def loss(
+        self, obs: dict, actions: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """The flow-matching or denoising loss over the real actions of each chunk (padding masked out)."""
         features = self.features(obs)
         b = len(actions)
@@ -190,8 +212,15 @@ class ChunkGenerator(nn.Module):
             x = ab_next.sqrt() * clean + (1 - ab_next).sqrt() * eps
         return x  # not reached: timesteps is never empty
 
-    def invert(self, features: torch.Tensor, actions: torch.Tensor, steps: int | None = None, iterations: int = 6,
-               refine: int = 60, bound: float | None = None) -> torch.Tensor:  # fmt: skip
+    def invert(
+        self,
+        features: torch.Tensor,
+        actions: torch.Tensor,
+        steps: int | None = None,
+        iterations: int = 6,
+        refine: int = 60,
+        bound: float | None = None,
+    ) -> torch.Tensor:
         """The initial noise whose sample is `actions` [B, chunk, A]: each sampling step undone in reverse order, its
         implicit equation solved by fixed-point iteration (exact for the discrete sampler where nothing was clipped
         to [-1, 1]), then `refine` gradient steps on ‖sample(w) − actions‖² through the sampler, w kept in
@@ -249,8 +278,13 @@ class ChunkGenerator(nn.Module):
 
     def checkpoint(self, **extra) -> dict:
         weights = {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
-        return {"format": GENERATIVE_FORMAT, "kind": GENERATIVE_KIND, "config": self.config, "weights": weights,
-                **extra}  # fmt: skip
+        return {
+            "format": GENERATIVE_FORMAT,
+            "kind": GENERATIVE_KIND,
+            "config": self.config,
+            "weights": weights,
+            **extra,
+        }
 
 
 def check_steps(steps: int, kind: str, diffusion_timesteps: int = 100) -> None:
@@ -263,8 +297,14 @@ def check_steps(steps: int, kind: str, diffusion_timesteps: int = 100) -> None:
 class GenerativeBase:
     """A loaded ChunkGenerator as a frozen base (`policies.base.BasePolicy`) that also takes its initial noise."""
 
-    def __init__(self, model: ChunkGenerator, device: str | torch.device = "cpu", execute_steps: int | None = None,
-                 action_range: tuple[list[float], list[float]] | None = None, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: ChunkGenerator,
+        device: str | torch.device = "cpu",
+        execute_steps: int | None = None,
+        action_range: tuple[list[float], list[float]] | None = None,
+        seed: int = 0,
+    ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval().requires_grad_(False)
         self.action_dim, self.chunk_size = model.action_dim, model.chunk_size
@@ -285,8 +325,9 @@ class GenerativeBase:
 
     def obs_tensors(self, obs: dict) -> dict:
         state = torch.as_tensor(np.asarray(obs["state"], np.float32), device=self.device).unsqueeze(0)
-        images = {n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0)
-                  for n in self.cameras}  # fmt: skip
+        images = {
+            n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0) for n in self.cameras
+        }
         return {"state": state, "images": images}
 
     def chunks(self, obs: dict, z: torch.Tensor) -> torch.Tensor:
@@ -328,19 +369,22 @@ def build_generator(payload: dict) -> ChunkGenerator:
         model = ChunkGenerator(**payload["config"])
         model.load_state_dict(payload["weights"])
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
-        raise BCCheckpointError(f"generative checkpoint {payload.get('path')} does not rebuild "
-                                f"({str(e).splitlines()[0][:160]})") from None  # fmt: skip
+        raise BCCheckpointError(
+            f"generative checkpoint {payload.get('path')} does not rebuild ({str(e).splitlines()[0][:160]})"
+        ) from None
     return model
 
 
-def load_generative_base(payload: dict, observation_space, action_dim: int, state_names=None,
-                         device: str | torch.device = "cpu") -> GenerativeBase:  # fmt: skip
+def load_generative_base(
+    payload: dict, observation_space, action_dim: int, state_names=None, device: str | torch.device = "cpu"
+) -> GenerativeBase:
     problem = feature_mismatch(payload["config"], observation_space, action_dim, state_names)
     if problem:
         raise BCCheckpointError(f"base checkpoint {payload['path']} does not fit this task: its {problem}")
     rng = payload.get("action_range")
-    return GenerativeBase(build_generator(payload), device, payload.get("execute_steps"),
-                          (rng["low"], rng["high"]) if rng else None)  # fmt: skip
+    return GenerativeBase(
+        build_generator(payload), device, payload.get("execute_steps"), (rng["low"], rng["high"]) if rng else None
+    )
 
 
 class GenerativePolicy(nn.Module):
@@ -348,10 +392,20 @@ class GenerativePolicy(nn.Module):
     fresh noise (what `robo-rl eval` and `robo-rl bc` evaluate). Its architecture keys are what `robo-rl bc
     policy=flow` trains; `path` is the trained checkpoint."""
 
-    def __init__(self, observation_space, action_dim: int, path: str | None = None, kind: str = "flow",
-                 chunk_size: int = 8, execute_steps: int | None = None, steps: int = 10,
-                 hidden: list[int] = (256, 256, 256), time_features: int = 32, diffusion_timesteps: int = 100,
-                 encoder: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space,
+        action_dim: int,
+        path: str | None = None,
+        kind: str = "flow",
+        chunk_size: int = 8,
+        execute_steps: int | None = None,
+        steps: int = 10,
+        hidden: list[int] = (256, 256, 256),
+        time_features: int = 32,
+        diffusion_timesteps: int = 100,
+        encoder: dict | None = None,
+    ) -> None:
         super().__init__()
         if path:
             from policies.bc import read_bc_checkpoint
@@ -364,9 +418,19 @@ class GenerativePolicy(nn.Module):
             execute_steps = execute_steps or base.execute_steps
         else:
             cams = {n: list(s.shape[:2]) for n, s in observation_space["images"].spaces.items()}
-            self.model = ChunkGenerator(observation_space["state"].shape[0], action_dim, chunk_size, kind, steps,
-                                        list(hidden), cams, encoder, None, time_features,
-                                        diffusion_timesteps)  # fmt: skip
+            self.model = ChunkGenerator(
+                observation_space["state"].shape[0],
+                action_dim,
+                chunk_size,
+                kind,
+                steps,
+                list(hidden),
+                cams,
+                encoder,
+                None,
+                time_features,
+                diffusion_timesteps,
+            )
         self.action_dim = action_dim
         self.execute_steps = min(execute_steps or self.model.chunk_size, self.model.chunk_size)
         self.queue = collections.deque()

@@ -26,8 +26,14 @@ def gripper_choice(value: torch.Tensor) -> torch.Tensor:
 class GripperQ(nn.Module):
     """Q(s, ·) over the three gripper choices: an observation encoder and an ensemble of LayerNorm MLP heads."""
 
-    def __init__(self, observation_space: gym.spaces.Dict, hidden: list[int] = (256, 256), num_heads: int = 2,
-                 image_features: int | None = None, encoder: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space: gym.spaces.Dict,
+        hidden: list[int] = (256, 256),
+        num_heads: int = 2,
+        image_features: int | None = None,
+        encoder: dict | None = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder_for_space(observation_space, config=EncoderConfig.parse(encoder, image_features))
         self.q = EnsembleMLP(num_heads, self.encoder.out_dim, list(hidden), len(GRIPPER_VALUES), True)
@@ -43,15 +49,25 @@ class GripperQ(nn.Module):
 class HybridGripperPolicy(nn.Module):
     """`arm`: a TanhGaussianPolicy over all action dimensions but the last; `gripper`: a GripperQ."""
 
-    def __init__(self, observation_space: gym.spaces.Dict, action_dim: int, hidden: list[int] = (256, 256),
-                 log_std_min: float = -5.0, log_std_max: float = 2.0, image_features: int | None = None,
-                 gripper_hidden: list[int] = (256, 256), gripper_heads: int = 2, epsilon: float = 0.1,
-                 encoder: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space: gym.spaces.Dict,
+        action_dim: int,
+        hidden: list[int] = (256, 256),
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        image_features: int | None = None,
+        gripper_hidden: list[int] = (256, 256),
+        gripper_heads: int = 2,
+        epsilon: float = 0.1,
+        encoder: dict | None = None,
+    ) -> None:
         super().__init__()
         if action_dim < 2:
             raise ValueError("a hybrid gripper policy needs at least one arm dimension and the gripper")
-        self.arm = TanhGaussianPolicy(observation_space, action_dim - 1, hidden, log_std_min, log_std_max,
-                                      image_features, encoder)  # fmt: skip
+        self.arm = TanhGaussianPolicy(
+            observation_space, action_dim - 1, hidden, log_std_min, log_std_max, image_features, encoder
+        )
         self.gripper = GripperQ(observation_space, gripper_hidden, gripper_heads, image_features, encoder)
         self.epsilon = epsilon  # exploration: a random gripper choice this often when not deterministic
         self.action_dim = action_dim

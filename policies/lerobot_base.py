@@ -44,8 +44,16 @@ DIFFUSION_TYPE = "diffusion"  # conditional_sample(noise=): [batch, horizon, act
 class LeRobotBase:
     """A LeRobot policy predicting chunks of actions for our observations; frozen (eval mode, no gradients)."""
 
-    def __init__(self, policy, preprocessor, postprocessor, inputs: dict[str, str], action_dim: int,
-                 task: str | None = None, name: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        policy,
+        preprocessor,
+        postprocessor,
+        inputs: dict[str, str],
+        action_dim: int,
+        task: str | None = None,
+        name: str = "",
+    ) -> None:
         self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
         self.inputs = inputs  # policy input feature -> "state" or "images/<camera>"
         self.action_dim, self.task, self.name = action_dim, task, name
@@ -62,8 +70,15 @@ class LeRobotBase:
         self.noise_shape = None if self.closed_loop else noise_shape(cfg)
 
     @classmethod
-    def load(cls, path_or_hub_id: str | Path, observation_space, action_dim: int, device: str = "cpu",
-             task: str | None = None, camera_map: dict[str, str] | None = None) -> LeRobotBase:  # fmt: skip
+    def load(
+        cls,
+        path_or_hub_id: str | Path,
+        observation_space,
+        action_dim: int,
+        device: str = "cpu",
+        task: str | None = None,
+        camera_map: dict[str, str] | None = None,
+    ) -> LeRobotBase:
         """Load a LeRobot policy and its processors; refuse, in one line, one whose features do not fit the task.
 
         `observation_space`: our observation space (`{"state": Box, "images": Dict}`); `camera_map`: the policy's
@@ -77,9 +92,11 @@ class LeRobotBase:
         inputs = match_features(cfg, observation_space, action_dim, camera_map or {}, str(path_or_hub_id))
         missing = [f for f in PROCESSOR_FILES if not (folder / f).is_file()]
         if missing:
-            raise ValueError(f"base checkpoint '{path_or_hub_id}' has no saved processors ({', '.join(missing)}): "
-                             "save them with its policy, or migrate it with lerobot's processor migration "
-                             "script")  # fmt: skip
+            raise ValueError(
+                f"base checkpoint '{path_or_hub_id}' has no saved processors ({', '.join(missing)}): "
+                "save them with its policy, or migrate it with lerobot's processor migration "
+                "script"
+            )
         policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg)
         policy.to(device).eval()
         policy.requires_grad_(False)
@@ -120,13 +137,18 @@ class LeRobotBase:
         cfg = self.policy.config
         if self.noise_shape is None:
             steered = ", ".join((*FLOW_NOISE_TYPES, DIFFUSION_TYPE))
-            why = "it runs closed-loop through select_action, which draws its own noise" if self.closed_loop else (
-                f"its sampler takes none (noise steering: {steered})")  # fmt: skip
+            why = (
+                "it runs closed-loop through select_action, which draws its own noise"
+                if self.closed_loop
+                else (f"its sampler takes none (noise steering: {steered})")
+            )
             raise ValueError(f"base '{self.name}' ({cfg.type}) takes no initial noise: {why}")
         z = np.asarray(noise)
         if z.shape != self.noise_shape:
-            raise ValueError(f"noise for base '{self.name}' must have shape {self.noise_shape} (chunk length, noise "
-                             f"width), got {z.shape}")  # fmt: skip
+            raise ValueError(
+                f"noise for base '{self.name}' must have shape {self.noise_shape} (chunk length, noise "
+                f"width), got {z.shape}"
+            )
         if z.dtype.kind not in "fiu" or not np.all(np.isfinite(z)):
             raise ValueError(f"noise for base '{self.name}' must be finite real numbers (got NaN, inf or non-numbers)")
         param = next(self.policy.parameters())
@@ -135,9 +157,14 @@ class LeRobotBase:
 
     def _batch(self, obs: dict) -> dict:
         """Our observation as the policy's preprocessor expects it: tensors with a batch dim, images float CHW."""
-        return self.batch_of({"state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
-                              "images": {name: torch.from_numpy(np.ascontiguousarray(image))[None]
-                                         for name, image in obs["images"].items()}})  # fmt: skip
+        return self.batch_of(
+            {
+                "state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
+                "images": {
+                    name: torch.from_numpy(np.ascontiguousarray(image))[None] for name, image in obs["images"].items()
+                },
+            }
+        )
 
     def batch_of(self, obs: dict) -> dict:
         """A batch of our observations (tensors: state [B, S], uint8 images [B, H, W, C]) as the policy's
@@ -169,8 +196,9 @@ def dataset_action_range(postprocessor, action_dim: int) -> tuple[np.ndarray, np
     for step in getattr(postprocessor, "steps", ()):
         stats = (getattr(step, "_tensor_stats", None) or {}).get(ACTION) or {}
         if "min" in stats and "max" in stats:
-            low, high = (np.clip(stats[k].detach().to("cpu", torch.float32).numpy().reshape(-1), -1, 1)
-                         for k in ("min", "max"))  # fmt: skip
+            low, high = (
+                np.clip(stats[k].detach().to("cpu", torch.float32).numpy().reshape(-1), -1, 1) for k in ("min", "max")
+            )
             if low.shape == high.shape == (action_dim,):
                 return low, high
     return None
@@ -183,8 +211,11 @@ def dataset_state_statistics(preprocessor, inputs: dict[str, str], state_dim: in
     for step in getattr(preprocessor, "steps", ()):
         for key in keys:
             stats = (getattr(step, "_tensor_stats", None) or {}).get(key) or {}
-            got = {k: v.detach().to("cpu", torch.float32).numpy().reshape(-1) for k, v in stats.items()
-                   if k in ("mean", "std", "min", "max")}  # fmt: skip
+            got = {
+                k: v.detach().to("cpu", torch.float32).numpy().reshape(-1)
+                for k, v in stats.items()
+                if k in ("mean", "std", "min", "max")
+            }
             if "mean" in got and "std" in got:
                 mean, std = got["mean"], got["std"]
             elif "min" in got and "max" in got:
@@ -202,8 +233,9 @@ def resolve_pretrained(path_or_hub_id: str | Path) -> Path:
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / CONFIG_FILE).is_file():
-            raise ValueError(f"base checkpoint '{text}' is not a LeRobot pretrained_model folder: it has no "
-                             f"{CONFIG_FILE}")  # fmt: skip
+            raise ValueError(
+                f"base checkpoint '{text}' is not a LeRobot pretrained_model folder: it has no {CONFIG_FILE}"
+            )
         return path.resolve()
     if path.exists() or not HUB_ID.match(text):
         raise ValueError(f"base checkpoint '{text}' does not exist (a pretrained_model folder or a hub id)")
@@ -218,12 +250,15 @@ def resolve_pretrained(path_or_hub_id: str | Path) -> Path:
         return Path(snapshot_download(text))
     except (LocalEntryNotFoundError, OSError) as e:
         reason = str(e).splitlines()[0][:120]
-        raise ValueError(f"base checkpoint '{text}' is no folder here, nor a hub id in the local Hugging Face cache, "
-                         f"and the network is not reachable ({reason}): pass a local pretrained_model folder"
-                         ) from None  # fmt: skip
+        raise ValueError(
+            f"base checkpoint '{text}' is no folder here, nor a hub id in the local Hugging Face cache, "
+            f"and the network is not reachable ({reason}): pass a local pretrained_model folder"
+        ) from None
     except HfHubHTTPError as e:
-        raise ValueError(f"base checkpoint '{text}' could not be downloaded from the hub ({e.response.status_code}): "
-                         "check the id, or pass a local pretrained_model folder") from None  # fmt: skip
+        raise ValueError(
+            f"base checkpoint '{text}' could not be downloaded from the hub ({e.response.status_code}): "
+            "check the id, or pass a local pretrained_model folder"
+        ) from None
 
 
 def match_features(cfg, observation_space, action_dim: int, camera_map: dict[str, str], name: str) -> dict[str, str]:
@@ -235,27 +270,35 @@ def match_features(cfg, observation_space, action_dim: int, camera_map: dict[str
     if out is None:
         raise ValueError(f"base checkpoint '{name}' has no '{ACTION}' output feature")
     if tuple(out.shape) != (action_dim,):
-        raise ValueError(f"base checkpoint '{name}' predicts '{ACTION}' of shape {tuple(out.shape)}, the task's "
-                         f"action dimension is {action_dim}")  # fmt: skip
+        raise ValueError(
+            f"base checkpoint '{name}' predicts '{ACTION}' of shape {tuple(out.shape)}, the task's "
+            f"action dimension is {action_dim}"
+        )
     inputs = {}
     for key, feature in (cfg.input_features or {}).items():
         shape = tuple(feature.shape)
         if key in STATE_INPUTS:
             if shape != state_shape:
-                raise ValueError(f"base checkpoint '{name}' expects '{key}' of shape {shape}, the task's state has "
-                                 f"shape {state_shape}")  # fmt: skip
+                raise ValueError(
+                    f"base checkpoint '{name}' expects '{key}' of shape {shape}, the task's state has "
+                    f"shape {state_shape}"
+                )
             inputs[key] = "state"
         elif key.startswith(IMAGE_PREFIX) or key == SINGLE_IMAGE:
             single = key == SINGLE_IMAGE
             policy_cam = "image" if single else key[len(IMAGE_PREFIX) :]
             cam = camera_map.get(policy_cam) or (_only_camera(cameras, key, name) if single else policy_cam)
             if cam not in cameras:
-                raise ValueError(f"base checkpoint '{name}' needs camera '{cam}' for '{key}', the task's cameras "
-                                 f"are {sorted(cameras)}")  # fmt: skip
+                raise ValueError(
+                    f"base checkpoint '{name}' needs camera '{cam}' for '{key}', the task's cameras "
+                    f"are {sorted(cameras)}"
+                )
             h, w, c = cameras[cam]
             if shape != (c, h, w):
-                raise ValueError(f"base checkpoint '{name}' expects '{key}' of shape {shape} (CHW), the task's "
-                                 f"camera '{cam}' gives {(c, h, w)}")  # fmt: skip
+                raise ValueError(
+                    f"base checkpoint '{name}' expects '{key}' of shape {shape} (CHW), the task's "
+                    f"camera '{cam}' gives {(c, h, w)}"
+                )
             inputs[key] = f"images/{cam}"
         else:
             raise ValueError(f"base checkpoint '{name}' needs input '{key}', which robo_rl observations do not have")
@@ -264,6 +307,8 @@ def match_features(cfg, observation_space, action_dim: int, camera_map: dict[str
 
 def _only_camera(cameras: dict, key: str, name: str) -> str:
     if len(cameras) != 1:
-        raise ValueError(f"base checkpoint '{name}' needs '{key}' (one unnamed camera), the task's cameras are "
-                         f"{sorted(cameras)}: name one with camera_map")  # fmt: skip
+        raise ValueError(
+            f"base checkpoint '{name}' needs '{key}' (one unnamed camera), the task's cameras are "
+            f"{sorted(cameras)}: name one with camera_map"
+        )
     return next(iter(cameras))

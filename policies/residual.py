@@ -34,8 +34,10 @@ def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> Ba
         return spec
     kind, path = spec.get("kind", "bc"), spec.get("path")
     if not path:
-        raise ValueError("the residual policy needs a base: set policy.base.path to a `robo-rl bc` checkpoint "
-                         "(<run>/bc/policy.pt) or a LeRobot pretrained_model folder")  # fmt: skip
+        raise ValueError(
+            "the residual policy needs a base: set policy.base.path to a `robo-rl bc` checkpoint "
+            "(<run>/bc/policy.pt) or a LeRobot pretrained_model folder"
+        )
     if kind == "bc":
         from policies.bc import load_bc_base
 
@@ -56,8 +58,10 @@ def normalise_state_like_base(encoder, base: BasePolicy, mode: str) -> None:
     if mode == "base":
         stats = state_statistics(base)
         if stats is None:
-            raise ValueError("policy.state_norm=base needs a base that keeps its state statistics (a robo-rl bc "
-                             "or flow checkpoint); this base keeps none: set policy.state_norm=none")  # fmt: skip
+            raise ValueError(
+                "policy.state_norm=base needs a base that keeps its state statistics (a robo-rl bc "
+                "or flow checkpoint); this base keeps none: set policy.state_norm=none"
+            )
         encoder.set_state_normalisation(*stats)
 
 
@@ -72,10 +76,20 @@ def observation_row(obs: dict, i: int) -> dict:
 
 
 class ResidualPolicy(nn.Module):
-    def __init__(self, observation_space, action_dim: int, base: dict | BasePolicy, scale: float = 0.1,
-                 hidden: list[int] = (256, 256), exploration_std: float = 0.05, warmup_noise: float = 0.2,
-                 encoder: dict | None = None, action_range: str = "data", state_norm: str = "none",
-                 exploration_floor: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space,
+        action_dim: int,
+        base: dict | BasePolicy,
+        scale: float = 0.1,
+        hidden: list[int] = (256, 256),
+        exploration_std: float = 0.05,
+        warmup_noise: float = 0.2,
+        encoder: dict | None = None,
+        action_range: str = "data",
+        state_norm: str = "none",
+        exploration_floor: float = 1.0,
+    ) -> None:
         super().__init__()
         if not 0.0 <= exploration_floor <= 1.0:
             raise ValueError(f"policy.exploration_floor must be in [0, 1], got {exploration_floor}")

@@ -240,12 +240,17 @@ def load_resnet10(source: str | Path, model: ResNet10 | None = None) -> ResNet10
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
-             for k, v in expected.items() if k in state and state[k].shape != v.shape]  # fmt: skip
+    wrong = [
+        f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
     if missing or unexpected or wrong:
-        problems = [f"{name}: {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}"
-                    for name, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
-                    if keys]  # fmt: skip
+        problems = [
+            f"{name}: {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}"
+            for name, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if keys
+        ]
         raise ValueError(f"ResNet-10 weights '{source}' do not fit ResNet-10 ({'; '.join(problems)})")
     model.load_state_dict(state)
     return model
@@ -258,7 +263,13 @@ def save_resnet10(model: ResNet10, path: str | Path) -> Path:
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    config = {"model_type": "resnet10", "num_channels": 3, "embedding_size": model.widths[0],
-              "hidden_sizes": list(model.widths), "depths": [1] * len(model.widths), "hidden_act": "relu"}  # fmt: skip
+    config = {
+        "model_type": "resnet10",
+        "num_channels": 3,
+        "embedding_size": model.widths[0],
+        "hidden_sizes": list(model.widths),
+        "depths": [1] * len(model.widths),
+        "hidden_act": "relu",
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder

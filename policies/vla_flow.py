@@ -30,8 +30,13 @@ from torch import nn
 from policies.flow import ChunkGenerator
 
 SUPPORTED = ("smolvla",)
-EXPERT_PARTS = ("vlm_with_expert.lm_expert", "action_in_proj", "action_out_proj", "action_time_mlp_in",
-                "action_time_mlp_out")  # fmt: skip
+EXPERT_PARTS = (
+    "vlm_with_expert.lm_expert",
+    "action_in_proj",
+    "action_out_proj",
+    "action_time_mlp_in",
+    "action_time_mlp_out",
+)
 FROZEN_PARTS = ("vlm_with_expert.vlm", "state_proj")
 
 
@@ -56,12 +61,15 @@ class LeRobotFlowExpert(nn.Module):
         super().__init__()
         cfg = base.policy.config
         if cfg.type not in SUPPORTED:
-            raise ValueError(f"ReinFlow fine-tunes the flow action expert of a SmolVLA; base '{base.name}' is a "
-                             f"{cfg.type} policy (DSRL steers the noise of smolvla, pi0, pi05 and diffusion "
-                             f"policies: policy=dsrl)")  # fmt: skip
+            raise ValueError(
+                f"ReinFlow fine-tunes the flow action expert of a SmolVLA; base '{base.name}' is a "
+                f"{cfg.type} policy (DSRL steers the noise of smolvla, pi0, pi05 and diffusion "
+                f"policies: policy=dsrl)"
+            )
         if base.closed_loop or getattr(cfg, "adapt_to_pi_aloha", False):
-            raise ValueError(f"base '{base.name}' runs closed-loop or with the Aloha adaptation: ReinFlow needs its "
-                             "open-loop chunks")  # fmt: skip
+            raise ValueError(
+                f"base '{base.name}' runs closed-loop or with the Aloha adaptation: ReinFlow needs its open-loop chunks"
+            )
         self.base = base  # its processors and names; its policy is this module's `vla`
         self.vla = base.policy
         model = self.vla.model
@@ -101,11 +109,16 @@ class LeRobotFlowExpert(nn.Module):
         images, image_masks = self.vla.prepare_images(batch)
         state = self.vla.prepare_state(batch)
         model = self.vla.model
-        embs, pad, att = model.embed_prefix(images, image_masks, batch[OBS_LANGUAGE_TOKENS],
-                                            batch[OBS_LANGUAGE_ATTENTION_MASK], state=state)  # fmt: skip
+        embs, pad, att = model.embed_prefix(
+            images, image_masks, batch[OBS_LANGUAGE_TOKENS], batch[OBS_LANGUAGE_ATTENTION_MASK], state=state
+        )
         (out, _), cache = model.vlm_with_expert.forward(
-            attention_mask=make_att_2d_masks(pad, att), position_ids=torch.cumsum(pad, dim=1) - 1,
-            past_key_values=None, inputs_embeds=[embs, None], use_cache=True)  # fmt: skip
+            attention_mask=make_att_2d_masks(pad, att),
+            position_ids=torch.cumsum(pad, dim=1) - 1,
+            past_key_values=None,
+            inputs_embeds=[embs, None],
+            use_cache=True,
+        )
         valid = pad[..., None].to(out.dtype)
         pooled = ((out * valid).sum(1) / valid.sum(1).clamp_min(1.0)).float()
         return Prefix(pooled, pad, cache)
@@ -121,8 +134,9 @@ class LeRobotFlowExpert(nn.Module):
     def predict(self, features: Prefix, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """dx/dt at our time t (0 = noise): SmolVLA's velocity at its time 1 − t, sign turned."""
         tau = (1.0 - t).float() if torch.is_tensor(t) else torch.full((len(x),), 1.0 - float(t), device=x.device)
-        v = self.vla.model.denoise_step(prefix_pad_masks=features.pad_masks, past_key_values=features.cache, x_t=x,
-                                        timestep=tau)  # fmt: skip
+        v = self.vla.model.denoise_step(
+            prefix_pad_masks=features.pad_masks, past_key_values=features.cache, x_t=x, timestep=tau
+        )
         return -v.to(x.dtype)
 
     @torch.no_grad()

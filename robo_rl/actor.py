@@ -20,13 +20,13 @@ from tqdm import tqdm
 
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
+from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.envs.base import SafetyStop
-from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import acts_for_several_envs, policy_step, policy_steps
-from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.shutdown import ignore_further_interrupts
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict
 from robo_rl.transport.security import curve_keys
@@ -90,11 +90,23 @@ class Actor:
         self.stop_reason: str | None = None
         self.sent_steps = 0
         t = cfg.transport
-        link = ActorLink(t.host, t.data_port, t.weights_port, t.ctrl_port, cfg.actor.id,
-                         curve=curve_keys(cfg, cfg.actor.id), shared_memory_weights=t.shared_memory_weights)
+        link = ActorLink(
+            t.host,
+            t.data_port,
+            t.weights_port,
+            t.ctrl_port,
+            cfg.actor.id,
+            curve=curve_keys(cfg, cfg.actor.id),
+            shared_memory_weights=t.shared_memory_weights,
+        )
         link.env_spec = json.dumps(spec_of(self.env).to_json())  # the learner reads the task's spaces from here
-        self.transport = ActorTransport(link, self._load_weights, copy.deepcopy(self.policy),
-                                        heartbeat_every_s=cfg.actor.heartbeat_every_s, extra_stats=self.loop_stats)
+        self.transport = ActorTransport(
+            link,
+            self._load_weights,
+            copy.deepcopy(self.policy),
+            heartbeat_every_s=cfg.actor.heartbeat_every_s,
+            extra_stats=self.loop_stats,
+        )
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
@@ -123,9 +135,11 @@ class Actor:
         if cfg.actor.apply_weights != "step":
             return "the envs' episodes end apart: weights are applied between steps (actor.apply_weights=step)"
         if not acts_for_several_envs(self.policy):
-            return (f"the policy ({type(self.policy).__name__}) keeps one episode's state (a chunk queue) and acts for "
-                    f"one env: run several actor processes instead (policies that act for several: sac, reinflow, "
-                    f"dppo)")  # fmt: skip
+            return (
+                f"the policy ({type(self.policy).__name__}) keeps one episode's state (a chunk queue) and acts for "
+                f"one env: run several actor processes instead (policies that act for several: sac, reinflow, "
+                f"dppo)"
+            )
         return None
 
     def loop_stats(self) -> dict:
@@ -136,8 +150,11 @@ class Actor:
         t = np.diff(_snapshot(self.step_starts))
         if len(t) >= 2:
             jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
-            stats.update(period_ms_p50=float(np.median(t) * 1e3), jitter_ms_p50=float(np.percentile(jitter, 50)),
-                         jitter_ms_p99=float(np.percentile(jitter, 99)))
+            stats.update(
+                period_ms_p50=float(np.median(t) * 1e3),
+                jitter_ms_p50=float(np.percentile(jitter, 50)),
+                jitter_ms_p99=float(np.percentile(jitter, 99)),
+            )
         decide = _snapshot(self.decide_ms)
         if len(decide):
             p50, p99 = np.percentile(decide, [50, 99])
@@ -182,8 +199,13 @@ class Actor:
         self.decide_ms.append(elapsed_ms)
         if elapsed_ms > 1e3 / self.env.control_hz and len(self.decide_ms) > 10 and not self._warned_slow:
             self._warned_slow = True  # once: the heartbeat stats carry the figures from then on
-            log.warning("policy inference took %.1f ms, longer than the %.1f ms control period (%s Hz): the robot "
-                        "waits on the policy", elapsed_ms, 1e3 / self.env.control_hz, self.env.control_hz)  # fmt: skip
+            log.warning(
+                "policy inference took %.1f ms, longer than the %.1f ms control period (%s Hz): the robot "
+                "waits on the policy",
+                elapsed_ms,
+                1e3 / self.env.control_hz,
+                self.env.control_hz,
+            )
         if not np.all(np.isfinite(action)):
             raise FloatingPointError("the policy gave a non-finite action")
         return action, extras
@@ -214,8 +236,11 @@ class Actor:
             return False
         if self._waiting_since is None:
             self._waiting_since = now
-            log.warning("holding: %s; waiting up to %.0f s (actor.learner_wait_s) for a learner, data kept for resend",
-                        why, self.cfg.actor.learner_wait_s)  # fmt: skip
+            log.warning(
+                "holding: %s; waiting up to %.0f s (actor.learner_wait_s) for a learner, data kept for resend",
+                why,
+                self.cfg.actor.learner_wait_s,
+            )
         elif now - self._waiting_since > self.cfg.actor.learner_wait_s:
             self.stop_reason = f"no learner for {self.cfg.actor.learner_wait_s:.0f} s ({why})"
         return True
@@ -273,8 +298,11 @@ class Actor:
                         terminated, truncated = False, True
                     else:
                         obs, reward, terminated, truncated, info = self.env.step(action)
-                        pending.append(recorder.record_step(obs, reward, terminated, truncated, info,
-                                                            self.policy_version, time.time(), extras))  # fmt: skip
+                        pending.append(
+                            recorder.record_step(
+                                obs, reward, terminated, truncated, info, self.policy_version, time.time(), extras
+                            )
+                        )
                         self.sent_steps += 1
                         bar.update(1)
                         if self.gui is not None:
@@ -323,8 +351,10 @@ class Actor:
         episode_ids = itertools.count(session * 1_000_000)
         recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields)) for _ in envs]
         obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
-        pending = [[r.reset(o, next(episode_ids), self.policy_version, time.time())]
-                   for r, o in zip(recorders, obs, strict=True)]
+        pending = [
+            [r.reset(o, next(episode_ids), self.policy_version, time.time())]
+            for r, o in zip(recorders, obs, strict=True)
+        ]
         slots = list(range(n))
         bar = tqdm(desc=f"{cfg.actor.id} env steps ({n} envs)", unit="step", disable=not self.progress)
         try:
@@ -351,15 +381,27 @@ class Actor:
                 for i, env in enumerate(envs):
                     if not np.all(np.isfinite(actions[i])):  # refused: env i's episode ends here (safety)
                         self.refused_steps += 1
-                        log.warning("refused a step of env %d (the policy gave a non-finite action); its episode "
-                                    "ends (ended_by=safety)", i)  # fmt: skip
+                        log.warning(
+                            "refused a step of env %d (the policy gave a non-finite action); its episode "
+                            "ends (ended_by=safety)",
+                            i,
+                        )
                         pending[i][-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
                         done = True
                     else:
                         obs[i], reward, terminated, truncated, info = env.step(actions[i])
-                        pending[i].append(recorders[i].record_step(obs[i], reward, terminated, truncated, info,
-                                                                   self.policy_version, time.time(),
-                                                                   {k: v[i] for k, v in extras.items()}))  # fmt: skip
+                        pending[i].append(
+                            recorders[i].record_step(
+                                obs[i],
+                                reward,
+                                terminated,
+                                truncated,
+                                info,
+                                self.policy_version,
+                                time.time(),
+                                {k: v[i] for k, v in extras.items()},
+                            )
+                        )
                         self.sent_steps += 1
                         bar.update(1)
                         done = terminated or truncated

@@ -40,13 +40,22 @@ HELP_FLAGS = ("-h", "--help")
 
 # Errors a user can fix, printed as one line: (module, class). Looked up only in modules already imported,
 # so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
-USER_ERRORS = (("robo_rl.config", "ConfigError"), ("robo_rl.runs", "CheckpointError"),
-               ("robo_rl.transport.link", "TransportError"), ("robo_rl.commands.data", "DataUsageError"),
-               ("robo_rl.data.storage", "StorageError"), ("policies.bc", "BCCheckpointError"),
-               ("robo_rl.commands.record", "RecordUsageError"), ("robo_rl.teleop.base", "DeviceUnavailable"),
-               ("robo_rl.commands.reward", "RewardUsageError"), ("robo_rl.rewards.base", "RewardModelError"),
-               ("hardware.arm", "HardwareError"), ("hardware.cameras", "CameraError"),
-               ("launch.launcher", "LayoutError"), ("robo_rl.eval.suite", "SuiteError"))  # fmt: skip
+USER_ERRORS = (
+    ("robo_rl.config", "ConfigError"),
+    ("robo_rl.runs", "CheckpointError"),
+    ("robo_rl.transport.link", "TransportError"),
+    ("robo_rl.commands.data", "DataUsageError"),
+    ("robo_rl.data.storage", "StorageError"),
+    ("policies.bc", "BCCheckpointError"),
+    ("robo_rl.commands.record", "RecordUsageError"),
+    ("robo_rl.teleop.base", "DeviceUnavailable"),
+    ("robo_rl.commands.reward", "RewardUsageError"),
+    ("robo_rl.rewards.base", "RewardModelError"),
+    ("hardware.arm", "HardwareError"),
+    ("hardware.cameras", "CameraError"),
+    ("launch.launcher", "LayoutError"),
+    ("robo_rl.eval.suite", "SuiteError"),
+)
 
 
 class UsageError(ValueError):
@@ -55,10 +64,24 @@ class UsageError(ValueError):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"train": cmd_train, "learner": cmd_learner, "actor": cmd_actor, "eval": cmd_eval, "show": cmd_show,
-                "keys": cmd_keys, "data": _cmd_data, "bc": cmd_bc, "distill": cmd_distill, "record": _cmd_record,
-                "gui": cmd_gui, "reward": _cmd_reward, "critic": _cmd_critic, "doctor": _cmd_doctor,
-                "calibrate": _cmd_calibrate, "launch": _cmd_launch}  # fmt: skip
+    commands = {
+        "train": cmd_train,
+        "learner": cmd_learner,
+        "actor": cmd_actor,
+        "eval": cmd_eval,
+        "show": cmd_show,
+        "keys": cmd_keys,
+        "data": _cmd_data,
+        "bc": cmd_bc,
+        "distill": cmd_distill,
+        "record": _cmd_record,
+        "gui": cmd_gui,
+        "reward": _cmd_reward,
+        "critic": _cmd_critic,
+        "doctor": _cmd_doctor,
+        "calibrate": _cmd_calibrate,
+        "launch": _cmd_launch,
+    }
     if not argv or argv[0] in (*HELP_FLAGS, "help"):
         if len(argv) > 1 and argv[1] in commands:  # robo-rl help train
             return main([argv[1], "--help"])
@@ -147,8 +170,9 @@ def _setup_logging(cfg, log_file: Path | None = None) -> None:
     handlers = [logging.StreamHandler()]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=cfg.logger.level, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-                        handlers=handlers, force=True)  # fmt: skip
+    logging.basicConfig(
+        level=cfg.logger.level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", handlers=handlers, force=True
+    )
 
 
 def _run_dir_for(cfg) -> Path:
@@ -187,9 +211,11 @@ def cmd_keys(args: list[str]) -> int:
         raise UsageError(str(e)) from None
     for f in files:
         print(f)
-    print(f"the learner accepts the actors whose public keys are in {keys_dir}/authorized/; "
-          f"copy {keys_dir}/learner.key and each actor's own .key/.key_secret to its machine, "
-          f"and set transport.curve_keys_dir={keys_dir} on both sides")  # fmt: skip
+    print(
+        f"the learner accepts the actors whose public keys are in {keys_dir}/authorized/; "
+        f"copy {keys_dir}/learner.key and each actor's own .key/.key_secret to its machine, "
+        f"and set transport.curve_keys_dir={keys_dir} on both sides"
+    )
     return 0
 
 
@@ -337,15 +363,23 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         except (KeyError, RuntimeError) as e:
             raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
         video = bool(cfg.eval.get("video", False))
-        result = evaluate_policy(env, policy.eval(), cfg.eval.episodes, cfg.eval.seed, progress=cfg.logger.progress,
-                                 video_dir=out_dir / "videos" if video else None,
-                                 video_episodes=int(cfg.eval.get("video_episodes", 0)))  # fmt: skip
+        result = evaluate_policy(
+            env,
+            policy.eval(),
+            cfg.eval.episodes,
+            cfg.eval.seed,
+            progress=cfg.logger.progress,
+            video_dir=out_dir / "videos" if video else None,
+            video_episodes=int(cfg.eval.get("video_episodes", 0)),
+        )
     finally:
         env.close()
     env_steps = int(payload["counters"]["env_steps"])
     low, high = result["success_ci95"]
-    print(f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
-          f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}")  # fmt: skip
+    print(
+        f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
+        f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}"
+    )
     metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
     print(f"report: {write_report(out_dir, result, str(path), env_steps, metrics)}")
     return 0
@@ -360,17 +394,23 @@ def cmd_bc(overrides: list[str]) -> int:
 
     data = load_bc_data(cfg, progress=cfg.logger.progress)
     run_dir = _run_dir_for(cfg)
-    print(f"run folder: {run_dir}\ndemonstrations: {data.episodes} episodes ({data.val_episodes} held out) "
-          f"from {data.source}")  # fmt: skip
+    print(
+        f"run folder: {run_dir}\ndemonstrations: {data.episodes} episodes ({data.val_episodes} held out) "
+        f"from {data.source}"
+    )
     s = train_bc(cfg, run_dir, data, progress=cfg.logger.progress)
     val = "n/a" if s["val_loss"] is None else f"{s['val_loss']:.4f}"
-    print(f"trained {s['epochs']} epochs in {s['train_s']:.1f} s: train loss {s['train_loss']:.4f}, "
-          f"validation loss {val} (best epoch {s['best_epoch']})")  # fmt: skip
+    print(
+        f"trained {s['epochs']} epochs in {s['train_s']:.1f} s: train loss {s['train_loss']:.4f}, "
+        f"validation loss {val} (best epoch {s['best_epoch']})"
+    )
     if "eval" in s:
         e = s["eval"]
-        print(f"success {e['successes']}/{e['episodes']} = {e['success_rate']:.2f} (Wilson 95% CI "
-              f"[{e['success_ci95'][0]:.2f}, {e['success_ci95'][1]:.2f}]), base inference "
-              f"{e.get('base_inference_ms_p50', float('nan')):.2f} ms (p50)")  # fmt: skip
+        print(
+            f"success {e['successes']}/{e['episodes']} = {e['success_rate']:.2f} (Wilson 95% CI "
+            f"[{e['success_ci95'][0]:.2f}, {e['success_ci95'][1]:.2f}]), base inference "
+            f"{e.get('base_inference_ms_p50', float('nan')):.2f} ms (p50)"
+        )
     print(f"checkpoint: {s['checkpoint']}")
     return 0
 
@@ -383,21 +423,27 @@ def cmd_distill(overrides: list[str]) -> int:
     if not cfg.checkpoint:
         raise UsageError("distill needs checkpoint=<a flow/diffusion bc/policy.pt, its run folder, or a DSRL run>")
     if not Path(cfg.checkpoint).exists():  # before a run folder is made for nothing
-        raise UsageError(f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
-                         "run folder, or a DSRL run)")  # fmt: skip
+        raise UsageError(
+            f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
+            "run folder, or a DSRL run)"
+        )
     from robo_rl.offline.distill import distill
 
     run_dir = _run_dir_for(cfg)
     print(f"run folder: {run_dir}")
     s = distill(cfg, run_dir, progress=cfg.logger.progress)
     teacher = s["distilled_from"]
-    print(f"distilled {teacher['kind']} teacher {teacher['path']} in {s['train']['train_s']:.0f} s "
-          f"(final loss {s['train']['final_loss']:.5f})")  # fmt: skip
+    print(
+        f"distilled {teacher['kind']} teacher {teacher['path']} in {s['train']['train_s']:.0f} s "
+        f"(final loss {s['train']['final_loss']:.5f})"
+    )
     if "student" in s:
         t, o = s["teacher"], s["student"]
         for name, r in (("teacher", t), ("one-step", o)):
-            print(f"{name:>8}: success {r['successes']}/{r['episodes']} = {r['success_rate']:.2f}, inference "
-                  f"p50 {r['base_inference_ms_p50']:.2f} ms, p99 {r['base_inference_ms_p99']:.2f} ms")  # fmt: skip
+            print(
+                f"{name:>8}: success {r['successes']}/{r['episodes']} = {r['success_rate']:.2f}, inference "
+                f"p50 {r['base_inference_ms_p50']:.2f} ms, p99 {r['base_inference_ms_p99']:.2f} ms"
+            )
         print(f"one step is {s['speedup_p50']:.1f}x faster (p50), success {s['success_points']:+.0f} points")
     print(f"checkpoint: {s['checkpoint']} (a flow policy: policy=flow policy.path=..., or a DSRL/residual base)")
     return 0

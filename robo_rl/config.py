@@ -78,8 +78,9 @@ def _apply_calibration(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         value = OmegaConf.select(data, key, default=None)
         if value is not None and key not in given:
             if key == "env.driver.home" and OmegaConf.select(cfg, "env.driver", default=None) is None:
-                raise ConfigError(f"hardware.calibration={path} has a home pose, but env={cfg.env.get('_target_')} "
-                                  "has no arm driver")  # fmt: skip
+                raise ConfigError(
+                    f"hardware.calibration={path} has a home pose, but env={cfg.env.get('_target_')} has no arm driver"
+                )
             OmegaConf.update(cfg, key, value, force_add=True)
     return cfg
 
@@ -211,8 +212,9 @@ def make_policy(cfg: DictConfig, env):
     from hydra.utils import instantiate
 
     try:
-        return instantiate(cfg.policy, observation_space=env.observation_space, action_dim=env.action_space.shape[0],
-                           _convert_="all")  # fmt: skip
+        return instantiate(
+            cfg.policy, observation_space=env.observation_space, action_dim=env.action_space.shape[0], _convert_="all"
+        )
     except InstantiationException as e:
         if isinstance(e.__cause__, ValueError | FileNotFoundError):  # a base that is missing or does not fit
             raise ConfigError(f"policy: {e.__cause__}") from None
@@ -225,9 +227,14 @@ def make_algorithm(cfg: DictConfig, policy, env):
     from hydra.utils import instantiate
 
     try:
-        return instantiate(cfg.algo, policy=policy, observation_space=env.observation_space,
-                           action_dim=env.action_space.shape[0], state_names=tuple(getattr(env, "state_names", ())),
-                           _convert_="all")  # fmt: skip
+        return instantiate(
+            cfg.algo,
+            policy=policy,
+            observation_space=env.observation_space,
+            action_dim=env.action_space.shape[0],
+            state_names=tuple(getattr(env, "state_names", ())),
+            _convert_="all",
+        )
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, ValueError | TypeError):  # a setting the builder refuses: say which, in one line
@@ -251,8 +258,10 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     overrides = [_shorthand(o) for o in overrides]
     groups = [o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0].lstrip("+~") in config_groups()]
     if groups:
-        raise ConfigError(f"{path.parent} has its config resolved in config.yaml: a group option ({', '.join(groups)}="
-                          "...) cannot change it; leave it out, or override single keys such as env.<key>=<value>")
+        raise ConfigError(
+            f"{path.parent} has its config resolved in config.yaml: a group option ({', '.join(groups)}="
+            "...) cannot change it; leave it out, or override single keys such as env.<key>=<value>"
+        )
     cfg = OmegaConf.load(path)
     OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:

@@ -18,14 +18,14 @@ from tqdm import tqdm
 from robo_rl.algos.base import resolve_device
 from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.data.demos import load_or_make_demos
+from robo_rl.data.learner_replay import LearnerReplay
+from robo_rl.data.rollout import Rollout
+from robo_rl.data.schema import EXTRA, fields_for_env
 from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
-from robo_rl.data.learner_replay import LearnerReplay
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
-from robo_rl.data.rollout import Rollout
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
-from robo_rl.data.schema import EXTRA, fields_for_env
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink
@@ -41,10 +41,18 @@ class Learner:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.device = resolve_device(cfg.device)
         t = cfg.transport
-        self.link = LearnerLink(t.host, t.data_port, t.weights_port, t.ctrl_port, config_hash(cfg),
-                                actor_timeout_s=t.actor_timeout_s, max_message_mb=t.max_message_mb,
-                                receive_queue_messages=t.receive_queue_messages, curve=curve_keys(cfg, LEARNER_KEY),
-                                shared_memory_weights=t.shared_memory_weights)  # fmt: skip
+        self.link = LearnerLink(
+            t.host,
+            t.data_port,
+            t.weights_port,
+            t.ctrl_port,
+            config_hash(cfg),
+            actor_timeout_s=t.actor_timeout_s,
+            max_message_mb=t.max_message_mb,
+            receive_queue_messages=t.receive_queue_messages,
+            curve=curve_keys(cfg, LEARNER_KEY),
+            shared_memory_weights=t.shared_memory_weights,
+        )
         self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
         self._early: list = []  # data that came while the learner waited for an actor's env spec
         try:  # the task's spaces, never by opening the env (on a robot that would open the hardware)
@@ -114,8 +122,9 @@ class Learner:
         return self.link.first_spec
 
     # --- data ---------------------------------------------------------------------------------
-    def ingest(self, actor: str, arrays: dict, session=None, seq: int | None = None,
-               token_hash: str | None = None) -> None:  # fmt: skip
+    def ingest(
+        self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None
+    ) -> None:
         """Store one received message and count its steps; a batch that cannot be stored is dropped, counted,
         logged and reported to its actor, and the learner serves on."""
         try:
@@ -151,11 +160,20 @@ class Learner:
                 success = bool(arrays["success"][i])
                 self.recent.append(success)
                 if log_episodes:
-                    self.metrics.write({"kind": "episode", "env_steps": self.env_steps, "episode": self.episodes,
-                                       "actor": actor, "episode_id": key[1], "success": success,
-                                       "return": self._returns.pop(key), "length": int(arrays["step"][i]),
-                                       "intervention_steps": self._human.pop(key, 0),
-                                       **self._learned.pop(key, {})})  # fmt: skip
+                    self.metrics.write(
+                        {
+                            "kind": "episode",
+                            "env_steps": self.env_steps,
+                            "episode": self.episodes,
+                            "actor": actor,
+                            "episode_id": key[1],
+                            "success": success,
+                            "return": self._returns.pop(key),
+                            "length": int(arrays["step"][i]),
+                            "intervention_steps": self._human.pop(key, 0),
+                            **self._learned.pop(key, {}),
+                        }
+                    )
                 else:
                     self._returns.pop(key, None)
                     self._human.pop(key, None)
@@ -181,8 +199,9 @@ class Learner:
 
     def sample(self) -> dict:
         spec = self.algo.batch_spec
-        batch = self.replay.sample(spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras,
-                                   spec.where)  # fmt: skip
+        batch = self.replay.sample(
+            spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras, spec.where
+        )
         return batch_to_torch(batch, self.device)
 
     def update(self) -> dict:
@@ -194,9 +213,15 @@ class Learner:
             self.updates += 1
             self.publish_weights()
             metrics["stale_steps_dropped"] = stale
-            log.info("on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
-                     "weights dropped so far", self.updates, metrics.get("decisions", 0),
-                     metrics.get("rollout_env_steps", 0), self.version - 1, stale)  # fmt: skip
+            log.info(
+                "on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
+                "weights dropped so far",
+                self.updates,
+                metrics.get("decisions", 0),
+                metrics.get("rollout_env_steps", 0),
+                self.version - 1,
+                stale,
+            )
             return metrics
         n = self.algo.batch_spec.batches
         metrics = self.algo.update([self.sample() for _ in range(n)])
@@ -222,8 +247,13 @@ class Learner:
     def run(self) -> str:
         cfg, train = self.cfg, self.cfg.train
         self.publish_weights()
-        bar = tqdm(total=train.total_env_steps, initial=self.env_steps, desc="learner env steps", unit="step",
-                   disable=not self.progress)  # fmt: skip
+        bar = tqdm(
+            total=train.total_env_steps,
+            initial=self.env_steps,
+            desc="learner env steps",
+            unit="step",
+            disable=not self.progress,
+        )
         last_log = last_status = time.monotonic()
         last_updates, next_ckpt = self.updates, self.env_steps + train.checkpoint_every_env_steps
         reason, m, crash = "done", {}, None
@@ -265,9 +295,16 @@ class Learner:
             self.link.stop_actors(reason, hold=reason != "done")
             time.sleep(0.2)  # let the stop message leave before the sockets close
             self.close()
-            self.metrics.write({"kind": "end", "reason": reason, "crashed": crash is not None,
-                                "checkpoint": str(path) if path else None, "env_steps": self.env_steps,
-                                "actor_stats": self.link.actor_stats()})  # fmt: skip
+            self.metrics.write(
+                {
+                    "kind": "end",
+                    "reason": reason,
+                    "crashed": crash is not None,
+                    "checkpoint": str(path) if path else None,
+                    "env_steps": self.env_steps,
+                    "actor_stats": self.link.actor_stats(),
+                }
+            )
             self.metrics.close()
         if crash is not None:
             raise crash
@@ -303,10 +340,15 @@ class Learner:
             lead = min(self.cfg.actor.max_lead_steps, 2 * getattr(self.policy, "execute_steps", 1))
             allowed = self.env_steps + max(0, self.rollout.wanted - self.rollout.env_steps) + lead
         else:
-            allowed = (self.steps_base + train.learning_starts + (self.updates - self.updates_base) / train.utd
-                       + self.cfg.actor.max_lead_steps)  # fmt: skip
-        self.link.publish_status({"env_steps": self.env_steps, "updates": self.updates,
-                                  "allowed_env_steps": allowed, **self.health})  # fmt: skip
+            allowed = (
+                self.steps_base
+                + train.learning_starts
+                + (self.updates - self.updates_base) / train.utd
+                + self.cfg.actor.max_lead_steps
+            )
+        self.link.publish_status(
+            {"env_steps": self.env_steps, "updates": self.updates, "allowed_env_steps": allowed, **self.health}
+        )
 
     def log_progress(self, updates_per_s: float, update_metrics: dict) -> None:
         realised_utd = (self.updates - self.updates_base) / max(1, self.learning_steps)
@@ -319,34 +361,57 @@ class Learner:
             stale["staleness_s_max"] = float(np.max(self._stale_seconds))
         self._stale_versions, self._stale_seconds = [], []
         replay = self.replay
-        self.health = {"updates_per_s": float(updates_per_s), "realised_utd": float(realised_utd),
-                       "staleness_versions": float(stale.get("staleness_versions_mean", 0.0)),
-                       "actors_alive": len(self.link.alive_actors), "buffer_online": int(replay.online.size),
-                       "buffer_prior": int(replay.demos.size if replay.demos is not None else 0),
-                       "buffer_interventions": _count_or_zero(replay.online.intervention_rows)}  # fmt: skip
-        self.metrics.write({
-            "kind": "learner", "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
-            "success_rate": self.success_rate, "updates_per_s": updates_per_s, "realised_utd": realised_utd,
-            "policy_version": self.version, "bad_messages": dict(self.link.bad_messages),
-            "duplicates": self.link.duplicates, "internal_errors": self.link.internal_errors,
+        self.health = {
+            "updates_per_s": float(updates_per_s),
+            "realised_utd": float(realised_utd),
+            "staleness_versions": float(stale.get("staleness_versions_mean", 0.0)),
             "actors_alive": len(self.link.alive_actors),
-            "actor_stats": self.link.actor_stats(), **stale, **update_metrics,
-        })  # fmt: skip
+            "buffer_online": int(replay.online.size),
+            "buffer_prior": int(replay.demos.size if replay.demos is not None else 0),
+            "buffer_interventions": _count_or_zero(replay.online.intervention_rows),
+        }
+        self.metrics.write(
+            {
+                "kind": "learner",
+                "env_steps": self.env_steps,
+                "updates": self.updates,
+                "episodes": self.episodes,
+                "success_rate": self.success_rate,
+                "updates_per_s": updates_per_s,
+                "realised_utd": realised_utd,
+                "policy_version": self.version,
+                "bad_messages": dict(self.link.bad_messages),
+                "duplicates": self.link.duplicates,
+                "internal_errors": self.link.internal_errors,
+                "actors_alive": len(self.link.alive_actors),
+                "actor_stats": self.link.actor_stats(),
+                **stale,
+                **update_metrics,
+            }
+        )
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoint(self) -> Path:
         """Flush the replay to disk, then write a checkpoint that names the segments it goes with."""
         self.acknowledge(self.replay.flush())
-        return save_checkpoint(self.run_dir, self.env_steps, {
-            "algo": self.algo.state_dict(),
-            "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
-                         "version": self.version},
-            "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state, **self._device_rng()},
-            "replay": self.replay.state(),
-            "recent": list(self.recent),
-            "returns": [[a, e, r] for (a, e), r in self._returns.items()],
-            "config_hash": config_hash(self.cfg),
-        })  # fmt: skip
+        return save_checkpoint(
+            self.run_dir,
+            self.env_steps,
+            {
+                "algo": self.algo.state_dict(),
+                "counters": {
+                    "env_steps": self.env_steps,
+                    "updates": self.updates,
+                    "episodes": self.episodes,
+                    "version": self.version,
+                },
+                "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state, **self._device_rng()},
+                "replay": self.replay.state(),
+                "recent": list(self.recent),
+                "returns": [[a, e, r] for (a, e), r in self._returns.items()],
+                "config_hash": config_hash(self.cfg),
+            },
+        )
 
     def _device_rng(self) -> dict:
         """The GPU's random generator (the policy's and critics' sampling on a GPU draw from it): exact resume."""
@@ -368,16 +433,25 @@ class Learner:
         later, seqs = self.replay.restore(payload.get("replay") if payload else None)
         for actor, arrays in later:
             self._count(actor, arrays, log_episodes=False)  # logged before the kill
-        log.info("resumed at %d env steps: %d from the checkpoint + %d stored after it; the replay holds %d records "
-                 "(each episode's first record is its reset observation, not an env step)", self.env_steps,
-                 at_checkpoint, self.env_steps - at_checkpoint, self.replay.online.writes)  # fmt: skip
+        log.info(
+            "resumed at %d env steps: %d from the checkpoint + %d stored after it; the replay holds %d records "
+            "(each episode's first record is its reset observation, not an env step)",
+            self.env_steps,
+            at_checkpoint,
+            self.env_steps - at_checkpoint,
+            self.replay.online.writes,
+        )
         return seqs
 
     def _restore(self, payload: dict) -> None:
         self.algo.load_state_dict(payload["algo"])
         c = payload["counters"]
         self.env_steps, self.updates, self.episodes, self.version = (
-            c["env_steps"], c["updates"], c["episodes"], c["version"])  # fmt: skip
+            c["env_steps"],
+            c["updates"],
+            c["episodes"],
+            c["version"],
+        )
         torch.set_rng_state(payload["rng"]["torch"])
         if self.device.type == "cuda" and "cuda" in payload["rng"]:  # the GPU's generator too (a GPU run resumed there)
             torch.cuda.set_rng_state(payload["rng"]["cuda"], self.device)

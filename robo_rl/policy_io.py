@@ -42,9 +42,12 @@ def policy_step(policy, obs: dict, deterministic: bool, explore: bool = False) -
 
 def stack_obs(observations: list[dict]) -> dict:
     """Several envs' contract observations → one batch of tensors (row i is env i's)."""
-    return {"state": torch.from_numpy(np.stack([o["state"] for o in observations])),
-            "images": {k: torch.from_numpy(np.stack([o["images"][k] for o in observations]))
-                       for k in observations[0]["images"]}}  # fmt: skip
+    return {
+        "state": torch.from_numpy(np.stack([o["state"] for o in observations])),
+        "images": {
+            k: torch.from_numpy(np.stack([o["images"][k] for o in observations])) for k in observations[0]["images"]
+        },
+    }
 
 
 def acts_for_several_envs(policy) -> bool:

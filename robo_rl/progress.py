@@ -30,8 +30,9 @@ def resumed_env_steps(run_dir: str | Path | None) -> int:
 class EtaEstimator:
     """Seconds left from the env-step rate over the last `window_s` seconds at or past `steady_from` steps."""
 
-    def __init__(self, total: int, steady_from: int, window_s: float = ETA_WINDOW_S,
-                 min_span_s: float = ETA_MIN_SPAN_S) -> None:  # fmt: skip
+    def __init__(
+        self, total: int, steady_from: int, window_s: float = ETA_WINDOW_S, min_span_s: float = ETA_MIN_SPAN_S
+    ) -> None:
         self.total, self.steady_from = total, steady_from
         self.window_s, self.min_span_s = window_s, min_span_s
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
@@ -74,8 +75,15 @@ class TrainingBar:
         self.env_steps = min(self.start, self.total)  # kept here: a disabled tqdm counts nothing
         self.eta = EtaEstimator(train.total_env_steps, self.start + train.learning_starts)
         layout = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's ETA left out
-        self.bar = tqdm(total=self.total, initial=self.env_steps, unit="step", desc="starting", disable=not enabled,
-                        dynamic_ncols=True, bar_format=layout)  # fmt: skip
+        self.bar = tqdm(
+            total=self.total,
+            initial=self.env_steps,
+            unit="step",
+            desc="starting",
+            disable=not enabled,
+            dynamic_ncols=True,
+            bar_format=layout,
+        )
         self.bar.set_postfix_str("ETA ?")
         self.postfix = ""
 
@@ -90,8 +98,11 @@ class TrainingBar:
         self.eta.update(steps)
         self.phase("training" if steps >= self.eta.steady_from else "filling the replay")
         fields = [f"episodes={m.get('episodes')}"]
-        for key, fmt in (("success_rate", "success={:.2f}"), ("updates_per_s", "updates/s={:.0f}"),
-                         ("realised_utd", "utd={:.2f}")):  # fmt: skip
+        for key, fmt in (
+            ("success_rate", "success={:.2f}"),
+            ("updates_per_s", "updates/s={:.0f}"),
+            ("realised_utd", "utd={:.2f}"),
+        ):
             if isinstance(m.get(key), (int, float)):
                 fields.append(fmt.format(m[key]))
         self.postfix = ", ".join(fields)

@@ -58,8 +58,12 @@ class MetricsWriter:
             try:
                 sink.write(clean)
             except Exception as e:  # a logging backend must never stop training
-                log.warning("metrics: the %s backend failed (%s: %s); it is switched off for this run",
-                            type(sink).__name__, type(e).__name__, e)  # fmt: skip
+                log.warning(
+                    "metrics: the %s backend failed (%s: %s); it is switched off for this run",
+                    type(sink).__name__,
+                    type(e).__name__,
+                    e,
+                )
                 self.sinks.remove(sink)
 
     def close(self) -> None:

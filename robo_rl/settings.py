@@ -115,8 +115,9 @@ SETTINGS: dict[str, Setting] = {
     "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
     "actor.num_envs": _int("simulated envs one actor steps together, one batched policy call a step", 1, 256),
     "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
-    "env_spec": Setting("str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces",
-                        nullable=True),
+    "env_spec": Setting(
+        "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
+    ),
     "human.takeover": _choice("how a device takes control", "explicit", "implicit", "both"),
     "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
     "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
@@ -144,10 +145,12 @@ SETTINGS: dict[str, Setting] = {
     "hardware.calibration": Setting("str", "a robo-rl calibrate file (workspace box, home pose)", nullable=True),
     # reward (a learned reward on the actor, robo_rl/rewards)
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
-    "reward.kind": _choice("the reward model's kind, checked against the folder", "classifier", "progress",
-                           nullable=True),
-    "reward.where": _choice("where the model scores: the actor (rewards and dones) or the learner (rewards)", "actor",
-                            "learner"),
+    "reward.kind": _choice(
+        "the reward model's kind, checked against the folder", "classifier", "progress", nullable=True
+    ),
+    "reward.where": _choice(
+        "where the model scores: the actor (rewards and dones) or the learner (rewards)", "actor", "learner"
+    ),
     "reward.instruction": Setting("str", "the task's instruction (null: the env's task_description)", nullable=True),
     "reward.every": _int("score every this many steps", 1),
     "reward.asynchronous": Setting("bool", "score on a worker thread (the control loop never waits)"),
@@ -161,8 +164,9 @@ SETTINGS: dict[str, Setting] = {
     "reward.shaper.gamma": _float("discount of the potential-based shaping", 0.0, 1.0),
     "reward.shaper.shaping_scale": _float("weight of the shaping term", 0.0),
     "reward.shaper.success_bonus": _float("reward on the step success is declared", 0.0),
-    "reward.shaper.success_threshold": _float("success probability that counts as a positive (null: the model's)",
-                                              0.0, 1.0, nullable=True),
+    "reward.shaper.success_threshold": _float(
+        "success probability that counts as a positive (null: the model's)", 0.0, 1.0, nullable=True
+    ),
     "reward.shaper.debounce_k": _int("consecutive positives that declare success", 1),
     "reward.shaper.stagnation_steps": _int("steps without progress that end an episode (0: never)", 0),
     "reward.shaper.regression_drop": _float("progress lost below the best that ends an episode (0: never)", 0.0),
@@ -188,11 +192,13 @@ SETTINGS: dict[str, Setting] = {
     "eval.seed": _int("first evaluation seed (seeds are seed, seed+1, ...)", 0),
     "eval.video": Setting("bool", "film evaluation episodes to MP4 files"),
     "eval.video_episodes": _int("episodes filmed (plus the first success and failure)", 0),
-    "eval.suite": Setting("str", "a suite of conditions to evaluate on (launch/conf/suite/<name> or a .yaml)",
-                          nullable=True),
+    "eval.suite": Setting(
+        "str", "a suite of conditions to evaluate on (launch/conf/suite/<name> or a .yaml)", nullable=True
+    ),
     "eval.workers": _int("env processes a suite's episodes run in (a real robot or a person scoring: 1)", 1, 64),
-    "eval.score": _choice("who judges success: the env's own check or a person's labels (never the reward model)",
-                          "env", "human"),
+    "eval.score": _choice(
+        "who judges success: the env's own check or a person's labels (never the reward model)", "env", "human"
+    ),
     # bc (behaviour cloning of a base policy)
     "bc.chunk_size": _int("actions the BC policy predicts per inference", 1, 1000),
     "bc.execute_steps": _int("actions of each BC chunk run open-loop (null: the whole chunk)", 1, nullable=True),
@@ -222,8 +228,9 @@ SETTINGS: dict[str, Setting] = {
     "transport.data_port": _int("actor → learner transitions (PUSH/PULL)", *PORT),
     "transport.weights_port": _int("learner → actor weights (PUB/SUB)", *PORT),
     "transport.ctrl_port": _int("hello, heartbeat and stats (DEALER/ROUTER)", *PORT),
-    "transport.curve_keys_dir": Setting("str", "a `robo-rl keys generate` folder (required off loopback)",
-                                        nullable=True),  # fmt: skip
+    "transport.curve_keys_dir": Setting(
+        "str", "a `robo-rl keys generate` folder (required off loopback)", nullable=True
+    ),
     "transport.actor_timeout_s": _pos("the learner marks an actor lost after this long without a heartbeat, s"),
     "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
     "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
@@ -253,10 +260,14 @@ SETTINGS: dict[str, Setting] = {
     "algo.target_noise_std": _float("residual: target smoothing noise, in units of policy.scale", 0.0),
     "algo.target_noise_clip": _float("residual: clip of the target noise, in units of policy.scale", 0.0),
     "algo.actor_start_updates": _int("residual: critic-only updates before the residual moves", 0),
-    "algo.bound_ramp_updates": _int("residual: actor updates over which the residual's bound grows from 0 to "
-                                    "policy.scale (0: the whole bound at once)", 0),
-    "algo.intervention_bc_weight": _float("sac: regress the mean action on the human's; residual: pull towards "
-                                          "(executed - base) on human steps", 0.0),
+    "algo.bound_ramp_updates": _int(
+        "residual: actor updates over which the residual's bound grows from 0 to "
+        "policy.scale (0: the whole bound at once)",
+        0,
+    ),
+    "algo.intervention_bc_weight": _float(
+        "sac: regress the mean action on the human's; residual: pull towards (executed - base) on human steps", 0.0
+    ),
     "algo.residual_l2": _float("residual: weight of the pull towards the base (r = 0) in the actor loss", 0.0),
     # policy
     "policy.hidden": _ints("policy MLP widths"),
@@ -267,13 +278,16 @@ SETTINGS: dict[str, Setting] = {
     "policy.epsilon": _float("random gripper choice this often while training", 0.0, 1.0),
     "policy.scale": _pos("residual: the bound s of the residual correction", high=2.0),
     "policy.exploration_std": _float("residual: Gaussian noise on the residual while training", 0.0),
-    "policy.exploration_floor": _float("residual: the exploration noise's least share while the bound ramps up "
-                                       "(1: whole from the start)", 0.0, 1.0),
+    "policy.exploration_floor": _float(
+        "residual: the exploration noise's least share while the bound ramps up (1: whole from the start)", 0.0, 1.0
+    ),
     "policy.warmup_noise": _float("residual: uniform noise on the base during train.random_steps", 0.0, 2.0),
-    "policy.action_range": _choice("residual: normalise the correction by the base's data range or [-1, 1]", "data",
-                                   "full"),
-    "policy.state_norm": _choice("residual, dsrl: read the state normalised by the base's statistics (base) or raw",
-                                 "none", "base"),
+    "policy.action_range": _choice(
+        "residual: normalise the correction by the base's data range or [-1, 1]", "data", "full"
+    ),
+    "policy.state_norm": _choice(
+        "residual, dsrl: read the state normalised by the base's statistics (base) or raw", "none", "base"
+    ),
     "policy.base.kind": _choice("residual: the base policy's kind", "bc", "lerobot"),
     "policy.base.path": Setting("str", "residual: a robo-rl bc checkpoint or a LeRobot policy", nullable=True),
     "policy.base.execute_steps": _int("residual: actions run from each base chunk (null: all)", 1, nullable=True),
@@ -284,8 +298,11 @@ SETTINGS: dict[str, Setting] = {
     "distill.rollout_episodes": _int("distill: teacher rollouts whose states are distilled on", 0),
     "distill.eval_episodes": _int("distill: evaluation episodes of teacher and student", 0),
     "policy.kind": _choice("flow/diffusion policy: its kind", "flow", "diffusion"),
-    "policy.path": Setting("str", "flow/diffusion policy: a robo-rl bc checkpoint to act with (reinflow: or a "
-                           "LeRobot SmolVLA folder or hub id)", nullable=True),
+    "policy.path": Setting(
+        "str",
+        "flow/diffusion policy: a robo-rl bc checkpoint to act with (reinflow: or a LeRobot SmolVLA folder or hub id)",
+        nullable=True,
+    ),
     "policy.task": Setting("str", "reinflow on a VLA: its instruction", nullable=True),
     "policy.chunk_size": _int("flow/diffusion policy: actions per sampled chunk", 1, 1000),
     "policy.steps": _int("flow/diffusion policy: integration (flow) or DDIM (diffusion) steps", 1, 1000),
@@ -303,22 +320,28 @@ SETTINGS: dict[str, Setting] = {
     "policy.stochastic_steps": _int("dppo: the last K' steps, stochastic and fine-tuned", 1, 1000, nullable=True),
     "policy.sigma_min": _pos("reinflow/dppo: the smallest std of a chain step", high=1.0),
     "policy.sigma_max": _pos("reinflow/dppo: the largest std of a chain step", high=1.0),
-    "policy.sigma_max_first": _pos("reinflow: the largest std of the first step (null: sigma_max)", high=1.0,
-                                   nullable=True),
+    "policy.sigma_max_first": _pos(
+        "reinflow: the largest std of the first step (null: sigma_max)", high=1.0, nullable=True
+    ),
     "policy.noise_hidden": _ints("reinflow: the noise network's widths"),
-    "policy.initial_noise": _choice("reinflow: x_0 from N(0, I) or a learned N(mu(s), sigma(s)^2)", "prior",
-                                    "learned"),
+    "policy.initial_noise": _choice("reinflow: x_0 from N(0, I) or a learned N(mu(s), sigma(s)^2)", "prior", "learned"),
     "policy.initial_sigma_min": _pos("reinflow: the learned x_0's smallest std", high=1.0),
     "algo.rollout_env_steps": _int("ppo: env steps of the current policy per iteration", 1),
     "algo.gae_lambda": _float("ppo: GAE lambda", 0.0, 1.0),
     "algo.clip": _float("ppo: the ratio clip", 0.0, 1.0, low_open=True),
-    "algo.clip_initial_noise": _float("ppo: x_0's own ratio clip (policy.initial_noise=learned; null: one ratio)",
-                                      0.0, 1.0, low_open=True, nullable=True),
+    "algo.clip_initial_noise": _float(
+        "ppo: x_0's own ratio clip (policy.initial_noise=learned; null: one ratio)",
+        0.0,
+        1.0,
+        low_open=True,
+        nullable=True,
+    ),
     "algo.epochs": _int("ppo: passes over each rollout", 1),
     "algo.lr_policy": _pos("ppo: policy learning rate", high=1.0),
     "algo.lr_value": _pos("ppo: value learning rate", high=1.0),
-    "algo.lr_initial_noise": _pos("ppo: the learned x_0 head's learning rate (null: lr_policy)", high=1.0,
-                                  nullable=True),
+    "algo.lr_initial_noise": _pos(
+        "ppo: the learned x_0 head's learning rate (null: lr_policy)", high=1.0, nullable=True
+    ),
     "algo.entropy_coef": _float("ppo: entropy bonus", 0.0),
     "algo.value_coef": _float("ppo: value loss weight", 0.0),
     "algo.value_hidden": _ints("ppo: value network widths"),
@@ -333,8 +356,9 @@ SETTINGS: dict[str, Setting] = {
     "algo.critic_tau": _float("ppo, advantage=critic: target network Polyak rate", 0.0, 1.0, low_open=True),
     "algo.critic_samples": _int("ppo, advantage=critic: chunks per state for the baseline E_pi Q(s, .)", 1),
     "algo.critic_buffer": _int("ppo, advantage=critic: decisions kept for TD (oldest dropped)", 1),
-    "algo.critic_target_clip": _floats("ppo, advantage=critic: clip TD targets to [low, high]", length=2,
-                                       nullable=True),
+    "algo.critic_target_clip": _floats(
+        "ppo, advantage=critic: clip TD targets to [low, high]", length=2, nullable=True
+    ),
     "policy.model.kind": _choice("the kind of policy trained when no path is given", "flow", "diffusion"),
     "policy.model.chunk_size": _int("the trained policy's chunk", 1, 1000),
     "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),
@@ -376,8 +400,9 @@ SETTINGS: dict[str, Setting] = {
     "env.lift_height_m": _pos("lift success height, metres"),
     "env.reach_height_m": _float("reach target height above the cube, metres", 0.0),
     "env.reach_tolerance_m": _pos("reach success distance, metres"),
-    "env.cameras": Setting("str list", "cameras in the observation (a robot env: camera name → its device)",
-                           or_mapping=True, nullable=True),
+    "env.cameras": Setting(
+        "str list", "cameras in the observation (a robot env: camera name → its device)", or_mapping=True, nullable=True
+    ),
     "env.image_size": _int("camera image height and width, pixels", 1, 1024),
     "env.gripper": _choice("gripper action", "absolute", "discrete", "none"),
     "env.state": _choice("state: full, or proprio (no object pose)", "full", "proprio"),
@@ -391,24 +416,28 @@ SETTINGS: dict[str, Setting] = {
     "env.state_keys": Setting("str list", "robosuite observation keys in the state (null: the task's)", nullable=True),
     "env.model_seed": _int("seeds what robosuite draws once, at build time", 0),
     # env.randomize (sim/randomize.py): [low, high] drawn once per episode; a single number is a std or half-width
-    "env.randomize.object_size_scale": _floats("randomize: the object's size factor", 0.0, 2.0, length=2,
-                                               low_open=True),
-    "env.randomize.object_mass_scale": _floats("randomize: the object's mass factor", 0.0, 100.0, length=2,
-                                               low_open=True),
-    "env.randomize.friction_scale": _floats("randomize: the object's and fingers' friction factor", 0.0, 10.0,
-                                            length=2, low_open=True),
-    "env.randomize.object_xy_offset_m": _floats("randomize: half-widths of the object's extra start shift, m", 0.0,
-                                                0.3, length=2),
-    "env.randomize.light_scale": _floats("randomize: the lights' intensity factor", 0.0, 10.0, length=2,
-                                         low_open=True),
+    "env.randomize.object_size_scale": _floats(
+        "randomize: the object's size factor", 0.0, 2.0, length=2, low_open=True
+    ),
+    "env.randomize.object_mass_scale": _floats(
+        "randomize: the object's mass factor", 0.0, 100.0, length=2, low_open=True
+    ),
+    "env.randomize.friction_scale": _floats(
+        "randomize: the object's and fingers' friction factor", 0.0, 10.0, length=2, low_open=True
+    ),
+    "env.randomize.object_xy_offset_m": _floats(
+        "randomize: half-widths of the object's extra start shift, m", 0.0, 0.3, length=2
+    ),
+    "env.randomize.light_scale": _floats("randomize: the lights' intensity factor", 0.0, 10.0, length=2, low_open=True),
     "env.randomize.camera_pos_noise_m": _float("randomize: half-width of each camera's position noise, m", 0.0, 0.5),
-    "env.randomize.camera_fovy_deg": _floats("randomize: each camera's vertical field of view, degrees", 0.0, 179.0,
-                                             length=2, low_open=True),
-    "env.randomize.camera_fovy_scale": _floats("randomize: each camera's field-of-view factor", 0.0, 3.0, length=2,
-                                               low_open=True),
+    "env.randomize.camera_fovy_deg": _floats(
+        "randomize: each camera's vertical field of view, degrees", 0.0, 179.0, length=2, low_open=True
+    ),
+    "env.randomize.camera_fovy_scale": _floats(
+        "randomize: each camera's field-of-view factor", 0.0, 3.0, length=2, low_open=True
+    ),
     "env.randomize.image_noise_std": _float("randomize: std of the pixel noise, uint8 units", 0.0, 255.0),
-    "env.randomize.action_latency_steps": _ints("randomize: steps a command waits before it is applied", 0,
-                                                length=2),
+    "env.randomize.action_latency_steps": _ints("randomize: steps a command waits before it is applied", 0, length=2),
     "env.randomize.action_noise_std": _float("randomize: std of the noise on the normalised action", 0.0, 2.0),
     "env.randomize.control_jitter": _float("randomize: half-width of a step's relative duration change", 0.0, 0.9),
 }

@@ -46,8 +46,10 @@ AGENT_NAMES = (
     *(f"joint_pos_{i}" for i in range(1, 8)),
     *(f"joint_vel_{i}" for i in range(1, 8)),
     "gripper_cmd",  # gym-hil's gripper actuator command: 0 open .. 255 closed (scaled: -1 .. +1)
-    "tcp_x", "tcp_y", "tcp_z",  # the pinch point, metres, world frame
-)  # fmt: skip
+    "tcp_x",
+    "tcp_y",
+    "tcp_z",  # the pinch point, metres, world frame
+)
 BLOCK_NAMES = ("block_x", "block_y", "block_z", "block_rel_x", "block_rel_y", "block_rel_z")
 WORKSPACE_CENTRE_M = np.array([0.5, 0.0, 0.0])
 POS_SCALE_M, REL_SCALE_M, VEL_SCALE = 0.3, 0.1, 2.0
@@ -141,8 +143,14 @@ class GymHilPickCubeEnv(RobotEnv):
             block = np.asarray(raw["environment_state"], np.float64)
             parts += [block, block - agent[15:18]]
         if self.scale_state:
-            agent = np.concatenate([agent[:7], agent[7:14] / VEL_SCALE, [2.0 * agent[14] / GRIPPER_CTRL_MAX - 1.0],
-                                    (agent[15:18] - WORKSPACE_CENTRE_M) / POS_SCALE_M])  # fmt: skip
+            agent = np.concatenate(
+                [
+                    agent[:7],
+                    agent[7:14] / VEL_SCALE,
+                    [2.0 * agent[14] / GRIPPER_CTRL_MAX - 1.0],
+                    (agent[15:18] - WORKSPACE_CENTRE_M) / POS_SCALE_M,
+                ]
+            )
             parts[0] = agent
             if not self.image_obs:
                 parts[1], parts[2] = (parts[1] - WORKSPACE_CENTRE_M) / POS_SCALE_M, parts[2] / REL_SCALE_M

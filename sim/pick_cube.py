@@ -26,9 +26,9 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
+from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
 from robo_rl.envs.spec import EnvSpec
 from sim.randomize import DomainRandomizer, Randomization
-from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
 TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin
@@ -40,14 +40,23 @@ ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth mot
 STIFF_CONTACT_SOLIMP = [0.95, 0.99, 0.001, 0.5, 2.0]  # cube and table: millimetre penetration even when the arm presses
 PROPRIO_DIM = 7  # end-effector position, gripper opening, end-effector velocity: what state="proprio" keeps
 STATE_NAMES = (
-    "ee_x", "ee_y", "ee_z",  # pinch point, workspace box mapped to [-1, 1]
+    "ee_x",
+    "ee_y",
+    "ee_z",  # pinch point, workspace box mapped to [-1, 1]
     "gripper_pos",  # -1 open .. +1 fully closed (same convention as the action)
-    "ee_vx", "ee_vy", "ee_vz",  # in units of the largest commanded speed
-    "cube_x", "cube_y", "cube_z",  # workspace box mapped to [-1, 1]
-    "cube_rel_x", "cube_rel_y", "cube_rel_z",  # cube minus pinch point, in POS_SCALE_M
-    "cube_yaw_sin4", "cube_yaw_cos4",  # a cube looks the same every quarter turn
+    "ee_vx",
+    "ee_vy",
+    "ee_vz",  # in units of the largest commanded speed
+    "cube_x",
+    "cube_y",
+    "cube_z",  # workspace box mapped to [-1, 1]
+    "cube_rel_x",
+    "cube_rel_y",
+    "cube_rel_z",  # cube minus pinch point, in POS_SCALE_M
+    "cube_yaw_sin4",
+    "cube_yaw_cos4",  # a cube looks the same every quarter turn
     "cube_lift",  # height above its resting height, in units of lift_height_m
-)  # fmt: skip
+)
 ACTION_NAMES = ("x", "y", "z", "gripper")
 GRIPPER_CTRL_MAX = 255.0  # the 2F-85 actuator's command range is [0, 255]
 GRIPPER_DRIVER_CLOSED_RAD = 0.8  # driver joint angle when fully closed
@@ -69,9 +78,7 @@ def panda_xml_path() -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _build_model(
-    physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float
-) -> mujoco.MjModel:
+def _build_model(physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float) -> mujoco.MjModel:
     spec = mujoco.MjSpec.from_file(panda_xml_path())
     spec.option.timestep = physics_dt_s
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST  # implicit servo damping: large stable dt
@@ -170,12 +177,19 @@ class PickCubeEnv(RobotEnv):
     metadata = {"render_modes": ["rgb_array"]}
 
     @classmethod
-    def spec_from_config(cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0,
-                         **_) -> EnvSpec:  # fmt: skip
+    def spec_from_config(
+        cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0, **_
+    ) -> EnvSpec:
         """The spaces this config gives, without building the simulator (the learner's view)."""
         names = STATE_NAMES if state == "full" else STATE_NAMES[:PROPRIO_DIM]
-        return EnvSpec(len(names), len(ACTION_NAMES), {c: (int(image_size), int(image_size)) for c in cameras}, names,
-                       ACTION_NAMES, float(control_hz))  # fmt: skip
+        return EnvSpec(
+            len(names),
+            len(ACTION_NAMES),
+            {c: (int(image_size), int(image_size)) for c in cameras},
+            names,
+            ACTION_NAMES,
+            float(control_hz),
+        )
 
     def __init__(
         self,
@@ -223,8 +237,10 @@ class PickCubeEnv(RobotEnv):
         if image_size < 1:
             raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
         if not 0.0 < cube_half_size_m <= 0.04 or cube_mass_kg <= 0.0:
-            raise ValueError(f"cube_half_size_m must be in (0, 0.04] (the gripper opens 85 mm) and cube_mass_kg "
-                             f"positive, got {cube_half_size_m} and {cube_mass_kg}")  # fmt: skip
+            raise ValueError(
+                f"cube_half_size_m must be in (0, 0.04] (the gripper opens 85 mm) and cube_mass_kg "
+                f"positive, got {cube_half_size_m} and {cube_mass_kg}"
+            )
         self.task, self.reward_type, self.terminate_on_success = task, reward_type, terminate_on_success
         self.max_episode_steps = int(max_episode_steps or (50 if task == "lift" else 30))
         self.control_hz = float(control_hz)
@@ -284,9 +300,15 @@ class PickCubeEnv(RobotEnv):
             d.qpos[:7] = REST_QPOS
             mujoco.mj_forward(m, d)
             self._randomizer = DomainRandomizer(
-                self.randomization, m, d, object_body=self._cube_body, finger_geoms=self._left_pads + self._right_pads,
-                cameras=("front", "wrist"), surface_z_m=0.0, neutral_action=NEUTRAL_ACTION,
-            )  # fmt: skip
+                self.randomization,
+                m,
+                d,
+                object_body=self._cube_body,
+                finger_geoms=self._left_pads + self._right_pads,
+                cameras=("front", "wrist"),
+                surface_z_m=0.0,
+                neutral_action=NEUTRAL_ACTION,
+            )
 
     # --- control ------------------------------------------------------------------------------
     def _solve_ik(self, q: np.ndarray, pos: np.ndarray, iters: int) -> np.ndarray:
@@ -424,15 +446,17 @@ class PickCubeEnv(RobotEnv):
         rot = d.xmat[self._cube_body]
         yaw = np.arctan2(rot[3], rot[0])  # rotation about world z, from the cube's x-axis
         gripper = d.qpos[self._driver_qpos] / GRIPPER_DRIVER_CLOSED_RAD
-        state = np.concatenate([
-            2.0 * (pinch - lo) / (hi - lo) - 1.0,
-            [2.0 * gripper - 1.0],
-            vel[3:] / (self.max_ee_step_m * self.control_hz),
-            2.0 * (cube - lo) / (hi - lo) - 1.0,
-            (cube - pinch) / POS_SCALE_M,
-            [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
-            [(cube[2] - self._cube_half_m) / self.lift_height_m],
-        ]).astype(np.float32)  # fmt: skip
+        state = np.concatenate(
+            [
+                2.0 * (pinch - lo) / (hi - lo) - 1.0,
+                [2.0 * gripper - 1.0],
+                vel[3:] / (self.max_ee_step_m * self.control_hz),
+                2.0 * (cube - lo) / (hi - lo) - 1.0,
+                (cube - pinch) / POS_SCALE_M,
+                [np.sin(4.0 * yaw), np.cos(4.0 * yaw)],
+                [(cube[2] - self._cube_half_m) / self.lift_height_m],
+            ]
+        ).astype(np.float32)
         self.full_state = state  # with state="proprio", what scripted experts read (the cube pose too)
         images = self._render() if self._randomizer is None else self._randomizer.images(self._render())
         return {"state": state[: len(self.state_names)], "images": images}

@@ -21,8 +21,9 @@ class PointReachEnv(RobotEnv):
         """The spaces this config gives, without building the env (the learner's view)."""
         return EnvSpec(4, 2, {"top": (8, 8)} if camera else {}, cls.state_names, cls.action_names, float(control_hz))
 
-    def __init__(self, max_episode_steps: int = 20, step_size: float = 0.2, camera: bool = False,
-                 control_hz: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, max_episode_steps: int = 20, step_size: float = 0.2, camera: bool = False, control_hz: float = 10.0
+    ) -> None:
         super().__init__()
         self.control_hz = float(control_hz)
         self.max_episode_steps = max_episode_steps

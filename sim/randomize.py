@@ -42,8 +42,21 @@ PRIMITIVE_GEOMS = {  # a mesh's size cannot be scaled
     getattr(mujoco.mjtGeom, f"mjGEOM_{kind}") for kind in ("PLANE", "SPHERE", "CAPSULE", "ELLIPSOID", "CYLINDER", "BOX")
 }
 STD_KEYS = ("camera_pos_noise_m", "image_noise_std", "action_noise_std", "control_jitter")
-MODEL_FIELDS = ("geom_size", "geom_rbound", "geom_aabb", "geom_pos", "geom_friction", "body_pos", "body_mass",
-                "body_inertia", "light_diffuse", "light_ambient", "cam_pos", "cam_quat", "cam_fovy")  # fmt: skip
+MODEL_FIELDS = (
+    "geom_size",
+    "geom_rbound",
+    "geom_aabb",
+    "geom_pos",
+    "geom_friction",
+    "body_pos",
+    "body_mass",
+    "body_inertia",
+    "light_diffuse",
+    "light_ambient",
+    "cam_pos",
+    "cam_quat",
+    "cam_fovy",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,9 +131,18 @@ class DomainRandomizer:
     perturbs each step's action, substep count and images. The env keeps placing the object itself, shifted by
     `object_xy_offset` and resting on a cube `object_scale` times its nominal size."""
 
-    def __init__(self, spec: Randomization, model: mujoco.MjModel, data: mujoco.MjData, *, object_body: int,
-                 finger_geoms: Sequence[int], cameras: Sequence[str], surface_z_m: float,
-                 neutral_action: np.ndarray) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: Randomization,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        *,
+        object_body: int,
+        finger_geoms: Sequence[int],
+        cameras: Sequence[str],
+        surface_z_m: float,
+        neutral_action: np.ndarray,
+    ) -> None:
         """`data`: forwarded at the start pose (where each camera's aim point is found); `surface_z_m`: the height
         of the table the cameras look at; `finger_geoms`: the gripper geoms whose friction varies with the object's."""
         self.spec, self.model = spec, model
@@ -129,8 +151,9 @@ class DomainRandomizer:
         self._object_geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] in self._bodies]
         meshes = [model.geom(g).name for g in self._object_geoms if model.geom_type[g] not in PRIMITIVE_GEOMS]
         if spec.object_size_scale is not None and meshes:
-            raise ValueError(f"randomize.object_size_scale scales primitive geoms only; this object has meshes "
-                             f"{meshes}")  # fmt: skip
+            raise ValueError(
+                f"randomize.object_size_scale scales primitive geoms only; this object has meshes {meshes}"
+            )
         self._friction_geoms = sorted(set(self._object_geoms) | set(finger_geoms))
         self._cameras = [model.camera(name).id for name in cameras]
         self._camera_names = list(cameras)
@@ -236,8 +259,10 @@ class DomainRandomizer:
         if self.spec.image_noise_std == 0.0:
             return images
         std = self.spec.image_noise_std
-        return {name: np.clip(np.rint(img + self._rng.normal(0.0, std, img.shape)), 0.0, UINT8_MAX).astype(np.uint8)
-                for name, img in images.items()}  # fmt: skip
+        return {
+            name: np.clip(np.rint(img + self._rng.normal(0.0, std, img.shape)), 0.0, UINT8_MAX).astype(np.uint8)
+            for name, img in images.items()
+        }
 
     def add_first_step_info(self, info: dict) -> dict:
         """The episode's values go in the first step's info too (an evaluation that skips the reset info sees them)."""

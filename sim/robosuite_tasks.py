@@ -57,8 +57,8 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
-from sim.randomize import DomainRandomizer, Randomization
 from robo_rl.envs.render import fast_renderer, render_cameras
+from sim.randomize import DomainRandomizer, Randomization
 from sim.seeding import global_numpy_seed
 
 PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
@@ -128,8 +128,10 @@ class RobosuiteEnv(RobotEnv):
         if reward_type not in REWARD_TYPES:
             raise ValueError(f"reward_type must be one of {', '.join(REWARD_TYPES)}, got {reward_type!r}")
         if not 0 < shaping_gamma <= 1 or not 0 <= shaping_scale <= 1:
-            raise ValueError(f"shaping_gamma must be in (0, 1] and shaping_scale in [0, 1] (success pays 1), got "
-                             f"{shaping_gamma} and {shaping_scale}")  # fmt: skip
+            raise ValueError(
+                f"shaping_gamma must be in (0, 1] and shaping_scale in [0, 1] (success pays 1), got "
+                f"{shaping_gamma} and {shaping_scale}"
+            )
         cameras = tuple(cameras) if observation == "image" else ()
         if image_size < 1:
             raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
@@ -140,9 +142,11 @@ class RobosuiteEnv(RobotEnv):
         self._potential = 0.0  # Φ of the current state (reward_type="potential")
         self.terminate_on_success = bool(terminate_on_success)
         if reward_type == "dense" and self.terminate_on_success:
-            warnings.warn(f"{task}: dense reward shaping with terminate_on_success pays more for holding the "
-                          "object than for finishing the task; use reward_type=sparse or terminate_on_success=false",
-                          stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{task}: dense reward shaping with terminate_on_success pays more for holding the "
+                "object than for finishing the task; use reward_type=sparse or terminate_on_success=false",
+                stacklevel=2,
+            )
         self.max_episode_steps = int(max_episode_steps or defaults["max_episode_steps"])
         self.control_hz = float(control_hz)
         self.max_ee_step_m, self.max_ee_rot_rad = float(max_ee_step_m), float(max_ee_rot_rad)
@@ -179,15 +183,23 @@ class RobosuiteEnv(RobotEnv):
         if not self.randomization.is_nominal:
             gripper = self._env.robots[0].gripper
             gripper = next(iter(gripper.values())) if isinstance(gripper, dict) else gripper  # one per arm
-            fingers = [self._model.geom(n).id for part in ("left_finger", "right_finger")
-                       for n in gripper.important_geoms[part]]  # fmt: skip
+            fingers = [
+                self._model.geom(n).id
+                for part in ("left_finger", "right_finger")
+                for n in gripper.important_geoms[part]
+            ]
             self._env.sim.forward()  # the start pose, where each camera's aim point is found
             try:
                 self._randomizer = DomainRandomizer(
-                    self.randomization, self._model, self._data, object_body=self._model.body(obj.root_body).id,
-                    finger_geoms=fingers, cameras=cameras, surface_z_m=self._surface_z(),
+                    self.randomization,
+                    self._model,
+                    self._data,
+                    object_body=self._model.body(obj.root_body).id,
+                    finger_geoms=fingers,
+                    cameras=cameras,
+                    surface_z_m=self._surface_z(),
                     neutral_action=NEUTRAL_ACTION,
-                )  # fmt: skip
+                )
             except ValueError:
                 self._env.close()
                 raise
@@ -265,8 +277,9 @@ class RobosuiteEnv(RobotEnv):
         """Φ: robosuite's staged progress towards success in the current state, in [0, 1] (module docstring)."""
         env = self._env
         if self.task == "Lift":
-            dist = env._gripper_to_target(gripper=env.robots[0].gripper, target=env.cube.root_body,
-                                          target_type="body", return_distance=True)  # fmt: skip
+            dist = env._gripper_to_target(
+                gripper=env.robots[0].gripper, target=env.cube.root_body, target_type="body", return_distance=True
+            )
             grasp = env._check_grasp(gripper=env.robots[0].gripper, object_geoms=env.cube)
             return float((1.0 - np.tanh(10.0 * dist) + 0.25 * grasp) / 1.25)
         return float(max(env.staged_rewards()) / 0.7)

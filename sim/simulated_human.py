@@ -22,9 +22,20 @@ class SimulatedHuman(TeleopDevice):
     name = "sim_human"
     needs_env = True
 
-    def __init__(self, env, expert: dict | None = None, drift_threshold: float = 0.5, patience: int = 3,
-                 reaction_delay: int = 2, hold_steps: int = 15, takeover_prob: float = 1.0, decay: float = 1.0,
-                 min_prob: float = 0.0, seed: int = 0, name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env,
+        expert: dict | None = None,
+        drift_threshold: float = 0.5,
+        patience: int = 3,
+        reaction_delay: int = 2,
+        hold_steps: int = 15,
+        takeover_prob: float = 1.0,
+        decay: float = 1.0,
+        min_prob: float = 0.0,
+        seed: int = 0,
+        name: str | None = None,
+    ) -> None:
         super().__init__(name)
         if expert is None or "_target_" not in expert:
             raise ValueError("sim_human needs the task's scripted expert (expert: ${env.expert}); this env has none")

@@ -23,9 +23,19 @@ def _no_stale_log_handlers():
 # The files whose tests take longest in all (start processes, train), longest first: with `--dist loadfile` a worker
 # takes files in collection order, so these start first and the short files fill in around them; alphabetically, a
 # long file last left one worker running it alone for minutes while the other idled.
-LONG_FILES = ("test_cli.py", "test_wire_identity.py", "test_resume.py", "test_launch.py", "test_ppo.py",
-              "test_pipeline.py", "test_residual.py", "test_gui.py", "test_precision.py", "test_sim_robosuite.py",
-              "test_lerobot_vla.py")  # fmt: skip
+LONG_FILES = (
+    "test_cli.py",
+    "test_wire_identity.py",
+    "test_resume.py",
+    "test_launch.py",
+    "test_ppo.py",
+    "test_pipeline.py",
+    "test_residual.py",
+    "test_gui.py",
+    "test_precision.py",
+    "test_sim_robosuite.py",
+    "test_lerobot_vla.py",
+)
 
 
 def pytest_collection_modifyitems(items):

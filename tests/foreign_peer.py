@@ -43,11 +43,22 @@ def stolen_session(run: Path, timeout_s: float = 60.0) -> tuple[str, int, int]:
 
 def forged_batch(n: int, state_dim: int, action_dim: int) -> list[tuple[list, bytes]]:
     """A step batch of the usual fields whose every number is FORGED_STATE."""
-    fields = {"episode_id": ("<i8", []), "step": ("<i4", []), "state": ("<f4", [state_dim]),
-              "action_executed": ("<f4", [action_dim]), "action_policy": ("<f4", [action_dim]),
-              "action_base": ("<f4", [action_dim]), "reward": ("<f4", []), "terminated": ("|b1", []),
-              "truncated": ("|b1", []), "intervention": ("|b1", []), "success": ("|b1", []), "ended_by": ("|i1", []),
-              "policy_version": ("<i8", []), "timestamp": ("<f8", [])}  # fmt: skip
+    fields = {
+        "episode_id": ("<i8", []),
+        "step": ("<i4", []),
+        "state": ("<f4", [state_dim]),
+        "action_executed": ("<f4", [action_dim]),
+        "action_policy": ("<f4", [action_dim]),
+        "action_base": ("<f4", [action_dim]),
+        "reward": ("<f4", []),
+        "terminated": ("|b1", []),
+        "truncated": ("|b1", []),
+        "intervention": ("|b1", []),
+        "success": ("|b1", []),
+        "ended_by": ("|i1", []),
+        "policy_version": ("<i8", []),
+        "timestamp": ("<f8", []),
+    }
     out = []
     for name, (dtype, shape) in fields.items():
         a = np.full((n, *shape), FORGED_STATE if dtype[1] == "f" else 1, np.dtype(dtype))
@@ -60,12 +71,22 @@ def data_messages(actor: str, session: int, seq: int, state_dim: int, action_dim
     specs, frames = [s for s, _ in good], [f for _, f in good]
     steps = {"actor": actor, "session": session, "seq": seq + 1, "token": "f" * 32}
     msgs = [
-        [b""], [b"\xc1"], [b"\x00" * 100], [msgpack.packb([1, 2, 3])], [msgpack.packb(None)],
-        [header("steps", [])] + frames, [header("steps", None)] + frames, [header("steps", 5)] + frames,
-        [header("steps", "meta")] + frames, [header(7, steps, specs)] + frames, [header(None, steps, specs)] + frames,
-        [header("steps", steps, specs, v=99)] + frames, [header("steps", steps, specs, v="2")] + frames,
+        [b""],
+        [b"\xc1"],
+        [b"\x00" * 100],
+        [msgpack.packb([1, 2, 3])],
+        [msgpack.packb(None)],
+        [header("steps", [])] + frames,
+        [header("steps", None)] + frames,
+        [header("steps", 5)] + frames,
+        [header("steps", "meta")] + frames,
+        [header(7, steps, specs)] + frames,
+        [header(None, steps, specs)] + frames,
+        [header("steps", steps, specs, v=99)] + frames,
+        [header("steps", steps, specs, v="2")] + frames,
         [msgpack.packb({"kind": "steps", "meta": steps, "arrays": specs})] + frames,
-        [header("steps", steps, specs)] + frames[:-1], [header("steps", steps, specs)] + frames + [b"extra"],
+        [header("steps", steps, specs)] + frames[:-1],
+        [header("steps", steps, specs)] + frames + [b"extra"],
         [header("steps", steps, [[["list name"], "<f4", [1]]]), b"\0" * 4],
         [header("steps", steps, [[{"map": 1}, "<f4", [1]]]), b"\0" * 4],
         [header("steps", steps, [[7, "<f4", [1]]]), b"\0" * 4],
@@ -85,10 +106,26 @@ def data_messages(actor: str, session: int, seq: int, state_dim: int, action_dim
         [header("steps", steps, [["x", "<f4", [1]], ["x", "<f4", [1]]]), b"\0" * 4, b"\0" * 4],
         [header("steps", steps, ["not a spec"]), b"\0"],
     ]
-    for key, bad in [("seq", "7"), ("seq", 1.0), ("seq", -5), ("seq", 0), ("seq", [1]), ("seq", None),
-                     ("session", "x"), ("session", [session]), ("session", 2.5), ("actor", ["a"]), ("actor", b"a"),
-                     ("actor", ""), ("actor", "x" * 500), ("actor", 5), ("token", 5), ("token", None),
-                     ("token", "t" * 100), ("policy_version", "v")]:  # fmt: skip
+    for key, bad in [
+        ("seq", "7"),
+        ("seq", 1.0),
+        ("seq", -5),
+        ("seq", 0),
+        ("seq", [1]),
+        ("seq", None),
+        ("session", "x"),
+        ("session", [session]),
+        ("session", 2.5),
+        ("actor", ["a"]),
+        ("actor", b"a"),
+        ("actor", ""),
+        ("actor", "x" * 500),
+        ("actor", 5),
+        ("token", 5),
+        ("token", None),
+        ("token", "t" * 100),
+        ("policy_version", "v"),
+    ]:
         msgs.append([header("steps", {**steps, key: bad}, specs)] + frames)
     for key in ("actor", "session", "seq", "token"):
         msgs.append([header("steps", {k: v for k, v in steps.items() if k != key}, specs)] + frames)
@@ -103,16 +140,45 @@ def data_messages(actor: str, session: int, seq: int, state_dim: int, action_dim
 
 def ctrl_messages(actor: str, session: int) -> list[list[bytes]]:
     hello = {"actor": actor, "session": session, "token": "f" * 32, "first_unacked": 1, "config_hash": "?"}
-    msgs = [[b""], [b"\xc1\xc1"], [header("hello", [])], [header("hello", None)], [header("hello", 1)],
-            [header("heartbeat", [])], [header("heartbeat", None)], [header("bye", [])], [header("bye", None)],
-            [header("welcome", {"acked": 1})], [header("stop", {"reason": "x"})]]  # fmt: skip
-    for key, bad in [("config_hash", 5), ("first_unacked", "1"), ("first_unacked", -1), ("first_unacked", 0),
-                     ("first_unacked", 2**64 - 1), ("session", [1]), ("session", "s"), ("actor", None),
-                     ("actor", {"a": 1}), ("token", b"t")]:  # fmt: skip
+    msgs = [
+        [b""],
+        [b"\xc1\xc1"],
+        [header("hello", [])],
+        [header("hello", None)],
+        [header("hello", 1)],
+        [header("heartbeat", [])],
+        [header("heartbeat", None)],
+        [header("bye", [])],
+        [header("bye", None)],
+        [header("welcome", {"acked": 1})],
+        [header("stop", {"reason": "x"})],
+    ]
+    for key, bad in [
+        ("config_hash", 5),
+        ("first_unacked", "1"),
+        ("first_unacked", -1),
+        ("first_unacked", 0),
+        ("first_unacked", 2**64 - 1),
+        ("session", [1]),
+        ("session", "s"),
+        ("actor", None),
+        ("actor", {"a": 1}),
+        ("token", b"t"),
+    ]:
         msgs.append([header("hello", {**hello, key: bad})])
     msgs.append([header("hello", hello)])  # the stolen session with a guessed token (and a wrong config hash)
-    for stats in [{"x": b"bytes"}, {"x": [1, 2]}, {"x": {"deep": {"er": 1}}}, [1, 2], "stats", None, 5,
-                  {str(i): i for i in range(500)}, {"x": "y" * 10_000}, {b"k": 1}]:  # fmt: skip
+    for stats in [
+        {"x": b"bytes"},
+        {"x": [1, 2]},
+        {"x": {"deep": {"er": 1}}},
+        [1, 2],
+        "stats",
+        None,
+        5,
+        {str(i): i for i in range(500)},
+        {"x": "y" * 10_000},
+        {b"k": 1},
+    ]:
         msgs.append([header("heartbeat", {"actor": actor, "stats": stats})])
     msgs.append([header("heartbeat", {"actor": actor, "stats": {"unacked": 0}})])  # a well-formed one, not its own
     msgs.append([header("bye", {"actor": actor, "reason": "impostor"})])  # would mark the real actor gone

@@ -37,8 +37,13 @@ def build_recording(policy, observation_space, action_dim, state_names=(), *, ba
 
 
 def test_an_algorithm_named_by_target_plugs_into_the_learner_loop_unchanged(tmp_path):
-    cfg = toy_config(tmp_path, "algo._target_=tests.test_algorithms.build_recording", "algo.batch_size=8",
-                     "algo.n_step=2", "train.learning_starts=10")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "algo._target_=tests.test_algorithms.build_recording",
+        "algo.batch_size=8",
+        "algo.n_step=2",
+        "train.learning_starts=10",
+    )
     run = tmp_path / "run"
     run.mkdir()
     learner = Learner(cfg, run, progress=False)
@@ -59,8 +64,14 @@ def test_an_algorithm_named_by_target_plugs_into_the_learner_loop_unchanged(tmp_
 
 def test_frozen_backbones_never_travel_and_the_actor_builds_them_from_its_config(tmp_path):
     save_resnet10(ResNet10(), tmp_path / "w")
-    overrides = ["env=point_reach", "experiment=rlpd", "env.camera=true", "policy=resnet10", f"policy.encoder.pretrained={tmp_path / 'w'}",
-                 "policy.encoder.resize=[32,32]"]  # fmt: skip
+    overrides = [
+        "env=point_reach",
+        "experiment=rlpd",
+        "env.camera=true",
+        "policy=resnet10",
+        f"policy.encoder.pretrained={tmp_path / 'w'}",
+        "policy.encoder.resize=[32,32]",
+    ]
     from sim.point_reach import PointReachEnv
 
     env = PointReachEnv(camera=True)

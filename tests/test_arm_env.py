@@ -51,8 +51,14 @@ def test_end_effector_steps_move_each_arm_through_its_driver_and_the_gripper_fol
 
 @pytest.mark.parametrize("option", ["so101_twin", "franka", "ur5e"])
 def test_the_learner_reads_the_spec_from_the_config_without_opening_the_arm(option):
-    cfg = load_config([f"env={option}", "hardware.dry_run=true", "env.twin_clock=virtual",
-                       "env.cameras={wrist: {type: fake, width: 40, height: 30}}"])  # fmt: skip
+    cfg = load_config(
+        [
+            f"env={option}",
+            "hardware.dry_run=true",
+            "env.twin_clock=virtual",
+            "env.cameras={wrist: {type: fake, width: 40, height: 30}}",
+        ]
+    )
     from omegaconf import OmegaConf
 
     told = static_spec(OmegaConf.to_container(cfg.env, resolve=True))
@@ -66,8 +72,13 @@ def test_the_learner_reads_the_spec_from_the_config_without_opening_the_arm(opti
 
 
 def test_cameras_are_aligned_to_the_arm_reading_and_say_how_old_they_are():
-    env = ArmEnv(driver_for("so101"), cameras={"front": {"type": "twin", "width": 48, "height": 32, "fps": 30},
-                                               "wrist": {"type": "fake", "width": 24, "height": 24, "fps": 60}})
+    env = ArmEnv(
+        driver_for("so101"),
+        cameras={
+            "front": {"type": "twin", "width": 48, "height": 32, "fps": 30},
+            "wrist": {"type": "fake", "width": 24, "height": 24, "fps": 60},
+        },
+    )
     try:
         obs, info = env.reset(seed=0)
         assert obs["images"]["front"].shape == (32, 48, 3) and obs["images"]["wrist"].shape == (24, 24, 3)
@@ -145,11 +156,21 @@ def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_saf
     from robo_rl.runs import read_metrics
     from tests.test_pipeline import run_pair, toy_config
 
-    cfg = toy_config(tmp_path, "env=so101", "hardware.dry_run=true", "env.twin_clock=virtual",  # the real config
-                     "env.reach={low: [0.16, -0.08, 0.08], high: [0.24, 0.08, 0.16]}", "env.max_episode_steps=50",
-                     "safety=default", "demos.num_episodes=0",
-                     "safety.workspace={low: [0.12, -0.06, 0.06], high: [0.24, 0.06, 0.16]}", "env.max_ee_step_m=0.03",
-                     "train.total_env_steps=300", "train.learning_starts=100", "actor.throttle_to_learner=false")
+    cfg = toy_config(
+        tmp_path,
+        "env=so101",
+        "hardware.dry_run=true",
+        "env.twin_clock=virtual",  # the real config
+        "env.reach={low: [0.16, -0.08, 0.08], high: [0.24, 0.08, 0.16]}",
+        "env.max_episode_steps=50",
+        "safety=default",
+        "demos.num_episodes=0",
+        "safety.workspace={low: [0.12, -0.06, 0.06], high: [0.24, 0.06, 0.16]}",
+        "env.max_ee_step_m=0.03",
+        "train.total_env_steps=300",
+        "train.learning_starts=100",
+        "actor.throttle_to_learner=false",
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and learner.env_steps >= 300 and learner.updates > 0
@@ -176,9 +197,16 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
 
     safety = SafetyWrapper.__new__(SafetyWrapper)
     safety.counts, safety.stopped = collections.Counter(steps=120, workspace=7), None
-    actor = SimpleNamespace(policy_version=3, refused_steps=0, step_starts=Racing([0.0, 0.1, 0.2]),
-                            decide_ms=Racing([1.0, 2.0]), env=SimpleNamespace(control_hz=10), reward=None,
-                            safety=safety, human=None)
+    actor = SimpleNamespace(
+        policy_version=3,
+        refused_steps=0,
+        step_starts=Racing([0.0, 0.1, 0.2]),
+        decide_ms=Racing([1.0, 2.0]),
+        env=SimpleNamespace(control_hz=10),
+        reward=None,
+        safety=safety,
+        human=None,
+    )
     stats = Actor.loop_stats(actor)
     assert stats["safety_steps"] == 120 and stats["safety_workspace"] == 7 and stats["safety_stopped"] == 0
     assert "period_ms_p50" not in stats and "inference_ms_p50" not in stats  # skipped for this beat only

@@ -11,16 +11,24 @@ import pytest
 import torch
 
 from policies.bc import BCBase, BCCheckpointError, BCPolicy, load_bc_base
-from robo_rl.offline.bc import demos_dataset, evaluate_base, load_bc_data, train_bc
 from robo_rl.cli import main
 from robo_rl.config import load_config, make_env
 from robo_rl.data.demos import load_or_make_demos
 from robo_rl.envs import make_observation_space
+from robo_rl.offline.bc import demos_dataset, evaluate_base, load_bc_data, train_bc
 
 
 def _cfg(tmp_path, *overrides):
-    return load_config(["env=point_reach", "experiment=rlpd", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false",
-                        "bc.eval_episodes=30", *overrides])  # fmt: skip
+    return load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            f"cache_dir={tmp_path / 'cache'}",
+            "logger.progress=false",
+            "bc.eval_episodes=30",
+            *overrides,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +113,9 @@ def test_a_flow_or_diffusion_policy_trains_for_its_floor_of_gradient_steps_whate
     from policies.flow import ChunkGenerator
     from robo_rl.offline.bc import train_policy
 
-    cfg = _cfg(tmp_path, "bc.epochs=1", "bc.patience=1", "bc.flow_updates=10", "bc.diffusion_updates=25",
-               "bc.batch_size=64")  # fmt: skip
+    cfg = _cfg(
+        tmp_path, "bc.epochs=1", "bc.patience=1", "bc.flow_updates=10", "bc.diffusion_updates=25", "bc.batch_size=64"
+    )
     data = load_bc_data(cfg, progress=False)
     per_epoch = -(-len(data.train_rows) // 64)
     assert per_epoch < 10  # so the floor, not one epoch, decides
@@ -128,8 +137,9 @@ def test_a_flow_or_diffusion_policy_trains_for_its_floor_of_gradient_steps_whate
         (4, {}, 2, ("x", "y", "goal_y", "goal_x"), "its state entry 2 is 'goal_x', the task's is 'goal_y'"),
     ],
 )
-def test_a_checkpoint_for_another_task_is_refused_naming_the_mismatch(trained, state_dim, cameras, action_dim,
-                                                                      names, expected):  # fmt: skip
+def test_a_checkpoint_for_another_task_is_refused_naming_the_mismatch(
+    trained, state_dim, cameras, action_dim, names, expected
+):
     _, run, _ = trained
     with pytest.raises(BCCheckpointError) as e:
         load_bc_base(run, make_observation_space(state_dim, cameras), action_dim, names)
@@ -163,8 +173,18 @@ def test_chunks_run_open_loop_from_a_queue_emptied_at_each_episode_start(tmp_pat
 
 def test_robo_rl_bc_trains_writes_a_loadable_base_and_reports(tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["bc", "env=point_reach", "experiment=rlpd", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}",
-                 "logger.progress=false", "bc.epochs=3", "bc.eval_episodes=3"])  # fmt: skip
+    code = main(
+        [
+            "bc",
+            "env=point_reach",
+            "experiment=rlpd",
+            f"outputs_dir={out}",
+            f"cache_dir={tmp_path / 'cache'}",
+            "logger.progress=false",
+            "bc.epochs=3",
+            "bc.eval_episodes=3",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0
     assert "validation loss" in text and "success " in text and "Wilson 95% CI" in text
@@ -175,7 +195,13 @@ def test_robo_rl_bc_trains_writes_a_loadable_base_and_reports(tmp_path, capsys):
 
 def test_bad_bc_input_is_one_line_before_any_run_folder(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["env=point_reach", "experiment=rlpd", f"outputs_dir={out}", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false"]
+    args = [
+        "env=point_reach",
+        "experiment=rlpd",
+        f"outputs_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "logger.progress=false",
+    ]
     assert main(["bc", *args, "bc.chunk_size=0"]) == 2
     assert "bc.chunk_size=0 is not allowed" in capsys.readouterr().err
     assert main(["bc", *args, f"demos.path={tmp_path / 'missing'}"]) == 2
@@ -185,9 +211,19 @@ def test_bad_bc_input_is_one_line_before_any_run_folder(tmp_path, capsys):
 
 
 def test_the_image_variant_trains_on_a_pixel_env_and_needs_its_camera(tmp_path):
-    cfg = _cfg(tmp_path, "env.camera=true", "bc.images=true", "bc.epochs=1", "bc.eval_episodes=2", "bc.chunk_size=3",
-               "demos.num_episodes=4", "policy.encoder.channels=8", "policy.encoder.features=8",
-               "policy.encoder.kernels=[3,3]", "policy.encoder.strides=[1,1]")  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        "env.camera=true",
+        "bc.images=true",
+        "bc.epochs=1",
+        "bc.eval_episodes=2",
+        "bc.chunk_size=3",
+        "demos.num_episodes=4",
+        "policy.encoder.channels=8",
+        "policy.encoder.features=8",
+        "policy.encoder.kernels=[3,3]",
+        "policy.encoder.strides=[1,1]",
+    )
     summary = train_bc(cfg, tmp_path / "run", progress=False)
     assert summary["epochs"] == 1 and np.isfinite(summary["val_loss"])
     env = make_env(cfg)
@@ -202,9 +238,11 @@ def test_the_image_variant_trains_on_a_pixel_env_and_needs_its_camera(tmp_path):
 
 
 def test_bc_help_needs_no_torch():
-    code = ("import sys, contextlib, io\nfrom robo_rl.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n    main(['bc', '--help'])\n"
-            "print(sorted(m for m in ('torch', 'mujoco') if m in sys.modules))\n")  # fmt: skip
+    code = (
+        "import sys, contextlib, io\nfrom robo_rl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    main(['bc', '--help'])\n"
+        "print(sorted(m for m in ('torch', 'mujoco') if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", out.stderr
 

@@ -75,8 +75,13 @@ def test_bgr_sources_are_converted_to_rgb(cams):
     class BGRFake(FakeCamera):
         bgr = True  # as OpenCVCamera's frames are
 
-    cam = BGRFake("front", W, H, fps=FPS, source=lambda seq: np.dstack([np.full((H, W), v, np.uint8)
-                                                                       for v in (10, 20, seq % 2 + 30)]))
+    cam = BGRFake(
+        "front",
+        W,
+        H,
+        fps=FPS,
+        source=lambda seq: np.dstack([np.full((H, W), v, np.uint8) for v in (10, 20, seq % 2 + 30)]),
+    )
     cams.append(cam)
     image = cam.start().wait_frame().image
     assert (image[..., 0] >= 30).all() and (image[..., 1] == 20).all() and (image[..., 2] == 10).all()
@@ -224,8 +229,10 @@ def test_make_camera_builds_by_type_or_target_and_refuses_unknown_ones():
         make_camera({"type": "fake", "width": W, "height": H})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pyrealsense2") is not None,
-                    reason="pyrealsense2 is installed: the missing-extra message cannot show")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pyrealsense2") is not None,
+    reason="pyrealsense2 is installed: the missing-extra message cannot show",
+)
 def test_realsense_without_pyrealsense2_names_the_extra():
     with pytest.raises(CameraError) as info:
         RealSenseCamera("wrist")

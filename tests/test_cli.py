@@ -17,16 +17,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def robo_rl(*args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "MUJOCO_GL": "egl"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "robo_rl.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "MUJOCO_GL": "egl"},
+    )
 
 
 def isolated(tmp_path, experiment: str | None = "rlpd") -> list[str]:
     """Overrides that keep a test's run folder, cache and ports to itself (and SAC/RLPD unless told otherwise)."""
     p = free_ports(3)
-    return [*([f"experiment={experiment}"] if experiment else []), f"outputs_dir={tmp_path / 'outputs'}",
-            f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}",
-            f"transport.weights_port={p[1]}", f"transport.ctrl_port={p[2]}", "logger.progress=false"]  # fmt: skip
+    return [
+        *([f"experiment={experiment}"] if experiment else []),
+        f"outputs_dir={tmp_path / 'outputs'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        f"transport.data_port={p[0]}",
+        f"transport.weights_port={p[1]}",
+        f"transport.ctrl_port={p[2]}",
+        "logger.progress=false",
+    ]
 
 
 def only_run_dir(tmp_path) -> Path:
@@ -63,9 +75,14 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
 
 def test_ctrl_c_leaves_a_usable_checkpoint(tmp_path):
     args = isolated(tmp_path, "reach_smoke")
-    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train",
-                             "train.total_env_steps=100000", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", "train", "train.total_env_steps=100000", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
@@ -140,8 +157,14 @@ def test_keys_generate_writes_a_learner_and_actor_keypairs_and_authorises_the_ac
     out = robo_rl("keys", "generate", str(tmp_path / "k"), "arm-left", "arm-right", cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in (tmp_path / "k").iterdir() if p.is_file())
-    assert names == ["arm-left.key", "arm-left.key_secret", "arm-right.key", "arm-right.key_secret",
-                     "learner.key", "learner.key_secret"]  # fmt: skip
+    assert names == [
+        "arm-left.key",
+        "arm-left.key_secret",
+        "arm-right.key",
+        "arm-right.key_secret",
+        "learner.key",
+        "learner.key_secret",
+    ]
     assert sorted(p.name for p in (tmp_path / "k/authorized").iterdir()) == ["arm-left.key", "arm-right.key"]
     assert (tmp_path / "k/learner.key_secret").stat().st_mode & 0o077 == 0
     again = robo_rl("keys", "generate", str(tmp_path / "k"), cwd=tmp_path, timeout=60)

@@ -64,9 +64,17 @@ HEAVY = ("torch", "mujoco", "zmq", "gym_hil", "robosuite")
 
 @pytest.mark.parametrize(
     "argv",
-    [["train", "--help"], ["show"], ["show", "algo.batch_size=0"], ["show", "algo.batch_sise=3"], ["keys"],
-     ["data", "--help"], ["bc", "bc.patiense=5"], ["distill", "distill.iterations=0"]],
-)  # fmt: skip
+    [
+        ["train", "--help"],
+        ["show"],
+        ["show", "algo.batch_size=0"],
+        ["show", "algo.batch_sise=3"],
+        ["keys"],
+        ["data", "--help"],
+        ["bc", "bc.patiense=5"],
+        ["distill", "distill.iterations=0"],
+    ],
+)
 def test_commands_that_need_no_model_import_no_torch_or_simulator(argv):
     code = (
         "import sys, contextlib, io\n"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from robo_rl.envs import INFO_KEYS, check_observation
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, check_step_batch, fields_for_env, stack_records
+from robo_rl.envs import INFO_KEYS, check_observation
 from sim.point_reach import PointReachEnv
 
 

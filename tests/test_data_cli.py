@@ -20,8 +20,17 @@ def run(capsys, *args):
 
 def test_record_inspect_and_convert_through_lerobot_and_back(tmp_path, capsys):
     store, lerobot, back = tmp_path / "store", tmp_path / "lerobot", tmp_path / "back"
-    code, out, _ = run(capsys, "data", "record", str(store), "env=point_reach", "experiment=rlpd", "demos.num_episodes=6",
-                       f"cache_dir={tmp_path}", "logger.progress=false")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "data",
+        "record",
+        str(store),
+        "env=point_reach",
+        "experiment=rlpd",
+        "demos.num_episodes=6",
+        f"cache_dir={tmp_path}",
+        "logger.progress=false",
+    )
     assert code == 0 and "recorded 6 episodes" in out
     code, out, _ = run(capsys, "data", "inspect", str(store), "json=true")
     summary = json.loads(out)
@@ -53,11 +62,14 @@ def test_a_run_folder_is_inspected_by_partition_with_interventions(tmp_path, cap
     assert parts["interventions"]["intervention_steps"] == 2 and parts["online"]["truncated"] == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["data", "inspect", "/nonexistent/x"], "does not exist"),
-    (["data", "frobnicate"], "unknown data command"),
-    (["data", "convert", "only-one"], "usage: robo-rl data convert"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["data", "inspect", "/nonexistent/x"], "does not exist"),
+        (["data", "frobnicate"], "unknown data command"),
+        (["data", "convert", "only-one"], "usage: robo-rl data convert"),
+    ],
+)
 def test_bad_data_commands_get_one_line_errors(capsys, args, message):
     code, _, err = run(capsys, *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
@@ -65,12 +77,23 @@ def test_bad_data_commands_get_one_line_errors(capsys, args, message):
 
 def test_training_takes_demonstrations_from_a_dataset_and_refuses_one_of_another_layout(tmp_path, capsys):
     store = tmp_path / "demos"
-    run(capsys, "data", "record", str(store), "env=point_reach", "experiment=rlpd", "demos.num_episodes=4", f"cache_dir={tmp_path}",
-        "logger.progress=false")  # fmt: skip
+    run(
+        capsys,
+        "data",
+        "record",
+        str(store),
+        "env=point_reach",
+        "experiment=rlpd",
+        "demos.num_episodes=4",
+        f"cache_dir={tmp_path}",
+        "logger.progress=false",
+    )
     batch, path, _ = load_or_make_demos(toy_config(tmp_path, f"demos.path={store}"), progress=False)
     assert path == store and (batch["step"] == 0).sum() == 4
-    with pytest.raises(ConfigError, match="holds state 4-d, action 2-d, cameras: none; this env needs state 4-d, "
-                                          "action 2-d, cameras: top 8×8"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="holds state 4-d, action 2-d, cameras: none; this env needs state 4-d, action 2-d, cameras: top 8×8",
+    ):
         load_or_make_demos(toy_config(tmp_path, f"demos.path={store}", "env.camera=true"), progress=False)
 
 
@@ -102,8 +125,9 @@ def state_only_run(run_dir, episodes=40, seed=0):
     return run_dir
 
 
-def test_converting_a_run_folder_gives_a_lerobot_dataset_frame_for_frame_with_one_progress_bar(tmp_path, capsys,
-                                                                                                 caplog):  # fmt: skip
+def test_converting_a_run_folder_gives_a_lerobot_dataset_frame_for_frame_with_one_progress_bar(
+    tmp_path, capsys, caplog
+):
     import logging
     import re
 

@@ -116,10 +116,17 @@ def test_import_from_lerobot_recording(tmp_path, LeRobotDataset):
         a = (e - np.arange(n * 2).reshape(n, 2) / 10).astype(np.float32)
         imgs = [np.full((24, 32, 3), 40 + 40 * k, np.uint8) for k in range(n)]
         for k in range(n):
-            ds.add_frame({"observation.state": s[k], "observation.images.top": imgs[k], "action": a[k],
-                          "next.reward": np.array([float(k == n - 1 and e == 0)], np.float32),
-                          "next.done": np.array([k == n - 1]), "intervention": np.array([e == 1 and k == 1]),
-                          "task": "pick the cube"})  # fmt: skip
+            ds.add_frame(
+                {
+                    "observation.state": s[k],
+                    "observation.images.top": imgs[k],
+                    "action": a[k],
+                    "next.reward": np.array([float(k == n - 1 and e == 0)], np.float32),
+                    "next.done": np.array([k == n - 1]),
+                    "intervention": np.array([e == 1 and k == 1]),
+                    "task": "pick the cube",
+                }
+            )
         ds.save_episode()
         states.append(s), actions.append(a), images.append(np.stack(imgs))
     ds.finalize()
@@ -145,8 +152,14 @@ def test_import_from_lerobot_recording(tmp_path, LeRobotDataset):
         np.testing.assert_allclose(r["timestamp"], np.arange(n + 1) / FPS, atol=1e-6)
         assert np.abs(r["image/top"][:n].astype(float) - images[e]).mean() < 8
 
-    small = import_lerobot(root, state_keys=["observation.state"], camera_keys={"cam": "observation.images.top"},
-                           image_size=(12, 16), terminal_on_done=False, progress=False)  # fmt: skip
+    small = import_lerobot(
+        root,
+        state_keys=["observation.state"],
+        camera_keys={"cam": "observation.images.top"},
+        image_size=(12, 16),
+        terminal_on_done=False,
+        progress=False,
+    )
     r = small[0].records
     assert r["image/cam"].shape == (6, 12, 16, 3)
     assert r["truncated"][-1] and not r["terminated"].any() and r["ended_by"][-1] == ENDED_BY_CODES["time_limit"]
@@ -159,13 +172,23 @@ def test_import_image_features(tmp_path, LeRobotDataset):
     called observation.state (the 1-d float observation features are concatenated in sorted order)."""
     root = tmp_path / "pngs"
     vec = {"dtype": "float32", "shape": (2,), "names": None}
-    features = {"observation.image": {"dtype": "image", "shape": (16, 16, 3), "names": ["height", "width", "channel"]},
-                "observation.joints": vec, "observation.environment_state": vec, "action": vec}  # fmt: skip
+    features = {
+        "observation.image": {"dtype": "image", "shape": (16, 16, 3), "names": ["height", "width", "channel"]},
+        "observation.joints": vec,
+        "observation.environment_state": vec,
+        "action": vec,
+    }
     ds = LeRobotDataset.create("someone/pngs", fps=FPS, root=root, features=features, use_videos=False)
     for k in range(3):
-        ds.add_frame({"observation.image": np.full((16, 16, 3), 10 * k, np.uint8), "action": np.full(2, k, np.float32),
-                      "observation.joints": np.full(2, k, np.float32), "task": "t",
-                      "observation.environment_state": np.full(2, -k, np.float32)})  # fmt: skip
+        ds.add_frame(
+            {
+                "observation.image": np.full((16, 16, 3), 10 * k, np.uint8),
+                "action": np.full(2, k, np.float32),
+                "observation.joints": np.full(2, k, np.float32),
+                "task": "t",
+                "observation.environment_state": np.full(2, -k, np.float32),
+            }
+        )
     ds.save_episode()
     ds.finalize()
     (ep,) = import_lerobot(root, progress=False)
@@ -233,8 +256,9 @@ def test_bad_input(exported, tmp_path):
     assert (not_a_dataset / "notes.txt").read_text() == "hello"
 
 
-def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(episodes, tmp_path, monkeypatch,
-                                                                             LeRobotDataset):
+def test_export_split_over_many_data_and_video_files_reads_back_frame_for_frame(
+    episodes, tmp_path, monkeypatch, LeRobotDataset
+):
     """A large export rolls to new parquet and mp4 files at lerobot's size limits; shrunk here to a few frames."""
     from robo_rl.data.datasets import lerobot_writer
     from robo_rl.data.datasets.lerobot_v3 import DEFAULT_TASK, _columns, _features
@@ -269,7 +293,10 @@ def test_a_camera_too_small_for_video_is_refused_in_one_line(tmp_path):
     """8x8 frames killed the whole process inside the AV1 encoder (exit 136, no Python error)."""
     from robo_rl.data.datasets.lerobot_v3 import _features
 
-    records = {"action_executed": np.zeros((2, 2), np.float32), "state": np.zeros((2, 4), np.float32),
-               "image/top": np.zeros((2, 8, 8, 3), np.uint8)}  # fmt: skip
+    records = {
+        "action_executed": np.zeros((2, 2), np.float32),
+        "state": np.zeros((2, 4), np.float32),
+        "image/top": np.zeros((2, 8, 8, 3), np.uint8),
+    }
     with pytest.raises(ValueError, match="camera 'top' is 8x8: .* at least 32x32"):
         _features(records)

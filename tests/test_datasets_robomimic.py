@@ -21,8 +21,12 @@ ACTION_DIM = 7
 
 def _demo_arrays(num: int, t: int, success: bool) -> dict:
     rng = np.random.default_rng(num)
-    d = {"actions": rng.uniform(-1, 1, (t, ACTION_DIM)), "rewards": np.zeros(t), "dones": np.zeros(t, np.int64),
-         "states": rng.normal(size=(t, 32))}  # fmt: skip
+    d = {
+        "actions": rng.uniform(-1, 1, (t, ACTION_DIM)),
+        "rewards": np.zeros(t),
+        "dones": np.zeros(t, np.int64),
+        "states": rng.normal(size=(t, 32)),
+    }
     if success:
         d["rewards"][-1] = 1.0
         d["dones"][-1] = 1
@@ -197,8 +201,15 @@ def test_robosuite_collected_demo(tmp_path):
     from robosuite.scripts.collect_human_demonstrations import gather_demonstrations_as_hdf5
     from robosuite.wrappers import DataCollectionWrapper
 
-    env = suite.make("Lift", robots="Panda", has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False,
-                     control_freq=20, horizon=50)  # fmt: skip
+    env = suite.make(
+        "Lift",
+        robots="Panda",
+        has_renderer=False,
+        has_offscreen_renderer=False,
+        use_camera_obs=False,
+        control_freq=20,
+        horizon=50,
+    )
     collector = DataCollectionWrapper(env, str(tmp_path / "raw"))
     obs = [collector.reset()]
     cube = env.cube.joints[0]

@@ -9,28 +9,51 @@ import torch
 
 from policies.bc import BCPolicy, load_bc_base
 from policies.flow import ChunkGenerator
-from robo_rl.offline.bc import save_atomic, train_bc
 from robo_rl.config import ConfigError, load_config, make_env, save_config
+from robo_rl.offline.bc import save_atomic, train_bc
 from robo_rl.offline.distill import DSRLTeacher, base_chunks, distill, load_teacher
 
 
 def _cfg(tmp, *extra):
-    return load_config(["env=point_reach", "experiment=rlpd", f"cache_dir={tmp / 'cache'}", "logger.progress=false",
-                        "demos.num_episodes=20", *extra])  # fmt: skip
+    return load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            f"cache_dir={tmp / 'cache'}",
+            "logger.progress=false",
+            "demos.num_episodes=20",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("teacher")
-    cfg = _cfg(tmp, "policy=flow", "policy.chunk_size=2", "policy.steps=10", "policy.hidden=[64,64]", "bc.epochs=500",
-               "bc.patience=500", "bc.flow_updates=0", "bc.eval_episodes=0")  # fmt: skip
+    cfg = _cfg(
+        tmp,
+        "policy=flow",
+        "policy.chunk_size=2",
+        "policy.steps=10",
+        "policy.hidden=[64,64]",
+        "bc.epochs=500",
+        "bc.patience=500",
+        "bc.flow_updates=0",
+        "bc.eval_episodes=0",
+    )
     return tmp, train_bc(cfg, tmp / "run", progress=False)["checkpoint"]
 
 
 def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(teacher, tmp_path):
     tmp, path = teacher
-    cfg = _cfg(tmp, f"checkpoint={path}", "distill.iterations=800", "distill.rollout_episodes=10",
-               "distill.eval_episodes=30", "torch_threads=1")  # fmt: skip
+    cfg = _cfg(
+        tmp,
+        f"checkpoint={path}",
+        "distill.iterations=800",
+        "distill.rollout_episodes=10",
+        "distill.eval_episodes=30",
+        "torch_threads=1",
+    )
     report = distill(cfg, tmp_path / "out", progress=False)
     saved = json.loads((tmp_path / "out" / "distill" / "report.json").read_text())
     assert saved["student"]["success_rate"] == report["student"]["success_rate"]
@@ -51,7 +74,8 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
 
 
 def test_a_flow_teachers_student_starts_from_its_weights_a_diffusion_teachers_fresh_and_each_trains_its_steps(
-        monkeypatch, tmp_path):  # fmt: skip
+    monkeypatch, tmp_path
+):
     import robo_rl.offline.distill as distill_module
     from policies.flow import GenerativeBase
     from robo_rl.offline.distill import make_student, train_student
@@ -77,8 +101,14 @@ def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
     from tests.test_pipeline import toy_config
 
     _, path = teacher
-    cfg = toy_config(tmp_path, "policy=dsrl", "algo=dsrl", f"policy.base.path={path}", "algo.critic_hidden=[16]",
-                     "policy.hidden=[16]")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "policy=dsrl",
+        "algo=dsrl",
+        f"policy.base.path={path}",
+        "algo.critic_hidden=[16]",
+        "policy.hidden=[16]",
+    )
     run = tmp_path / "run"
     run.mkdir()
     save_config(cfg, run / "config.yaml")
@@ -93,8 +123,17 @@ def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
     loaded, about = load_teacher(run, env)
     env.close()
     assert isinstance(loaded, DSRLTeacher) and about["kind"] == "dsrl"
-    out = distill(toy_config(tmp_path, f"checkpoint={run}", "distill.iterations=300", "distill.rollout_episodes=2",
-                             "distill.eval_episodes=0"), tmp_path / "out", progress=False)  # fmt: skip
+    out = distill(
+        toy_config(
+            tmp_path,
+            f"checkpoint={run}",
+            "distill.iterations=300",
+            "distill.rollout_episodes=2",
+            "distill.eval_episodes=0",
+        ),
+        tmp_path / "out",
+        progress=False,
+    )
     assert out["distilled_from"]["kind"] == "dsrl" and "student" not in out
     g = torch.Generator().manual_seed(1)
     obs = {"state": torch.rand(128, 4, generator=g) * 2 - 1, "images": {}}

@@ -12,13 +12,13 @@ from policies.bc import BCBase, BCPolicy
 from policies.dsrl import NoisePolicy
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.algos.dsrl import build_dsrl
-from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError, load_config
-from robo_rl.envs import make_observation_space
-from robo_rl.learner import Learner
-from robo_rl.policy_io import obs_to_torch, policy_step
 from robo_rl.data.replay import ReplayBuffer
 from robo_rl.data.schema import step_fields
+from robo_rl.envs import make_observation_space
+from robo_rl.learner import Learner
+from robo_rl.offline.bc import save_atomic
+from robo_rl.policy_io import obs_to_torch, policy_step
 from tests.test_pipeline import toy_config
 
 SPACE = make_observation_space(2, {})
@@ -115,12 +115,24 @@ def test_dsrl_learns_noises_whose_chunks_earn_more(form):
     torch.set_num_threads(1)
     base = flow_base(chunk=2, seed=3)
     policy = noise_policy(base, execute_steps=2, noise_bound=1.5)
-    algo = build_dsrl(policy, SPACE, 2, batch_size=128, critic_updates_per_actor=2, form=form, lr_actor=3e-3,
-                      lr_critic=3e-3, critic_hidden=[64, 64], precision="float32", alias_samples=2)  # fmt: skip
+    algo = build_dsrl(
+        policy,
+        SPACE,
+        2,
+        batch_size=128,
+        critic_updates_per_actor=2,
+        form=form,
+        lr_actor=3e-3,
+        lr_critic=3e-3,
+        critic_hidden=[64, 64],
+        precision="float32",
+        alias_samples=2,
+    )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        probe = base.model.sample(base.model.features({"state": torch.zeros(512, 2), "images": {}}),
-                                  torch.randn(512, 2, 2, generator=gen))  # fmt: skip
+        probe = base.model.sample(
+            base.model.features({"state": torch.zeros(512, 2), "images": {}}), torch.randn(512, 2, 2, generator=gen)
+        )
     target = probe.mean(0) + 2 * probe.std(0)  # reachable, but far from the base's typical chunk
 
     def reward(chunks):
@@ -132,9 +144,17 @@ def test_dsrl_learns_noises_whose_chunks_earn_more(form):
         obs = {"state": s, "images": {}}
         with torch.no_grad():
             chunks = base.model.sample(base.model.features(obs), w.view(128, 2, 2))
-        return {"obs": obs, "next_obs": obs, "action": chunks, "reward": reward(chunks), "discount": torch.zeros(128),
-                "extras": {"noise": w}, "next_extras": {"noise": w}, "intervention": torch.zeros(128, dtype=torch.bool),
-                "next_extras_valid": torch.ones(128, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": chunks,
+            "reward": reward(chunks),
+            "discount": torch.zeros(128),
+            "extras": {"noise": w},
+            "next_extras": {"noise": w},
+            "intervention": torch.zeros(128, dtype=torch.bool),
+            "next_extras_valid": torch.ones(128, dtype=torch.bool),
+        }
 
     s = torch.rand(256, 2, generator=gen) * 2 - 1
     obs = {"state": s, "images": {}}
@@ -148,7 +168,8 @@ def test_dsrl_learns_noises_whose_chunks_earn_more(form):
         after = reward(base.model.sample(features, w)).mean()
     assert after > 0.5 * before and after > before + 0.5 * abs(before), (float(before), float(after))
     assert set(algo.actor_weights()) == set(policy.state_dict()) and all(
-        k.startswith("actor.") for k in algo.actor_weights())  # fmt: skip
+        k.startswith("actor.") for k in algo.actor_weights()
+    )
 
 
 @pytest.mark.parametrize("kind", ["flow", "diffusion"])
@@ -166,8 +187,13 @@ def test_demonstrations_become_decisions_labelled_with_the_noise_of_their_action
         w = rng.standard_normal((3, 2)).astype(np.float32).clip(-1.5, 1.5)
         actions[i : i + 3] = base.predict_chunk({"state": state[i - 1], "images": {}}, noise=w)
     assert np.abs(actions).max() < 0.99  # clipping is where no inverse exists
-    batch = {"step": np.arange(n), "state": state, "action_executed": actions, "terminated": np.zeros(n, bool),
-             "truncated": np.eye(n, dtype=bool)[-1]}  # fmt: skip
+    batch = {
+        "step": np.arange(n),
+        "state": state,
+        "action_executed": actions,
+        "terminated": np.zeros(n, bool),
+        "truncated": np.eye(n, dtype=bool)[-1],
+    }
     out = algo.relabel_prior(batch)
     assert out["extra/decision"][:, 0].tolist() == [0, 1, 0, 0, 1, 0, 0, 1, 0, 0]
     for i in (1, 4, 7):  # the labelled noise reproduces the demonstrated chunk
@@ -188,8 +214,17 @@ def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
     from tests.test_resume import toy_config_ports
 
     path = _flow_checkpoint(tmp_path)
-    over = ["policy=dsrl", "algo=dsrl", f"algo.form={form}", f"policy.base.path={path}", "algo.batch_size=16",
-            "train.random_steps=40", "train.learning_starts=40", "algo.critic_hidden=[32,32]", "policy.hidden=[32]"]
+    over = [
+        "policy=dsrl",
+        "algo=dsrl",
+        f"algo.form={form}",
+        f"policy.base.path={path}",
+        "algo.batch_size=16",
+        "train.random_steps=40",
+        "train.learning_starts=40",
+        "algo.critic_hidden=[32,32]",
+        "policy.hidden=[32]",
+    ]
     cfg = toy_config(tmp_path, *over, "train.total_env_steps=200")
     (tmp_path / "run").mkdir()
     save_config(cfg, tmp_path / "run" / "config.yaml")
@@ -202,8 +237,9 @@ def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
     noise = online.data["extra/noise"][rows]
     assert np.abs(noise).max() <= 1.5 and np.abs(noise).sum() > 0
     assert learner.replay.demos.data["extra/decision"][: learner.replay.demos.size].sum() > 0, "demos relabelled"
-    resumed = Learner(load_config([f"resume={tmp_path / 'run'}", *toy_config_ports(tmp_path)]), tmp_path / "run",
-                      progress=False)  # fmt: skip
+    resumed = Learner(
+        load_config([f"resume={tmp_path / 'run'}", *toy_config_ports(tmp_path)]), tmp_path / "run", progress=False
+    )
     try:
         for key, value in learner.algo.state_dict()["noise_critic"].items():
             assert torch.equal(resumed.algo.state_dict()["noise_critic"][key], value)

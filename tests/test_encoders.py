@@ -28,8 +28,13 @@ def obs(batch=4, cams=CAMS):
 
 
 def sac_batch(batch=8, cams=CAMS):
-    return {"obs": obs(batch, cams), "next_obs": obs(batch, cams), "action": torch.rand(batch, 2) * 2 - 1,
-            "reward": torch.randn(batch), "discount": torch.full((batch,), 0.99)}  # fmt: skip
+    return {
+        "obs": obs(batch, cams),
+        "next_obs": obs(batch, cams),
+        "action": torch.rand(batch, 2) * 2 - 1,
+        "reward": torch.randn(batch),
+        "discount": torch.full((batch,), 0.99),
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +82,9 @@ def test_crop_selects_the_region_of_interest():
 def test_resize_and_bad_crops_are_refused_with_the_camera_named():
     enc = encoder_for_space(space(), config={"crops": {"front": [0, 0, 40, 40]}, "resize": [36, 36]})
     assert {k: tuple(v.shape) for k, v in enc.prepare(obs(2)["images"]).items()} == {
-        "front": (2, 36, 36, 3), "wrist": (2, 36, 36, 3)}  # fmt: skip
+        "front": (2, 36, 36, 3),
+        "wrist": (2, 36, 36, 3),
+    }
     flat = {
         "front": torch.full((1, 40, 48, 3), 93, dtype=torch.uint8),
         "wrist": torch.zeros(1, 32, 32, 3, dtype=torch.uint8),
@@ -265,14 +272,26 @@ def test_the_resnet10_policy_config_builds_from_a_local_copy(tmp_path):
     from sim.point_reach import PointReachEnv
 
     save_resnet10(ResNet10(), tmp_path / "w")
-    cfg = load_config(["env=point_reach", "experiment=rlpd", "env.camera=true", "policy=resnet10",
-                       f"policy.encoder.pretrained={tmp_path / 'w'}", "policy.encoder.resize=[32,32]"])  # fmt: skip
+    cfg = load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            "env.camera=true",
+            "policy=resnet10",
+            f"policy.encoder.pretrained={tmp_path / 'w'}",
+            "policy.encoder.resize=[32,32]",
+        ]
+    )
     env = PointReachEnv(camera=True)
     policy = make_policy(cfg, env)
     assert policy.encoder_config.kind == "resnet10" and policy.encoder_config.freeze
     o, _ = env.reset(seed=0)
-    action = policy.act({"state": torch.from_numpy(o["state"])[None],
-                         "images": {"top": torch.from_numpy(np.asarray(o["images"]["top"]))[None]}})  # fmt: skip
+    action = policy.act(
+        {
+            "state": torch.from_numpy(o["state"])[None],
+            "images": {"top": torch.from_numpy(np.asarray(o["images"]["top"]))[None]},
+        }
+    )
     assert action.shape == (1, 2) and action.abs().max() <= 1
 
 
@@ -291,7 +310,11 @@ def test_the_cnn_layers_come_from_the_config():
     big = space({"front": (64, 64)})  # LeRobot's default conv stack: 7-5-3-3, all stride 2
     encoder = encoder_for_space(big, config={"channels": 8, "kernels": [7, 5, 3, 3], "strides": [2, 2, 2, 2]})
     convs = [m for m in encoder.cameras["front"].conv if isinstance(m, torch.nn.Conv2d)]
-    assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [(8, 7, 2), (8, 5, 2), (8, 3, 2),
-                                                                               (8, 3, 2)]  # fmt: skip
+    assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [
+        (8, 7, 2),
+        (8, 5, 2),
+        (8, 3, 2),
+        (8, 3, 2),
+    ]
     with pytest.raises(ValueError, match="same length"):
         EncoderConfig.parse({"kernels": [3, 3], "strides": [2]})

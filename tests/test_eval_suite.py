@@ -10,11 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from robo_rl.teleop.base import FakeDevice
 from robo_rl.cli import main
 from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.envs import RobotEnv, make_observation_space
-from robo_rl.teleop.intervention import InterventionWrapper
+from robo_rl.eval.episodes import wilson_interval
 from robo_rl.eval.report import FAILURE_MODES, fisher_exact_p
 from robo_rl.eval.suite import (
     TIMING_KEYS,
@@ -24,8 +23,9 @@ from robo_rl.eval.suite import (
     load_suite,
     run_condition,
 )
-from robo_rl.eval.episodes import wilson_interval
 from robo_rl.runs import save_checkpoint
+from robo_rl.teleop.base import FakeDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from sim.point_reach import PointReachEnv
 
 SMOKE = load_suite("smoke")
@@ -113,8 +113,9 @@ def test_two_worker_processes_give_the_same_episodes_as_one(runs):
     assert (one["workers"], two["workers"]) == (1, 2)
 
     def episodes(report):
-        return [[{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in c["episodes"]]
-                for c in report["conditions"]]  # fmt: skip
+        return [
+            [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in c["episodes"]] for c in report["conditions"]
+        ]
 
     assert episodes(one) == episodes(two)
 
@@ -180,8 +181,10 @@ def test_fisher_exact_test_matches_scipy():
 
 def test_compare_flags_a_good_policy_against_a_bad_one_and_nothing_against_itself(runs, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main(["eval", "compare", str(runs["good"]), str(runs["bad"]), "suite=smoke", "eval.video=false",
-                 f"out={out}"]) == 0  # fmt: skip
+    assert (
+        main(["eval", "compare", str(runs["good"]), str(runs["bad"]), "suite=smoke", "eval.video=false", f"out={out}"])
+        == 0
+    )
     table = json.loads((out / "compare_smoke.json").read_text())
     assert [p["label"] for p in table["policies"]] == ["good", "bad"] and "Fisher" in table["test"]
     nominal = table["rows"][0]
@@ -192,8 +195,9 @@ def test_compare_flags_a_good_policy_against_a_bad_one_and_nothing_against_itsel
     capsys.readouterr()
 
     report = runs["good"] / "eval" / "smoke" / "report.json"  # a report given as itself: no evaluation
-    assert main(["eval", "compare", str(runs["good"]), str(report), "suite=smoke", "eval.video=false",
-                 f"out={out}"]) == 0  # fmt: skip
+    assert (
+        main(["eval", "compare", str(runs["good"]), str(report), "suite=smoke", "eval.video=false", f"out={out}"]) == 0
+    )
     assert "reusing" in capsys.readouterr().err
     table = json.loads((out / "compare_smoke.json").read_text())
     assert [p["label"] for p in table["policies"]] == ["good", "good_2"]
@@ -306,9 +310,9 @@ def test_a_condition_replaces_the_randomisation_a_run_was_trained_with(tmp_path)
 
     cfg = load_config(["env.randomize={object_mass_scale: [0.5, 2.0]}"])
     assert _perturbation(cfg, []) == ["env.randomize=null"]  # nominal is nominal, whatever the policy trained on
-    assert _perturbation(cfg, ["env.randomize.image_noise_std=8", "env.randomize.friction_scale=[0.5,0.5]",
-                               "env.max_episode_steps=20"]) == [
-        "env.max_episode_steps=20", "env.randomize={image_noise_std: 8, friction_scale: [0.5, 0.5]}"]
+    assert _perturbation(
+        cfg, ["env.randomize.image_noise_std=8", "env.randomize.friction_scale=[0.5,0.5]", "env.max_episode_steps=20"]
+    ) == ["env.max_episode_steps=20", "env.randomize={image_noise_std: 8, friction_scale: [0.5, 0.5]}"]
     point = load_config(["env=point_reach"])
     assert _perturbation(point, ["env.max_episode_steps=4"]) == ["env.max_episode_steps=4"]
     save_config(cfg, tmp_path / "config.yaml")  # a run trained with randomised masses, evaluated under noise alone

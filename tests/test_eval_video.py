@@ -22,8 +22,9 @@ class GoalSidePolicy:
 
 def test_the_first_episodes_and_one_success_and_one_failure_are_filmed_and_play_back(tmp_path):
     env = make_env(load_config(["env=point_reach"]))
-    result = evaluate_policy(env, GoalSidePolicy(), episodes=12, seed=0, video_dir=tmp_path / "videos",
-                             video_episodes=1)  # fmt: skip
+    result = evaluate_policy(
+        env, GoalSidePolicy(), episodes=12, seed=0, video_dir=tmp_path / "videos", video_episodes=1
+    )
     outcomes = [r["success"] for r in result["per_episode"]]
     assert any(outcomes) and not all(outcomes), "the seeds give both outcomes"
     videos = result["videos"]

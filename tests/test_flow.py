@@ -8,9 +8,9 @@ import torch
 
 from policies.bc import BCCheckpointError, load_bc_base
 from policies.flow import ChunkGenerator, GenerativeBase, GenerativePolicy
-from robo_rl.offline.bc import train_bc
 from robo_rl.config import ConfigError, load_config, make_env, make_policy
 from robo_rl.envs import make_observation_space
+from robo_rl.offline.bc import train_bc
 
 
 def _toy_data(n: int, generator: torch.Generator):
@@ -126,8 +126,9 @@ def test_the_actors_numpy_sampler_computes_what_torch_computes(fitted):
 
 def test_a_policy_with_cameras_keeps_the_torch_sampler():
     space = make_observation_space(2, {"wrist": (32, 32)})
-    model = ChunkGenerator(2, 2, chunk_size=3, hidden=[16], cameras={"wrist": [32, 32]},
-                           encoder={"features": 8, "channels": 4})  # fmt: skip
+    model = ChunkGenerator(
+        2, 2, chunk_size=3, hidden=[16], cameras={"wrist": [32, 32]}, encoder={"features": 8, "channels": 4}
+    )
     base = GenerativeBase(model)
     assert base.fast is None
     obs = space.sample()
@@ -155,12 +156,25 @@ def bc_run(request, tmp_path_factory):
     """`robo-rl bc policy=<kind>` on point_reach, briefly, from 50 demonstrations (from the default 20 this small
     flow policy succeeds about 0.4 on 50 episodes, too close to the bar below; from 50, 1.00 and 0.96)."""
     tmp = tmp_path_factory.mktemp(request.param)
-    cfg = load_config(["env=point_reach", "experiment=rlpd", f"policy={request.param}", f"cache_dir={tmp / 'cache'}",
-                       "logger.progress=false", "bc.eval_episodes=20", "bc.epochs=500", "bc.patience=500",
-                       "bc.flow_updates=0", "bc.diffusion_updates=0",  # 500 epochs are enough here (test_bc.py
-                                                                        # tests the floors)
-                       "policy.chunk_size=2", "policy.steps=4", "policy.hidden=[64,64]",
-                       "demos.num_episodes=50"])  # fmt: skip
+    cfg = load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            f"policy={request.param}",
+            f"cache_dir={tmp / 'cache'}",
+            "logger.progress=false",
+            "bc.eval_episodes=20",
+            "bc.epochs=500",
+            "bc.patience=500",
+            "bc.flow_updates=0",
+            "bc.diffusion_updates=0",  # 500 epochs are enough here (test_bc.py
+            # tests the floors)
+            "policy.chunk_size=2",
+            "policy.steps=4",
+            "policy.hidden=[64,64]",
+            "demos.num_episodes=50",
+        ]
+    )
     summary = train_bc(cfg, tmp / "run", progress=False)
     return cfg, summary
 
@@ -174,8 +188,12 @@ def test_robo_rl_bc_trains_a_generative_policy_that_loads_as_a_noise_taking_base
     obs, _ = env.reset(seed=0)
     z = np.random.default_rng(0).standard_normal((2, 2)).astype(np.float32)
     assert np.array_equal(base.predict_chunk(obs, noise=z), base.predict_chunk(obs, noise=z))
-    acting = make_policy(load_config(["env=point_reach", "experiment=rlpd", f"policy={cfg.policy.kind}",
-                                      f"policy.path={summary['checkpoint']}"]), env)  # fmt: skip
+    acting = make_policy(
+        load_config(
+            ["env=point_reach", "experiment=rlpd", f"policy={cfg.policy.kind}", f"policy.path={summary['checkpoint']}"]
+        ),
+        env,
+    )
     assert isinstance(acting, GenerativePolicy) and acting.model.kind == cfg.policy.kind
     env.close()
 
@@ -191,8 +209,16 @@ def test_a_generative_checkpoint_for_another_task_is_refused_naming_the_mismatch
 def test_an_out_of_range_step_count_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="policy.steps=0 is not allowed"):
         load_config(["env=point_reach", "policy=flow", "policy.steps=0"])
-    cfg = load_config(["env=point_reach", "experiment=rlpd", "policy=diffusion", "policy.steps=200",
-                       f"cache_dir={tmp_path}", "logger.progress=false"])  # fmt: skip
+    cfg = load_config(
+        [
+            "env=point_reach",
+            "experiment=rlpd",
+            "policy=diffusion",
+            "policy.steps=200",
+            f"cache_dir={tmp_path}",
+            "logger.progress=false",
+        ]
+    )
     with pytest.raises(ConfigError, match=r"diffusion policy's steps must be an integer in \[1, 100\]"):
         train_bc(cfg, tmp_path / "run", progress=False)
 

@@ -27,8 +27,13 @@ def bandit_batch(n, rng_state, gripper_closed=None):
     closed = torch.zeros(n) if gripper_closed is None else gripper_closed
     state = torch.stack([s0, closed], 1)
     obs = {"state": state, "images": {}}
-    return {"obs": obs, "next_obs": obs, "action": torch.stack([torch.zeros(n), value], 1), "reward": reward,
-            "discount": torch.zeros(n)}  # fmt: skip
+    return {
+        "obs": obs,
+        "next_obs": obs,
+        "action": torch.stack([torch.zeros(n), value], 1),
+        "reward": reward,
+        "discount": torch.zeros(n),
+    }
 
 
 def test_executed_gripper_values_map_to_open_stay_close():
@@ -73,8 +78,15 @@ def test_the_learner_trains_checkpoints_and_resumes_a_hybrid_policy(tmp_path):
     from robo_rl.learner import Learner
     from tests.test_pipeline import toy_config
 
-    cfg = toy_config(tmp_path, "experiment=pick_cube_gripper", "env=pick_cube", "env.gripper=discrete",
-                     "train.learning_starts=10", "algo.batch_size=16", "demos.num_episodes=2")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "experiment=pick_cube_gripper",
+        "env=pick_cube",
+        "env.gripper=discrete",
+        "train.learning_starts=10",
+        "algo.batch_size=16",
+        "demos.num_episodes=2",
+    )
     run = tmp_path / "run"
     run.mkdir()
     save_config(cfg, run / "config.yaml")
@@ -91,8 +103,9 @@ def test_the_learner_trains_checkpoints_and_resumes_a_hybrid_policy(tmp_path):
     resumed = Learner(load_config([f"resume={run}", *[o for o in toy_config_ports(tmp_path)]]), run, progress=False)
     for name, p in learner.policy.state_dict().items():
         assert torch.equal(p, resumed.policy.state_dict()[name]), name
-    assert torch.equal(next(iter(resumed.algo.gripper.target.parameters())),
-                       next(iter(learner.algo.gripper.target.parameters())))
+    assert torch.equal(
+        next(iter(resumed.algo.gripper.target.parameters())), next(iter(learner.algo.gripper.target.parameters()))
+    )
     resumed.close()
     np.testing.assert_array_equal(learner.rng.random(3), resumed.rng.random(3))
 

@@ -32,8 +32,9 @@ def serve(app, port: int):
     bind after a page's first request); (server, thread)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           ws="websockets-sansio"))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, timeout_s=60, what="the GUI server to listen")
@@ -51,11 +52,20 @@ class GuiRun:
 
         self.http_port, zmq_port = free_ports(2)
         self.cfg = toy_config(
-            tmp_path, *task, "gui=true", f"gui.port={self.http_port}", f"gui.zmq_port={zmq_port}", "gui.view_size=48",
+            tmp_path,
+            *task,
+            "gui=true",
+            f"gui.port={self.http_port}",
+            f"gui.zmq_port={zmq_port}",
+            "gui.view_size=48",
             "gui.deadman_grace_s=0.3",
-            "actor.realtime=true", "actor.throttle_to_learner=false", "train.learning_starts=100000",
-            "train.total_env_steps=100000", "env.max_episode_steps=200", *overrides,
-        )  # fmt: skip
+            "actor.realtime=true",
+            "actor.throttle_to_learner=false",
+            "train.learning_starts=100000",
+            "train.total_env_steps=100000",
+            "env.max_episode_steps=200",
+            *overrides,
+        )
         self.app = make_app(self.cfg)
         self.server, self.server_thread = serve(self.app, self.http_port)
         (tmp_path / "run").mkdir(parents=True)
@@ -209,8 +219,10 @@ def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_
     step_before = run.hub.actors["actor-0"].tick["step"]
     bob.reload()
     bob.locator('.actor[data-actor="actor-0"] .step').wait_for(timeout=15000)
-    wait_until(lambda: int(bob.locator('.actor[data-actor="actor-0"] .step').inner_text() or 0) >= step_before,
-               what="the reloaded page to show the running episode's step")  # fmt: skip
+    wait_until(
+        lambda: int(bob.locator('.actor[data-actor="actor-0"] .step').inner_text() or 0) >= step_before,
+        what="the reloaded page to show the running episode's step",
+    )
     assert not run.actor.human.paused  # a watcher's reload is no dead man
 
     # e-stop (anyone may press it): once the GUI has it, the simulated robot stops within one control period. The
@@ -259,16 +271,19 @@ def test_a_page_that_disconnects_while_in_control_triggers_the_dead_man(gui_run,
 
 
 # --- bad input -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, reason", [
-    ("not json", "not JSON"),
-    ("[1, 2]", "not a JSON object"),
-    ('{"v": 2, "type": "heartbeat"}', "schema version 2"),
-    ('{"v": 1, "type": "launch"}', "unknown type 'launch'"),
-    ('{"v": 1, "type": "command", "actor": "actor-0", "command": "self_destruct"}', "unknown command"),
-    ('{"v": 1, "type": "command", "command": "success"}', "needs an 'actor'"),
-    ('{"v": 1, "type": "key", "actor": "actor-0", "key": "a", "down": "yes"}', "boolean 'down'"),
-    ('{"v": 1, "type": "heartbeat", "pad": "' + "x" * 5000 + '"}', "exceeds"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"v": 2, "type": "heartbeat"}', "schema version 2"),
+        ('{"v": 1, "type": "launch"}', "unknown type 'launch'"),
+        ('{"v": 1, "type": "command", "actor": "actor-0", "command": "self_destruct"}', "unknown command"),
+        ('{"v": 1, "type": "command", "command": "success"}', "needs an 'actor'"),
+        ('{"v": 1, "type": "key", "actor": "actor-0", "key": "a", "down": "yes"}', "boolean 'down'"),
+        ('{"v": 1, "type": "heartbeat", "pad": "' + "x" * 5000 + '"}', "exceeds"),
+    ],
+)
 def test_malformed_page_messages_are_refused_with_the_reason(text, reason):
     with pytest.raises(PageError, match=reason):
         parse_page_message(text)
@@ -298,9 +313,20 @@ def test_a_malformed_websocket_message_gets_an_error_and_the_page_stays_connecte
         sock.connect(f"tcp://127.0.0.1:{port}")
         try:
             sock.send_multipart([b"\xc1garbage"])
-            sock.send_multipart(encode("gui_episode", {"actor": "arm-9", "episode": 0, "success": True,
-                                                       "ended_by": "estop", "length": 1, "return": 0.0,
-                                                       "intervention_steps": 0}))  # fmt: skip
+            sock.send_multipart(
+                encode(
+                    "gui_episode",
+                    {
+                        "actor": "arm-9",
+                        "episode": 0,
+                        "success": True,
+                        "ended_by": "estop",
+                        "length": 1,
+                        "return": 0.0,
+                        "intervention_steps": 0,
+                    },
+                )
+            )
             wait_until(lambda: client.get("/health").json().get("bad_actor_messages") == 2, what="two drops")
             assert client.get("/health").json()["actors"] == []
         finally:
@@ -341,11 +367,34 @@ def test_the_gui_socket_off_loopback_needs_curve_keys(tmp_path):
 
 
 def test_actor_messages_are_checked_field_by_field():
-    check("gui_episode", {"actor": "a", "episode": 1, "success": True, "ended_by": "estop", "length": 3,
-                          "return": 1.0, "intervention_steps": 0}, ("gui_episode",))  # fmt: skip
+    check(
+        "gui_episode",
+        {
+            "actor": "a",
+            "episode": 1,
+            "success": True,
+            "ended_by": "estop",
+            "length": 3,
+            "return": 1.0,
+            "intervention_steps": 0,
+        },
+        ("gui_episode",),
+    )
     with pytest.raises(MessageError, match="'mode' must be one of POLICY"):
-        check("gui_tick", {"actor": "a", "t": 1.0, "mode": "ROGUE", "policy_version": 0, "episode": 0, "step": 0,
-                           "reward": 0.0, "return": 0.0}, ("gui_tick",))  # fmt: skip
+        check(
+            "gui_tick",
+            {
+                "actor": "a",
+                "t": 1.0,
+                "mode": "ROGUE",
+                "policy_version": 0,
+                "episode": 0,
+                "step": 0,
+                "reward": 0.0,
+                "return": 0.0,
+            },
+            ("gui_tick",),
+        )
     with pytest.raises(MessageError, match="wrong kind .gui_command. .this channel takes gui_tick"):
         check("gui_command", {"command": "estop"}, ("gui_tick",))
 
@@ -356,8 +405,8 @@ class _Human:
 
 
 def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_the_actor():
-    from robo_rl.gui.web_device import WebDevice
     from robo_rl.gui.bridge import GuiBridge
+    from robo_rl.gui.web_device import WebDevice
 
     port = free_ports(1)[0]
     web, human = WebDevice().start(), _Human()
@@ -393,9 +442,9 @@ def test_the_bridge_never_blocks_the_control_loop_and_the_guis_silence_pauses_th
 
 
 def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_path, browser):
-    from robo_rl.gui.web_device import WebDevice
     from robo_rl.gui.bridge import GuiBridge
     from robo_rl.gui.server import make_app
+    from robo_rl.gui.web_device import WebDevice
 
     http_port, zmq_port = free_ports(2)
     cfg = toy_config(tmp_path, "gui=true", f"gui.port={http_port}", f"gui.zmq_port={zmq_port}")
@@ -410,9 +459,19 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
             step += 1
             for bridge, web in zip(bridges, webs.values(), strict=True):
                 mode = "HUMAN" if web.read().is_intervention else "POLICY"
-                bridge.tick({"mode": mode, "controller": "web" if mode == "HUMAN" else None, "policy_version": 3,
-                             "episode": 0, "step": step, "reward": 0.0, "return": 0.0, "success_prob": 0.7},
-                            {"top": np.full((8, 8, 3), step % 255, np.uint8)})  # fmt: skip
+                bridge.tick(
+                    {
+                        "mode": mode,
+                        "controller": "web" if mode == "HUMAN" else None,
+                        "policy_version": 3,
+                        "episode": 0,
+                        "step": step,
+                        "reward": 0.0,
+                        "return": 0.0,
+                        "success_prob": 0.7,
+                    },
+                    {"top": np.full((8, 8, 3), step % 255, np.uint8)},
+                )
             time.sleep(0.05)
 
     thread = threading.Thread(target=ticks, daemon=True)
@@ -429,8 +488,10 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
         wait_until(lambda: webs["arm-right"].read().motion[1] == 1.0, what="+y on arm-right")
         assert not np.any(webs["arm-left"].read().motion)
         page.keyboard.up("ArrowLeft")
-        wait_until(lambda: page.locator('.actor[data-actor="arm-right"] .mode').inner_text().startswith("HUMAN"),
-                   what="arm-right's banner")  # fmt: skip
+        wait_until(
+            lambda: page.locator('.actor[data-actor="arm-right"] .mode').inner_text().startswith("HUMAN"),
+            what="arm-right's banner",
+        )
         assert page.locator('.actor[data-actor="arm-left"] .mode').inner_text().startswith("POLICY")
         assert "70" in page.locator('.actor[data-actor="arm-left"] .success-prob').inner_text()  # a reward model's
     finally:
@@ -446,8 +507,13 @@ def test_several_actors_get_a_row_each_and_each_row_controls_its_own_actor(tmp_p
 
 def test_a_learned_reward_that_does_not_answer_is_said_on_the_page(gui_run, browser):
     dead = free_ports(1)[0]  # nothing serves here: the actor's critic never answers
-    run = gui_run("reward=model", f"reward.model=tcp://127.0.0.1:{dead}", "reward.cameras=[top]",
-                  "reward.timeout_s=0.05", "demos.num_episodes=0")  # fmt: skip
+    run = gui_run(
+        "reward=model",
+        f"reward.model=tcp://127.0.0.1:{dead}",
+        "reward.cameras=[top]",
+        "reward.timeout_s=0.05",
+        "demos.num_episodes=0",
+    )
     page = open_page(browser, run, "gil")
     notice = page.locator('.actor[data-actor="actor-0"] .notice')
     wait_until(lambda: "learned reward" in notice.inner_text(), what="the notice")
@@ -455,9 +521,15 @@ def test_a_learned_reward_that_does_not_answer_is_said_on_the_page(gui_run, brow
     assert page.locator('.actor[data-actor="actor-0"] .success-prob').inner_text() == "—"
 
 
-SO101_TWIN = ("env=so101_twin", "env.twin_clock=real", "safety=default",
-              "env.cameras={front: {type: twin, width: 48, height: 48, fps: 10}}", "policy.encoder.resize=[32,32]",
-              "policy.encoder.channels=8", "demos.num_episodes=0")  # fmt: skip
+SO101_TWIN = (
+    "env=so101_twin",
+    "env.twin_clock=real",
+    "safety=default",
+    "env.cameras={front: {type: twin, width: 48, height: 48, fps: 10}}",
+    "policy.encoder.resize=[32,32]",
+    "policy.encoder.channels=8",
+    "demos.num_episodes=0",
+)
 
 
 def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm_move_again(gui_run, browser):
@@ -498,8 +570,15 @@ def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_butto
     outcome: dict = {}
 
     def evaluate():
-        overrides = [f"checkpoint={run}", "eval.score=human", "eval.episodes=1", "gui=true", f"gui.zmq_port={zmq_port}",
-                     "env.max_episode_steps=5", "eval.video=false"]
+        overrides = [
+            f"checkpoint={run}",
+            "eval.score=human",
+            "eval.episodes=1",
+            "gui=true",
+            f"gui.zmq_port={zmq_port}",
+            "env.max_episode_steps=5",
+            "eval.video=false",
+        ]
         outcome["report"], _ = evaluate_on_suite(overrides, say=lambda *_: None)
 
     worker = threading.Thread(target=evaluate, daemon=True)

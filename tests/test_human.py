@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from robo_rl.teleop.base import FakeDevice
 from robo_rl.config import ConfigError, load_config
-from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.spec import SPEC_FILE, EnvSpec, learner_spec, read_spec, spec_of, static_spec, write_spec
 from robo_rl.envs.wrappers import make_actor_env
+from robo_rl.teleop.base import FakeDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from sim.point_reach import PointReachEnv
 from tests.test_pipeline import run_pair, toy_config
 from tests.test_teleop_devices import xvfb  # noqa: F401 (a fixture)
@@ -52,8 +52,9 @@ def test_the_learner_takes_the_spec_from_the_run_folder_a_file_or_an_actor_that_
     other = tmp_path / "elsewhere"
     other.mkdir()
     (other / "mine.json").write_text(json.dumps(spec.to_json()))
-    cfg2 = load_config(["env=point_reach", "env._target_=sim.robosuite_tasks.RobosuiteEnv",
-                        f"env_spec={other / 'mine.json'}"])  # fmt: skip
+    cfg2 = load_config(
+        ["env=point_reach", "env._target_=sim.robosuite_tasks.RobosuiteEnv", f"env_spec={other / 'mine.json'}"]
+    )
     assert learner_spec(cfg2, None) == spec
     # a spec file that is not one is refused by name
     (other / "bad.json").write_text('{"version": 1, "state_dim": "x"}')
@@ -178,11 +179,16 @@ def test_handing_control_back_ramps_without_a_jump():
     assert np.allclose(executed[-1], POLICY) and np.allclose(executed[3], POLICY)
 
 
-@pytest.mark.parametrize("event, terminated, truncated, ended_by", [
-    ("success", True, False, "human_success"), ("failure", True, False, "human_failure"),
-    ("rerecord_episode", False, True, "human_rerecord"), ("terminate_episode", False, True, "human_abort"),
-    ("estop", False, True, "estop"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "event, terminated, truncated, ended_by",
+    [
+        ("success", True, False, "human_success"),
+        ("failure", True, False, "human_failure"),
+        ("rerecord_episode", False, True, "human_rerecord"),
+        ("terminate_episode", False, True, "human_abort"),
+        ("estop", False, True, "estop"),
+    ],
+)
 def test_labels_end_the_episode_with_the_right_flags(event, terminated, truncated, ended_by):
     pad = FakeDevice("pad")
     env = wrapped(pad)
@@ -289,8 +295,13 @@ def test_on_a_discrete_gripper_the_simulated_human_reads_stay_as_the_command_the
 
     def episode(stay_when_held):
         base = PickCubeEnv(gripper="discrete")
-        spec = {"kind": "sim_human", "expert": {"_target_": "sim.experts.PickCubeExpert"}, "seed": 0,
-                "patience": 1, "reaction_delay": 0}  # fmt: skip
+        spec = {
+            "kind": "sim_human",
+            "expert": {"_target_": "sim.experts.PickCubeExpert"},
+            "seed": 0,
+            "patience": 1,
+            "reaction_delay": 0,
+        }
         env, mine = InterventionWrapper(base, [spec]), PickCubeExpert(base)
         obs, _ = env.reset(seed=0)
         mine.reset()
@@ -356,13 +367,17 @@ class ScriptedPerson(FakeDevice):
 
 
 def test_recording_keeps_successes_re_records_on_request_and_writes_each_episode_as_it_goes(tmp_path):
-    from robo_rl.data.datasets.io import load_episodes
     from robo_rl.commands.record import record_episodes
+    from robo_rl.data.datasets.io import load_episodes
     from robo_rl.data.schema import fields_for_env
     from robo_rl.data.storage import SegmentStore
 
-    env = InterventionWrapper(PointReachEnv(max_episode_steps=30), [ScriptedPerson(["rerecord_episode", "failure"])],
-                              takeover="implicit", implicit_threshold=0.0)  # fmt: skip
+    env = InterventionWrapper(
+        PointReachEnv(max_episode_steps=30),
+        [ScriptedPerson(["rerecord_episode", "failure"])],
+        takeover="implicit",
+        implicit_threshold=0.0,
+    )
     store = SegmentStore(tmp_path / "demos", fields_for_env(env), partition="demos")
     counts = record_episodes(env, store, 3, keep="success", realtime=False, progress=False, say=lambda s: None)
     assert counts["kept"] == 3 and counts["rerecorded"] == 1 and counts["discarded"] == 1 and counts["attempts"] == 5
@@ -376,9 +391,20 @@ def test_robo_rl_record_with_the_simulated_human_writes_a_store_training_can_use
     from robo_rl.data.datasets.io import load_episodes
 
     dst = tmp_path / "demos"
-    code = main(["record", str(dst), "env=point_reach", "human=sim", "episodes=2", "actor.realtime=false",
-                 "human.devices.0.patience=1", "human.devices.0.reaction_delay=0", "human.devices.0.hold_steps=100",
-                 "logger.progress=false"])  # fmt: skip
+    code = main(
+        [
+            "record",
+            str(dst),
+            "env=point_reach",
+            "human=sim",
+            "episodes=2",
+            "actor.realtime=false",
+            "human.devices.0.patience=1",
+            "human.devices.0.reaction_delay=0",
+            "human.devices.0.hold_steps=100",
+            "logger.progress=false",
+        ]
+    )
     assert code == 0, capsys.readouterr()
     assert "kept 2 episodes" in capsys.readouterr().out
     assert len(load_episodes(dst, progress=False)) == 2
@@ -418,9 +444,22 @@ def test_recording_writes_a_lerobot_dataset_when_asked(tmp_path, capsys):
     from robo_rl.data.datasets.io import detect_format, load_episodes
 
     dst = tmp_path / "lerobot"
-    code = main(["record", str(dst), "format=lerobot", "keep=all", "env=point_reach", "human=sim", "episodes=2",
-                 "actor.realtime=false", "human.devices.0.patience=1", "human.devices.0.reaction_delay=0",
-                 "human.devices.0.hold_steps=100", "logger.progress=false"])  # fmt: skip
+    code = main(
+        [
+            "record",
+            str(dst),
+            "format=lerobot",
+            "keep=all",
+            "env=point_reach",
+            "human=sim",
+            "episodes=2",
+            "actor.realtime=false",
+            "human.devices.0.patience=1",
+            "human.devices.0.reaction_delay=0",
+            "human.devices.0.hold_steps=100",
+            "logger.progress=false",
+        ]
+    )
     assert code == 0, capsys.readouterr()
     assert detect_format(dst) == "lerobot"
     episodes = load_episodes(dst, progress=False)
@@ -435,9 +474,25 @@ def test_recording_with_the_keyboard_for_real(tmp_path, xvfb):  # noqa: F811 (th
 
     env = {**os.environ, "DISPLAY": xvfb}
     dst = tmp_path / "demos"
-    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "record", str(dst), "human=keyboard", "keep=all",
-                             "episodes=1", "env=point_reach", "env.max_episode_steps=200", "logger.progress=false"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "robo_rl.cli",
+            "record",
+            str(dst),
+            "human=keyboard",
+            "keep=all",
+            "episodes=1",
+            "env=point_reach",
+            "env.max_episode_steps=200",
+            "logger.progress=false",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         line = ""

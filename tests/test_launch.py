@@ -31,8 +31,15 @@ from launch.layout import LayoutError, layout_names, load_layout, merge_override
 from robo_rl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["env=point_reach", "experiment=rlpd", "train.learning_starts=100", "demos.num_episodes=5",
-         "logger.progress=false", "eval.episodes=3", "logger.log_every_s=0.5"]  # fmt: skip
+QUICK = [
+    "env=point_reach",
+    "experiment=rlpd",
+    "train.learning_starts=100",
+    "demos.num_episodes=5",
+    "logger.progress=false",
+    "eval.episodes=3",
+    "logger.log_every_s=0.5",
+]
 RUN_TIMEOUT_S = 150
 
 
@@ -50,8 +57,11 @@ def test_every_shipped_layout_parses_and_sim_four_expands_to_distinct_actors_on_
     actors = layout.of_role("actor")
     assert [a.name for a in actors] == ["actor-0", "actor-1", "actor-2", "actor-3"]
     ports = choose_ports(layout, [])
-    assert len(set(ports.values())) == 3 and set(ports) == {"transport.data_port", "transport.weights_port",
-                                                            "transport.ctrl_port"}  # fmt: skip
+    assert len(set(ports.values())) == 3 and set(ports) == {
+        "transport.data_port",
+        "transport.weights_port",
+        "transport.ctrl_port",
+    }
     all_args = {p.name: args_of(layout, p.name, ["seed=7"], ports, base_seed=7) for p in layout.processes}
     for args in all_args.values():
         assert all(f"{k}={v}" in args for k, v in ports.items()) and "run_dir=RUN" in args
@@ -84,19 +94,30 @@ def test_robot_layouts_a_gui_joins_the_actors_and_a_command_line_override_replac
     assert prep.run_dir.parent.parent == tmp_path and (prep.run_dir / "logs").is_dir()
     # two arms on one learner differ in their port, calibration id and home pose: the learner accepts both
     prepare(two, ["hardware.dry_run=true", "env.twin_clock=real", f"outputs_dir={tmp_path}"], choose_ports(two, []))
-    assert merge_overrides(["a=1", "gui=true", "b=2"], ["a=3", "gui.enabled=false"]) == ["b=2", "a=3",
-                                                                                          "gui.enabled=false"]
+    assert merge_overrides(["a=1", "gui=true", "b=2"], ["a=3", "gui.enabled=false"]) == [
+        "b=2",
+        "a=3",
+        "gui.enabled=false",
+    ]
 
 
-@pytest.mark.parametrize("data, says", [
-    ({"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "acter"}]}, "did you mean 'actor'"),
-    ({"processes": [{"name": "a", "role": "actor"}]}, "exactly one learner"),
-    ({"processes": [{"name": "learner", "role": "learner", "restart": "on-failure"}]}, "never restarted"),
-    ({"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "actor", "count": 0}]}, "count"),
-    ({"processes": [{"name": "learner", "role": "learner"}], "max_restart": 3}, "did you mean 'max_restarts'"),
-    ({"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "actor", "host": "me@pc"}]},
-     "remote_dir"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (
+            {"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "acter"}]},
+            "did you mean 'actor'",
+        ),
+        ({"processes": [{"name": "a", "role": "actor"}]}, "exactly one learner"),
+        ({"processes": [{"name": "learner", "role": "learner", "restart": "on-failure"}]}, "never restarted"),
+        ({"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "actor", "count": 0}]}, "count"),
+        ({"processes": [{"name": "learner", "role": "learner"}], "max_restart": 3}, "did you mean 'max_restarts'"),
+        (
+            {"processes": [{"name": "learner", "role": "learner"}, {"name": "a", "role": "actor", "host": "me@pc"}]},
+            "remote_dir",
+        ),
+    ],
+)
 def test_a_bad_layout_is_refused_naming_the_problem(data, says):
     with pytest.raises(LayoutError, match=says):
         parse_layout(data, "bad")
@@ -122,12 +143,21 @@ def test_ssh_and_scp_command_lines_are_exact_and_remote_actors_get_the_learners_
     """No second machine here: the commands are checked, not run (a live SSH session is not tested)."""
     opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"]
     assert ssh_argv("robot@arm", "uptime") == ["ssh", *opts, "robot@arm", "uptime"]
-    line = remote_process_command("robo rl", ".venv/bin/python", ["actor", "actor.id=arm-left", "x=a b"],
-                                  {"PYTHONUNBUFFERED": "1"})  # fmt: skip
-    assert line == ("cd 'robo rl' && echo 'launch: remote pid '$$ && exec env PYTHONUNBUFFERED=1 .venv/bin/python "
-                    "-m robo_rl.cli actor actor.id=arm-left 'x=a b'")  # fmt: skip
+    line = remote_process_command(
+        "robo rl", ".venv/bin/python", ["actor", "actor.id=arm-left", "x=a b"], {"PYTHONUNBUFFERED": "1"}
+    )
+    assert line == (
+        "cd 'robo rl' && echo 'launch: remote pid '$$ && exec env PYTHONUNBUFFERED=1 .venv/bin/python "
+        "-m robo_rl.cli actor actor.id=arm-left 'x=a b'"
+    )
     assert scp_argv(["k/a.key", "k/a.key_secret"], "robot@arm", "rl/keys") == [
-        "scp", *opts, "-p", "k/a.key", "k/a.key_secret", "robot@arm:rl/keys/"]  # fmt: skip
+        "scp",
+        *opts,
+        "-p",
+        "k/a.key",
+        "k/a.key_secret",
+        "robot@arm:rl/keys/",
+    ]
     assert ssh_signal_argv("robot@arm", 4242, signal.SIGINT) == ["ssh", *opts, "robot@arm", "kill -INT 4242"]
 
     layout = load_layout("two_robot_pcs")
@@ -140,12 +170,26 @@ def test_ssh_and_scp_command_lines_are_exact_and_remote_actors_get_the_learners_
     commands = key_deploy_commands(layout, keys, run_dir)
     assert commands == [
         ["ssh", *opts, "robot@arm-left.local", f"mkdir -p {remote}/authorized && chmod 700 {remote}"],
-        ["scp", *opts, "-p", str(keys / "learner.key"), str(keys / "arm-left.key"), str(keys / "arm-left.key_secret"),
-         f"robot@arm-left.local:{remote}/"],
+        [
+            "scp",
+            *opts,
+            "-p",
+            str(keys / "learner.key"),
+            str(keys / "arm-left.key"),
+            str(keys / "arm-left.key_secret"),
+            f"robot@arm-left.local:{remote}/",
+        ],
         ["ssh", *opts, "robot@arm-right.local", f"mkdir -p {remote}/authorized && chmod 700 {remote}"],
-        ["scp", *opts, "-p", str(keys / "learner.key"), str(keys / "arm-right.key"),
-         str(keys / "arm-right.key_secret"), f"robot@arm-right.local:{remote}/"],
-    ]  # fmt: skip  (an actor's machine gets its own pair and the learner's public key, never the learner's secret)
+        [
+            "scp",
+            *opts,
+            "-p",
+            str(keys / "learner.key"),
+            str(keys / "arm-right.key"),
+            str(keys / "arm-right.key_secret"),
+            f"robot@arm-right.local:{remote}/",
+        ],
+    ]  # an actor's machine gets its own pair and the learner's public key, never the learner's secret
     net = Network("10.0.0.5", "10.0.0.5", keys_dirs={"learner": str(keys), "arm-left": remote})
     learner, arm = args_of(layout, "learner", net=net), args_of(layout, "arm-left", net=net)
     assert "transport.host=10.0.0.5" in learner and f"transport.curve_keys_dir={keys}" in learner
@@ -160,8 +204,9 @@ def start_launch(tmp_path, layout: str, *extra, env=None) -> tuple[subprocess.Po
     """`robo-rl launch` as a user runs it, its output (the status lines) into a file."""
     out = tmp_path / "launch.txt"
     args = ["launch", layout, *QUICK, f"outputs_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}", *extra]
-    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", *args], cwd=ROOT, stdout=open(out, "w"),
-                            stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", *args], cwd=ROOT, stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env
+    )
     return proc, out
 
 
@@ -248,9 +293,11 @@ def test_ctrl_c_stops_the_learner_here_and_an_actor_over_ssh_with_its_keys_and_l
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     layout = tmp_path / "remote_actor.yaml"
-    layout.write_text(f"overrides: [experiment=rlpd]\nremote_dir: {remote}\nremote_python: {sys.executable}\n"
-                      "address: 127.0.0.1\nprocesses:\n  - {name: learner, role: learner}\n"
-                      "  - {name: actor-0, role: actor, host: robot@localhost}\n")  # fmt: skip
+    layout.write_text(
+        f"overrides: [experiment=rlpd]\nremote_dir: {remote}\nremote_python: {sys.executable}\n"
+        "address: 127.0.0.1\nprocesses:\n  - {name: learner, role: learner}\n"
+        "  - {name: actor-0, role: actor, host: robot@localhost}\n"
+    )
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     proc, out = start_launch(tmp_path, str(layout), "train.total_env_steps=100000", env=env)
     wait_for(lambda: pids(out, "actor-0") and episodes_seen(run_dir_of(out)) >= 1, proc, out, "remote actor")
@@ -292,8 +339,12 @@ def test_the_ray_launcher_runs_sim_one_on_a_local_ray_instance(tmp_path, nodes):
         cluster.add_node(num_cpus=2)
         ray.init(address=cluster.address)
     try:
-        overrides = [*QUICK, "train.total_env_steps=600", f"outputs_dir={tmp_path / 'out'}",
-                     f"cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+        overrides = [
+            *QUICK,
+            "train.total_env_steps=600",
+            f"outputs_dir={tmp_path / 'out'}",
+            f"cache_dir={tmp_path / 'cache'}",
+        ]
         code = launch_on_ray(load_layout("sim_one"), overrides, open(tmp_path / "launch.txt", "w"))
     finally:
         ray.shutdown()

@@ -29,8 +29,10 @@ STATE_DIM, ACTION_DIM, CHUNK = 4, 2, 5
 def state_inputs() -> dict:
     from lerobot.configs.types import FeatureType, PolicyFeature
 
-    return {"observation.state": PolicyFeature(FeatureType.STATE, (STATE_DIM,)),
-            "observation.environment_state": PolicyFeature(FeatureType.ENV, (STATE_DIM,))}  # fmt: skip
+    return {
+        "observation.state": PolicyFeature(FeatureType.STATE, (STATE_DIM,)),
+        "observation.environment_state": PolicyFeature(FeatureType.ENV, (STATE_DIM,)),
+    }
 
 
 def action_output() -> dict:
@@ -40,8 +42,12 @@ def action_output() -> dict:
 
 
 def stats(dim: int, mean: float = 0.0, std: float = 1.0, low: float = -1.0, high: float = 1.0) -> dict:
-    return {"mean": torch.full((dim,), mean), "std": torch.full((dim,), std), "min": torch.full((dim,), low),
-            "max": torch.full((dim,), high)}  # fmt: skip
+    return {
+        "mean": torch.full((dim,), mean),
+        "std": torch.full((dim,), std),
+        "min": torch.full((dim,), low),
+        "max": torch.full((dim,), high),
+    }
 
 
 def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
@@ -50,9 +56,14 @@ def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
 
     torch.manual_seed(0)
     policy = get_policy_class(cfg.type)(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats={"observation.state": stats(STATE_DIM, 0.2, 0.5),
-                                                             "observation.environment_state": stats(STATE_DIM),
-                                                             "action": action_stats})  # fmt: skip
+    pre, post = make_pre_post_processors(
+        cfg,
+        dataset_stats={
+            "observation.state": stats(STATE_DIM, 0.2, 0.5),
+            "observation.environment_state": stats(STATE_DIM),
+            "action": action_stats,
+        },
+    )
     for part in (policy, pre, post):
         part.save_pretrained(folder)
     return folder
@@ -62,10 +73,21 @@ def save_tiny(cfg, folder: Path, action_stats: dict) -> Path:
 def tiny_act(tmp_path_factory) -> Path:
     from lerobot.policies.act.configuration_act import ACTConfig
 
-    cfg = ACTConfig(input_features=state_inputs(), output_features=action_output(), dim_model=32,
-                    n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
-                    chunk_size=CHUNK, n_action_steps=CHUNK, pretrained_backbone_weights=None, device="cpu",
-                    push_to_hub=False)  # fmt: skip
+    cfg = ACTConfig(
+        input_features=state_inputs(),
+        output_features=action_output(),
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        latent_dim=8,
+        chunk_size=CHUNK,
+        n_action_steps=CHUNK,
+        pretrained_backbone_weights=None,
+        device="cpu",
+        push_to_hub=False,
+    )
     # wide action stats: un-normalised actions overshoot [-1, 1], so clipping is visible
     return save_tiny(cfg, tmp_path_factory.mktemp("act") / "pretrained_model", stats(ACTION_DIM, 0.5, 1.5, -0.5, 0.8))
 
@@ -93,8 +115,9 @@ def test_act_checkpoint_acts_in_our_env_as_lerobot_runs_it(tiny_act):
     np.testing.assert_allclose(np.stack(state_statistics(base)), [[0.2] * STATE_DIM, [0.5] * STATE_DIM])
     residual = ResidualPolicy(env.observation_space, ACTION_DIM, base, hidden=[8], state_norm="base")
     state = torch.tensor([[0.7, -0.3, 0.2, 1.2]])
-    np.testing.assert_allclose(residual.encoder({"state": state, "images": {}}).numpy(), [[1.0, -1.0, 0.0, 2.0]],
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        residual.encoder({"state": state, "images": {}}).numpy(), [[1.0, -1.0, 0.0, 2.0]], atol=1e-6
+    )
     chunked = ChunkedBase(base)
     observations, actions = run_episode(env, chunked)
     assert actions.shape == (12, ACTION_DIM) and actions.dtype == np.float32
@@ -130,11 +153,22 @@ def test_diffusion_from_tiny_config_runs_by_path(tmp_path):
 
     env = PointReachEnv(max_episode_steps=6)
     for n_obs_steps, chunk in ((1, 4), (2, 1)):  # a history of observations runs closed-loop, through its queues
-        cfg = DiffusionConfig(input_features=state_inputs(), output_features=action_output(),
-                              n_obs_steps=n_obs_steps, horizon=8, n_action_steps=4, down_dims=(16, 32),
-                              diffusion_step_embed_dim=16, n_groups=4, kernel_size=3, num_train_timesteps=4,
-                              num_inference_steps=2, pretrained_backbone_weights=None, device="cpu",
-                              push_to_hub=False)  # fmt: skip
+        cfg = DiffusionConfig(
+            input_features=state_inputs(),
+            output_features=action_output(),
+            n_obs_steps=n_obs_steps,
+            horizon=8,
+            n_action_steps=4,
+            down_dims=(16, 32),
+            diffusion_step_embed_dim=16,
+            n_groups=4,
+            kernel_size=3,
+            num_train_timesteps=4,
+            num_inference_steps=2,
+            pretrained_backbone_weights=None,
+            device="cpu",
+            push_to_hub=False,
+        )
         folder = save_tiny(cfg, tmp_path / f"diffusion{n_obs_steps}", stats(ACTION_DIM))
         base = LeRobotBase.load(str(folder), env.observation_space, ACTION_DIM)
         assert base.chunk_size == chunk
@@ -171,8 +205,10 @@ def test_features_that_do_not_fit_the_task_are_refused_in_one_line(tiny_act, tmp
     camera = {"type": "VISUAL", "shape": [3, 32, 32]}
     msg = refusal(with_input(tiny_act, tmp_path, "observation.images.front", camera), state_only)
     assert "camera 'front'" in msg and "'observation.images.front'" in msg
-    msg = refusal(with_input(tiny_act, tmp_path, "observation.images.top", camera),
-                  make_observation_space(STATE_DIM, {"top": (24, 32)}))  # fmt: skip
+    msg = refusal(
+        with_input(tiny_act, tmp_path, "observation.images.top", camera),
+        make_observation_space(STATE_DIM, {"top": (24, 32)}),
+    )
     assert "(3, 32, 32)" in msg and "(3, 24, 32)" in msg
     tactile = {"type": "STATE", "shape": [12]}
     msg = refusal(with_input(tiny_act, tmp_path, "observation.tactile", tactile), state_only)
@@ -234,18 +270,44 @@ def test_act_trained_by_lerobot_train_on_our_export_acts_in_our_env(tmp_path):
 
     env = UpscaledCamera(PointReachEnv(max_episode_steps=10, camera=True))
     expert = PointReachExpert(env.unwrapped, noise_std=0.1, seed=0)
-    episodes = [Episode(stack_records(rollout_episode(env, expert.act, seed, seed)[0], fields_for_env(env)), "demos")
-                for seed in range(3)]  # fmt: skip
+    episodes = [
+        Episode(stack_records(rollout_episode(env, expert.act, seed, seed)[0], fields_for_env(env)), "demos")
+        for seed in range(3)
+    ]
     root = export_lerobot(episodes, tmp_path / "dataset", fps=10, progress=False)
-    tiny = ["--policy.dim_model=32", "--policy.n_heads=2", "--policy.dim_feedforward=64",
-            "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1", "--policy.latent_dim=8",
-            f"--policy.chunk_size={CHUNK}", f"--policy.n_action_steps={CHUNK}",
-            "--policy.pretrained_backbone_weights=null"]  # fmt: skip
+    tiny = [
+        "--policy.dim_model=32",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=64",
+        "--policy.n_encoder_layers=1",
+        "--policy.n_decoder_layers=1",
+        "--policy.latent_dim=8",
+        f"--policy.chunk_size={CHUNK}",
+        f"--policy.n_action_steps={CHUNK}",
+        "--policy.pretrained_backbone_weights=null",
+    ]
     train = Path(sys.executable).with_name("lerobot-train")
-    subprocess.run([str(train), "--dataset.repo_id=local/robo_rl", f"--dataset.root={root}", "--policy.type=act",
-                    "--policy.device=cpu", "--policy.push_to_hub=false", *tiny, "--steps=2", "--batch_size=4",
-                    "--num_workers=0", "--save_freq=2", "--wandb.enable=false", f"--output_dir={tmp_path / 'train'}"],
-                   check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            str(train),
+            "--dataset.repo_id=local/robo_rl",
+            f"--dataset.root={root}",
+            "--policy.type=act",
+            "--policy.device=cpu",
+            "--policy.push_to_hub=false",
+            *tiny,
+            "--steps=2",
+            "--batch_size=4",
+            "--num_workers=0",
+            "--save_freq=2",
+            "--wandb.enable=false",
+            f"--output_dir={tmp_path / 'train'}",
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
     folder = tmp_path / "train" / "checkpoints" / "last" / "pretrained_model"
 
     base = LeRobotBase.load(folder, env.observation_space, ACTION_DIM)

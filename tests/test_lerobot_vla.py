@@ -22,8 +22,14 @@ SPACE = make_observation_space(STATE_DIM, {CAMERA: IMAGE_HW})
 
 @pytest.fixture(scope="module")
 def tiny_smolvla(tmp_path_factory) -> Path:
-    return write_tiny_smolvla(tmp_path_factory.mktemp("smolvla") / "pretrained_model", STATE_DIM, ACTION_DIM, CAMERA,
-                              IMAGE_HW, chunk_size=CHUNK)  # fmt: skip
+    return write_tiny_smolvla(
+        tmp_path_factory.mktemp("smolvla") / "pretrained_model",
+        STATE_DIM,
+        ACTION_DIM,
+        CAMERA,
+        IMAGE_HW,
+        chunk_size=CHUNK,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +39,10 @@ def smolvla(tiny_smolvla) -> LeRobotBase:
 
 def observation(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    return {"state": rng.standard_normal(STATE_DIM).astype(np.float32),
-            "images": {CAMERA: rng.integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)}}  # fmt: skip
+    return {
+        "state": rng.standard_normal(STATE_DIM).astype(np.float32),
+        "images": {CAMERA: rng.integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)},
+    }
 
 
 def noise(shape, seed: int = 0) -> np.ndarray:
@@ -110,11 +118,23 @@ def test_noise_to_a_policy_that_takes_none_is_refused_in_one_line(tiny_act, tmp_
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
     for n_obs_steps, shape in ((1, (8, ACTION_DIM)), (2, None)):  # a history runs closed-loop: select_action's noise
-        cfg = DiffusionConfig(input_features=state_inputs(), output_features=action_output(),
-                              n_obs_steps=n_obs_steps, horizon=8, n_action_steps=4, down_dims=(16, 32),
-                              diffusion_step_embed_dim=16, n_groups=4, kernel_size=3, num_train_timesteps=4,
-                              num_inference_steps=2, noise_scheduler_type="DDIM", pretrained_backbone_weights=None,
-                              device="cpu", push_to_hub=False)  # fmt: skip
+        cfg = DiffusionConfig(
+            input_features=state_inputs(),
+            output_features=action_output(),
+            n_obs_steps=n_obs_steps,
+            horizon=8,
+            n_action_steps=4,
+            down_dims=(16, 32),
+            diffusion_step_embed_dim=16,
+            n_groups=4,
+            kernel_size=3,
+            num_train_timesteps=4,
+            num_inference_steps=2,
+            noise_scheduler_type="DDIM",
+            pretrained_backbone_weights=None,
+            device="cpu",
+            push_to_hub=False,
+        )
         folder = save_tiny(cfg, tmp_path / f"diffusion{n_obs_steps}", stats(ACTION_DIM))
         diffusion = LeRobotBase.load(folder, make_observation_space(STATE_DIM, {}), ACTION_DIM)
         assert diffusion.noise_shape == shape
@@ -159,10 +179,26 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     obs = observation(1)
-    policy = NoisePolicy(SPACE, ACTION_DIM, smolvla, noise_bound=1.5, hidden=[64, 64],
-                         encoder={"features": 8, "kernels": [3, 3], "strides": [2, 2]})
-    algo = build_dsrl(policy, SPACE, ACTION_DIM, batch_size=64, form="noise", critic_updates_per_actor=2,
-                      lr_actor=3e-3, lr_critic=3e-3, critic_hidden=[128, 128], precision="float32")  # fmt: skip
+    policy = NoisePolicy(
+        SPACE,
+        ACTION_DIM,
+        smolvla,
+        noise_bound=1.5,
+        hidden=[64, 64],
+        encoder={"features": 8, "kernels": [3, 3], "strides": [2, 2]},
+    )
+    algo = build_dsrl(
+        policy,
+        SPACE,
+        ACTION_DIM,
+        batch_size=64,
+        form="noise",
+        critic_updates_per_actor=2,
+        lr_actor=3e-3,
+        lr_critic=3e-3,
+        critic_hidden=[128, 128],
+        precision="float32",
+    )
     rng = np.random.default_rng(0)
     draws = np.clip(rng.standard_normal((160, *policy.noise_shape)), -1.5, 1.5).astype(np.float32)
     chunks = np.stack([smolvla.predict_chunk(obs, noise=w) for w in draws])
@@ -176,13 +212,22 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
 
     def batch():
         i = rng.integers(0, len(draws), 64)
-        o = {"state": torch_obs["state"].expand(64, -1), "images": {k: v.expand(64, -1, -1, -1)
-                                                                    for k, v in torch_obs["images"].items()}}
+        o = {
+            "state": torch_obs["state"].expand(64, -1),
+            "images": {k: v.expand(64, -1, -1, -1) for k, v in torch_obs["images"].items()},
+        }
         w = torch.from_numpy(draws[i].reshape(64, -1))
-        return {"obs": o, "next_obs": o, "action": torch.zeros(64, CHUNK, ACTION_DIM), "discount": torch.zeros(64),
-                "reward": torch.from_numpy(rewards[i].astype(np.float32)), "extras": {"noise": w},
-                "next_extras": {"noise": w}, "intervention": torch.zeros(64, dtype=torch.bool),
-                "next_extras_valid": torch.ones(64, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": o,
+            "next_obs": o,
+            "action": torch.zeros(64, CHUNK, ACTION_DIM),
+            "discount": torch.zeros(64),
+            "reward": torch.from_numpy(rewards[i].astype(np.float32)),
+            "extras": {"noise": w},
+            "next_extras": {"noise": w},
+            "intervention": torch.zeros(64, dtype=torch.bool),
+            "next_extras_valid": torch.ones(64, dtype=torch.bool),
+        }
 
     for _ in range(150):
         algo.update([batch(), batch()])
@@ -206,11 +251,29 @@ def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    policy = ResidualPolicy(SPACE, ACTION_DIM, smolvla, scale=0.3, hidden=[64, 64], exploration_std=0.0,
-                            action_range="full", encoder={"features": 8, "kernels": [3, 3], "strides": [2, 2]})
-    algo = build_residual(policy, SPACE, ACTION_DIM, batch_size=64, n_step=1, critic_updates_per_actor=2,
-                          lr_actor=3e-3, lr_critic=3e-3, critic_hidden=[64, 64], precision="float32",
-                          image_augmentation=None)  # fmt: skip
+    policy = ResidualPolicy(
+        SPACE,
+        ACTION_DIM,
+        smolvla,
+        scale=0.3,
+        hidden=[64, 64],
+        exploration_std=0.0,
+        action_range="full",
+        encoder={"features": 8, "kernels": [3, 3], "strides": [2, 2]},
+    )
+    algo = build_residual(
+        policy,
+        SPACE,
+        ACTION_DIM,
+        batch_size=64,
+        n_step=1,
+        critic_updates_per_actor=2,
+        lr_actor=3e-3,
+        lr_critic=3e-3,
+        critic_hidden=[64, 64],
+        precision="float32",
+        image_augmentation=None,
+    )
     obs = observation(2)
     smolvla.reset()
     torch.manual_seed(123)  # the VLA draws its own noise: the same draw here and when the residual policy acts
@@ -223,10 +286,17 @@ def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
     def batch():
         a = (base + (torch.rand(64, ACTION_DIM, generator=gen) * 2 - 1) * 0.3).clamp(-1, 1)
         b = base.expand(64, -1)
-        return {"obs": o64, "next_obs": o64, "action": a, "reward": -((a - target) ** 2).sum(-1),
-                "discount": torch.zeros(64), "extras": {"base_action": b}, "next_extras": {"base_action": b},
-                "next_extras_valid": torch.ones(64, dtype=torch.bool),
-                "intervention": torch.zeros(64, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": o64,
+            "next_obs": o64,
+            "action": a,
+            "reward": -((a - target) ** 2).sum(-1),
+            "discount": torch.zeros(64),
+            "extras": {"base_action": b},
+            "next_extras": {"base_action": b},
+            "next_extras_valid": torch.ones(64, dtype=torch.bool),
+            "intervention": torch.zeros(64, dtype=torch.bool),
+        }
 
     before = float(((base - target) ** 2).sum())
     for _ in range(150):
@@ -245,7 +315,8 @@ def _batch_of(observations: list[dict]) -> dict:
 
 
 def test_reinflow_on_the_vla_is_its_own_sampler_with_exact_log_probs_and_trains_only_the_action_expert(
-        tiny_smolvla, smolvla):  # fmt: skip
+    tiny_smolvla, smolvla
+):
     """ReinFlow's chain over the SmolVLA's action expert: without noise it is SmolVLA's own Euler sampler (the same
     chunk from the same initial noise); the recorded chain's log-probability is recomputed exactly; only the action
     expert (and the noise network) get gradients; the VLM is a frozen backbone, never in the weights sent."""
@@ -267,8 +338,11 @@ def test_reinflow_on_the_vla_is_its_own_sampler_with_exact_log_probs_and_trains_
     again, _ = policy.chain_log_prob(obs, chain)
     assert torch.allclose(again, log_prob, atol=1e-4) and again.requires_grad
     again.sum().backward()
-    moved = {n.split(".vla.model.")[-1].split(".")[0] if ".vla." in n else n.split(".")[0]
-             for n, p in policy.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}  # fmt: skip
+    moved = {
+        n.split(".vla.model.")[-1].split(".")[0] if ".vla." in n else n.split(".")[0]
+        for n, p in policy.named_parameters()
+        if p.grad is not None and p.grad.abs().sum() > 0
+    }
     assert moved >= {"vlm_with_expert", "action_in_proj", "action_out_proj", "noise_net"}, moved
     vlm = policy.model.vla.model.vlm_with_expert.vlm
     assert not any(p.requires_grad or p.grad is not None for p in vlm.parameters())
@@ -295,11 +369,30 @@ def test_reinflow_moves_the_vlas_action_expert_towards_higher_return(tiny_smolvl
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    policy = ChainPolicy(SPACE, ACTION_DIM, path=str(tiny_smolvla), method="reinflow", steps=2, task=TASK,
-                         sigma_min=0.1, sigma_max=0.2, noise_hidden=[32])  # fmt: skip
+    policy = ChainPolicy(
+        SPACE,
+        ACTION_DIM,
+        path=str(tiny_smolvla),
+        method="reinflow",
+        steps=2,
+        task=TASK,
+        sigma_min=0.1,
+        sigma_max=0.2,
+        noise_hidden=[32],
+    )
     vlm_before = {k: v.clone() for k, v in policy.model.vla.model.vlm_with_expert.vlm.state_dict().items()}
-    algo = build_ppo(policy, SPACE, ACTION_DIM, rollout_env_steps=64, batch_size=64, epochs=4, lr_policy=1e-3,
-                     lr_value=3e-3, clip=0.2, value_hidden=[32])  # fmt: skip
+    algo = build_ppo(
+        policy,
+        SPACE,
+        ACTION_DIM,
+        rollout_env_steps=64,
+        batch_size=64,
+        epochs=4,
+        lr_policy=1e-3,
+        lr_value=3e-3,
+        clip=0.2,
+        value_hidden=[32],
+    )
     obs = _batch_of([observation(i % 4) for i in range(64)])
     target = torch.tensor([0.6, -0.4])
 
@@ -308,9 +401,15 @@ def test_reinflow_moves_the_vlas_action_expert_towards_higher_return(tiny_smolvl
             chain, log_prob = policy.sample_chain(obs)
         actions = torch.stack([policy.model.to_actions(c[-1]) for c in chain])
         r = -((actions - target) ** 2).sum((-1, -2))
-        batch = {"obs": obs, "next_obs": obs, "reward": r, "discount": torch.zeros(64),
-                 "steps": torch.full((64,), CHUNK), "continues": torch.zeros(64, dtype=torch.bool),
-                 "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+        batch = {
+            "obs": obs,
+            "next_obs": obs,
+            "reward": r,
+            "discount": torch.zeros(64),
+            "steps": torch.full((64,), CHUNK),
+            "continues": torch.zeros(64, dtype=torch.bool),
+            "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]},
+        }
         return batch, float(r.mean())
 
     before = np.mean([rollout()[1] for _ in range(3)])

@@ -27,11 +27,29 @@ class Unprintable:
 
 def hostile_records():
     return [
-        {"kind": "learner", "env_steps": 10, "critic_loss": float("nan"), "alpha": float("inf"),
-         "q_mean": np.float32("nan"), "updates": np.int64(7), "success": np.bool_(True)},  # fmt: skip
-        {"kind": "learner", "env_steps": 20, "actor_stats": {"actor-0": {
-            "note": b"\xff\xfe raw bytes", "steps_per_s": -float("inf"), "obj": object(), "bad": Unprintable(),
-            1: np.array([1.0, np.nan]), "t": (1, 2)}}},  # fmt: skip
+        {
+            "kind": "learner",
+            "env_steps": 10,
+            "critic_loss": float("nan"),
+            "alpha": float("inf"),
+            "q_mean": np.float32("nan"),
+            "updates": np.int64(7),
+            "success": np.bool_(True),
+        },
+        {
+            "kind": "learner",
+            "env_steps": 20,
+            "actor_stats": {
+                "actor-0": {
+                    "note": b"\xff\xfe raw bytes",
+                    "steps_per_s": -float("inf"),
+                    "obj": object(),
+                    "bad": Unprintable(),
+                    1: np.array([1.0, np.nan]),
+                    "t": (1, 2),
+                }
+            },
+        },
     ]
 
 
@@ -72,8 +90,16 @@ def test_tensorboard_event_files_open_with_tensorboards_own_reader(tmp_path):
     cfg = load_config(["logger=tensorboard"])
     writer = metrics_writer(cfg, tmp_path)
     for step in (100, 200, 300):
-        writer.write({"kind": "learner", "env_steps": step, "updates": step // 2, "critic_loss": 1.0 / step,
-                      "actor_stats": {"actor-0": {"steps_per_s": 50.0}}, "bad_messages": {}})  # fmt: skip
+        writer.write(
+            {
+                "kind": "learner",
+                "env_steps": step,
+                "updates": step // 2,
+                "critic_loss": 1.0 / step,
+                "actor_stats": {"actor-0": {"steps_per_s": 50.0}},
+                "bad_messages": {},
+            }
+        )
         writer.write({"kind": "episode", "env_steps": step, "success": step == 300, "return": 0.5, "length": 50})
     writer.write({"kind": "learner", "env_steps": 400, "critic_loss": float("nan")})  # left out, not a crash
     writer.close()
@@ -114,9 +140,11 @@ def test_choosing_no_backend_imports_neither_package():
     import subprocess
     import sys
 
-    code = ("import sys; from robo_rl.config import load_config; from robo_rl.loggers import metrics_writer; "
-            "import tempfile, pathlib; metrics_writer(load_config([]), pathlib.Path(tempfile.mkdtemp())).close(); "
-            "print(sorted(m for m in ('tensorboard', 'wandb') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys; from robo_rl.config import load_config; from robo_rl.loggers import metrics_writer; "
+        "import tempfile, pathlib; metrics_writer(load_config([]), pathlib.Path(tempfile.mkdtemp())).close(); "
+        "print(sorted(m for m in ('tensorboard', 'wandb') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -23,11 +23,23 @@ def toy_config(tmp_path, *extra):
     p = free_ports(3)
     chosen = any(e.startswith("experiment=") for e in extra)  # it replaces TOY's
     toy = [t for t in TOY if not (chosen and t.startswith("experiment="))]
-    return load_config([
-        *toy, f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}",
-        f"transport.ctrl_port={p[2]}", "logger.progress=false", "logger.log_every_s=0.2", "demos.num_episodes=5",
-        "train.learning_starts=100", "algo.batch_size=64", "eval.episodes=20", f"device={TEST_DEVICE}", *extra,
-    ])  # fmt: skip
+    return load_config(
+        [
+            *toy,
+            f"cache_dir={tmp_path / 'cache'}",
+            f"transport.data_port={p[0]}",
+            f"transport.weights_port={p[1]}",
+            f"transport.ctrl_port={p[2]}",
+            "logger.progress=false",
+            "logger.log_every_s=0.2",
+            "demos.num_episodes=5",
+            "train.learning_starts=100",
+            "algo.batch_size=64",
+            "eval.episodes=20",
+            f"device={TEST_DEVICE}",
+            *extra,
+        ]
+    )
 
 
 def run_pair(cfg, run_dir):

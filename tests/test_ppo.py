@@ -14,9 +14,9 @@ import torch
 from policies.chain import ChainPolicy, gaussian_log_prob
 from policies.flow import ChunkGenerator
 from robo_rl.algos.ppo import build_ppo
-from robo_rl.offline.bc import save_atomic
-from robo_rl.envs import make_observation_space
 from robo_rl.data.rollout import Rollout
+from robo_rl.envs import make_observation_space
+from robo_rl.offline.bc import save_atomic
 
 SPACE = make_observation_space(2, {})
 # the toy learners' device: `ROBO_RL_TEST_DEVICE=cuda pytest tests/test_ppo.py` runs them on a GPU
@@ -27,18 +27,25 @@ def chain_policy(method: str, **kw) -> ChainPolicy:
     from tests.test_flow import _fit
 
     model = _fit("flow" if method == "reinflow" else "diffusion", steps=300)
-    steps = {"reinflow": {"steps": 4}, "dppo": {"steps": 10, "stochastic_steps": 4, "sigma_min": 0.1,
-                                                "sigma_max": 0.1}}[method]  # fmt: skip
+    steps = {
+        "reinflow": {"steps": 4},
+        "dppo": {"steps": 10, "stochastic_steps": 4, "sigma_min": 0.1, "sigma_max": 0.1},
+    }[method]
     return ChainPolicy(SPACE, 2, method=method, generator=model, **{**steps, **kw})
 
 
 def bandit_batch(obs: dict, reward: torch.Tensor, chain: torch.Tensor, log_prob: torch.Tensor, steps: int) -> dict:
     """Decisions of one chunk each (`steps` env steps), every one ending its episode, as the learner hands them over."""
     n, device = len(reward), reward.device
-    return {"obs": obs, "next_obs": obs, "reward": reward, "discount": torch.zeros(n, device=device),
-            "steps": torch.full((n,), steps, device=device),
-            "continues": torch.zeros(n, dtype=torch.bool, device=device),
-            "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]}}  # fmt: skip
+    return {
+        "obs": obs,
+        "next_obs": obs,
+        "reward": reward,
+        "discount": torch.zeros(n, device=device),
+        "steps": torch.full((n,), steps, device=device),
+        "continues": torch.zeros(n, dtype=torch.bool, device=device),
+        "extras": {"chain": chain.flatten(1), "log_prob": log_prob[:, None]},
+    }
 
 
 @pytest.mark.parametrize("method", ["reinflow", "dppo"])
@@ -153,8 +160,18 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy("reinflow", initial_noise="learned", sigma_min=0.02, sigma_max=0.02).to(DEVICE)
-    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
-                     lr_value=3e-3, value_hidden=[64], **clips)  # fmt: skip
+    algo = build_ppo(
+        policy,
+        SPACE,
+        2,
+        rollout_env_steps=512,
+        batch_size=128,
+        epochs=4,
+        lr_policy=1e-3,
+        lr_value=3e-3,
+        value_hidden=[64],
+        **clips,
+    )
     gen = torch.Generator().manual_seed(0)
 
     def rollout(n=512):
@@ -171,8 +188,9 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     with torch.no_grad():
-        mean0, _ = policy.initial_mean_std(policy.features({"state": torch.rand(64, 2, device=DEVICE) * 2 - 1,
-                                                            "images": {}}))  # fmt: skip
+        mean0, _ = policy.initial_mean_std(
+            policy.features({"state": torch.rand(64, 2, device=DEVICE) * 2 - 1, "images": {}})
+        )
     assert 0.3 < before < 0.7 and after > before + 0.25, (before, after)
     assert float(mean0.abs().mean()) > 0.1  # it is x_0 that moved
     if "clip_initial_noise" in clips:
@@ -194,8 +212,18 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy(method).to(DEVICE)
-    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=512, batch_size=128, epochs=4, lr_policy=1e-3,
-                     lr_value=3e-3, clip=0.2, value_hidden=[64])  # fmt: skip
+    algo = build_ppo(
+        policy,
+        SPACE,
+        2,
+        rollout_env_steps=512,
+        batch_size=128,
+        epochs=4,
+        lr_policy=1e-3,
+        lr_value=3e-3,
+        clip=0.2,
+        value_hidden=[64],
+    )
     gen = torch.Generator().manual_seed(0)
 
     def reward(chunks, s):
@@ -224,8 +252,19 @@ def test_value_warmup_iterations_train_the_value_and_leave_the_policy_alone():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy("reinflow")
-    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=2, lr_policy=1e-3,
-                     lr_value=3e-3, clip=0.2, value_hidden=[64], value_warmup_iterations=2)  # fmt: skip
+    algo = build_ppo(
+        policy,
+        SPACE,
+        2,
+        rollout_env_steps=256,
+        batch_size=128,
+        epochs=2,
+        lr_policy=1e-3,
+        lr_value=3e-3,
+        clip=0.2,
+        value_hidden=[64],
+        value_warmup_iterations=2,
+    )
     s = torch.rand(256, 2) * 2 - 1
     obs = {"state": s, "images": {}}
     with torch.no_grad():
@@ -250,26 +289,49 @@ def test_a_time_limit_cut_bootstraps_from_the_value_unless_the_episode_is_the_ta
     and V learns so."""
     torch.manual_seed(0)
     policy = chain_policy("reinflow")
-    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=4, lr_value=3e-3,
-                     value_hidden=[64], value_warmup_iterations=100, gamma=0.999,
-                     bootstrap_truncated=bootstrap)  # fmt: skip
+    algo = build_ppo(
+        policy,
+        SPACE,
+        2,
+        rollout_env_steps=256,
+        batch_size=128,
+        epochs=4,
+        lr_value=3e-3,
+        value_hidden=[64],
+        value_warmup_iterations=100,
+        gamma=0.999,
+        bootstrap_truncated=bootstrap,
+    )
     with torch.no_grad():
         algo.value[-1].bias.fill_(2.0)  # an optimistic value, as a run's can become
     roll = Rollout(gamma=0.999, env_steps=1)
     n = 5
-    roll.add("a", {"episode_id": np.zeros(n, int), "step": np.arange(n), "state": np.zeros((n, 2), np.float32),
-                   "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, bool),
-                   "truncated": np.array([False] * (n - 1) + [True]), "policy_version": np.ones(n, int),
-                   "extra/decision": np.ones((n, 1), np.float32), "extra/log_prob": np.zeros((n, 1), np.float32),
-                   "extra/chain": np.zeros((n, 2), np.float32)})  # fmt: skip
+    roll.add(
+        "a",
+        {
+            "episode_id": np.zeros(n, int),
+            "step": np.arange(n),
+            "state": np.zeros((n, 2), np.float32),
+            "reward": np.zeros(n, np.float32),
+            "terminated": np.zeros(n, bool),
+            "truncated": np.array([False] * (n - 1) + [True]),
+            "policy_version": np.ones(n, int),
+            "extra/decision": np.ones((n, 1), np.float32),
+            "extra/log_prob": np.zeros((n, 1), np.float32),
+            "extra/chain": np.zeros((n, 2), np.float32),
+        },
+    )
     taken = roll.take(("log_prob",))
     assert taken["truncated"].tolist() == [False, False, False, True] and taken["discount"][-1] > 0.99
     s = torch.rand(256, 2) * 2 - 1
     obs = {"state": s, "images": {}}
     with torch.no_grad():
         chain, log_prob = policy.sample_chain(obs)
-    batch = {**bandit_batch(obs, torch.zeros(256), chain, log_prob, steps=4),  # cut by the time limit, not ended:
-             "discount": torch.full((256,), 0.999**4), "truncated": torch.ones(256, dtype=torch.bool)}
+    batch = {
+        **bandit_batch(obs, torch.zeros(256), chain, log_prob, steps=4),  # cut by the time limit, not ended:
+        "discount": torch.full((256,), 0.999**4),
+        "truncated": torch.ones(256, dtype=torch.bool),
+    }
     for _ in range(30):
         algo.update([batch])
     with torch.no_grad():
@@ -282,12 +344,18 @@ def test_the_rollout_keeps_the_current_versions_decisions_and_counts_the_rest():
 
     def message(episode, versions, decisions, rewards, steps, end=False):
         n = len(steps)
-        return {"episode_id": np.full(n, episode), "step": np.array(steps),
-                "state": np.arange(n * 2, dtype=np.float32).reshape(n, 2), "reward": np.array(rewards, np.float32),
-                "terminated": np.array([False] * (n - 1) + [end]), "truncated": np.zeros(n, bool),
-                "policy_version": np.array(versions), "extra/decision": np.array(decisions, np.float32)[:, None],
-                "extra/log_prob": np.zeros((n, 1), np.float32),
-                "extra/chain": np.zeros((n, 2), np.float32)}  # fmt: skip
+        return {
+            "episode_id": np.full(n, episode),
+            "step": np.array(steps),
+            "state": np.arange(n * 2, dtype=np.float32).reshape(n, 2),
+            "reward": np.array(rewards, np.float32),
+            "terminated": np.array([False] * (n - 1) + [end]),
+            "truncated": np.zeros(n, bool),
+            "policy_version": np.array(versions),
+            "extra/decision": np.array(decisions, np.float32)[:, None],
+            "extra/log_prob": np.zeros((n, 1), np.float32),
+            "extra/chain": np.zeros((n, 2), np.float32),
+        }
 
     roll.version = 2
     # steps 1-2: a chunk of version 1 (stale), 3-4: version 2, 5: version 2 (running, the episode not over)
@@ -309,9 +377,17 @@ def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
 
     model = ChunkGenerator(4, 2, chunk_size=3, steps=4, hidden=[32])
     path = save_atomic(model.checkpoint(execute_steps=3), tmp_path / "bc4" / "policy.pt")
-    cfg = toy_config(tmp_path, "policy=reinflow", "algo=ppo", f"policy.path={path}", "algo.rollout_env_steps=120",
-                     "train.total_env_steps=500", "train.random_steps=0", "train.learning_starts=0",
-                     "algo.value_hidden=[32]")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "policy=reinflow",
+        "algo=ppo",
+        f"policy.path={path}",
+        "algo.rollout_env_steps=120",
+        "train.total_env_steps=500",
+        "train.random_steps=0",
+        "train.learning_starts=0",
+        "algo.value_hidden=[32]",
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and learner.updates >= 3 and learner.version == learner.updates + 1
@@ -324,9 +400,23 @@ def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
 
 
 def critic_ppo(policy: ChainPolicy, **kw):
-    return build_ppo(policy, SPACE, 2, rollout_env_steps=256, batch_size=128, epochs=4, lr_policy=1e-3,
-                     lr_value=3e-3, clip=0.2, value_hidden=[32], advantage="critic", critic_hidden=[64, 64],
-                     critic_batch_size=128, lr_critic=1e-3, **kw)  # fmt: skip
+    return build_ppo(
+        policy,
+        SPACE,
+        2,
+        rollout_env_steps=256,
+        batch_size=128,
+        epochs=4,
+        lr_policy=1e-3,
+        lr_value=3e-3,
+        clip=0.2,
+        value_hidden=[32],
+        advantage="critic",
+        critic_hidden=[64, 64],
+        critic_batch_size=128,
+        lr_critic=1e-3,
+        **kw,
+    )
 
 
 def test_ppo_with_critic_advantages_moves_the_policy_towards_higher_return():
@@ -369,20 +459,22 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     obs = {"state": torch.cat([first, second]), "images": {}}
     with torch.no_grad():
         chain, log_prob = policy.sample_chain(obs)
-    batch = {**bandit_batch(obs, torch.cat([torch.zeros(n), torch.ones(n)]), chain, log_prob, steps=3),
-             "next_obs": {"state": torch.cat([second, second]), "images": {}},
-             "discount": torch.cat([torch.full((n,), 0.9), torch.zeros(n)])}
+    batch = {
+        **bandit_batch(obs, torch.cat([torch.zeros(n), torch.ones(n)]), chain, log_prob, steps=3),
+        "next_obs": {"state": torch.cat([second, second]), "images": {}},
+        "discount": torch.cat([torch.full((n,), 0.9), torch.zeros(n)]),
+    }
     for _ in range(4):
         algo.update([batch])
     with torch.no_grad():
         features = algo.critic.features(obs)
-        q = algo.critic.values(algo.critic.q, algo.critic.pooled(features),
-                               algo.critic.sampled_actions(obs, features)).mean(0)
+        q = algo.critic.values(
+            algo.critic.q, algo.critic.pooled(features), algo.critic.sampled_actions(obs, features)
+        ).mean(0)
     assert abs(float(q[:n].mean()) - 0.9) < 0.1 and abs(float(q[n:].mean()) - 1.0) < 0.1, q
     state = algo.state_dict()
     assert len(state["critic"]["data"]["reward"]) == 4 * 2 * n
-    twin = critic_ppo(copy.deepcopy(policy), critic_updates=100, critic_target_clip=[0, 1],
-                      value_warmup_iterations=100)  # fmt: skip
+    twin = critic_ppo(copy.deepcopy(policy), critic_updates=100, critic_target_clip=[0, 1], value_warmup_iterations=100)
     saved = io.BytesIO()  # through a checkpoint's bytes, as a resume reads it
     torch.save(state, saved)
     twin.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
@@ -394,8 +486,10 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
     with pytest.raises(ValueError, match="saved with algo.advantage=gae"):
         twin.load_state_dict({k: v for k, v in state.items() if k != "critic"})
-    for bad, match in (({"advantage": "td"}, "algo.advantage must be one of"),
-                       ({"critic_updates": 0}, "algo.critic_updates"),
-                       ({"critic_target_clip": [1, 0]}, "algo.critic_target_clip must be")):
+    for bad, match in (
+        ({"advantage": "td"}, "algo.advantage must be one of"),
+        ({"critic_updates": 0}, "algo.critic_updates"),
+        ({"critic_target_clip": [1, 0]}, "algo.critic_target_clip must be"),
+    ):
         with pytest.raises(ValueError, match=match):
             build_ppo(policy, SPACE, 2, rollout_env_steps=64, **{"advantage": "critic", **bad})

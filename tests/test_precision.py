@@ -27,8 +27,11 @@ def test_auto_uses_bfloat16_only_on_a_cpu_that_has_it_natively(monkeypatch, nati
 
 def hidden_and_output_dtypes(net: torch.nn.Module, x: torch.Tensor) -> tuple[set, torch.dtype]:
     seen = []
-    hooks = [m.register_forward_hook(lambda m, i, o: seen.append(o.dtype)) for m in net.modules()
-             if type(m).__name__ in ("Linear", "EnsembleLinear")]  # fmt: skip
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        for m in net.modules()
+        if type(m).__name__ in ("Linear", "EnsembleLinear")
+    ]
     with precision.autocast(torch.bfloat16):
         out = net(x)
     for h in hooks:
@@ -59,16 +62,22 @@ def test_sac_learns_a_one_step_task_in_either_precision_and_keeps_float32_state(
     torch.set_num_threads(1)  # tiny matrices: a second thread only contends with whatever else runs
     space = make_observation_space(3, {})
     policy = TanhGaussianPolicy(space, 2, hidden=[64, 64])
-    sac = SAC(policy, space, SACConfig(critic_hidden=(64, 64), lr_actor=3e-3, lr_critic=3e-3, init_temperature=0.01,
-                                       lr_alpha=0.0, precision=name))  # fmt: skip
+    sac = SAC(
+        policy,
+        space,
+        SACConfig(
+            critic_hidden=(64, 64), lr_actor=3e-3, lr_critic=3e-3, init_temperature=0.01, lr_alpha=0.0, precision=name
+        ),
+    )
     assert sac.compute_dtype == getattr(torch, name)
     gen = torch.Generator().manual_seed(0)
     for _ in range(700):
         obs = {"state": torch.rand(256, 3, generator=gen) * 2 - 1, "images": {}}
         action = torch.rand(256, 2, generator=gen) * 2 - 1
         reward = -4 * ((action - 0.6) ** 2).sum(-1)
-        m = sac.update([{"obs": obs, "next_obs": obs, "action": action, "reward": reward,
-                         "discount": torch.zeros(256)}])  # fmt: skip
+        m = sac.update(
+            [{"obs": obs, "next_obs": obs, "action": action, "reward": reward, "discount": torch.zeros(256)}]
+        )
     torch.set_num_threads(threads)
     learned = policy.act({"state": torch.rand(64, 3, generator=gen) * 2 - 1, "images": {}}, deterministic=True)
     assert torch.allclose(learned, torch.full_like(learned, 0.6), atol=0.07), learned
@@ -89,10 +98,16 @@ def test_each_bfloat16_step_of_an_update_sees_the_weights_the_step_before_left()
     one_call = SAC(policy, space, cfg)
     step_by_step = copy.deepcopy(one_call)
     gen = torch.Generator().manual_seed(1)
-    batches = [{"obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
-                "next_obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
-                "action": torch.rand(64, 2, generator=gen) * 2 - 1, "reward": torch.rand(64, generator=gen),
-                "discount": torch.full((64,), 0.99)} for _ in range(2)]  # fmt: skip
+    batches = [
+        {
+            "obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
+            "next_obs": {"state": torch.rand(64, 3, generator=gen), "images": {}},
+            "action": torch.rand(64, 2, generator=gen) * 2 - 1,
+            "reward": torch.rand(64, generator=gen),
+            "discount": torch.full((64,), 0.99),
+        }
+        for _ in range(2)
+    ]
     torch.manual_seed(2)
     one_call.update(batches)
     torch.manual_seed(2)
@@ -101,8 +116,9 @@ def test_each_bfloat16_step_of_an_update_sees_the_weights_the_step_before_left()
             step_by_step.update_critic(b)
     with precision.autocast(torch.bfloat16):
         step_by_step.update_actor(batches[-1])
-    for (name, a), b in zip(one_call.critic.state_dict().items(), step_by_step.critic.state_dict().values(),
-                            strict=True):  # fmt: skip
+    for (name, a), b in zip(
+        one_call.critic.state_dict().items(), step_by_step.critic.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), f"critic {name} differs: the second step ran on stale bfloat16 weights"
     for (name, a), b in zip(policy.state_dict().items(), step_by_step.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), f"policy {name} differs: the actor step ran on a stale critic"

@@ -64,8 +64,14 @@ def test_a_seed_fixes_the_draws_and_the_cube_is_placed_as_in_the_nominal_env(nom
     again = PickCubeEnv(randomize={**PHYSICAL, **VISUAL}).reset(seed=5)[1]["randomization"]
     assert infos[0]["randomization"] == again == infos[1]["randomization"]  # the first step reports them too
     assert "randomization" not in infos[2]
-    assert set(again) >= {"object_size_scale", "object_mass_scale", "friction_scale", "light_scale",
-                          "camera_front_dx_m", "camera_wrist_fovy_deg"}  # fmt: skip
+    assert set(again) >= {
+        "object_size_scale",
+        "object_mass_scale",
+        "friction_scale",
+        "light_scale",
+        "camera_front_dx_m",
+        "camera_wrist_fovy_deg",
+    }
     other = randomized.reset(seed=6)[1]["randomization"]
     assert all(other[k] != again[k] for k in again)
     for seed in (5, 6):  # drawn after the env's own draws: the same cube pose as without randomisation
@@ -95,8 +101,9 @@ def test_each_parameter_is_set_on_the_model_within_its_range_from_the_nominal_va
         assert obs["state"][randomized.state_names.index("cube_lift")] == pytest.approx(0.0, abs=1e-3)  # resting
         assert m.body_mass[cube_body] == pytest.approx(m0.body_mass[cube_body] * r["object_mass_scale"])
         assert m.body_subtreemass[cube_body] == pytest.approx(m.body_mass[cube_body])
-        assert np.allclose(m.geom_friction[[cube_geom, *pads], 0], m0.geom_friction[[cube_geom, *pads], 0] *
-                           r["friction_scale"])  # fmt: skip
+        assert np.allclose(
+            m.geom_friction[[cube_geom, *pads], 0], m0.geom_friction[[cube_geom, *pads], 0] * r["friction_scale"]
+        )
         assert np.allclose(m.light_diffuse, m0.light_diffuse * r["light_scale"])
         assert np.allclose(m.vis.headlight.ambient, m0.vis.headlight.ambient * r["light_scale"])
         for name in ("front", "wrist"):
@@ -156,7 +163,6 @@ def test_control_jitter_varies_the_simulated_time_per_step(nominal):
     physics_dt_s = nominal.model.opt.timestep
     assert np.all(np.abs(durations / period_s - 1.0) <= jitter + physics_dt_s / period_s)
     assert len(np.unique(np.round(durations / physics_dt_s))) >= 3
-
 
 
 def expert_wins(env, expert, seeds) -> int:
@@ -234,8 +240,9 @@ def test_robosuite_lift_randomizes_the_cube_lights_and_step_duration(lifts):
         _, info = randomized.reset(seed=seed)
         r = info["randomization"]
         assert m.body_mass[cube] == pytest.approx(m0.body_mass[cube] * r["object_mass_scale"])
-        assert np.allclose(m.geom_friction[cube_geoms + pads, 0], m0.geom_friction[cube_geoms + pads, 0] *
-                           r["friction_scale"])  # fmt: skip
+        assert np.allclose(
+            m.geom_friction[cube_geoms + pads, 0], m0.geom_friction[cube_geoms + pads, 0] * r["friction_scale"]
+        )
         assert np.allclose(m.light_diffuse, m0.light_diffuse * r["light_scale"])
         assert np.allclose(m.geom_size[cube_geoms], m0.geom_size[cube_geoms] * r["object_size_scale"])
         s0, s = nominal.task_state(), randomized.task_state()

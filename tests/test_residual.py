@@ -11,10 +11,10 @@ from policies.bc import BCPolicy
 from policies.residual import ResidualPolicy
 from robo_rl.algos.base import trainable_state
 from robo_rl.algos.residual import build_residual
-from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError, load_config
 from robo_rl.envs import make_observation_space
 from robo_rl.learner import Learner
+from robo_rl.offline.bc import save_atomic
 from robo_rl.policy_io import obs_to_torch, policy_step
 from tests.test_pipeline import toy_config
 
@@ -35,8 +35,9 @@ class LinearBase:
 
 
 def residual_policy(base, scale=0.3, state_dim=3):
-    return ResidualPolicy(make_observation_space(state_dim, {}), base.action_dim, base, scale=scale, hidden=[64, 64],
-                          exploration_std=0.0)  # fmt: skip
+    return ResidualPolicy(
+        make_observation_space(state_dim, {}), base.action_dim, base, scale=scale, hidden=[64, 64], exploration_std=0.0
+    )
 
 
 def test_training_starts_exactly_at_the_base_and_the_record_carries_its_action():
@@ -46,7 +47,9 @@ def test_training_starts_exactly_at_the_base_and_the_record_carries_its_action()
     action, extras = policy_step(policy, obs, deterministic=False)
     np.testing.assert_allclose(action, [0.2, -0.1], atol=1e-6)
     np.testing.assert_allclose(extras["base_action"], [0.2, -0.1], atol=1e-6)
-    assert set(trainable_state(policy)) == set(policy.state_dict()) and not any("base" in k for k in policy.state_dict())
+    assert set(trainable_state(policy)) == set(policy.state_dict()) and not any(
+        "base" in k for k in policy.state_dict()
+    )
 
 
 def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plus_s():
@@ -64,8 +67,9 @@ def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plu
     np.testing.assert_allclose(policy.compose(outside, torch.zeros(1, 2)).numpy(), outside.numpy())
     np.testing.assert_allclose(policy.compose(outside, full_push).numpy(), [[0.5, 0.55]], atol=1e-6)
     np.testing.assert_allclose(policy.compose(outside, -full_push).numpy(), [[0.35, -0.95]], atol=1e-6)
-    np.testing.assert_allclose(policy.residual_of(torch.tensor([[0.06, -0.3]]), torch.zeros(1, 2)).numpy(),
-                               [[0.2, -0.2]], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        policy.residual_of(torch.tensor([[0.06, -0.3]]), torch.zeros(1, 2)).numpy(), [[0.2, -0.2]], atol=1e-6
+    )
     assert "action_half" not in policy.state_dict(), "each process derives it from the same base"
     full = ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.5, hidden=[8], action_range="full")
     np.testing.assert_allclose(full.compose(torch.zeros(1, 2), full_push).numpy(), [[0.5, 0.5]], atol=1e-6)
@@ -75,8 +79,8 @@ def test_the_correction_is_normalised_by_the_bases_data_range_widened_by_one_plu
 
 def test_a_bc_checkpoint_keeps_the_action_range_of_its_demonstrations(tmp_path):
     from policies.bc import load_bc_base
-    from robo_rl.offline.bc import train_bc
     from robo_rl.config import make_env
+    from robo_rl.offline.bc import train_bc
 
     cfg = toy_config(tmp_path, "bc.epochs=1", "bc.eval_episodes=0", "demos.num_episodes=3")
     summary = train_bc(cfg, tmp_path / "run", progress=False)
@@ -107,8 +111,18 @@ def learn_one_step_task(policy, raw=lambda s: s, updates: int = 400) -> tuple[to
     torch.manual_seed(0)
     torch.set_num_threads(1)  # small networks: a second thread only waits on a loaded 2-core machine
     space = make_observation_space(3, {})
-    algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
-                          lr_critic=3e-3, critic_hidden=[64, 64], precision="float32")  # fmt: skip
+    algo = build_residual(
+        policy,
+        space,
+        2,
+        batch_size=128,
+        n_step=1,
+        critic_updates_per_actor=2,
+        lr_actor=3e-3,
+        lr_critic=3e-3,
+        critic_hidden=[64, 64],
+        precision="float32",
+    )
     target = torch.tensor([[0.2, -0.1, 0.0], [0.0, 0.0, 0.9]])  # a*(s) = target · s: the second one saturates
     gen = torch.Generator().manual_seed(0)
 
@@ -118,10 +132,17 @@ def learn_one_step_task(policy, raw=lambda s: s, updates: int = 400) -> tuple[to
         r = -((a - s @ target.T) ** 2).sum(-1)
         obs = {"state": raw(s), "images": {}}
         zeros = torch.zeros(128, 2)
-        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
-                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
-                "next_extras_valid": torch.ones(128, dtype=torch.bool),
-                "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": a,
+            "reward": r,
+            "discount": torch.zeros(128),
+            "extras": {"base_action": zeros},
+            "next_extras": {"base_action": zeros},
+            "next_extras_valid": torch.ones(128, dtype=torch.bool),
+            "intervention": torch.zeros(128, dtype=torch.bool),
+        }
 
     for _ in range(updates):
         algo.update([batch(), batch()])
@@ -153,6 +174,7 @@ def test_a_state_in_raw_units_is_learnt_from_once_normalised_by_the_bases_statis
     """The same task, shown as robosuite shows positions: metres far from zero, the part that matters moving by
     centimetres. Read raw, the residual learns next to nothing in the same updates; normalised by the base's own
     statistics (`policy.state_norm=base`), it learns the correction as on a unit-scale state."""
+
     def raw(s):
         return 1.0 + 0.01 * s
 
@@ -176,7 +198,8 @@ def test_state_normalisation_reaches_the_critic_and_copies_but_not_the_state_dic
     for encoder in (algo.critic.encoder, algo.target_critic.encoder, copy.deepcopy(policy).encoder):
         np.testing.assert_allclose(encoder(obs).numpy(), policy.encoder(obs).numpy())
     assert not any("state_mean" in k for k in [*policy.state_dict(), *algo.critic.state_dict()]), (
-        "every process derives the statistics from the same base: not sent, not saved")
+        "every process derives the statistics from the same base: not sent, not saved"
+    )
     with pytest.raises(ValueError, match="state_norm=base needs a base that keeps its state statistics"):
         ResidualPolicy(space, 2, LinearBase(np.zeros((2, 3), np.float32)), hidden=[8], state_norm="base")
     with pytest.raises(ValueError, match="state_norm must be none or base"):
@@ -188,9 +211,13 @@ def test_demonstrations_get_the_base_action_of_each_decision():
     policy = residual_policy(base, state_dim=3)
     algo = build_residual(policy, make_observation_space(3, {}), 1, batch_size=8, precision="float32")
     steps = np.array([0, 1, 2, 0, 1])
-    batch = {"step": steps, "state": np.arange(15, dtype=np.float32).reshape(5, 3) / 20,
-             "action_executed": np.zeros((5, 1), np.float32), "terminated": np.array([0, 0, 1, 0, 0], bool),
-             "truncated": np.zeros(5, bool)}  # fmt: skip
+    batch = {
+        "step": steps,
+        "state": np.arange(15, dtype=np.float32).reshape(5, 3) / 20,
+        "action_executed": np.zeros((5, 1), np.float32),
+        "terminated": np.array([0, 0, 1, 0, 0], bool),
+        "truncated": np.zeros(5, bool),
+    }
     out = algo.relabel_prior(batch)["extra/base_action"][:, 0]
     # record i + 1 holds the decision at obs_i: base = state[0] of obs_i; records 0 and 3 start episodes
     np.testing.assert_allclose(out, [0.0, batch["state"][0, 0], batch["state"][1, 0], 0.0, batch["state"][3, 0]])
@@ -203,8 +230,15 @@ def bc_checkpoint(tmp_path, state_dim, action_dim):
 
 def test_the_learner_runs_residual_rl_on_a_bc_base_and_resumes_it(tmp_path):
     path = bc_checkpoint(tmp_path, 4, 2)
-    overrides = ["policy=residual", "algo=residual", f"policy.base.path={path}", "algo.batch_size=16",
-                 "train.learning_starts=10", "algo.critic_hidden=[32,32]", "policy.hidden=[32]"]  # fmt: skip
+    overrides = [
+        "policy=residual",
+        "algo=residual",
+        f"policy.base.path={path}",
+        "algo.batch_size=16",
+        "train.learning_starts=10",
+        "algo.critic_hidden=[32,32]",
+        "policy.hidden=[32]",
+    ]
     cfg = toy_config(tmp_path, *overrides)
     run = tmp_path / "run"
     run.mkdir()
@@ -237,8 +271,8 @@ def test_a_base_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path):
 def test_train_behaviour_clones_a_base_when_none_is_given_and_records_it_for_resume(tmp_path):
     from types import SimpleNamespace
 
-    from robo_rl.config import load_saved_config, save_config
     from robo_rl.commands.train import _ensure_base, _ensure_env_spec
+    from robo_rl.config import load_saved_config, save_config
 
     cfg = toy_config(tmp_path, "policy=residual", "algo=residual", "bc.epochs=2", "bc.eval_episodes=0")
     run = tmp_path / "run"
@@ -260,9 +294,18 @@ def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
     from tests.test_pipeline import run_pair
 
     path = bc_checkpoint(tmp_path, 4, 2)
-    cfg = toy_config(tmp_path, "policy=residual", "algo=residual", f"policy.base.path={path}", "algo.batch_size=16",
-                     "train.total_env_steps=300", "train.random_steps=50", "train.learning_starts=50",
-                     "algo.critic_hidden=[32,32]", "policy.hidden=[32]")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "policy=residual",
+        "algo=residual",
+        f"policy.base.path={path}",
+        "algo.batch_size=16",
+        "train.total_env_steps=300",
+        "train.random_steps=50",
+        "train.learning_starts=50",
+        "algo.critic_hidden=[32,32]",
+        "policy.hidden=[32]",
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and not learner.link.bad_messages and learner.updates > 0
@@ -289,21 +332,39 @@ def test_human_interventions_pull_the_residual_towards_what_the_human_did():
         human = torch.arange(64) % 2 == 0
         executed = torch.rand(64, 2, generator=gen) * 2 - 1  # reward 0 for every action: a flat critic
         executed[human] = torch.tensor([0.06, 0.6])  # a human corrected the (zero) base by this much
-        return {"obs": {"state": s, "images": {}}, "next_obs": {"state": s, "images": {}}, "action": executed,
-                "reward": torch.zeros(64), "discount": torch.zeros(64), "extras": {"base_action": torch.zeros(64, 2)},
-                "next_extras": {"base_action": torch.zeros(64, 2)}, "next_extras_valid": torch.ones(64, dtype=bool),
-                "intervention": human}  # fmt: skip
+        return {
+            "obs": {"state": s, "images": {}},
+            "next_obs": {"state": s, "images": {}},
+            "action": executed,
+            "reward": torch.zeros(64),
+            "discount": torch.zeros(64),
+            "extras": {"base_action": torch.zeros(64, 2)},
+            "next_extras": {"base_action": torch.zeros(64, 2)},
+            "next_extras_valid": torch.ones(64, dtype=bool),
+            "intervention": human,
+        }
 
     moved = {}
     for weight in (0.0, 10.0):
         policy = residual_policy(base, scale=0.2)
-        algo = build_residual(policy, space, 2, batch_size=64, n_step=1, critic_updates_per_actor=1, lr_actor=3e-3,
-                              critic_hidden=[32], intervention_bc_weight=weight, precision="float32")  # fmt: skip
+        algo = build_residual(
+            policy,
+            space,
+            2,
+            batch_size=64,
+            n_step=1,
+            critic_updates_per_actor=1,
+            lr_actor=3e-3,
+            critic_hidden=[32],
+            intervention_bc_weight=weight,
+            precision="float32",
+        )
         for _ in range(150):
             algo.update([batch()])
         with torch.no_grad():
-            moved[weight] = policy.residual(policy.encoder({"state": torch.zeros(1, 3), "images": {}}),
-                                            torch.zeros(1, 2))[0]  # fmt: skip
+            moved[weight] = policy.residual(
+                policy.encoder({"state": torch.zeros(1, 3), "images": {}}), torch.zeros(1, 2)
+            )[0]
     # wanted: 0.06 / 0.6 = 0.1 on the first dimension; 0.6 / 1.2 = 0.5, clipped to the bound 0.2, on the second
     wanted = torch.tensor([0.1, 0.2])
     assert torch.allclose(moved[10.0], wanted, atol=0.03), moved[10.0]
@@ -322,15 +383,34 @@ def test_the_pull_towards_the_base_keeps_the_residual_at_zero_where_the_critic_h
         a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
         r = torch.zeros(128) if flat else -((a - torch.tensor([0.2, -0.2])) ** 2).sum(-1)
         zeros, obs = torch.zeros(128, 2), {"state": s, "images": {}}
-        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
-                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
-                "next_extras_valid": torch.ones(128, dtype=torch.bool), "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": a,
+            "reward": r,
+            "discount": torch.zeros(128),
+            "extras": {"base_action": zeros},
+            "next_extras": {"base_action": zeros},
+            "next_extras_valid": torch.ones(128, dtype=torch.bool),
+            "intervention": torch.zeros(128, dtype=torch.bool),
+        }
 
     def learned(flat: bool, weight: float) -> torch.Tensor:
         torch.manual_seed(0)
         policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
-        algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
-                              lr_critic=3e-3, critic_hidden=[64, 64], residual_l2=weight, precision="float32")  # fmt: skip
+        algo = build_residual(
+            policy,
+            space,
+            2,
+            batch_size=128,
+            n_step=1,
+            critic_updates_per_actor=2,
+            lr_actor=3e-3,
+            lr_critic=3e-3,
+            critic_hidden=[64, 64],
+            residual_l2=weight,
+            precision="float32",
+        )
         for _ in range(150):
             algo.update([batch(flat), batch(flat)])
         with torch.no_grad():
@@ -358,10 +438,17 @@ def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
         a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
         r = -((a - torch.tensor([0.3, -0.3])) ** 2).sum(-1)  # the best correction lies at the bound
         zeros, obs = torch.zeros(128, 2), {"state": s, "images": {}}
-        return {"obs": obs, "next_obs": obs, "action": a, "reward": r, "discount": torch.zeros(128),
-                "extras": {"base_action": zeros}, "next_extras": {"base_action": zeros},
-                "next_extras_valid": torch.ones(128, dtype=torch.bool),
-                "intervention": torch.zeros(128, dtype=torch.bool)}  # fmt: skip
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": a,
+            "reward": r,
+            "discount": torch.zeros(128),
+            "extras": {"base_action": zeros},
+            "next_extras": {"base_action": zeros},
+            "next_extras_valid": torch.ones(128, dtype=torch.bool),
+            "intervention": torch.zeros(128, dtype=torch.bool),
+        }
 
     def residual_now(policy) -> torch.Tensor:
         with torch.no_grad():
@@ -370,9 +457,20 @@ def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
 
     torch.manual_seed(0)
     policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
-    algo = build_residual(policy, space, 2, batch_size=128, n_step=1, critic_updates_per_actor=2, lr_actor=3e-3,
-                          lr_critic=3e-3, critic_hidden=[64, 64], actor_start_updates=20, bound_ramp_updates=100,
-                          precision="float32")  # fmt: skip
+    algo = build_residual(
+        policy,
+        space,
+        2,
+        batch_size=128,
+        n_step=1,
+        critic_updates_per_actor=2,
+        lr_actor=3e-3,
+        lr_critic=3e-3,
+        critic_hidden=[64, 64],
+        actor_start_updates=20,
+        bound_ramp_updates=100,
+        precision="float32",
+    )
     assert float(policy.bound_fraction) == 0.0
     for _ in range(10):  # critic only: no actor step yet, the bound stays shut
         algo.update([batch(), batch()])
@@ -395,9 +493,18 @@ def test_the_bound_ramp_limits_early_corrections_and_travels_with_the_weights():
     assert float(policy.bound_fraction) == 1.0
     assert late[0] > 0.2 and late[1] < -0.2, late  # the whole bound once the ramp is over
 
-    resumed = build_residual(residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3), space, 2,
-                             batch_size=128, n_step=1, critic_updates_per_actor=2, critic_hidden=[64, 64],
-                             bound_ramp_updates=100, actor_start_updates=20, precision="float32")  # fmt: skip
+    resumed = build_residual(
+        residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3),
+        space,
+        2,
+        batch_size=128,
+        n_step=1,
+        critic_updates_per_actor=2,
+        critic_hidden=[64, 64],
+        bound_ramp_updates=100,
+        actor_start_updates=20,
+        precision="float32",
+    )
     resumed.load_state_dict(saved)
     assert float(resumed.policy.bound_fraction) == pytest.approx(0.4) and resumed.actor_updates == 40
     old = {k: v for k, v in saved["policy"].items() if k != "bound_fraction"}
@@ -413,8 +520,16 @@ def test_exploration_follows_the_ramping_bound_down_to_its_floor(floor):
     first episodes stay near the base while the bound is shut; 1 (the default) keeps it whole; out of range is
     refused."""
     base = LinearBase(np.zeros((2, 3), np.float32))
-    policy = ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.3, hidden=[16], exploration_std=0.1,
-                            action_range="full", exploration_floor=floor)  # fmt: skip
+    policy = ResidualPolicy(
+        make_observation_space(3, {}),
+        2,
+        base,
+        scale=0.3,
+        hidden=[16],
+        exploration_std=0.1,
+        action_range="full",
+        exploration_floor=floor,
+    )
     obs = {"state": torch.zeros(1, 3), "images": {}}
     torch.manual_seed(0)
 

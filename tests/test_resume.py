@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from robo_rl.config import load_config, save_config
-from robo_rl.learner import Learner
-from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
 from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.data.storage import SegmentStore
+from robo_rl.learner import Learner
+from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
 from sim.point_reach import PointReachEnv
 from tests.test_cli import ROOT, isolated
 from tests.test_pipeline import toy_config
@@ -68,8 +68,11 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
     first.checkpoint()
     first.close()
     del first
-    resumed = Learner(load_config([f"resume={tmp_path / 'interrupted'}", *toy_config_ports(tmp_path)]),
-                      tmp_path / "interrupted", progress=False)  # fmt: skip
+    resumed = Learner(
+        load_config([f"resume={tmp_path / 'interrupted'}", *toy_config_ports(tmp_path)]),
+        tmp_path / "interrupted",
+        progress=False,
+    )
     assert resumed.replay.online.writes == sum(len(m["step"]) for m in msgs[:half])
     feed(resumed, msgs[half:], half + 1)
 
@@ -120,8 +123,9 @@ def stored_episodes(run_dir):
     steps = collections.defaultdict(list)
     ends = {}
     for _, batch, sources in store.iter_segments():
-        for src, ep, step, end in zip(sources, batch["episode_id"], batch["step"],
-                                      batch["terminated"] | batch["truncated"], strict=True):  # fmt: skip
+        for src, ep, step, end in zip(
+            sources, batch["episode_id"], batch["step"], batch["terminated"] | batch["truncated"], strict=True
+        ):
             steps[(str(src), int(ep))].append(int(step))
             if end:
                 ends[(str(src), int(ep))] = int(step)
@@ -129,8 +133,11 @@ def stored_episodes(run_dir):
 
 
 def completed_episodes(run_dir):
-    return {(m["actor"], m["episode_id"]): m["length"] for m in read_metrics(run_dir / "metrics.jsonl")
-            if m.get("kind") == "episode"}  # fmt: skip
+    return {
+        (m["actor"], m["episode_id"]): m["length"]
+        for m in read_metrics(run_dir / "metrics.jsonl")
+        if m.get("kind") == "episode"
+    }
 
 
 def wait_for(condition, timeout_s, what):
@@ -141,16 +148,25 @@ def wait_for(condition, timeout_s, what):
 
 
 def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_path):
-    args = [*isolated(tmp_path), "env=point_reach", "demos.num_episodes=3", "train.learning_starts=100",
-            "train.checkpoint_every_env_steps=400", "algo.batch_size=32", "actor.hello_timeout_s=30",
-            "replay.flush_every_s=0.5"]  # fmt: skip
+    args = [
+        *isolated(tmp_path),
+        "env=point_reach",
+        "demos.num_episodes=3",
+        "train.learning_starts=100",
+        "train.checkpoint_every_env_steps=400",
+        "algo.batch_size=32",
+        "actor.hello_timeout_s=30",
+        "replay.flush_every_s=0.5",
+    ]
     run_dir = tmp_path / "run"
     start = [sys.executable, "-m", "robo_rl.cli"]
     quiet = dict(cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    learner = subprocess.Popen([*start, "learner", *args, f"run_dir={run_dir}", "train.total_env_steps=100000"],
-                               **quiet)  # fmt: skip
-    actor = subprocess.Popen([*start, "actor", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)  # fmt: skip
+    learner = subprocess.Popen(
+        [*start, "learner", *args, f"run_dir={run_dir}", "train.total_env_steps=100000"], **quiet
+    )
+    actor = subprocess.Popen(
+        [*start, "actor", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         # 1. kill -9 in the middle of training
         wait_for(lambda: len(completed_episodes(run_dir)) >= 40, 120, "40 episodes")
@@ -160,8 +176,7 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
 
         # 2. resume, then kill -9 in the middle of writing the next checkpoint
         paused = {**os.environ, PAUSE_ENV: "60"}
-        learner = subprocess.Popen([*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}"], env=paused,
-                                   **quiet)  # fmt: skip
+        learner = subprocess.Popen([*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}"], env=paused, **quiet)
         wait_for(lambda: list((run_dir / "checkpoints").glob("*.tmp")), 120, "a checkpoint being written")
         learner.kill()
         learner.wait()
@@ -170,8 +185,10 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
 
         # 3. resume again and finish
         steps_now = max(m["env_steps"] for m in read_metrics(run_dir / "metrics.jsonl") if "env_steps" in m)
-        learner = subprocess.Popen([*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}",
-                                    f"train.total_env_steps={steps_now + 300}"], **quiet)  # fmt: skip
+        learner = subprocess.Popen(
+            [*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}", f"train.total_env_steps={steps_now + 300}"],
+            **quiet,
+        )
         assert learner.wait(timeout=120) == 0
         out, _ = actor.communicate(timeout=60)
         assert actor.returncode == 0, out[-2000:]

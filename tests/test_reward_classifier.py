@@ -57,8 +57,17 @@ def _episodes(n: int, seed: int = 0) -> list[Episode]:
 def trained():
     torch.set_num_threads(1)
     episodes = _episodes(40)
-    model, report = train_classifier(episodes, ["top"], epochs=10, batch_size=64, lr=3e-3, seed=0, progress=False,
-                                     instructions=["put the square in the corner"], **SMALL)  # fmt: skip
+    model, report = train_classifier(
+        episodes,
+        ["top"],
+        epochs=10,
+        batch_size=64,
+        lr=3e-3,
+        seed=0,
+        progress=False,
+        instructions=["put the square in the corner"],
+        **SMALL,
+    )
     return episodes, model, report
 
 
@@ -151,8 +160,9 @@ def test_novelty_gate_saves_with_the_model_and_can_be_left_out(trained, tmp_path
     after = loaded.score(frames, _task_of(loaded))
     np.testing.assert_array_equal(after.success_prob, before.success_prob)
     np.testing.assert_array_equal(after.extra["novelty"], before.extra["novelty"])
-    plain, report = train_classifier(episodes[:10], ["top"], epochs=1, seed=0, progress=False, gate_quantile=None,
-                                     **SMALL)  # fmt: skip
+    plain, report = train_classifier(
+        episodes[:10], ["top"], epochs=1, seed=0, progress=False, gate_quantile=None, **SMALL
+    )
     assert plain.gate is None and "bank" not in plain.net and "gate" not in report
     assert plain.score(frames, Task()).extra == {}
     with pytest.raises(RewardModelError, match="gate_quantile must be in \\(0, 1\\] or None, got 1.5"):
@@ -190,14 +200,16 @@ def test_unknown_camera_and_float_frames_are_refused():
         model.score({"top": np.zeros((2, SIZE, SIZE, 3), np.float32)}, Task())
     with pytest.raises(RewardModelError, match=r"camera top: frames are \(20, 20\)"):
         model.score({"top": np.zeros((2, 20, 20, 3), np.uint8)}, Task())
-    resized = SuccessClassifier(["top"], channels=4, features=8, hidden=8, resize=[SIZE, SIZE], kernels=[3, 3],
-                                strides=[2, 1])  # fmt: skip
+    resized = SuccessClassifier(
+        ["top"], channels=4, features=8, hidden=8, resize=[SIZE, SIZE], kernels=[3, 3], strides=[2, 1]
+    )
     assert resized.score({"top": np.zeros((3, 40, 30, 3), np.uint8)}, Task()).success_prob.shape == (3,)
 
 
 def test_unknown_instruction_warns_with_the_nearest_and_still_scores(caplog):
-    model = SuccessClassifier(["top"], ["put the square in the corner", "open the drawer"],
-                              **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})  # fmt: skip
+    model = SuccessClassifier(
+        ["top"], ["put the square in the corner", "open the drawer"], **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}}
+    )
     with caplog.at_level(logging.WARNING, logger="robo_rl.rewards.base"):
         scores = model.score({"top": np.zeros((2, SIZE, SIZE, 3), np.uint8)}, Task("put the square in a corner"))
     assert scores.success_prob.shape == (2,)
@@ -232,17 +244,21 @@ class _ScriptedSuccessEnv:
         return {"state": np.full(1, self.t, np.float32), "images": {}}, 0.0, False, self.t >= self.limit, info
 
 
-@pytest.mark.parametrize("success, hold, steps, succeeded", [
-    (set(range(5, 31)), 0, 30, True),   # hold 0: the env alone ends the episode (here at its time limit)
-    (set(range(5, 31)), 3, 8, True),    # held 3 steps past the first success (step 5), ended there
-    ({5, 6}, 3, 6, True),               # lost at step 7: ends at step 6, its last success frame
-    (set(), 3, 30, False),              # never: the time limit ends it, as without a hold
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "success, hold, steps, succeeded",
+    [
+        (set(range(5, 31)), 0, 30, True),  # hold 0: the env alone ends the episode (here at its time limit)
+        (set(range(5, 31)), 3, 8, True),  # held 3 steps past the first success (step 5), ended there
+        ({5, 6}, 3, 6, True),  # lost at step 7: ends at step 6, its last success frame
+        (set(), 3, 30, False),  # never: the time limit ends it, as without a hold
+    ],
+)
 def test_rollout_episode_holds_a_success_and_ends_where_it_is_lost(success, hold, steps, succeeded):
     from robo_rl.data.demos import rollout_episode
 
-    records, ok = rollout_episode(_ScriptedSuccessEnv(success), lambda obs: np.zeros(2, np.float32), 0, 0,
-                                  hold_success=hold)  # fmt: skip
+    records, ok = rollout_episode(
+        _ScriptedSuccessEnv(success), lambda obs: np.zeros(2, np.float32), 0, 0, hold_success=hold
+    )
     assert ok is succeeded and len(records) == steps + 1
     assert records[-1]["success"] is succeeded
     assert records[-1]["terminated"] is (succeeded and hold > 0) and not any(r["terminated"] for r in records[:-1])

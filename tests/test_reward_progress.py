@@ -27,8 +27,16 @@ def episode(rng, success: bool, length: int = 12, size: int = 16, k: int = 0) ->
         frames[t, int(r) : int(r) + 3, int(c) : int(c) + 3] = 230
     done = np.zeros(length + 1, bool)
     done[-1] = success
-    return Episode({"image/top": frames, "success": done, "step": np.arange(length + 1), "reward": done * 1.0,
-                    "episode_id": np.full(length + 1, k), "ended_by": np.zeros(length + 1, np.int8)})  # fmt: skip
+    return Episode(
+        {
+            "image/top": frames,
+            "success": done,
+            "step": np.arange(length + 1),
+            "reward": done * 1.0,
+            "episode_id": np.full(length + 1, k),
+            "ended_by": np.zeros(length + 1, np.int8),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +45,19 @@ def trained():
     rng = np.random.default_rng(0)
     eps = [episode(rng, k % 3 != 0, k=k) for k in range(30)]
     start = time.monotonic()
-    model = train_progress_critic(eps, ("top",), [INSTRUCTION] * len(eps), other_instructions=("open the drawer",),
-                                  steps=400, batch_size=32, progress=False, size=16, channels=8, features=32,
-                                  hidden=64)  # fmt: skip
+    model = train_progress_critic(
+        eps,
+        ("top",),
+        [INSTRUCTION] * len(eps),
+        other_instructions=("open the drawer",),
+        steps=400,
+        batch_size=32,
+        progress=False,
+        size=16,
+        channels=8,
+        features=32,
+        hidden=64,
+    )
     return model, time.monotonic() - start
 
 
@@ -67,8 +85,9 @@ def test_every_frame_flagged_a_success_is_a_done_positive_not_only_the_last_ones
     held.records["success"][6:] = True  # succeeded at frame 6 and held it to the end (frame 12)
     ended = episode(rng, True, k=1)  # only its last frame flagged
     for ep, positives in ((held, set(range(6, 13))), (ended, {10, 11, 12})):
-        pairs = _sample([ep], [INSTRUCTION], (INSTRUCTION, "open the drawer"), ("top",), 400,
-                        np.random.default_rng(1), done_last=3)  # fmt: skip
+        pairs = _sample(
+            [ep], [INSTRUCTION], (INSTRUCTION, "open the drawer"), ("top",), 400, np.random.default_rng(1), done_last=3
+        )
         frames = pairs.b["top"].numpy()
         index = {ep.records["image/top"][j].tobytes(): j for j in range(len(ep) + 1)}
         seen = [index[f.tobytes()] for f in frames]
@@ -123,24 +142,46 @@ def test_the_siglip_backbone_runs_a_tiny_random_siglip_from_a_local_folder(tmp_p
     from transformers import SiglipConfig, SiglipModel
 
     cfg = SiglipConfig(
-        text_config={"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-                     "num_attention_heads": 2, "max_position_embeddings": 8},
-        vision_config={"image_size": 16, "patch_size": 8, "hidden_size": 16, "intermediate_size": 32,
-                       "num_hidden_layers": 1, "num_attention_heads": 2},
-    )  # fmt: skip
+        text_config={
+            "vocab_size": 64,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 8,
+        },
+        vision_config={
+            "image_size": 16,
+            "patch_size": 8,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+        },
+    )
     SiglipModel(cfg).save_pretrained(tmp_path / "siglip")
     rng = np.random.default_rng(0)
     eps = [episode(rng, True, k=k) for k in range(4)]
-    model = train_progress_critic(eps, ("top",), [INSTRUCTION] * 4, steps=3, batch_size=8, progress=False,
-                                  backbone="siglip", backbone_path=str(tmp_path / "siglip"), hidden=16)  # fmt: skip
+    model = train_progress_critic(
+        eps,
+        ("top",),
+        [INSTRUCTION] * 4,
+        steps=3,
+        batch_size=8,
+        progress=False,
+        backbone="siglip",
+        backbone_path=str(tmp_path / "siglip"),
+        hidden=16,
+    )
     tower = model.net.backbone.model
     assert not any(p.requires_grad for p in tower.parameters())  # frozen: only our heads train
     s = model.score_episode({"top": eps[0].records["image/top"]}, Task(INSTRUCTION))
     assert s.progress.shape == s.delta.shape == s.success_prob.shape == (13,)
     model.save(tmp_path / "critic")
     again = load_model(tmp_path / "critic")
-    np.testing.assert_allclose(again.score_episode({"top": eps[0].records["image/top"]}, Task(INSTRUCTION)).delta,
-                               s.delta, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        again.score_episode({"top": eps[0].records["image/top"]}, Task(INSTRUCTION)).delta, s.delta, atol=1e-6
+    )
     with pytest.raises(RewardModelError, match="not a SigLIP model"):
         ProgressCritic(("top",), backbone="siglip", backbone_path=str(tmp_path / "critic"))
 
@@ -152,13 +193,24 @@ def test_helpers():
 
 
 def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_arguments(tmp_path, capsys):
-    from robo_rl.data.datasets.io import save_store
     from robo_rl.commands.reward import RewardUsageError, cmd_reward
+    from robo_rl.data.datasets.io import save_store
 
     rng = np.random.default_rng(5)
     save_store([episode(rng, k % 2 == 0, k=k) for k in range(12)], tmp_path / "data")
-    assert cmd_reward(["train", "kind=progress", f"data={tmp_path / 'data'}", f"out={tmp_path / 'critic'}",
-                       f"instruction={INSTRUCTION}", "steps=30"]) == 0  # fmt: skip
+    assert (
+        cmd_reward(
+            [
+                "train",
+                "kind=progress",
+                f"data={tmp_path / 'data'}",
+                f"out={tmp_path / 'critic'}",
+                f"instruction={INSTRUCTION}",
+                "steps=30",
+            ]
+        )
+        == 0
+    )
     assert load_model(tmp_path / "critic").instructions == (INSTRUCTION,)
     assert cmd_reward(["eval", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}"]) == 0
     report = json.loads((tmp_path / "critic" / "eval" / "report.json").read_text())
@@ -167,8 +219,12 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
     assert "value-order correlation" in md and "done head on every frame the records flag: AUROC" in md
     assert 0 <= report["done_auroc"] <= 1
     assert (tmp_path / "critic" / "eval" / "report.png").stat().st_size > 5000  # the curves
-    assert cmd_reward(["relabel", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}",
-                       f"out={tmp_path / 'relabelled'}"]) == 0  # fmt: skip
+    assert (
+        cmd_reward(
+            ["relabel", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}", f"out={tmp_path / 'relabelled'}"]
+        )
+        == 0
+    )
     from robo_rl.data.datasets.io import load_episodes
 
     before, after = (

@@ -87,8 +87,9 @@ def test_the_server_refuses_what_it_cannot_score_naming_why():
     try:
         kind, meta, _ = decode(server.handle([b"\xc1 not msgpack"]))
         assert kind == "score_error" and "msgpack" in meta["reason"]
-        kind, meta, _ = decode(server.handle(encode("score", {"id": 7, "instruction": "reach"},
-                                                    {"cam/wrist": frames()["top"]})))  # fmt: skip
+        kind, meta, _ = decode(
+            server.handle(encode("score", {"id": 7, "instruction": "reach"}, {"cam/wrist": frames()["top"]}))
+        )
         assert kind == "score_error" and meta["id"] == 7 and "missing ['top']" in meta["reason"]
         kind, meta, _ = decode(server.handle(encode("launch", {"id": 8})))
         assert kind == "score_error" and "unknown request" in meta["reason"]

@@ -140,14 +140,21 @@ def test_raw_reward_is_kept_unchanged():
         assert step.reward == pytest.approx(0.5 * 0.99 * 0.5 + 1.0)
 
 
-@pytest.mark.parametrize("config", [{"stagnation_steps": 6, "regression_drop": 0.4, "debounce_k": 2},
-                                    {"use_sim_success": True, "terminate_on_success": False},
-                                    {"debounce_k": 30}])  # fmt: skip
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"stagnation_steps": 6, "regression_drop": 0.4, "debounce_k": 2},
+        {"use_sim_success": True, "terminate_on_success": False},
+        {"debounce_k": 30},
+    ],
+)
 def test_episode_equals_step_by_step(config):
     rng = np.random.default_rng(7)
     n = 40
-    scores = Scores(progress=np.clip(np.cumsum(rng.normal(0.03, 0.08, n)), 0, 1).astype(np.float32),
-                    success_prob=rng.random(n).astype(np.float32))  # fmt: skip
+    scores = Scores(
+        progress=np.clip(np.cumsum(rng.normal(0.03, 0.08, n)), 0, 1).astype(np.float32),
+        success_prob=rng.random(n).astype(np.float32),
+    )
     env_rewards, env_success = rng.normal(size=n), rng.random(n) > 0.8
     labels = [None] * n
     labels[35] = "failure"

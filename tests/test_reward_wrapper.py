@@ -6,11 +6,11 @@ import time
 import numpy as np
 import pytest
 
-from robo_rl.teleop.base import FakeDevice
-from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.rewards.base import RewardModel, Scores
 from robo_rl.rewards.shaper import RewardShaper
 from robo_rl.rewards.wrapper import EXTRAS, RewardWrapper
+from robo_rl.teleop.base import FakeDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from sim.point_reach import PointReachEnv
 
 TOWARDS_CORNER = np.array([1.0, 1.0], np.float32)  # +x, +y: the point's pixel goes to the bottom-right corner
@@ -50,8 +50,9 @@ def test_the_shaped_reward_is_the_shapers_and_the_model_decides_when_the_task_is
     env.reset(seed=0)
     for _ in range(30):
         obs, reward, terminated, truncated, info = env.step(TOWARDS_CORNER)
-        expected = reference.step(env.model.score({"top": obs["images"]["top"][None]}, env.task),
-                                  info["record_extras"]["reward_env"])  # fmt: skip
+        expected = reference.step(
+            env.model.score({"top": obs["images"]["top"][None]}, env.task), info["record_extras"]["reward_env"]
+        )
         assert reward == pytest.approx(expected.reward)
         assert info["record_extras"]["reward_env"] < 0  # point_reach's own reward (−distance), kept beside
         if terminated or truncated:
@@ -94,10 +95,10 @@ def test_a_human_failure_label_beats_a_model_that_says_success():
 
 
 def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agrees(tmp_path):
+    from robo_rl.data.schema import fields_for_env
     from robo_rl.envs.spec import spec_of, static_spec
     from robo_rl.envs.wrappers import make_actor_env, wrapper_extras
     from robo_rl.rewards.classifier import SuccessClassifier
-    from robo_rl.data.schema import fields_for_env
     from tests.test_pipeline import toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
@@ -122,15 +123,20 @@ class ReachWithoutStaticSpec(PointReachEnv):
 
 
 def test_a_run_on_an_env_without_a_static_spec_records_the_wrappers_extras_too(tmp_path):
+    from robo_rl.commands.train import _ensure_env_spec
     from robo_rl.envs.spec import read_spec, spec_of
     from robo_rl.envs.wrappers import make_actor_env
     from robo_rl.rewards.classifier import SuccessClassifier
-    from robo_rl.commands.train import _ensure_env_spec
     from tests.test_pipeline import toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
-    cfg = toy_config(tmp_path, "env.camera=true", "reward=model", f"reward.model={tmp_path / 'clf'}",
-                     f"env._target_={__name__}.ReachWithoutStaticSpec")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "env.camera=true",
+        "reward=model",
+        f"reward.model={tmp_path / 'clf'}",
+        f"env._target_={__name__}.ReachWithoutStaticSpec",
+    )
     run = tmp_path / "run"
     written = _ensure_env_spec(cfg, run)  # what the learner will read
     env = make_actor_env(cfg)
@@ -146,9 +152,16 @@ def test_an_actor_with_a_learned_reward_streams_records_with_the_env_reward_besi
     from tests.test_pipeline import run_pair, toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
-    cfg = toy_config(tmp_path, "env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8",
-                     "reward=model", f"reward.model={tmp_path / 'clf'}", "train.total_env_steps=300",
-                     "train.learning_starts=100000")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "env.camera=true",
+        "policy.encoder.resize=[32,32]",
+        "policy.encoder.channels=8",
+        "reward=model",
+        f"reward.model={tmp_path / 'clf'}",
+        "train.total_env_steps=300",
+        "train.learning_starts=100000",
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done"
@@ -176,9 +189,17 @@ def test_a_learned_reward_scored_on_the_learner_relabels_each_message_and_the_ac
     from tests.test_pipeline import run_pair, toy_config
 
     SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
-    cfg = toy_config(tmp_path, "env.camera=true", "policy.encoder.resize=[32,32]", "policy.encoder.channels=8",
-                     "reward=model", f"reward.model={tmp_path / 'clf'}", "reward.where=learner",
-                     "train.total_env_steps=200", "train.learning_starts=100000")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "env.camera=true",
+        "policy.encoder.resize=[32,32]",
+        "policy.encoder.channels=8",
+        "reward=model",
+        f"reward.model={tmp_path / 'clf'}",
+        "reward.where=learner",
+        "train.total_env_steps=200",
+        "train.learning_starts=100000",
+    )
     from robo_rl.envs.wrappers import make_actor_env, wrapper_extras
 
     env = make_actor_env(cfg)

@@ -17,10 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def toy_args(tmp_path) -> list[str]:
     p = free_ports(3)
-    return ["env=point_reach", "experiment=rlpd", f"outputs_dir={tmp_path / 'outputs'}",
-            f"cache_dir={tmp_path / 'cache'}", f"transport.data_port={p[0]}", f"transport.weights_port={p[1]}",
-            f"transport.ctrl_port={p[2]}",
-            "logger.progress=false", "demos.num_episodes=3", "algo.batch_size=32"]  # fmt: skip
+    return [
+        "env=point_reach",
+        "experiment=rlpd",
+        f"outputs_dir={tmp_path / 'outputs'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        f"transport.data_port={p[0]}",
+        f"transport.weights_port={p[1]}",
+        f"transport.ctrl_port={p[2]}",
+        "logger.progress=false",
+        "demos.num_episodes=3",
+        "algo.batch_size=32",
+    ]
 
 
 def test_eval_writes_beside_the_training_report_and_skips_a_corrupt_newest_checkpoint(tmp_path, capsys):
@@ -33,8 +41,16 @@ def test_eval_writes_beside_the_training_report_and_skips_a_corrupt_newest_check
     save_checkpoint(run, 200, {"algo": {"policy": policy}, "counters": {"env_steps": 200}})
     (run / "checkpoints" / "step_000000200.pt").write_bytes(b"half a checkpoint")  # killed while writing
     (run / "eval" / "report.md").write_text("the training run's report")
-    code = cli.main(["eval", f"checkpoint={run}", "eval.episodes=3", "eval.video=true", "eval.video_episodes=1",
-                     "logger.progress=false"])  # fmt: skip
+    code = cli.main(
+        [
+            "eval",
+            f"checkpoint={run}",
+            "eval.episodes=3",
+            "eval.video=true",
+            "eval.video_episodes=1",
+            "logger.progress=false",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "step_000000200.pt is corrupt" in err and "evaluating the checkpoint before it" in err
@@ -86,15 +102,23 @@ def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_lin
 
 def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_path):
     run = tmp_path / "run"
-    args = [*toy_args(tmp_path), f"run_dir={run}", "train.total_env_steps=300", "train.learning_starts=100",
-            "eval.episodes=2", "actor.hello_timeout_s=60"]  # fmt: skip
+    args = [
+        *toy_args(tmp_path),
+        f"run_dir={run}",
+        "train.total_env_steps=300",
+        "train.learning_starts=100",
+        "eval.episodes=2",
+        "actor.hello_timeout_s=60",
+    ]
     env = {**os.environ, "MUJOCO_GL": "egl"}
     env.pop(cli.STARTED_BY_ENV, None)
     start = [sys.executable, "-m", "robo_rl.cli"]
-    learner = subprocess.Popen([*start, "learner", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    actor = subprocess.Popen([*start, "actor", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    learner = subprocess.Popen(
+        [*start, "learner", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    actor = subprocess.Popen(
+        [*start, "actor", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         _, err = learner.communicate(timeout=180)
     finally:
@@ -127,8 +151,12 @@ def test_the_training_bar_shows_its_total_from_the_start_and_continues_a_resumed
     run = tmp_path / "run"
     run.mkdir()
     save_config(load_config(["env=point_reach", "experiment=rlpd", "train.total_env_steps=5000"]), run / "config.yaml")
-    lines = ['{"kind": "episode", "env_steps": 1150}', '{"kind": "learner", "env_steps": 1200}',
-             '{"kind": "end", "env_steps": 1234, "reason": "interrupted"}', '{"kind": "lear']  # fmt: skip
+    lines = [
+        '{"kind": "episode", "env_steps": 1150}',
+        '{"kind": "learner", "env_steps": 1200}',
+        '{"kind": "end", "env_steps": 1234, "reason": "interrupted"}',
+        '{"kind": "lear',
+    ]
     (run / "metrics.jsonl").write_text("\n".join(lines))
     bar = TrainingBar(load_config([f"resume={run}"]), run, enabled=False)
     assert (bar.env_steps, bar.total) == (1234, 5000)
@@ -145,10 +173,12 @@ def test_a_config_error_in_eval_answers_before_torch_is_imported(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     save_config(load_config(["env=point_reach", "experiment=rlpd", "experiment=rlpd"]), run / "config.yaml")
-    code = ("import sys, contextlib, io\nfrom robo_rl.cli import main\nerr = io.StringIO()\n"
-            "with contextlib.redirect_stderr(err):\n"
-            f"    rc = main(['eval', 'checkpoint={run}', 'algo.batch_sise=3'])\n"
-            "print(rc, 'torch' in sys.modules, err.getvalue().strip())\n")  # fmt: skip
+    code = (
+        "import sys, contextlib, io\nfrom robo_rl.cli import main\nerr = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err):\n"
+        f"    rc = main(['eval', 'checkpoint={run}', 'algo.batch_sise=3'])\n"
+        "print(rc, 'torch' in sys.modules, err.getvalue().strip())\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     rc, torch_loaded, message = out.stdout.strip().split(" ", 2)
     assert rc == "2" and torch_loaded == "False", out.stdout + out.stderr
@@ -161,8 +191,10 @@ def test_an_actor_closing_says_what_became_of_unacknowledged_messages(caplog):
     from robo_rl.transport.actor_link import ActorLink
     from robo_rl.transport.link import free_ports
 
-    cases = [(True, "INFO", "sent after the learner finished were not stored"),
-             (False, "WARNING", "never confirmed stored by the learner and are lost")]
+    cases = [
+        (True, "INFO", "sent after the learner finished were not stored"),
+        (False, "WARNING", "never confirmed stored by the learner and are lost"),
+    ]
     for finished, level, words in cases:
         link = ActorLink("127.0.0.1", *free_ports(3), "actor-0")
         link.send_steps({}, {"x": np.zeros(3)}, env_steps=3)

@@ -14,13 +14,17 @@ def test_td_targets_are_clipped_to_the_configured_range(clip, expected):
     torch.manual_seed(0)
     space = make_observation_space(3, {})
     policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
-    sac = SAC(policy, space, SACConfig(critic_hidden=(32, 32), lr_critic=3e-3, target_q_clip=clip,
-                                       precision="float32"))  # fmt: skip
+    sac = SAC(policy, space, SACConfig(critic_hidden=(32, 32), lr_critic=3e-3, target_q_clip=clip, precision="float32"))
     gen = torch.Generator().manual_seed(0)
     for _ in range(300):  # every step terminates with reward 3: Q → 3, or → 1 when targets are clipped to [0, 1]
         obs = {"state": torch.rand(64, 3, generator=gen), "images": {}}
-        batch = {"obs": obs, "next_obs": obs, "action": torch.rand(64, 2, generator=gen) * 2 - 1,
-                 "reward": torch.full((64,), 3.0), "discount": torch.zeros(64)}  # fmt: skip
+        batch = {
+            "obs": obs,
+            "next_obs": obs,
+            "action": torch.rand(64, 2, generator=gen) * 2 - 1,
+            "reward": torch.full((64,), 3.0),
+            "discount": torch.zeros(64),
+        }
         m = sac.update([batch])
     assert m["q_mean"] == pytest.approx(expected, abs=0.1)
 
@@ -45,16 +49,29 @@ def test_human_actions_pull_the_mean_action_only_with_the_intervention_weight():
     for weight in (0.0, 5.0):
         torch.manual_seed(0)
         policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
-        sac = SAC(policy, space, SACConfig(critic_hidden=(32,), lr_actor=3e-3, intervention_bc_weight=weight,
-                                           precision="float32"))  # fmt: skip
+        sac = SAC(
+            policy,
+            space,
+            SACConfig(critic_hidden=(32,), lr_actor=3e-3, intervention_bc_weight=weight, precision="float32"),
+        )
         gen = torch.Generator().manual_seed(0)
         for _ in range(200):
             obs = {"state": torch.rand(64, 3, generator=gen) * 2 - 1, "images": {}}
             human = torch.arange(64) % 2 == 0
             action = torch.rand(64, 2, generator=gen) * 2 - 1
             action[human] = wanted
-            m = sac.update([{"obs": obs, "next_obs": obs, "action": action, "reward": torch.zeros(64),
-                             "discount": torch.zeros(64), "intervention": human}])  # fmt: skip
+            m = sac.update(
+                [
+                    {
+                        "obs": obs,
+                        "next_obs": obs,
+                        "action": action,
+                        "reward": torch.zeros(64),
+                        "discount": torch.zeros(64),
+                        "intervention": human,
+                    }
+                ]
+            )
         moved[weight] = policy.act({"state": torch.zeros(1, 3), "images": {}}, deterministic=True)[0]
         assert ("intervention_bc_loss" in m) == (weight > 0)
     assert torch.allclose(moved[5.0], wanted, atol=0.05), moved[5.0]

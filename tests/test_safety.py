@@ -14,8 +14,8 @@ from hardware.arm import Clock, VirtualClock
 from hardware.env import ArmEnv
 from hardware.safety import SafetyWrapper
 from hardware.so101 import SO101Driver
-from robo_rl.teleop.base import FakeDevice
 from robo_rl.envs import SafetyStop
+from robo_rl.teleop.base import FakeDevice
 from robo_rl.teleop.intervention import InterventionWrapper
 
 BOX = {"low": [0.12, -0.1, 0.06], "high": [0.26, 0.1, 0.2]}
@@ -205,8 +205,11 @@ def test_rotation_steps_are_limited_per_step_on_an_arm_with_orientation_actions(
     from hardware.franka import FrankaDriver
     from hardware.kinematics import quat_error
 
-    env = SafetyWrapper(ArmEnv(FrankaDriver(twin=True, clock=VirtualClock()), rotation=True, max_rot_step_rad=0.1),
-                        max_rot_step_rad=0.05, watchdog_s=None)  # fmt: skip
+    env = SafetyWrapper(
+        ArmEnv(FrankaDriver(twin=True, clock=VirtualClock()), rotation=True, max_rot_step_rad=0.1),
+        max_rot_step_rad=0.05,
+        watchdog_s=None,
+    )
     try:
         env.reset(seed=0)
         before = env.unwrapped.last_state.ee_quat

@@ -15,8 +15,8 @@ pytest.importorskip("gym_hil")
 
 from robo_rl.config import load_config, make_env, make_expert  # noqa: E402
 from robo_rl.data.demos import rollout_episode  # noqa: E402
-from robo_rl.envs import INFO_KEYS, check_observation  # noqa: E402
 from robo_rl.data.schema import check_step_batch, fields_for_env, stack_records  # noqa: E402
+from robo_rl.envs import INFO_KEYS, check_observation  # noqa: E402
 from sim.gym_hil_task import GymHilPickCubeEnv, GymHilPickCubeExpert  # noqa: E402
 from sim.robosuite_experts import LiftExpert, PickPlaceCanExpert  # noqa: E402
 from sim.robosuite_tasks import OBJECT_KEYS, RobosuiteEnv  # noqa: E402
@@ -86,8 +86,9 @@ def test_state_is_robosuites_observation_in_the_documented_order(lift, can, task
     env.reset(seed=1)
     obs, *_ = env.step(np.zeros(7, np.float32))
     raw = env._raw  # the robosuite observation dict of this step
-    expected = np.concatenate([raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"],
-                               raw["object-state"]]).astype(np.float32)  # fmt: skip
+    expected = np.concatenate(
+        [raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"], raw["object-state"]]
+    ).astype(np.float32)
     np.testing.assert_array_equal(obs["state"], expected)
     obj = {n: obs["state"][i] for i, n in enumerate(env.state_names)}
     pos_key = OBJECT_KEYS[task][0 if task == "Lift" else 2][0]
@@ -152,9 +153,12 @@ def test_bad_actions_are_refused(envs, name, bad):
 
 
 def test_bad_constructor_arguments_raise():
-    for kwargs, match in [({"task": "Stack"}, "task"), ({"observation": "rgb"}, "observation"),
-                          ({"reward_type": "shaped"}, "reward_type"),
-                          ({"observation": "image", "cameras": ["top"]}, "camera")]:  # fmt: skip
+    for kwargs, match in [
+        ({"task": "Stack"}, "task"),
+        ({"observation": "rgb"}, "observation"),
+        ({"reward_type": "shaped"}, "reward_type"),
+        ({"observation": "image", "cameras": ["top"]}, "camera"),
+    ]:
         with pytest.raises(ValueError, match=match):
             RobosuiteEnv(**kwargs)
     with pytest.raises(ValueError, match="state key"):
@@ -343,10 +347,14 @@ def test_expert_rollouts_make_valid_step_records(envs, name):
     assert batch["terminated"][-1] and batch["success"][-1]
 
 
-@pytest.mark.parametrize(("option", "env_type", "expert_type"), [
-    ("robosuite_lift", RobosuiteEnv, LiftExpert), ("robosuite_can", RobosuiteEnv, PickPlaceCanExpert),
-    ("gym_hil_pick", GymHilPickCubeEnv, GymHilPickCubeExpert),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("option", "env_type", "expert_type"),
+    [
+        ("robosuite_lift", RobosuiteEnv, LiftExpert),
+        ("robosuite_can", RobosuiteEnv, PickPlaceCanExpert),
+        ("gym_hil_pick", GymHilPickCubeEnv, GymHilPickCubeExpert),
+    ],
+)
 def test_hydra_env_configs_build_env_and_expert(option, env_type, expert_type):
     cfg = load_config([f"env={option}"])
     env = make_env(cfg)
@@ -374,9 +382,16 @@ def test_image_observations_are_upright_and_match_robosuites_renderer():
         check_observation(obs, env.observation_space)
         assert set(obs["images"]) == {"agentview", "robot0_eye_in_hand"}
         with global_numpy_seed(0):
-            ref = robosuite.make("Lift", robots="Panda", controller_configs=controller_config(), hard_reset=False,
-                                 camera_names=["agentview", "robot0_eye_in_hand"], camera_heights=64,
-                                 camera_widths=64, ignore_done=True)  # fmt: skip
+            ref = robosuite.make(
+                "Lift",
+                robots="Panda",
+                controller_configs=controller_config(),
+                hard_reset=False,
+                camera_names=["agentview", "robot0_eye_in_hand"],
+                camera_heights=64,
+                camera_widths=64,
+                ignore_done=True,
+            )
         with global_numpy_seed(5):
             raw = ref.reset()
         with global_numpy_seed(5):

@@ -149,8 +149,9 @@ def test_mismatching_calibration_names_lerobot_calibrate(tmp_path):
     calibration["elbow_flex"]["homing_offset"] += 100  # a stale file: the motors were calibrated since
     path.write_text(json.dumps(calibration))
     driver = SO101Driver(twin=True, clock=VirtualClock(), calibration_dir=str(tmp_path), id="left", port="/dev/ttyX")
-    with pytest.raises(HardwareError, match="lerobot-calibrate --robot.type=so101_follower --robot.port=/dev/ttyX "
-                                            "--robot.id=left"):  # fmt: skip
+    with pytest.raises(
+        HardwareError, match="lerobot-calibrate --robot.type=so101_follower --robot.port=/dev/ttyX --robot.id=left"
+    ):
         driver.connect()
     assert not driver.connected and not driver.lerobot.is_connected
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from robo_rl.data.replay import DiskReplay, ReplayBuffer
 from robo_rl.data.learner_replay import LearnerReplay
+from robo_rl.data.replay import DiskReplay, ReplayBuffer
 from robo_rl.data.schema import step_fields
 from robo_rl.data.storage import SegmentStore, StorageError, read_segment
 from tests.test_replay import synthetic_episode
@@ -24,8 +24,17 @@ def episode(i, length=5, **kw):
 
 
 def replay_cfg(**kw):
-    base = dict(storage="ram", capacity=1000, disk_capacity=1000, persist=True, flush_every_s=0.0, segment_max_mb=64,
-                online_fraction=0.5, interventions_in_prior=True, verify_on_load=True)
+    base = dict(
+        storage="ram",
+        capacity=1000,
+        disk_capacity=1000,
+        persist=True,
+        flush_every_s=0.0,
+        segment_max_mb=64,
+        online_fraction=0.5,
+        interventions_in_prior=True,
+        verify_on_load=True,
+    )
     return OmegaConf.create({**base, **kw})
 
 
@@ -139,15 +148,21 @@ def test_batches_mix_online_and_prior_data_by_the_configured_fraction(tmp_path):
     # the prior share pools demos (41 rows) and interventions (40 rows) by their sizes
     assert set(prior.tolist()) == {2.0, 100.0} and 0.35 < (prior == 2).mean() < 0.65
     assert b["intervention"][100:][prior == 2].all()
-    off = LearnerReplay(replay_cfg(online_fraction=0.25, persist=False, interventions_in_prior=False), FIELDS,
-                        tmp_path, demos=demos)  # fmt: skip
+    off = LearnerReplay(
+        replay_cfg(online_fraction=0.25, persist=False, interventions_in_prior=False), FIELDS, tmp_path, demos=demos
+    )
     off.add("a", episode(2, 40, intervention_steps=range(1, 41)))
     assert set(off.sample(400, np.random.default_rng(0), 0.9)["obs"]["state"][100:, 1].tolist()) == {100.0}
 
 
 def test_the_start_up_message_states_memory_and_disk_use(tmp_path):
-    replay = LearnerReplay(replay_cfg(capacity=100_000), step_fields(18, 4, {"front": (128, 128), "wrist": (128, 128)}),
-                           tmp_path, demos=None, total_env_steps=50_000)  # fmt: skip
+    replay = LearnerReplay(
+        replay_cfg(capacity=100_000),
+        step_fields(18, 4, {"front": (128, 128), "wrist": (128, 128)}),
+        tmp_path,
+        demos=None,
+        total_env_steps=50_000,
+    )
     text = replay.usage()
     assert "98,461 B per record (98,304 B of frames)" in text and "RAM ring of 100,000 records (9.17 GB)" in text
     assert "disk about 4.58 GB for 50,000 env steps" in text

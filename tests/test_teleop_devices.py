@@ -18,14 +18,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from robo_rl.teleop.devices import DEVICE_KINDS, DeviceUnavailable, FakeDevice, make_device, register_device
-from robo_rl.teleop.base import TeleopDevice
 from hardware.teleop.gamepad import GamepadDevice, apply_deadzone
 from hardware.teleop.keyboard import KeyboardDevice
-from robo_rl.teleop.keys import KeyMap, normalize_key
 from hardware.teleop.leader_arm import LeaderArmDevice, lerobot_teleoperator
 from hardware.teleop.spacemouse import SpaceMouseDevice
 from robo_rl.gui.web_device import WebDevice
+from robo_rl.teleop.base import TeleopDevice
+from robo_rl.teleop.devices import DEVICE_KINDS, DeviceUnavailable, FakeDevice, make_device, register_device
+from robo_rl.teleop.keys import KeyMap, normalize_key
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -352,8 +352,14 @@ class FakeHid:
         return self.dev
 
 
-SPACEMOUSE = {"vendor_id": 0x256F, "product_id": 0xC635, "path": b"/dev/hidraw3", "product_string": "SpaceMouse",
-              "usage_page": 1, "usage": 8}  # fmt: skip
+SPACEMOUSE = {
+    "vendor_id": 0x256F,
+    "product_id": 0xC635,
+    "path": b"/dev/hidraw3",
+    "product_string": "SpaceMouse",
+    "usage_page": 1,
+    "usage": 8,
+}
 
 
 def report(report_id: int, *values: int) -> bytes:
@@ -594,8 +600,9 @@ def xvfb():
     number = next(n for n in range(140, 400) if not os.path.exists(f"/tmp/.X{n}-lock"))
     proc = subprocess.Popen(
         ["Xvfb", f":{number}", "-screen", "0", "320x240x24", "-nolisten", "tcp"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while not os.path.exists(f"/tmp/.X11-unix/X{number}"):

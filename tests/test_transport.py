@@ -13,8 +13,11 @@ from robo_rl.transport.link import LearnerLink, TransportError, free_ports, toke
 
 
 def test_round_trip_keeps_dtypes_shapes_and_values():
-    arrays = {"image/front": np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8),
-              "state": np.arange(12, dtype=np.float32).reshape(3, 4), "done": np.array([True, False, True])}
+    arrays = {
+        "image/front": np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8),
+        "state": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "done": np.array([True, False, True]),
+    }
     kind, meta, out = decode([bytes(f) for f in encode("steps", {"actor": "a"}, arrays)])
     assert kind == "steps" and meta == {"actor": "a"}
     for k, v in arrays.items():
@@ -98,8 +101,9 @@ def test_an_actor_told_the_run_is_over_closes_at_once_and_says_its_last_steps_we
         with caplog.at_level("INFO", logger="robo_rl.transport.actor_link"):
             transport.close("done", linger_s=5.0)
         assert time.monotonic() - start < 1.0
-        assert any("(4 env steps) sent after the learner finished were not stored" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            "(4 env steps) sent after the learner finished were not stored" in r.getMessage() for r in caplog.records
+        )
     finally:
         learner.close()
 
@@ -152,8 +156,11 @@ def test_a_local_actor_loads_weights_from_shared_memory_and_never_a_torn_copy():
     link = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
     assert link.shm_weights
     policy, spare = torch.nn.Linear(64, 32), torch.nn.Linear(64, 32)
-    transport = ActorTransport(link, lambda p, arrays: p.load_state_dict(
-        {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}), spare_policy=spare)  # fmt: skip
+    transport = ActorTransport(
+        link,
+        lambda p, arrays: p.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}),
+        spare_policy=spare,
+    )
     try:
         t, _ = serve(learner, 1.0)
         transport.start("abc", hello_timeout_s=2)

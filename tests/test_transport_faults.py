@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def peer(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.transport_peers", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.transport_peers", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
@@ -126,7 +131,9 @@ def test_an_actor_speaking_another_schema_version_is_refused_naming_both_version
         kind, meta, _ = decode(newer.recv_multipart())
         t.join()
         assert kind == "refused"
-        assert f"schema version {PROTOCOL_VERSION + 1} received, this process speaks {PROTOCOL_VERSION}" in meta["reason"]
+        assert (
+            f"schema version {PROTOCOL_VERSION + 1} received, this process speaks {PROTOCOL_VERSION}" in meta["reason"]
+        )
         assert learner.bad_messages["undecodable ctrl"] == 1 and "actor-9" not in learner.actors
     finally:
         ctx.destroy(linger=0)

@@ -10,8 +10,8 @@ import torch
 
 from policies.gaussian import TanhGaussianPolicy
 from robo_rl.actor import Actor
-from robo_rl.offline.bc import save_atomic
 from robo_rl.config import ConfigError
+from robo_rl.offline.bc import save_atomic
 from robo_rl.policy_io import policy_steps, stack_obs
 from tests.test_pipeline import run_pair, toy_config
 from tests.test_ppo import chain_policy
@@ -76,9 +76,18 @@ def test_an_actor_with_several_envs_runs_on_policy_iterations(tmp_path):
 
     model = ChunkGenerator(4, 2, chunk_size=3, steps=4, hidden=[32])
     path = save_atomic(model.checkpoint(execute_steps=3), tmp_path / "bc4" / "policy.pt")
-    cfg = toy_config(tmp_path, "policy=reinflow", "algo=ppo", f"policy.path={path}", "algo.rollout_env_steps=150",
-                     "train.total_env_steps=750", "train.random_steps=0", "train.learning_starts=0",
-                     "algo.value_hidden=[32]", "actor.num_envs=4")  # fmt: skip
+    cfg = toy_config(
+        tmp_path,
+        "policy=reinflow",
+        "algo=ppo",
+        f"policy.path={path}",
+        "algo.rollout_env_steps=150",
+        "train.total_env_steps=750",
+        "train.random_steps=0",
+        "train.learning_starts=0",
+        "algo.value_hidden=[32]",
+        "actor.num_envs=4",
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and learner.updates >= 3
@@ -94,11 +103,14 @@ def test_an_actor_with_several_envs_runs_on_policy_iterations(tmp_path):
     assert 0.25 < decisions.mean() < 0.45, "one decision per chunk of 3 in each env (fewer at episode ends)"
 
 
-@pytest.mark.parametrize("override, why", [
-    ("actor.realtime=true", "for simulation"),
-    ("policy._target_=tests.test_vector_actor.OneEpisodeStatePolicy", "run several actor processes"),
-    ("actor.apply_weights=episode", "actor.apply_weights=step"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, why",
+    [
+        ("actor.realtime=true", "for simulation"),
+        ("policy._target_=tests.test_vector_actor.OneEpisodeStatePolicy", "run several actor processes"),
+        ("actor.apply_weights=episode", "actor.apply_weights=step"),
+    ],
+)
 def test_several_envs_are_refused_where_one_env_is_meant(tmp_path, override, why):
     cfg = toy_config(tmp_path, "actor.num_envs=2", override)
     with pytest.raises(ConfigError, match=why):

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from robo_rl.data.learner_replay import LearnerReplay
-from robo_rl.runs import MetricsWriter
 from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.runs import MetricsWriter
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import ALLOWED_DTYPES, PROTOCOL_VERSION
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports
@@ -36,15 +36,49 @@ IDENT = f"{ACTOR}#{SESSION:x}".encode()
 KINDS = sorted(SCHEMAS)
 
 # --- generators ------------------------------------------------------------------------------------
-scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=12)
-           | st.binary(max_size=12))  # fmt: skip
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
-                      max_leaves=12)  # fmt: skip
-interesting = st.sampled_from([0, 1, -1, 2, 2**31, 2**62, 2**63 - 1, -(2**63), 2**64 - 1, "", ACTOR, "x" * 3000,
-                               SESSION, TOKEN, [], {}, [1, -2], {"a": 1}, None, True, 1.5, float("nan"),
-                               float("inf"), b"\x00\xff", "\udcff".encode("utf-8", "surrogatepass")])  # fmt: skip
-hostile_shapes = st.sampled_from([[-1], [-3, 2], [2**32, 2**32, 2**32], [2**63 - 1, 2], [], [0], [1.5], ["3"],
-                                  [[2]], None, 7, [1] * 20, [2**40 + 1]])  # fmt: skip
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.binary(max_size=12)
+)
+values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=12
+)
+interesting = st.sampled_from(
+    [
+        0,
+        1,
+        -1,
+        2,
+        2**31,
+        2**62,
+        2**63 - 1,
+        -(2**63),
+        2**64 - 1,
+        "",
+        ACTOR,
+        "x" * 3000,
+        SESSION,
+        TOKEN,
+        [],
+        {},
+        [1, -2],
+        {"a": 1},
+        None,
+        True,
+        1.5,
+        float("nan"),
+        float("inf"),
+        b"\x00\xff",
+        "\udcff".encode("utf-8", "surrogatepass"),
+    ]
+)
+hostile_shapes = st.sampled_from(
+    [[-1], [-3, 2], [2**32, 2**32, 2**32], [2**63 - 1, 2], [], [0], [1.5], ["3"], [[2]], None, 7, [1] * 20, [2**40 + 1]]
+)
 
 
 def _broken(valid: dict, draw) -> dict:
@@ -106,8 +140,11 @@ def messages(draw, valid_meta: dict[str, dict], valid_arrays: dict[str, dict]):
     known = kind if isinstance(kind, str) else ""
     meta = _broken(valid_meta.get(known, {}), draw) if form > 3 else draw(interesting | values)
     specs, frames = draw(arrays_of(valid_arrays.get(known, {})))
-    header = _broken({"v": PROTOCOL_VERSION, "kind": kind, "meta": meta, "arrays": specs}, draw) if form == 4 else {
-        "v": PROTOCOL_VERSION, "kind": kind, "meta": meta, "arrays": specs}  # fmt: skip
+    header = (
+        _broken({"v": PROTOCOL_VERSION, "kind": kind, "meta": meta, "arrays": specs}, draw)
+        if form == 4
+        else {"v": PROTOCOL_VERSION, "kind": kind, "meta": meta, "arrays": specs}
+    )
     try:
         head = msgpack.packb(header, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):  # a value msgpack itself cannot carry: send garbage instead
@@ -136,9 +173,18 @@ def learner_side(tmp_path_factory):
     batch, fields = step_batch()
     link = LearnerLink("127.0.0.1", *free_ports(3), config_hash=CONFIG_HASH)
     root = tmp_path_factory.mktemp("fuzz_run")
-    cfg = OmegaConf.create({"storage": "ram", "capacity": 10_000, "persist": True, "flush_every_s": 0.0,
-                            "segment_max_mb": 1, "online_fraction": 0.5, "interventions_in_prior": True,
-                            "verify_on_load": True})  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "storage": "ram",
+            "capacity": 10_000,
+            "persist": True,
+            "flush_every_s": 0.0,
+            "segment_max_mb": 1,
+            "online_fraction": 0.5,
+            "interventions_in_prior": True,
+            "verify_on_load": True,
+        }
+    )
     replay = LearnerReplay(cfg, fields, root, None)
     metrics = MetricsWriter(root / "metrics.jsonl")
     yield link, replay, metrics, batch, root
@@ -163,9 +209,12 @@ def _encode(kind: str, meta: dict, arrays: dict | None = None) -> list[bytes]:
 
 
 def learner_property(examples: int):
-    @settings(max_examples=examples, deadline=None, derandomize=examples < 1000,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])  # fmt: skip
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=examples < 1000,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(data=st.data())
     def check(learner_side, data):
         link, replay, metrics, batch, _ = learner_side
@@ -173,10 +222,17 @@ def learner_property(examples: int):
         info = link.actors[ACTOR]
         seq = info["acked"] + data.draw(st.sampled_from([1, 1, 1, 0, 2]))
         steps = {"steps": {"actor": ACTOR, "session": SESSION, "seq": seq, "token": TOKEN, "policy_version": 0}}
-        ctrl = {"hello": {"actor": data.draw(st.sampled_from([ACTOR, "actor-1"])), "session": SESSION,
-                          "token": TOKEN, "first_unacked": 1, "config_hash": CONFIG_HASH},
-                "heartbeat": {"actor": ACTOR, "stats": {"unacked": 1, "jitter_ms_p99": 0.5}},
-                "bye": {"actor": ACTOR, "reason": "test"}}  # fmt: skip
+        ctrl = {
+            "hello": {
+                "actor": data.draw(st.sampled_from([ACTOR, "actor-1"])),
+                "session": SESSION,
+                "token": TOKEN,
+                "first_unacked": 1,
+                "config_hash": CONFIG_HASH,
+            },
+            "heartbeat": {"actor": ACTOR, "stats": {"unacked": 1, "jitter_ms_p99": 0.5}},
+            "bye": {"actor": ACTOR, "reason": "test"},
+        }
         frames = data.draw(messages(steps, {"steps": batch}))
         accepted = link._accept_data([zmq.Frame(f) for f in frames])
         if accepted is not None:
@@ -190,8 +246,13 @@ def learner_property(examples: int):
         frames = data.draw(messages(ctrl, {}))
         link._handle_ctrl([zmq.Frame(ident), *map(zmq.Frame, frames)])
         assert link.internal_errors == 0
-        metrics.write({"kind": "learner", "actor_stats": {a: i["stats"] for a, i in link.actors.items()},
-                       "bad_messages": dict(link.bad_messages)})  # fmt: skip
+        metrics.write(
+            {
+                "kind": "learner",
+                "actor_stats": {a: i["stats"] for a, i in link.actors.items()},
+                "bad_messages": dict(link.bad_messages),
+            }
+        )
 
     return check
 
@@ -250,16 +311,22 @@ class TinyPolicy(torch.nn.Module):
 def actor_side():
     link = ActorLink("127.0.0.1", *free_ports(3), actor_id=ACTOR)
     link.connected, link.incarnation, link.config_hash = True, 77, CONFIG_HASH
-    transport = ActorTransport(link, lambda p, arrays: p.load_state_dict(
-        {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}), TinyPolicy())  # fmt: skip
+    transport = ActorTransport(
+        link,
+        lambda p, arrays: p.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}),
+        TinyPolicy(),
+    )
     yield link, transport
     link.close(0)
 
 
 def actor_property(examples: int):
-    @settings(max_examples=examples, deadline=None, derandomize=examples < 1000,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])  # fmt: skip
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=examples < 1000,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(data=st.data())
     def check(actor_side, data):
         link, transport = actor_side
@@ -269,13 +336,22 @@ def actor_property(examples: int):
                 link.send_steps({}, {"x": np.zeros(2, np.float32)}, env_steps=1)
         weights = {k: v.detach().numpy() for k, v in TinyPolicy().state_dict().items()}
         ack = {"incarnation": 77, "session": link.session, "acked": link.seq - 1, "received": link.seq}
-        valid_meta = {"welcome": ack, "ack": ack, "refused": {"reason": "no"},
-                      "rejected": {"session": link.session, "seq": 1, "reason": "bad"},
-                      "weights": {"version": data.draw(st.integers(0, 5)), "incarnation": 77},
-                      "weights_shm": {"version": 3, "incarnation": 77, "path": "/dev/shm/robo_rl_x_1.weights",
-                                      "nbytes": 128, "layout": [["net.weight", "<f4", [2, 3], 64]]},
-                      "status": {"incarnation": 77, "env_steps": 5, "updates": 3, "allowed_env_steps": 9.5},
-                      "stop": {"reason": "done", "hold": True}}  # fmt: skip
+        valid_meta = {
+            "welcome": ack,
+            "ack": ack,
+            "refused": {"reason": "no"},
+            "rejected": {"session": link.session, "seq": 1, "reason": "bad"},
+            "weights": {"version": data.draw(st.integers(0, 5)), "incarnation": 77},
+            "weights_shm": {
+                "version": 3,
+                "incarnation": 77,
+                "path": "/dev/shm/robo_rl_x_1.weights",
+                "nbytes": 128,
+                "layout": [["net.weight", "<f4", [2, 3], 64]],
+            },
+            "status": {"incarnation": 77, "env_steps": 5, "updates": 3, "allowed_env_steps": 9.5},
+            "stop": {"reason": "done", "hold": True},
+        }
         frames = data.draw(messages(valid_meta, {"weights": weights}))
         for accepted in (ACTOR_CTRL_KINDS, ACTOR_SUB_KINDS):
             try:
@@ -294,4 +370,3 @@ def actor_property(examples: int):
 
 test_any_message_to_the_actor_is_a_counted_drop_or_well_formed = actor_property(FAST)
 test_any_message_to_the_actor_long = pytest.mark.slow(actor_property(LONG))
-

@@ -16,9 +16,9 @@ import zmq
 
 from robo_rl.actor import Actor
 from robo_rl.config import config_hash
+from robo_rl.data.storage import SegmentStore
 from robo_rl.learner import Learner
 from robo_rl.runs import read_metrics
-from robo_rl.data.storage import SegmentStore
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash
@@ -154,9 +154,21 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
     t = threading.Thread(target=lambda: result.update(reason=learner.run()))
     t.start()
     t_ = cfg.transport
-    peer = subprocess.Popen([sys.executable, str(ROOT / "tests" / "foreign_peer.py"), "--ports", str(t_.data_port),
-                             str(t_.weights_port), str(t_.ctrl_port), "--run", str(run)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    peer = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "foreign_peer.py"),
+            "--ports",
+            str(t_.data_port),
+            str(t_.weights_port),
+            str(t_.ctrl_port),
+            "--run",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         reason = Actor(cfg, progress=False).run()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo it
@@ -185,8 +197,9 @@ def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_pa
     run = tmp_path / "run"
     run.mkdir()
     learner = Learner(cfg, run, progress=False)
-    actor = ActorLink("127.0.0.1", cfg.transport.data_port, cfg.transport.weights_port, cfg.transport.ctrl_port,
-                      "actor-0")  # fmt: skip
+    actor = ActorLink(
+        "127.0.0.1", cfg.transport.data_port, cfg.transport.weights_port, cfg.transport.ctrl_port, "actor-0"
+    )
     original = learner.update
 
     def broken_update():
@@ -230,16 +243,29 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
     from tests.test_cli import isolated
     from tests.test_resume import wait_for
 
-    args = [*isolated(tmp_path), "env=point_reach", "demos.num_episodes=3", "train.learning_starts=100",
-            "train.total_env_steps=500", "algo.batch_size=32", f"run_dir={tmp_path / 'run'}",
-            "replay.flush_every_s=0.2", "transport.actor_timeout_s=2",
-            "actor.hello_timeout_s=60"]  # fmt: skip  (the first hello waits longer on a loaded machine)
+    args = [
+        *isolated(tmp_path),
+        "env=point_reach",
+        "demos.num_episodes=3",
+        "train.learning_starts=100",
+        "train.total_env_steps=500",
+        "algo.batch_size=32",
+        f"run_dir={tmp_path / 'run'}",
+        "replay.flush_every_s=0.2",
+        "transport.actor_timeout_s=2",
+        "actor.hello_timeout_s=60",
+    ]  # the first hello waits longer on a loaded machine
     env = {**os.environ, "MUJOCO_GL": "egl"}
 
     def start(role, *given):
         log = open(tmp_path / f"{role}.log", "a")
-        return subprocess.Popen([sys.executable, "-m", "robo_rl.cli", role, *(given or args)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "robo_rl.cli", role, *(given or args)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     learner = start("learner")
     actor = None
@@ -275,12 +301,14 @@ def test_memory_under_a_flood_of_large_messages_stays_bounded():
     at most receive_queue_messages per connection, so the learner's memory grows by a bounded amount."""
     ports = free_ports(3)
     learner = LearnerLink("127.0.0.1", *ports, config_hash="h", max_message_mb=2.5, receive_queue_messages=4)
-    code = ("import sys, time, zmq; c = zmq.Context(); s = c.socket(zmq.PUSH); s.setsockopt(zmq.SNDHWM, 2);"
-            f"s.connect('tcp://127.0.0.1:{ports[0]}'); m = b'\\0' * (2 << 20); n = 0; end = time.time() + 4\n"
-            "while time.time() < end:\n"
-            "    try: s.send(m, zmq.NOBLOCK); n += 1\n"
-            "    except zmq.Again: time.sleep(0.001)\n"
-            "print(n)")  # fmt: skip
+    code = (
+        "import sys, time, zmq; c = zmq.Context(); s = c.socket(zmq.PUSH); s.setsockopt(zmq.SNDHWM, 2);"
+        f"s.connect('tcp://127.0.0.1:{ports[0]}'); m = b'\\0' * (2 << 20); n = 0; end = time.time() + 4\n"
+        "while time.time() < end:\n"
+        "    try: s.send(m, zmq.NOBLOCK); n += 1\n"
+        "    except zmq.Again: time.sleep(0.001)\n"
+        "print(n)"
+    )
     rss = lambda: int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1]) * 1024  # noqa: E731
     before = rss()
     senders = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -302,7 +330,6 @@ def test_memory_under_a_flood_of_large_messages_stays_bounded():
     bound_mb = 2 * (4 + 4) * 2  # connections × (receive queue + kernel and I/O-thread slack) × message size
     print(f"\nflood: {sum(sent)} sends of 2 MB taken by the senders' sockets; learner RSS +{growth_mb:.0f} MB")
     assert growth_mb < bound_mb + 20, f"the learner grew by {growth_mb:.0f} MB under the flood"
-
 
 
 def test_only_the_first_of_several_interrupts_interrupts():

@@ -15,15 +15,27 @@ from pathlib import Path
 import torch
 
 VLM_FOLDER = "tiny_smolvlm"  # inside the pretrained_model folder, which names it by absolute path
-IMAGE_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
-                "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
-                "video_token": "<video>"}  # fmt: skip
+IMAGE_TOKENS = {
+    "fake_image_token": "<fake_token_around_image>",
+    "image_token": "<image>",
+    "global_image_token": "<global-img>",
+    "end_of_utterance_token": "<end_of_utterance>",
+    "video_token": "<video>",
+}
 CORPUS = ["pick the cube", "place the cube in the box", "push the red block to the left", "open the drawer\n"]
 
 
-def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, hidden: int = 32, layers: int = 2, *,
-                       text: dict | None = None, vision: dict | None = None,
-                       scale_factor: int = 2) -> Path:  # fmt: skip
+def write_tiny_smolvlm(
+    folder: Path,
+    image_size: int = 32,
+    patch_size: int = 8,
+    hidden: int = 32,
+    layers: int = 2,
+    *,
+    text: dict | None = None,
+    vision: dict | None = None,
+    scale_factor: int = 2,
+) -> Path:
     """A SmolVLM (Idefics3 architecture) config, tokenizer and processor in `folder`, as AutoConfig, AutoTokenizer and
     AutoProcessor read them; square images of `image_size` px, (image_size / patch_size / scale_factor)^2 tokens per
     image. `text` and `vision`: config fields over the tiny ones (bench/vla.py writes SmolVLM2-500M's sizes so); the
@@ -38,33 +50,69 @@ def write_tiny_smolvlm(folder: Path, image_size: int = 32, patch_size: int = 8, 
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     # byte-level: every text tokenises, with no unknown token; a few merges from the corpus
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=special,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     bpe.train_from_iterator(CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<|im_start|>",
-                                        eos_token=IMAGE_TOKENS["end_of_utterance_token"],
-                                        extra_special_tokens=dict(IMAGE_TOKENS))  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        pad_token="<pad>",
+        bos_token="<|im_start|>",
+        eos_token=IMAGE_TOKENS["end_of_utterance_token"],
+        extra_special_tokens=dict(IMAGE_TOKENS),
+    )
     size = {"longest_edge": image_size}
     processor = SmolVLMProcessor(
         image_processor=SmolVLMImageProcessor(size=size, max_image_size=size, do_image_splitting=False),
-        tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size),
-        image_seq_len=(image_size // patch_size // scale_factor) ** 2)  # fmt: skip
+        tokenizer=tokenizer,
+        video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size),
+        image_seq_len=(image_size // patch_size // scale_factor) ** 2,
+    )
     processor.save_pretrained(folder)
-    text = {**dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                   num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
-                   max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id), **(text or {})}  # fmt: skip
-    vision = {**dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2),
-              **(vision or {}), "image_size": image_size, "patch_size": patch_size}  # fmt: skip
+    text = {
+        **dict(
+            model_type="llama",
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        **(text or {}),
+    }
+    vision = {
+        **dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2),
+        **(vision or {}),
+        "image_size": image_size,
+        "patch_size": patch_size,
+    }
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKENS["image_token"])
-    config = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=scale_factor,
-                           image_token_id=image_token_id)  # fmt: skip
+    config = SmolVLMConfig(
+        text_config=text, vision_config=vision, scale_factor=scale_factor, image_token_id=image_token_id
+    )
     config.save_pretrained(folder)
     return folder
 
 
-def write_tiny_smolvla(folder: Path, state_dim: int, action_dim: int, camera: str, image_hw: tuple[int, int],
-                       chunk_size: int = 4, max_action_dim: int = 32, num_steps: int = 4, image_size: int = 32,
-                       action_stats: dict | None = None, seed: int = 0) -> Path:  # fmt: skip
+def write_tiny_smolvla(
+    folder: Path,
+    state_dim: int,
+    action_dim: int,
+    camera: str,
+    image_hw: tuple[int, int],
+    chunk_size: int = 4,
+    max_action_dim: int = 32,
+    num_steps: int = 4,
+    image_size: int = 32,
+    action_stats: dict | None = None,
+    seed: int = 0,
+) -> Path:
     """A SmolVLA `pretrained_model` folder (config.json, model.safetensors, its pre- and post-processors with dataset
     statistics) for a task with a state of `state_dim`, one camera `camera` of `image_hw` and actions of
     `action_dim`; random weights from `seed`. Its initial noise is (chunk_size, max_action_dim)."""
@@ -77,13 +125,24 @@ def write_tiny_smolvla(folder: Path, state_dim: int, action_dim: int, camera: st
     vlm = write_tiny_smolvlm(folder / VLM_FOLDER, image_size=image_size)
     height, width = image_hw
     cfg = SmolVLAConfig(
-        input_features={"observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
-                        f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width))},
+        input_features={
+            "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
+            f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width)),
+        },
         output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
-        chunk_size=chunk_size, n_action_steps=chunk_size, max_state_dim=max(state_dim, 8),
-        max_action_dim=max_action_dim, resize_imgs_with_padding=(image_size, image_size), tokenizer_max_length=16,
-        num_steps=num_steps, vlm_model_name=str(vlm), load_vlm_weights=False, num_vlm_layers=-1,
-        device="cpu", push_to_hub=False)  # fmt: skip
+        chunk_size=chunk_size,
+        n_action_steps=chunk_size,
+        max_state_dim=max(state_dim, 8),
+        max_action_dim=max_action_dim,
+        resize_imgs_with_padding=(image_size, image_size),
+        tokenizer_max_length=16,
+        num_steps=num_steps,
+        vlm_model_name=str(vlm),
+        load_vlm_weights=False,
+        num_vlm_layers=-1,
+        device="cpu",
+        push_to_hub=False,
+    )
     with torch.random.fork_rng():  # the caller's random state stays as it was
         torch.manual_seed(seed)
         policy = SmolVLAPolicy(cfg)

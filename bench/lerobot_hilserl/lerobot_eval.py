@@ -74,12 +74,16 @@ def evaluate(ckpt_model_dir: Path, cfg_path: Path, n_episodes: int, seed0: int, 
         k = sum(succ)
         lo, hi = wilson_interval(k, n_episodes)
         results[mode] = {
-            "successes": k, "episodes": n_episodes, "success_rate": k / n_episodes,
+            "successes": k,
+            "episodes": n_episodes,
+            "success_rate": k / n_episodes,
             "wilson95": [round(lo, 3), round(hi, 3)],
             "mean_len": sum(lens) / len(lens),
             "mean_len_successful": (sum(n for n, s in zip(lens, succ, strict=True) if s) / k) if k else None,
         }
-        print(f"[eval] {mode}: {k}/{n_episodes}  Wilson95 [{lo:.2f}, {hi:.2f}]  "
-              f"mean len {results[mode]['mean_len']:.1f}", flush=True)
+        print(
+            f"[eval] {mode}: {k}/{n_episodes}  Wilson95 [{lo:.2f}, {hi:.2f}]  mean len {results[mode]['mean_len']:.1f}",
+            flush=True,
+        )
     env.close()
     return results

@@ -138,8 +138,12 @@ def record_demos(
             from make_config import make_config, write_config
 
             config_path = Path(tmp) / "cfg.json"
-            write_config(config_path, make_config(output_dir=str(Path(tmp) / "unused"), port=0,
-                                                  env_state=bool(overrides.get("image_obs") is False)))
+            write_config(
+                config_path,
+                make_config(
+                    output_dir=str(Path(tmp) / "unused"), port=0, env_state=bool(overrides.get("image_obs") is False)
+                ),
+            )
         cfg = draccus.parse(TrainRLServerPipelineConfig, config_path=str(config_path), args=[])  # only cfg.env used
     obs_keys = {k: int(ft.shape[0]) for k, ft in cfg.env.features.items() if k.startswith("observation.")}
     if cfg.env.fps != 10 or not cfg.env.processor.gripper.use_gripper:
@@ -151,8 +155,14 @@ def record_demos(
     expert = GymHilPickCubeExpert(view, noise_std=noise_std, seed=seed)
     gym_hil_env = env.unwrapped
 
-    ds = LeRobotDataset.create(repo_id=repo_id, fps=cfg.env.fps, features=_features(obs_keys), root=root,
-                               robot_type="panda_gym_hil", use_videos=False)
+    ds = LeRobotDataset.create(
+        repo_id=repo_id,
+        fps=cfg.env.fps,
+        features=_features(obs_keys),
+        root=root,
+        robot_type="panda_gym_hil",
+        use_videos=False,
+    )
     t0 = time.time()
     kept, attempts, lengths, penalties, outcomes = 0, 0, [], [], []
     while kept < n_episodes and attempts < max_attempts:
@@ -169,23 +179,27 @@ def record_demos(
             done = bool(tr.get(TransitionKey.DONE, False))
             truncated = bool(tr.get(TransitionKey.TRUNCATED, False))
             reward = float(tr[TransitionKey.REWARD])
-            frames.append({
-                **{k: v.numpy() for k, v in obs.items()},
-                "action": torch.as_tensor(executed, dtype=torch.float32).reshape(4).numpy(),
-                "next.reward": np.array([reward], np.float32),
-                "next.done": np.array([done], bool),
-                "complementary_info.discrete_penalty": np.array(
-                    [tr[TransitionKey.COMPLEMENTARY_DATA].get("discrete_penalty", 0.0)], np.float32),
-                "task": "pick up the cube and lift it",
-            })
+            frames.append(
+                {
+                    **{k: v.numpy() for k, v in obs.items()},
+                    "action": torch.as_tensor(executed, dtype=torch.float32).reshape(4).numpy(),
+                    "next.reward": np.array([reward], np.float32),
+                    "next.done": np.array([done], bool),
+                    "complementary_info.discrete_penalty": np.array(
+                        [tr[TransitionKey.COMPLEMENTARY_DATA].get("discrete_penalty", 0.0)], np.float32
+                    ),
+                    "task": "pick up the cube and lift it",
+                }
+            )
             success = success or bool(tr[TransitionKey.INFO].get("succeed", False)) or reward >= 1.0
             if done or truncated:
                 break
         attempts += 1
         # keep episodes that end on the success itself (the last frame has next.done True and reward 1)
         ok = success and frames[-1]["next.done"][0]
-        outcomes.append({"attempt": attempts - 1, "block_seed": seed + attempts - 1, "success": bool(success),
-                         "len": len(frames)})
+        outcomes.append(
+            {"attempt": attempts - 1, "block_seed": seed + attempts - 1, "success": bool(success), "len": len(frames)}
+        )
         if ok:
             for f in frames:
                 ds.add_frame(f)
@@ -193,8 +207,10 @@ def record_demos(
             kept += 1
             lengths.append(len(frames))
             penalties.append(float(sum(f["complementary_info.discrete_penalty"][0] for f in frames)))
-        log(f"[demos] attempt {attempts}: {'success' if success else 'failure'} in {len(frames)} steps "
-            f"({kept}/{n_episodes} kept)")
+        log(
+            f"[demos] attempt {attempts}: {'success' if success else 'failure'} in {len(frames)} steps "
+            f"({kept}/{n_episodes} kept)"
+        )
     ds.finalize()
     env.close()
     summary = {
@@ -229,11 +245,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.overwrite and args.out.exists():
         shutil.rmtree(args.out)
-    s = record_demos(args.episodes, args.out, args.seed, repo_id=args.repo_id, noise_std=args.noise_std,
-                     overrides={} if args.stock_env else None)
+    s = record_demos(
+        args.episodes,
+        args.out,
+        args.seed,
+        repo_id=args.repo_id,
+        noise_std=args.noise_std,
+        overrides={} if args.stock_env else None,
+    )
     print(json.dumps({k: v for k, v in s.items() if k != "outcomes"}, indent=1))
-    print(f"expert succeeded in {s['successes']} of {s['attempts']} episodes; kept {s['episodes_kept']} "
-          f"({s['frames']} frames) in {s['root']}")
+    print(
+        f"expert succeeded in {s['successes']} of {s['attempts']} episodes; kept {s['episodes_kept']} "
+        f"({s['frames']} frames) in {s['root']}"
+    )
 
 
 if __name__ == "__main__":

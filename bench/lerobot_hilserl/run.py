@@ -124,19 +124,30 @@ def record(args, out: Path) -> dict | None:
     from record_demos import record_demos
 
     t = time.time()
-    rec = record_demos(args.demos, (out / "demos").resolve(), args.demo_seed, overrides=args.overrides,
-                       log=lambda m: print(m, flush=True))
+    rec = record_demos(
+        args.demos,
+        (out / "demos").resolve(),
+        args.demo_seed,
+        overrides=args.overrides,
+        log=lambda m: print(m, flush=True),
+    )
     if rec["episodes_kept"] < args.demos:
         raise RuntimeError(f"the expert succeeded in only {rec['successes']} of {rec['attempts']} episodes")
-    print(f"[run] demos: expert succeeded in {rec['successes']}/{rec['attempts']} episodes; kept "
-          f"{rec['episodes_kept']} ({rec['frames']} frames) in {time.time() - t:.0f}s", flush=True)
+    print(
+        f"[run] demos: expert succeeded in {rec['successes']}/{rec['attempts']} episodes; kept "
+        f"{rec['episodes_kept']} ({rec['frames']} frames) in {time.time() - t:.0f}s",
+        flush=True,
+    )
     return rec
 
 
 def train(args, out: Path, demos: dict | None = None) -> dict:
     port = free_ports(1)[0]
     common = dict(
-        port=port, seed=args.seed, online_steps=args.env_steps, save_freq=args.save_freq,
+        port=port,
+        seed=args.seed,
+        online_steps=args.env_steps,
+        save_freq=args.save_freq,
         env_state=not args.stock_env,
         demos_root=demos["root"] if demos else None,
         **({"demos_repo_id": demos["repo_id"]} if demos else {}),
@@ -183,8 +194,14 @@ def train(args, out: Path, demos: dict | None = None) -> dict:
             m = EPISODE_RE.search(line)
             if m:
                 r = float(m.group(2))
-                episodes.append({"step": int(m.group(1)) + 1, "reward": r, "success": r >= 1.0 - 1e-6,
-                                 "t": round(now - t_actor_start, 2)})
+                episodes.append(
+                    {
+                        "step": int(m.group(1)) + 1,
+                        "reward": r,
+                        "success": r >= 1.0 - 1e-6,
+                        "t": round(now - t_actor_start, 2),
+                    }
+                )
             if "Policy loop finished" in line:
                 stopped_by = "actor finished its env-step budget"
         for line in ltail.new_lines():
@@ -208,8 +225,11 @@ def train(args, out: Path, demos: dict | None = None) -> dict:
             s = episodes[-1]["step"] if episodes else 0
             last20 = episodes[-20:]
             sr = sum(e["success"] for e in last20) / len(last20) if last20 else float("nan")
-            print(f"[run] t={now - t_actor_start:7.1f}s env_steps~{s} episodes={len(episodes)} "
-                  f"opt_steps~{k} last20_success={sr:.2f}", flush=True)
+            print(
+                f"[run] t={now - t_actor_start:7.1f}s env_steps~{s} episodes={len(episodes)} "
+                f"opt_steps~{k} last20_success={sr:.2f}",
+                flush=True,
+            )
         time.sleep(1.0)
 
     t_stop = time.time()
@@ -221,8 +241,14 @@ def train(args, out: Path, demos: dict | None = None) -> dict:
         m = EPISODE_RE.search(line)
         if m:
             r = float(m.group(2))
-            episodes.append({"step": int(m.group(1)) + 1, "reward": r, "success": r >= 1.0 - 1e-6,
-                             "t": round(t_stop - t_actor_start, 2)})
+            episodes.append(
+                {
+                    "step": int(m.group(1)) + 1,
+                    "reward": r,
+                    "success": r >= 1.0 - 1e-6,
+                    "t": round(t_stop - t_actor_start, 2),
+                }
+            )
     final_opt = None
     full_learner_text = learner_log.read_text(errors="replace")
     hz = [float(x) for x in re.findall(r"Optimization frequency loop \[Hz\]: ([0-9.eE+-]+)", full_learner_text)]
@@ -263,8 +289,9 @@ def train(args, out: Path, demos: dict | None = None) -> dict:
             t.count("huggingface.co") + t.count("HF_HUB_OFFLINE") + t.count("LocalEntryNotFoundError")
             for t in (actor_text, full_learner_text)
         ),
-        "torchcodec_errors": sum(t.count("torchcodec' is installed but cannot be loaded")
-                                 for t in (actor_text, full_learner_text)),
+        "torchcodec_errors": sum(
+            t.count("torchcodec' is installed but cannot be loaded") for t in (actor_text, full_learner_text)
+        ),
     }
 
 
@@ -273,7 +300,7 @@ def training_curve(episodes: list[dict], window: int = 20) -> dict:
     first_08 = None
     rolling = []
     for i in range(len(succ)):
-        w = succ[max(0, i - window + 1): i + 1]
+        w = succ[max(0, i - window + 1) : i + 1]
         r = sum(w) / len(w)
         rolling.append(r)
         if first_08 is None and len(w) == window and r >= 0.8:
@@ -315,13 +342,24 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=50)
     ap.add_argument("--eval-seed0", type=int, default=1_000_000)
     ap.add_argument("--tag", default="")
-    ap.add_argument("--demos", type=int, default=0,
-                    help="record N successful scripted-expert episodes as a LeRobot dataset (OUT/demos) and mix it "
-                         "50/50 into the learner's batches (0: online only)")
-    ap.add_argument("--demo-seed", type=int, default=100_000,
-                    help="block seed of demo attempt i = demo_seed + i (our learner's demos.seed default)")
-    ap.add_argument("--stock-env", action="store_true",
-                    help="LeRobot's stock gym_hil env (cameras rendered, fixed block, no block position in the state)")
+    ap.add_argument(
+        "--demos",
+        type=int,
+        default=0,
+        help="record N successful scripted-expert episodes as a LeRobot dataset (OUT/demos) and mix it "
+        "50/50 into the learner's batches (0: online only)",
+    )
+    ap.add_argument(
+        "--demo-seed",
+        type=int,
+        default=100_000,
+        help="block seed of demo attempt i = demo_seed + i (our learner's demos.seed default)",
+    )
+    ap.add_argument(
+        "--stock-env",
+        action="store_true",
+        help="LeRobot's stock gym_hil env (cameras rendered, fixed block, no block position in the state)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--eval-only", action="store_true", help="skip training; evaluate --out's last checkpoint")
     args = ap.parse_args()
@@ -354,7 +392,8 @@ def main() -> None:
         "env_steps_per_s": round(steps / tr["train_wall_s"], 2) if tr["train_wall_s"] else None,
         "env_steps_per_s_after_first_episode": (
             round((steps - tr["episodes"][0]["step"]) / (tr["episodes"][-1]["t"] - tr["episodes"][0]["t"]), 2)
-            if len(tr["episodes"]) > 1 and tr["episodes"][-1]["t"] > tr["episodes"][0]["t"] else None
+            if len(tr["episodes"]) > 1 and tr["episodes"][-1]["t"] > tr["episodes"][0]["t"]
+            else None
         ),
         "actor_first_episode_done_at_s": tr["episodes"][0]["t"] if tr["episodes"] else None,
         "updates_per_s": round(n_up / tr["train_wall_s"], 2) if tr["train_wall_s"] else None,

@@ -1,1 +1,3 @@
-"""Readers of real teleop devices (keyboard, gamepad, SpaceMouse, leader arm); the interface they implement is robo_rl.teleop."""
+"""Readers of real teleop devices (keyboard, gamepad, SpaceMouse, leader arm).
+
+The interface they implement is `robo_rl.teleop`."""

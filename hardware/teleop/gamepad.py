@@ -27,9 +27,14 @@ from robo_rl.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
 
 DEFAULT_AXES: dict[str, tuple[int, float]] = {"x": (1, -1.0), "y": (0, -1.0), "z": (4, -1.0), "yaw": (3, -1.0)}
 DEFAULT_BUTTONS: dict[int, str] = {
-    0: "success", 1: "failure", 3: "rerecord_episode", 2: "terminate_episode",
-    5: "intervention", 7: "pause", 6: "estop",
-}  # fmt: skip
+    0: "success",
+    1: "failure",
+    3: "rerecord_episode",
+    2: "terminate_episode",
+    5: "intervention",
+    7: "pause",
+    6: "estop",
+}
 BUTTON_ACTIONS = frozenset(("intervention", "intervention_toggle", *EVENTS))
 
 

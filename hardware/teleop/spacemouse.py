@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
 from hardware.teleop.gamepad import apply_deadzone
+from robo_rl.teleop.base import AXES, EVENTS, DeviceUnavailable, TeleopDevice
 
 VENDOR_3DCONNEXION = 0x256F  # current devices
 VENDOR_LOGITECH = 0x046D  # older 3Dconnexion devices, sold under Logitech's vendor id

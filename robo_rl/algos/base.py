@@ -91,8 +91,11 @@ def frozen_prefixes(module: nn.Module) -> tuple[str, ...]:
 
 def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
     prefixes = frozen_prefixes(module)
-    return {k: v for k, v in module.state_dict().items() if not k.startswith(prefixes)} if prefixes else (
-        module.state_dict())  # fmt: skip
+    return (
+        {k: v for k, v in module.state_dict().items() if not k.startswith(prefixes)}
+        if prefixes
+        else (module.state_dict())
+    )
 
 
 def load_trainable_state(module: nn.Module, state: dict) -> None:
@@ -101,8 +104,9 @@ def load_trainable_state(module: nn.Module, state: dict) -> None:
     prefixes = frozen_prefixes(module)
     missing = [k for k in result.missing_keys if not k.startswith(prefixes)] if prefixes else result.missing_keys
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"weights do not fit this policy: missing {missing[:5]}, unexpected "
-                           f"{result.unexpected_keys[:5]}")  # fmt: skip
+        raise RuntimeError(
+            f"weights do not fit this policy: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+        )
 
 
 def resolve_device(name: str) -> torch.device:

@@ -27,8 +27,17 @@ from robo_rl.algos.sac import soft_update
 
 
 class ChainActionCritic:
-    def __init__(self, policy: ChainPolicy, hidden: tuple[int, ...], ensemble: int, lr: float, tau: float,
-                 samples: int, buffer: int, target_clip: tuple[float, float] | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        policy: ChainPolicy,
+        hidden: tuple[int, ...],
+        ensemble: int,
+        lr: float,
+        tau: float,
+        samples: int,
+        buffer: int,
+        target_clip: tuple[float, float] | None,
+    ) -> None:
         self.policy, self.tau, self.samples, self.capacity = policy, tau, int(samples), int(buffer)
         self.target_clip = tuple(target_clip) if target_clip is not None else None
         self.device = next(policy.parameters()).device
@@ -66,8 +75,13 @@ class ChainActionCritic:
         """One iteration's decisions (the chain's end as executed; `discount` with any time-limit cut applied)."""
         n = len(batch["reward"])
         chain_end = batch["extras"]["chain"].view(n, *self.policy.chain_shape)[:, -1]
-        new = {"obs": batch["obs"], "next_obs": batch["next_obs"], "reward": batch["reward"].float(),
-               "discount": discount.float(), "action": self.executed(chain_end)}  # fmt: skip
+        new = {
+            "obs": batch["obs"],
+            "next_obs": batch["next_obs"],
+            "reward": batch["reward"].float(),
+            "discount": discount.float(),
+            "action": self.executed(chain_end),
+        }
         self.data = new if self.data is None else concat(self.data, new)
         size = len(self.data["reward"])
         if size > self.capacity:
@@ -96,8 +110,10 @@ class ChainActionCritic:
             soft_update(self.target, self.q, self.tau)
             losses.append(loss.item())
             q_means.append(q.mean().item())
-        return {"critic_loss": float(sum(losses) / max(len(losses), 1)),
-                "q_mean": float(sum(q_means) / max(len(q_means), 1))}  # fmt: skip
+        return {
+            "critic_loss": float(sum(losses) / max(len(losses), 1)),
+            "q_mean": float(sum(q_means) / max(len(q_means), 1)),
+        }
 
     @torch.no_grad()
     def advantages(self, obs: dict, chain: torch.Tensor, chunk: int = 256) -> torch.Tensor:
@@ -109,15 +125,20 @@ class ChainActionCritic:
             features = self.features(o)
             pooled = self.pooled(features)
             q = self.values(self.q, pooled, self.executed(chain[sl, -1])).mean(0)
-            baseline = torch.stack([self.values(self.q, pooled, self.sampled_actions(o, features)).mean(0)
-                                    for _ in range(self.samples)]).mean(0)  # fmt: skip
+            baseline = torch.stack(
+                [self.values(self.q, pooled, self.sampled_actions(o, features)).mean(0) for _ in range(self.samples)]
+            ).mean(0)
             out.append(q - baseline)
         return torch.cat(out)
 
     # --- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"q": self.q.state_dict(), "target": self.target.state_dict(), "optim": self.optim.state_dict(),
-                "data": self.data}  # fmt: skip
+        return {
+            "q": self.q.state_dict(),
+            "target": self.target.state_dict(),
+            "optim": self.optim.state_dict(),
+            "data": self.data,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.q.load_state_dict(state["q"])

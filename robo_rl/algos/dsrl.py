@@ -47,18 +47,22 @@ class DSRL(Algorithm):
         check_augmentation(cfg.image_augmentation)
         self.device = next(policy.parameters()).device
         enc = policy.encoder_config
-        self.noise_critic = CriticEnsemble(observation_space, policy.noise_dim, cfg, enc,
-                                           share_frozen_from=policy.encoder)  # fmt: skip
+        self.noise_critic = CriticEnsemble(
+            observation_space, policy.noise_dim, cfg, enc, share_frozen_from=policy.encoder
+        )
         critics = [self.noise_critic]
         self.action_critic = self.base_model = None
         if cfg.form == "aliased":
             model = getattr(policy.base, "model", None)
             if model is None or not hasattr(model, "sample"):
-                raise ValueError(f"algo.form=aliased runs the base on the learner, in batches; this base "
-                                 f"({type(policy.base).__name__}) cannot: use algo.form=noise")  # fmt: skip
+                raise ValueError(
+                    f"algo.form=aliased runs the base on the learner, in batches; this base "
+                    f"({type(policy.base).__name__}) cannot: use algo.form=noise"
+                )
             self.base_model = copy.deepcopy(model).to(self.device).requires_grad_(False).eval()
-            self.action_critic = CriticEnsemble(observation_space, policy.execute_steps * policy.action_dim, cfg,
-                                                enc, share_frozen_from=policy.encoder)  # fmt: skip
+            self.action_critic = CriticEnsemble(
+                observation_space, policy.execute_steps * policy.action_dim, cfg, enc, share_frozen_from=policy.encoder
+            )
             critics.append(self.action_critic)
         for critic in critics:  # the state as the noise actor reads it (policy.state_norm)
             critic.encoder.copy_state_normalisation(policy.encoder)
@@ -89,8 +93,10 @@ class DSRL(Algorithm):
         metrics = {}
         critics = [c for c in (self.noise_critic, self.action_critic, self.target_critic) if c is not None]
         with frozen_feature_cache(self.policy, *critics):
-            batches = [prepare_images(b, self.policy.encoder, self.cfg.image_augmentation, self.cfg.augment_pad)
-                       for b in batches]  # fmt: skip
+            batches = [
+                prepare_images(b, self.policy.encoder, self.cfg.image_augmentation, self.cfg.augment_pad)
+                for b in batches
+            ]
             for batch in batches:
                 with autocast(self.compute_dtype, self.device):
                     metrics = self.update_td(batch)
@@ -139,8 +145,9 @@ class DSRL(Algorithm):
         obs_n = {"state": repeat(obs["state"]), "images": {k: repeat(v) for k, v in obs["images"].items()}}
         with torch.no_grad():
             b = len(obs["state"])
-            prior = torch.randn(b * n, self.policy.noise_dim, device=self.device).clamp(-self.policy.noise_bound,
-                                                                                         self.policy.noise_bound)
+            prior = torch.randn(b * n, self.policy.noise_dim, device=self.device).clamp(
+                -self.policy.noise_bound, self.policy.noise_bound
+            )
             actor = self.policy.sample_noise(self.policy.encoder(obs_n))[0]
             half = (torch.arange(b * n, device=self.device) % n) < (n + 1) // 2
             noise = torch.where(half[:, None], prior, actor)
@@ -164,8 +171,12 @@ class DSRL(Algorithm):
         self.alpha_optim.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optim.step()
-        return {"actor_loss": actor_loss.item(), "alpha": self.alpha.item(), "entropy": -log_prob.mean().item(),
-                "noise_abs_mean": noise.detach().abs().mean().item()}  # fmt: skip
+        return {
+            "actor_loss": actor_loss.item(),
+            "alpha": self.alpha.item(),
+            "entropy": -log_prob.mean().item(),
+            "noise_abs_mean": noise.detach().abs().mean().item(),
+        }
 
     # --- prior data -----------------------------------------------------------------------------
     def relabel_prior(self, batch: dict) -> dict:
@@ -184,9 +195,14 @@ class DSRL(Algorithm):
             for lo in range(0, len(rows), 512):
                 part = rows[lo : lo + 512]
                 chunks = np.stack([_following_actions(batch, i, chunk_len) for i in part])
-                obs = {"state": torch.as_tensor(np.asarray(batch["state"][part - 1]), dtype=torch.float32),
-                       "images": {k[len("image/"):]: torch.as_tensor(np.asarray(v[part - 1]))
-                                  for k, v in batch.items() if k.startswith("image/")}}  # fmt: skip
+                obs = {
+                    "state": torch.as_tensor(np.asarray(batch["state"][part - 1]), dtype=torch.float32),
+                    "images": {
+                        k[len("image/") :]: torch.as_tensor(np.asarray(v[part - 1]))
+                        for k, v in batch.items()
+                        if k.startswith("image/")
+                    },
+                }
                 with torch.no_grad():
                     features = model.features(obs)
                 w = model.invert(features, torch.as_tensor(chunks), bound=p.noise_bound)
@@ -195,10 +211,15 @@ class DSRL(Algorithm):
 
     # --- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        state = {"policy": self.policy.state_dict(), "noise_critic": self.noise_critic.state_dict(),
-                 "target_critic": self.target_critic.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                 "actor_optim": self.actor_optim.state_dict(), "alpha_optim": self.alpha_optim.state_dict(),
-                 "critic_optims": [o.state_dict() for o in self.critic_optims.values()]}  # fmt: skip
+        state = {
+            "policy": self.policy.state_dict(),
+            "noise_critic": self.noise_critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "alpha_optim": self.alpha_optim.state_dict(),
+            "critic_optims": [o.state_dict() for o in self.critic_optims.values()],
+        }
         if self.action_critic is not None:
             state["action_critic"] = self.action_critic.state_dict()
         return state
@@ -228,8 +249,17 @@ def _following_actions(batch: dict, row: int, length: int) -> np.ndarray:
     return np.stack(out)
 
 
-def build_dsrl(policy: NoisePolicy, observation_space, action_dim: int, state_names: tuple = (), *, batch_size: int,
-               critic_updates_per_actor: int = 4, n_step: int = 1, **keys) -> DSRL:  # fmt: skip
+def build_dsrl(
+    policy: NoisePolicy,
+    observation_space,
+    action_dim: int,
+    state_names: tuple = (),
+    *,
+    batch_size: int,
+    critic_updates_per_actor: int = 4,
+    n_step: int = 1,
+    **keys,
+) -> DSRL:
     """`algo=dsrl`: needs `policy=dsrl` (a frozen flow/diffusion base steered by a noise actor). A decision spans
     the E executed steps of its chunk (E-step returns); with E = 1, `n_step` sets the returns."""
     if not isinstance(policy, NoisePolicy):
@@ -239,10 +269,18 @@ def build_dsrl(policy: NoisePolicy, observation_space, action_dim: int, state_na
     if cfg.form not in FORMS:
         raise ValueError(f"algo.form must be aliased or noise, got '{cfg.form}'")
     if cfg.intervention_bc_weight > 0:
-        raise ValueError("algo.intervention_bc_weight: DSRL's actor chooses noise, not actions, so there is no human "
-                         "action to regress it on (interventions train its action critic); leave it at 0")
+        raise ValueError(
+            "algo.intervention_bc_weight: DSRL's actor chooses noise, not actions, so there is no human "
+            "action to regress it on (interventions train its action critic); leave it at 0"
+        )
     e = policy.execute_steps
-    spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=e if e > 1 else n_step,
-                     gamma=cfg.gamma, chunk=e, extras=("noise",), where="decision")  # fmt: skip
+    spec = BatchSpec(
+        batch_size=batch_size,
+        batches=critic_updates_per_actor,
+        n_step=e if e > 1 else n_step,
+        gamma=cfg.gamma,
+        chunk=e,
+        extras=("noise",),
+        where="decision",
+    )
     return DSRL(policy, observation_space, cfg, spec)
-

@@ -66,8 +66,11 @@ class GripperLearner:
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.grad_clip_norm)
         self.optim.step()
         soft_update(self.target, self.q, self.cfg.tau)
-        return {"gripper_loss": loss.item(), "gripper_q": float(q.detach().mean()),
-                "gripper_change_rate": float(self.changes(batch, choice).float().mean())}  # fmt: skip
+        return {
+            "gripper_loss": loss.item(),
+            "gripper_q": float(q.detach().mean()),
+            "gripper_change_rate": float(self.changes(batch, choice).float().mean()),
+        }
 
     def state_dict(self) -> dict:
         return {"q": self.q.state_dict(), "target": self.target.state_dict(), "optim": self.optim.state_dict()}
@@ -102,14 +105,28 @@ class SACWithGripper(Algorithm):
         self.arm.load_state_dict({**state, "policy": self.policy.arm.state_dict()})
 
 
-def build_sac_gripper(policy: HybridGripperPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
-                      gripper_penalty: float = -0.02, **sac_keys) -> SACWithGripper:  # fmt: skip
+def build_sac_gripper(
+    policy: HybridGripperPolicy,
+    observation_space,
+    action_dim: int,
+    state_names: tuple = (),
+    *,
+    gripper_penalty: float = -0.02,
+    **sac_keys,
+) -> SACWithGripper:
     if not isinstance(policy, HybridGripperPolicy):
         raise ValueError("algo=sac_gripper needs policy=hybrid_gripper (an arm policy and a discrete gripper critic)")
     arm = build_sac(policy.arm, observation_space, action_dim - 1, **sac_keys)
     names = list(state_names)
-    gripper = GripperLearner(policy.gripper, GripperConfig(
-        lr=sac_keys.get("lr_critic", 3e-4), tau=sac_keys.get("tau", 0.005), penalty=gripper_penalty,
-        grad_clip_norm=sac_keys.get("grad_clip_norm", 10.0), precision=sac_keys.get("precision", "auto"),
-        gripper_state_index=next((names.index(n) for n in GRIPPER_STATE_NAMES if n in names), None)))  # fmt: skip
+    gripper = GripperLearner(
+        policy.gripper,
+        GripperConfig(
+            lr=sac_keys.get("lr_critic", 3e-4),
+            tau=sac_keys.get("tau", 0.005),
+            penalty=gripper_penalty,
+            grad_clip_norm=sac_keys.get("grad_clip_norm", 10.0),
+            precision=sac_keys.get("precision", "auto"),
+            gripper_state_index=next((names.index(n) for n in GRIPPER_STATE_NAMES if n in names), None),
+        ),
+    )
     return SACWithGripper(policy, arm, gripper)

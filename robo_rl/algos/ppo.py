@@ -85,9 +85,20 @@ class PPO(Algorithm):
         self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
-        self.critic = ChainActionCritic(
-            policy, cfg.critic_hidden, cfg.critic_ensemble, cfg.lr_critic, cfg.critic_tau, cfg.critic_samples,
-            cfg.critic_buffer, cfg.critic_target_clip) if cfg.advantage == "critic" else None  # fmt: skip
+        self.critic = (
+            ChainActionCritic(
+                policy,
+                cfg.critic_hidden,
+                cfg.critic_ensemble,
+                cfg.lr_critic,
+                cfg.critic_tau,
+                cfg.critic_samples,
+                cfg.critic_buffer,
+                cfg.critic_target_clip,
+            )
+            if cfg.advantage == "critic"
+            else None
+        )
 
     def values(self, obs: dict) -> torch.Tensor:
         with torch.no_grad():
@@ -153,7 +164,8 @@ class PPO(Algorithm):
                     with torch.no_grad():
                         stats["approx_kl_initial"].append(((ratio_0 - 1) - ratio_0.log()).mean().item())
                         stats["clip_frac_initial"].append(
-                            ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item())
+                            ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item()
+                        )
                 else:
                     log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
                 log_ratio = clamped_log_ratio(log_prob, old_log_prob[idx], cfg.log_ratio_clamp)
@@ -177,10 +189,14 @@ class PPO(Algorithm):
                 self.value_optim.step()
                 with torch.no_grad():
                     kl = ((ratio - 1) - log_ratio).mean().item()
-                for key, value in (("policy_loss", policy_loss.item()), ("value_loss", value_loss.item()),
-                                   ("approx_kl", kl), ("entropy", entropy.mean().item()),
-                                   ("clip_frac", ((ratio - 1).abs() > cfg.clip).float().mean().item())):
-                    stats[key].append(value)  # fmt: skip
+                for key, value in (
+                    ("policy_loss", policy_loss.item()),
+                    ("value_loss", value_loss.item()),
+                    ("approx_kl", kl),
+                    ("entropy", entropy.mean().item()),
+                    ("clip_frac", ((ratio - 1).abs() > cfg.clip).float().mean().item()),
+                ):
+                    stats[key].append(value)
                 if cfg.target_kl is not None and kl > cfg.target_kl:
                     stop = True
                     break
@@ -188,9 +204,15 @@ class PPO(Algorithm):
                 break
         self.iterations += 1
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
-        out.update(decisions=n, rollout_env_steps=int(batch["steps"].sum()), return_mean=float(returns.mean()),
-                   advantage_std=float(adv.std()) if n > 1 else 0.0, ppo_iteration=self.iterations,
-                   value_warmup=float(warmup), **critic_stats)
+        out.update(
+            decisions=n,
+            rollout_env_steps=int(batch["steps"].sum()),
+            return_mean=float(returns.mean()),
+            advantage_std=float(adv.std()) if n > 1 else 0.0,
+            ppo_iteration=self.iterations,
+            value_warmup=float(warmup),
+            **critic_stats,
+        )
         return out
 
     @torch.no_grad()
@@ -203,10 +225,14 @@ class PPO(Algorithm):
         return torch.cat([q[0] for q in parts]), torch.cat([q[1] for q in parts])
 
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                "policy_optim": self.policy_optim.state_dict(), "value_optim": self.value_optim.state_dict(),
-                "iterations": self.iterations,
-                **({"critic": self.critic.state_dict()} if self.critic is not None else {})}  # fmt: skip
+        return {
+            "policy": self.policy.state_dict(),
+            "value": self.value.state_dict(),
+            "policy_optim": self.policy_optim.state_dict(),
+            "value_optim": self.value_optim.state_dict(),
+            "iterations": self.iterations,
+            **({"critic": self.critic.state_dict()} if self.critic is not None else {}),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -216,8 +242,10 @@ class PPO(Algorithm):
         self.iterations = int(state["iterations"])
         if self.critic is not None:
             if "critic" not in state:
-                raise ValueError("this checkpoint was saved with algo.advantage=gae: it has no action critic to resume "
-                                 "algo.advantage=critic from (resume with algo.advantage=gae)")  # fmt: skip
+                raise ValueError(
+                    "this checkpoint was saved with algo.advantage=gae: it has no action critic to resume "
+                    "algo.advantage=critic from (resume with algo.advantage=gae)"
+                )
             self.critic.load_state_dict(state["critic"])
 
 
@@ -231,35 +259,53 @@ def surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torc
     return -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
 
 
-def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
-              rollout_env_steps: int, **keys) -> PPO:  # fmt: skip
+def build_ppo(
+    policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), *, rollout_env_steps: int, **keys
+) -> PPO:
     """`algo=ppo`: needs `policy=reinflow` or `policy=dppo` (a flow/diffusion policy's stochastic chain)."""
     if not isinstance(policy, ChainPolicy):
-        raise ValueError("algo=ppo fine-tunes a denoising chain: use policy=reinflow (a flow) or policy=dppo "
-                         "(a diffusion policy)")
+        raise ValueError(
+            "algo=ppo fine-tunes a denoising chain: use policy=reinflow (a flow) or policy=dppo (a diffusion policy)"
+        )
     known = PPOConfig.__dataclass_fields__
     cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
     if cfg.value_warmup_iterations < 0:
         raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
-    if cfg.clip_initial_noise is not None and not (0 < cfg.clip_initial_noise < 1
-                                                   and policy.initial_noise == "learned"):
-        raise ValueError(f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
-                         f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})")
+    if cfg.clip_initial_noise is not None and not (
+        0 < cfg.clip_initial_noise < 1 and policy.initial_noise == "learned"
+    ):
+        raise ValueError(
+            f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
+            f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})"
+        )
     if cfg.advantage not in ADVANTAGES:
         raise ValueError(f"algo.advantage must be one of {ADVANTAGES}, got '{cfg.advantage}'")
-    if cfg.advantage == "critic" and (cfg.critic_updates < 1 or cfg.critic_samples < 1 or cfg.critic_buffer < 1
-                                      or cfg.critic_batch_size < 1 or cfg.critic_ensemble < 1):
-        raise ValueError(f"algo.critic_updates, critic_samples, critic_buffer, critic_batch_size and critic_ensemble "
-                         f"must be ≥ 1 (got {cfg.critic_updates}, {cfg.critic_samples}, {cfg.critic_buffer}, "
-                         f"{cfg.critic_batch_size}, {cfg.critic_ensemble})")
+    if cfg.advantage == "critic" and (
+        cfg.critic_updates < 1
+        or cfg.critic_samples < 1
+        or cfg.critic_buffer < 1
+        or cfg.critic_batch_size < 1
+        or cfg.critic_ensemble < 1
+    ):
+        raise ValueError(
+            f"algo.critic_updates, critic_samples, critic_buffer, critic_batch_size and critic_ensemble "
+            f"must be ≥ 1 (got {cfg.critic_updates}, {cfg.critic_samples}, {cfg.critic_buffer}, "
+            f"{cfg.critic_batch_size}, {cfg.critic_ensemble})"
+        )
     clip_q = cfg.critic_target_clip
     if clip_q is not None and (len(clip_q) != 2 or clip_q[0] >= clip_q[1]):
         raise ValueError(f"algo.critic_target_clip must be [low, high] with low < high, got {list(clip_q)}")
     if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
         raise ValueError(f"algo.lr_initial_noise must be in (0, 1], got {cfg.lr_initial_noise}")
     if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
-        raise ValueError(f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
-                         f"{cfg.epochs}, {rollout_env_steps})")  # fmt: skip
-    spec = BatchSpec(batch_size=cfg.batch_size, gamma=cfg.gamma, extras=("chain", "log_prob"),
-                     rollout_env_steps=int(rollout_env_steps))  # fmt: skip
+        raise ValueError(
+            f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
+            f"{cfg.epochs}, {rollout_env_steps})"
+        )
+    spec = BatchSpec(
+        batch_size=cfg.batch_size,
+        gamma=cfg.gamma,
+        extras=("chain", "log_prob"),
+        rollout_env_steps=int(rollout_env_steps),
+    )
     return PPO(policy, cfg, spec)

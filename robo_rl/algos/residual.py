@@ -53,11 +53,13 @@ class ResidualAlgorithm(Algorithm):
     def __init__(self, policy: ResidualPolicy, observation_space, cfg: ResidualConfig, spec: BatchSpec) -> None:
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
         check_augmentation(cfg.image_augmentation)
-        critic_cfg = SACConfig(num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden,
-                               critic_layer_norm=cfg.critic_layer_norm)  # fmt: skip
+        critic_cfg = SACConfig(
+            num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden, critic_layer_norm=cfg.critic_layer_norm
+        )
         self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
-        self.critic = CriticEnsemble(observation_space, policy.action_dim, critic_cfg, policy.encoder_config,
-                                     share_frozen_from=policy.encoder)  # fmt: skip
+        self.critic = CriticEnsemble(
+            observation_space, policy.action_dim, critic_cfg, policy.encoder_config, share_frozen_from=policy.encoder
+        )
         self.critic.encoder.copy_state_normalisation(policy.encoder)  # the state as the residual reads it
         self.critic.to(self.device)
         shared = {id(m): m for m in frozen_backbones(self.critic, policy)}
@@ -77,8 +79,9 @@ class ResidualAlgorithm(Algorithm):
             prepared = []
             for batch in batches:  # b' from the raw next observation (a fallback runs the base on it), then images
                 batch = {**batch, "next_base": self.next_base(batch)}
-                prepared.append(prepare_images(batch, self.policy.encoder, self.cfg.image_augmentation,
-                                               self.cfg.augment_pad))  # fmt: skip
+                prepared.append(
+                    prepare_images(batch, self.policy.encoder, self.cfg.image_augmentation, self.cfg.augment_pad)
+                )
             for batch in prepared:
                 with autocast(self.compute_dtype, self.device):
                     metrics = self.update_critic(batch)
@@ -120,8 +123,9 @@ class ResidualAlgorithm(Algorithm):
         with torch.no_grad():
             next_base = batch["next_base"]
             residual = self.target_policy.residual(self.target_policy.encoder(batch["next_obs"]), next_base)
-            noise = (torch.randn_like(residual) * self.cfg.target_noise_std).clamp(-self.cfg.target_noise_clip,
-                                                                                  self.cfg.target_noise_clip)
+            noise = (torch.randn_like(residual) * self.cfg.target_noise_std).clamp(
+                -self.cfg.target_noise_clip, self.cfg.target_noise_clip
+            )
             next_action = self.policy.compose(next_base, (residual + noise * s).clamp(-s, s))
             target_qs = self.target_critic(batch["next_obs"], next_action)
             pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
@@ -157,8 +161,11 @@ class ResidualAlgorithm(Algorithm):
         nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
         self.actor_optim.step()
         soft_update(self.target_policy, self.policy, self.cfg.tau)
-        return {"actor_loss": actor_loss.item(), "residual_abs_mean": residual.detach().abs().mean().item(),
-                "bound_fraction": float(self.policy.bound_fraction)}
+        return {
+            "actor_loss": actor_loss.item(),
+            "residual_abs_mean": residual.detach().abs().mean().item(),
+            "bound_fraction": float(self.policy.bound_fraction),
+        }
 
     # --- prior data -----------------------------------------------------------------------------
     def relabel_prior(self, batch: dict) -> dict:
@@ -172,18 +179,25 @@ class ResidualAlgorithm(Algorithm):
                 self.policy.base.reset()
             if batch["terminated"][i] or batch["truncated"][i] or batch["step"][i + 1] != batch["step"][i] + 1:
                 continue  # the episode ends here: no decision at this observation
-            obs = {"state": np.asarray(batch["state"][i]),
-                   "images": {k[len("image/"):]: np.asarray(v[i]) for k, v in batch.items() if k.startswith("image/")}}
+            obs = {
+                "state": np.asarray(batch["state"][i]),
+                "images": {k[len("image/") :]: np.asarray(v[i]) for k, v in batch.items() if k.startswith("image/")},
+            }
             base[i + 1] = self.policy.base.act(obs)  # the decision at obs_i chose record i + 1's action
         self.policy.base.reset()
         return {**batch, "extra/base_action": base}
 
     # --- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "target_policy": self.target_policy.state_dict(),
-                "critic": self.critic.state_dict(), "target_critic": self.target_critic.state_dict(),
-                "actor_optim": self.actor_optim.state_dict(), "critic_optim": self.critic_optim.state_dict(),
-                "critic_updates": self.critic_updates}  # fmt: skip
+        return {
+            "policy": self.policy.state_dict(),
+            "target_policy": self.target_policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "critic_optim": self.critic_optim.state_dict(),
+            "critic_updates": self.critic_updates,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -195,14 +209,23 @@ class ResidualAlgorithm(Algorithm):
         self.critic_updates = int(state["critic_updates"])
 
 
-def build_residual(policy: ResidualPolicy, observation_space, action_dim: int, state_names: tuple = (), *,
-                   batch_size: int, n_step: int = 3, critic_updates_per_actor: int = 4,
-                   **keys) -> ResidualAlgorithm:  # fmt: skip
+def build_residual(
+    policy: ResidualPolicy,
+    observation_space,
+    action_dim: int,
+    state_names: tuple = (),
+    *,
+    batch_size: int,
+    n_step: int = 3,
+    critic_updates_per_actor: int = 4,
+    **keys,
+) -> ResidualAlgorithm:
     """`algo=residual`: needs `policy=residual` (a frozen base and a residual head)."""
     if not isinstance(policy, ResidualPolicy):
         raise ValueError("algo=residual needs policy=residual (a frozen base and a residual head)")
     known = ResidualConfig.__dataclass_fields__
     cfg = ResidualConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
-    spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma,
-                     extras=("base_action",))  # fmt: skip
+    spec = BatchSpec(
+        batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma, extras=("base_action",)
+    )
     return ResidualAlgorithm(policy, observation_space, cfg, spec)

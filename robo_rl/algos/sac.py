@@ -50,8 +50,6 @@ class SACConfig:
     intervention_bc_weight: float = 0.0
 
 
-
-
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Polyak averaging: target ← (1 − τ)·target + τ·source, parameter by parameter."""
@@ -64,8 +62,14 @@ class CriticEnsemble(nn.Module):
     """Q_i(s, a) for i in 1..E, sharing one observation encoder (of the policy's kind, its own weights;
     a frozen backbone may be the policy's own module)."""
 
-    def __init__(self, observation_space, action_dim: int, cfg: SACConfig, encoder: EncoderConfig | None = None,
-                 share_frozen_from: ObservationEncoder | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_space,
+        action_dim: int,
+        cfg: SACConfig,
+        encoder: EncoderConfig | None = None,
+        share_frozen_from: ObservationEncoder | None = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder_for_space(observation_space, config=encoder, share_frozen_from=share_frozen_from)
         self.q = EnsembleMLP(
@@ -80,8 +84,9 @@ class CriticEnsemble(nn.Module):
 class SAC(Algorithm):
     """One update step reads top to bottom like the paper: critic, then actor, then temperature."""
 
-    def __init__(self, policy: TanhGaussianPolicy, observation_space, cfg: SACConfig,
-                 batch_spec: BatchSpec | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, policy: TanhGaussianPolicy, observation_space, cfg: SACConfig, batch_spec: BatchSpec | None = None
+    ) -> None:
         self.cfg = cfg
         self.policy = policy
         self.batch_spec = batch_spec or BatchSpec(batch_size=256, gamma=cfg.gamma)
@@ -91,14 +96,20 @@ class SAC(Algorithm):
         if clip is not None and (len(clip) != 2 or clip[0] >= clip[1]):
             raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(clip)}")
         self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
-        self.critic = CriticEnsemble(observation_space, action_dim, cfg, getattr(policy, "encoder_config", None),
-                                     share_frozen_from=policy.encoder).to(self.device)  # fmt: skip
+        self.critic = CriticEnsemble(
+            observation_space,
+            action_dim,
+            cfg,
+            getattr(policy, "encoder_config", None),
+            share_frozen_from=policy.encoder,
+        ).to(self.device)
         if cfg.share_encoder:  # one encoder module: the critic's loss trains it, the actor reads it detached
             self.critic.encoder = policy.encoder
         shared = {id(m): m for m in frozen_backbones(self.critic)}  # a frozen backbone is not copied
         self.target_critic = copy.deepcopy(self.critic, shared).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(torch.tensor(cfg.init_temperature).log()), device=self.device,
-                                      requires_grad=True)  # fmt: skip
+        self.log_alpha = torch.tensor(
+            float(torch.tensor(cfg.init_temperature).log()), device=self.device, requires_grad=True
+        )
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2
         self.actor_optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor, fused=True)
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic, fused=True)
@@ -156,8 +167,12 @@ class SAC(Algorithm):
         self.alpha_optim.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optim.step()
-        return {**metrics, "actor_loss": actor_loss.item(), "alpha": self.alpha.item(),
-                "entropy": -log_prob.mean().item()}
+        return {
+            **metrics,
+            "actor_loss": actor_loss.item(),
+            "alpha": self.alpha.item(),
+            "entropy": -log_prob.mean().item(),
+        }
 
     def update(self, critic_batches: list[dict]) -> dict:
         """Several critic steps (one per batch), then one actor and temperature step on the last batch."""
@@ -205,15 +220,26 @@ class SAC(Algorithm):
         self.alpha_optim.load_state_dict(state["alpha_optim"])
 
 
-def build_sac(policy: nn.Module, observation_space, action_dim: int, state_names: tuple = (), *, batch_size: int,
-              n_step: int = 1, critic_updates_per_actor: int = 1, **keys) -> SAC:  # fmt: skip
+def build_sac(
+    policy: nn.Module,
+    observation_space,
+    action_dim: int,
+    state_names: tuple = (),
+    *,
+    batch_size: int,
+    n_step: int = 1,
+    critic_updates_per_actor: int = 1,
+    **keys,
+) -> SAC:
     """`algo=sac`: SAC/RLPD from the YAML's keys (those SACConfig does not know, e.g. `name`, are ignored)."""
     from policies.flow import GenerativePolicy
     from policies.hybrid import HybridGripperPolicy
 
     if isinstance(policy, GenerativePolicy):
-        raise ValueError("policy=flow|diffusion is trained by `robo-rl bc`; to fine-tune it with RL use "
-                         "experiment=dsrl_pick_cube (policy=dsrl), policy=reinflow|dppo with algo=ppo, or a residual")
+        raise ValueError(
+            "policy=flow|diffusion is trained by `robo-rl bc`; to fine-tune it with RL use "
+            "experiment=dsrl_pick_cube (policy=dsrl), policy=reinflow|dppo with algo=ppo, or a residual"
+        )
     if isinstance(policy, HybridGripperPolicy):
         raise ValueError("policy=hybrid_gripper learns its gripper with a discrete critic: use algo=sac_gripper")
     known = SACConfig.__dataclass_fields__

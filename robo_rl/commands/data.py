@@ -75,14 +75,18 @@ def _inspect(args: list[str]) -> int:
     layout = f"; {describe_fields(fields_of(episodes[0].records))}" if episodes else ""
     print(f"{path} ({kind}): {len(episodes)} episodes{layout}")
     for partition, s in summary.items():
-        print(f"  {partition:<13} {s['episodes']:>6} episodes {s['transitions']:>9} transitions  "
-              f"length {s['length_mean']:.1f} [{s['length_min']}, {s['length_max']}]  "
-              f"success {s['success_rate']:.2f}  with interventions {s['episodes_with_interventions']} "
-              f"({s['intervention_steps']} steps)  ended by {s['ended_by']}")  # fmt: skip
+        print(
+            f"  {partition:<13} {s['episodes']:>6} episodes {s['transitions']:>9} transitions  "
+            f"length {s['length_mean']:.1f} [{s['length_min']}, {s['length_max']}]  "
+            f"success {s['success_rate']:.2f}  with interventions {s['episodes_with_interventions']} "
+            f"({s['intervention_steps']} steps)  ended by {s['ended_by']}"
+        )
     if opts.get("episodes", "").lower() == "true":
         for ep in episodes:
-            print(f"    {ep.partition:<13} {ep.source or '-':<12} episode {int(ep.records['episode_id'][0]):>10} "
-                  f"length {len(ep):>5}  success {int(ep.success)}  interventions {ep.interventions}")  # fmt: skip
+            print(
+                f"    {ep.partition:<13} {ep.source or '-':<12} episode {int(ep.records['episode_id'][0]):>10} "
+                f"length {len(ep):>5}  success {int(ep.success)}  interventions {ep.interventions}"
+            )
     return 0
 
 
@@ -106,8 +110,13 @@ def _convert(args: list[str]) -> int:
     else:
         from robo_rl.data.datasets.lerobot_v3 import export_lerobot
 
-        export_lerobot(episodes, dst, repo_id=opts.pop("repo_id", "local/robo_rl"), fps=float(opts.pop("fps", 10)),
-                       task=opts.pop("task", ""))  # fmt: skip
+        export_lerobot(
+            episodes,
+            dst,
+            repo_id=opts.pop("repo_id", "local/robo_rl"),
+            fps=float(opts.pop("fps", 10)),
+            task=opts.pop("task", ""),
+        )
     if opts:
         print(f"note: options not used for this conversion: {', '.join(opts)}")
     print(f"wrote {len(episodes)} episodes ({sum(len(e) for e in episodes)} transitions) to {dst} ({to})")

@@ -18,10 +18,22 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "Record (or reuse cached) scripted demonstrations, start a learner and an actor process on this machine,\n"
         "train until train.total_env_steps online steps, then evaluate the last checkpoint (eval.episodes).\n"
         "Writes a run folder under outputs_dir: config.yaml, logs, metrics.jsonl, checkpoints/, replay/, eval report.",
-        ("name", "seed", "device", "train.total_env_steps", "train.learning_starts", "train.utd",
-         "demos.num_episodes", "demos.path", "algo.batch_size", "eval.episodes", "resume", "outputs_dir"),
+        (
+            "name",
+            "seed",
+            "device",
+            "train.total_env_steps",
+            "train.learning_starts",
+            "train.utd",
+            "demos.num_episodes",
+            "demos.path",
+            "algo.batch_size",
+            "eval.episodes",
+            "resume",
+            "outputs_dir",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "launch": (
         "robo-rl launch <layout or path.yaml> [launch.<setting>=<value> ...] [overrides ...]",
         "Start the processes a layout names (launch/layouts/; robo-rl launch alone lists them) with free ports and\n"
@@ -36,18 +48,35 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "robo-rl learner [overrides ...]",
         "Start the learner alone: it binds the transport ports on transport.host, receives transitions from\n"
         "actors, updates the algorithm and publishes the policy's weights. Start actors with `robo-rl actor`.",
-        ("run_dir", "resume", "device", "train.total_env_steps", "train.utd", "algo.batch_size",
-         "replay.storage", "transport.host", "transport.data_port", "transport.curve_keys_dir"),
+        (
+            "run_dir",
+            "resume",
+            "device",
+            "train.total_env_steps",
+            "train.utd",
+            "algo.batch_size",
+            "replay.storage",
+            "transport.host",
+            "transport.data_port",
+            "transport.curve_keys_dir",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "actor": (
         "robo-rl actor [overrides ...]",
         "Start one actor alone: it runs the env and the policy, streams transitions to the learner at\n"
         "transport.host and takes new weights as they arrive. Actor and learner must share env and policy settings.",
-        ("actor.id", "transport.host", "transport.data_port", "transport.curve_keys_dir", "actor.apply_weights",
-         "actor.realtime", "seed"),
+        (
+            "actor.id",
+            "transport.host",
+            "transport.data_port",
+            "transport.curve_keys_dir",
+            "actor.apply_weights",
+            "actor.realtime",
+            "seed",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "eval": (
         "robo-rl eval checkpoint=<file.pt or run folder> [suite=<name>] [overrides ...]\n"
         "       robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]\n"
@@ -61,30 +90,58 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "none). compare puts runs side by side on one suite (Fisher's exact test per condition). On a real robot a\n"
         "person resets the scene before each episode (a device's success button or Enter) and, with eval.score=human,\n"
         "labels each one; its report goes to <suite>_real/, and sim_vs_real sets it beside the simulator's.",
-        ("checkpoint", "eval.suite", "eval.workers", "eval.score", "eval.episodes", "eval.seed", "eval.video",
-         "env.cube_xy_range_m", "env.max_episode_steps"),
+        (
+            "checkpoint",
+            "eval.suite",
+            "eval.workers",
+            "eval.score",
+            "eval.episodes",
+            "eval.seed",
+            "eval.video",
+            "env.cube_xy_range_m",
+            "env.max_episode_steps",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "bc": (
         "robo-rl bc [overrides ...]",
         "Behaviour-clone a base policy: record (or reuse cached) scripted demonstrations, or read demos.path, train\n"
         "an MLP that predicts bc.chunk_size actions (early-stopped on held-out episodes), or with policy=flow |\n"
         "diffusion a flow-matching / diffusion policy of policy.chunk_size actions, write <run>/bc/policy.pt (the\n"
         "base a residual or DSRL learner or an actor loads) and evaluate it on bc.eval_episodes sim episodes.",
-        ("demos.num_episodes", "demos.noise_std", "demos.path", "bc.chunk_size", "bc.hidden", "bc.epochs",
-         "bc.batch_size", "bc.lr", "bc.val_fraction", "bc.images", "bc.eval_episodes", "device"),
+        (
+            "demos.num_episodes",
+            "demos.noise_std",
+            "demos.path",
+            "bc.chunk_size",
+            "bc.hidden",
+            "bc.epochs",
+            "bc.batch_size",
+            "bc.lr",
+            "bc.val_fraction",
+            "bc.images",
+            "bc.eval_episodes",
+            "device",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "distill": (
         "robo-rl distill checkpoint=<flow/diffusion bc/policy.pt, its run folder, or a DSRL run> [overrides ...]",
         "Distil a K-step flow/diffusion policy (as trained, or as a DSRL run fine-tuned it) into a one-step flow\n"
         "policy of the same noise: regress it onto the teacher's chunks on the demonstrations' states and the\n"
         "teacher's own rollouts, then evaluate both on the same seeds (success, inference p50/p99). Writes\n"
         "<run>/distill/policy.pt (loads as policy=flow policy.path=..., or as a DSRL/residual base) and report.json.",
-        ("checkpoint", "distill.iterations", "distill.batch_size", "distill.lr", "distill.rollout_episodes",
-         "distill.eval_episodes", "eval.seed"),
+        (
+            "checkpoint",
+            "distill.iterations",
+            "distill.batch_size",
+            "distill.lr",
+            "distill.rollout_episodes",
+            "distill.eval_episodes",
+            "eval.seed",
+        ),
         True,
-    ),  # fmt: skip
+    ),
     "record": (
         "robo-rl record <dst> [human=keyboard] [episodes=20] [keep=success|all] [format=store|lerobot] [overrides]",
         "Drive the env with a teleop device (human=keyboard | gamepad | spacemouse | web | leader_arm | sim) at its\n"
@@ -93,7 +150,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "ends the session. Each kept episode is on disk before the next starts.",
         ("human.takeover", "human.handback_steps", "actor.realtime", "demos.seed"),
         True,
-    ),  # fmt: skip
+    ),
     "show": (
         "robo-rl show [overrides ...]",
         "Print the composed config (YAML) with its config hash, after the overrides; a bad key or value is\n"
@@ -125,7 +182,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "in control, the episode and learning health; take over, label, pause and e-stop. `train gui=true` starts it.",
         ("gui.host", "gui.port", "gui.token", "gui.zmq_port", "gui.deadman", "gui.view_size"),
         False,
-    ),  # fmt: skip
+    ),
     "reward": (
         "robo-rl reward train kind=classifier|progress data=<episodes> out=<folder> | reward eval model= data=",
         "Train a learned reward model (a success classifier, or a VLA-style pairwise progress critic) from recorded\n"
@@ -133,14 +190,14 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "instruction, stalled clips). Use it in training with reward=model reward.model=<folder>.",
         (),
         False,
-    ),  # fmt: skip
+    ),
     "critic": (
         "robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=<dir>]",
         "Serve a saved reward model over ZeroMQ (no pickle; CURVE keys off loopback) for actors that score with\n"
         "reward=model reward.model=tcp://<host>:5600; they wait at most reward.timeout_s and fall back meanwhile.",
         (),
         False,
-    ),  # fmt: skip
+    ),
     "keys": (
         "robo-rl keys generate <dir> [actor ids ...]",
         "Generate CURVE key pairs for links off loopback: <dir>/learner.key(_secret), one pair per actor\n"

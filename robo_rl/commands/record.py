@@ -42,8 +42,16 @@ class HoldStill:
         self.action[self.gripper] = np.asarray(action, np.float32)[self.gripper]
 
 
-def record_episodes(env, store, episodes: int, keep: str = "success", seed: int = 0, realtime: bool = True,
-                    progress: bool = True, say=print) -> dict:  # fmt: skip
+def record_episodes(
+    env,
+    store,
+    episodes: int,
+    keep: str = "success",
+    seed: int = 0,
+    realtime: bool = True,
+    progress: bool = True,
+    say=print,
+) -> dict:
     """Run `env` (an InterventionWrapper) until `episodes` are kept in `store` or the person ends the session."""
     from tqdm import tqdm
 
@@ -106,10 +114,10 @@ def cmd_record(args: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from robo_rl.config import ConfigError, load_config
-    from robo_rl.teleop.intervention import InterventionWrapper
-    from robo_rl.envs.wrappers import make_actor_env
     from robo_rl.data.schema import fields_for_env
     from robo_rl.data.storage import SegmentStore
+    from robo_rl.envs.wrappers import make_actor_env
+    from robo_rl.teleop.intervention import InterventionWrapper
 
     positional = [a for a in args if "=" not in a]
     options = {k: v for k, v in (a.split("=", 1) for a in args if "=" in a) if k in OPTIONS}
@@ -125,8 +133,9 @@ def cmd_record(args: list[str]) -> int:
         overrides.append("actor.realtime=true")  # a person drives at the robot's pace
     cfg = load_config(overrides)
     if not OmegaConf.select(cfg, "human._target_", default=None):
-        raise ConfigError("robo-rl record needs a device: human=keyboard | gamepad | spacemouse | web | leader_arm "
-                          "| sim")
+        raise ConfigError(
+            "robo-rl record needs a device: human=keyboard | gamepad | spacemouse | web | leader_arm | sim"
+        )
     episodes = int(options.get("episodes", cfg.demos.num_episodes))
     dst = Path(positional[0])
     store_dir = dst if fmt == "store" else dst.with_name(dst.name + ".store")
@@ -140,20 +149,31 @@ def cmd_record(args: list[str]) -> int:
         kinds = ", ".join(str(d.kind) for d in cfg.human.devices)
         raise ConfigError(f"no teleop device could be opened ({kinds}); see the error above")
     store = SegmentStore(store_dir, fields_for_env(env), partition="demos")
-    print(f"recording {episodes} episodes of {cfg.env._target_.rsplit('.', 1)[-1]} with "
-          f"{', '.join(d.name for d in wrapper.devices)} into {store_dir}", flush=True)  # fmt: skip
+    print(
+        f"recording {episodes} episodes of {cfg.env._target_.rsplit('.', 1)[-1]} with "
+        f"{', '.join(d.name for d in wrapper.devices)} into {store_dir}",
+        flush=True,
+    )
     try:
-        counts = record_episodes(wrapper, store, episodes, keep, cfg.demos.seed, bool(cfg.actor.realtime),
-                                 progress=cfg.logger.progress)  # fmt: skip
+        counts = record_episodes(
+            wrapper, store, episodes, keep, cfg.demos.seed, bool(cfg.actor.realtime), progress=cfg.logger.progress
+        )
     finally:
         env.close()
-    print(f"kept {counts['kept']} episodes ({counts['discarded']} discarded, {counts['rerecorded']} re-recorded); "
-          f"{counts['stopped']}")  # fmt: skip
+    print(
+        f"kept {counts['kept']} episodes ({counts['discarded']} discarded, {counts['rerecorded']} re-recorded); "
+        f"{counts['stopped']}"
+    )
     if fmt == "lerobot" and counts["kept"]:
         from robo_rl.data.datasets.io import load_episodes
         from robo_rl.data.datasets.lerobot_v3 import export_lerobot
 
-        export_lerobot(load_episodes(store_dir, progress=False), dst, fps=float(cfg.env.get("control_hz", 10)),
-                       task=str(getattr(wrapper.unwrapped, "task_description", "")), progress=cfg.logger.progress)
+        export_lerobot(
+            load_episodes(store_dir, progress=False),
+            dst,
+            fps=float(cfg.env.get("control_hz", 10)),
+            task=str(getattr(wrapper.unwrapped, "task_description", "")),
+            progress=cfg.logger.progress,
+        )
         print(f"wrote the LeRobot dataset {dst} (the replay store {store_dir} keeps the same episodes)")
     return 0 if counts["kept"] or counts["stopped"] == "done" else 1

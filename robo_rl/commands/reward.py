@@ -95,8 +95,23 @@ def _relabel(args: list[str]) -> int:
 
 
 def _train(args: list[str]) -> int:
-    o = _options(args, ("kind", "data", "out", "cameras", "instruction", "other_instructions", "epochs", "steps",
-                        "seed", "backbone", "backbone_path", "gate_quantile"))  # fmt: skip
+    o = _options(
+        args,
+        (
+            "kind",
+            "data",
+            "out",
+            "cameras",
+            "instruction",
+            "other_instructions",
+            "epochs",
+            "steps",
+            "seed",
+            "backbone",
+            "backbone_path",
+            "gate_quantile",
+        ),
+    )
     for key in ("kind", "data", "out"):
         if key not in o:
             raise RewardUsageError(f"reward train needs {key}=\n{USAGE}")
@@ -111,17 +126,24 @@ def _train(args: list[str]) -> int:
             quantile = None if quantile.lower() in ("none", "null") else float(quantile)
         except ValueError:
             raise RewardUsageError(f"gate_quantile={quantile}: a number in (0, 1] or none") from None
-        model, report = train_classifier(episodes, cams, epochs=int(o.get("epochs", 20)), seed=int(o.get("seed", 0)),
-                                         gate_quantile=quantile)  # fmt: skip
+        model, report = train_classifier(
+            episodes, cams, epochs=int(o.get("epochs", 20)), seed=int(o.get("seed", 0)), gate_quantile=quantile
+        )
         model.instructions = (instruction,) if instruction else ()
     elif o["kind"] == "progress":
         from robo_rl.rewards.progress import train_progress_critic
 
         kwargs = {k: o[k] for k in ("backbone", "backbone_path") if k in o}
         others = tuple(t for t in o.get("other_instructions", "").split(";") if t)
-        model = train_progress_critic(episodes, cams, [instruction] * len(episodes), other_instructions=others,
-                                      steps=int(o.get("steps", 3000)), seed=int(o.get("seed", 0)),
-                                      **kwargs)  # fmt: skip
+        model = train_progress_critic(
+            episodes,
+            cams,
+            [instruction] * len(episodes),
+            other_instructions=others,
+            steps=int(o.get("steps", 3000)),
+            seed=int(o.get("seed", 0)),
+            **kwargs,
+        )
         report = {"episodes": len(episodes), "successful": sum(e.success for e in episodes)}
     else:
         raise RewardUsageError(f"kind={o['kind']}: classifier or progress")
@@ -146,24 +168,27 @@ def _eval(args: list[str]) -> int:
         from robo_rl.rewards.classifier import evaluate_classifier
 
         report = evaluate_classifier(model, episodes)
-        lines = [f"- frame AUROC **{report['auroc']:.3f}** (wanted ≥ 0.98)",
-                 f"- at the threshold {report['threshold']:.2f}: frame false-positive rate {report['frame_fpr']:.3f}, "
-                 f"true-positive rate {report['frame_tpr']:.3f}",
-                 "- episodes with a false success (it would end them early): "
-                 f"**{report['episode_fpr']:.3f}**"]  # fmt: skip
+        lines = [
+            f"- frame AUROC **{report['auroc']:.3f}** (wanted ≥ 0.98)",
+            f"- at the threshold {report['threshold']:.2f}: frame false-positive rate {report['frame_fpr']:.3f}, "
+            f"true-positive rate {report['frame_tpr']:.3f}",
+            f"- episodes with a false success (it would end them early): **{report['episode_fpr']:.3f}**",
+        ]
     else:
         from robo_rl.rewards.progress import evaluate_progress
 
         wrong = o.get("wrong_instruction", "do something else entirely")
         report = evaluate_progress(model, episodes, [instruction] * len(episodes), wrong)
-        lines = [f"- value-order correlation on successful episodes **{report['voc']:.3f}** (wanted ≥ 0.9)",
-                 f"- the same episodes reversed **{report['voc_reversed']:.3f}** (wanted ≤ −0.8)",
-                 f"- final progress with the right instruction {report['final_progress_right']:.3f}, with "
-                 f"'{wrong}' {report['final_progress_wrong']:.3f}",
-                 f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)",
-                 f"- done head on every frame the records flag: AUROC {report['done_auroc']:.3f}, at 0.5 "
-                 f"true-positive rate {report['done_tpr_at_0.5']:.3f}, false-positive rate "
-                 f"{report['done_fpr_at_0.5']:.3f}"]  # fmt: skip
+        lines = [
+            f"- value-order correlation on successful episodes **{report['voc']:.3f}** (wanted ≥ 0.9)",
+            f"- the same episodes reversed **{report['voc_reversed']:.3f}** (wanted ≤ −0.8)",
+            f"- final progress with the right instruction {report['final_progress_right']:.3f}, with "
+            f"'{wrong}' {report['final_progress_wrong']:.3f}",
+            f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)",
+            f"- done head on every frame the records flag: AUROC {report['done_auroc']:.3f}, at 0.5 "
+            f"true-positive rate {report['done_tpr_at_0.5']:.3f}, false-positive rate "
+            f"{report['done_fpr_at_0.5']:.3f}",
+        ]
     out = Path(o.get("out") or Path(o["model"]) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     _plot(model, episodes, instruction, out / "report.png")

@@ -42,15 +42,22 @@ def train(overrides: list[str]) -> int:
     procs = {}
     try:
         if cfg.gui.enabled:  # the page first: the actor's bridge finds it there (and would reconnect anyway)
-            procs["gui"] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "gui", *child_args],
-                                            stdout=open(run_dir / "gui.log", "w"), stderr=subprocess.STDOUT,
-                                            env=child_env)  # fmt: skip
+            procs["gui"] = subprocess.Popen(
+                [sys.executable, "-m", "robo_rl.cli", "gui", *child_args],
+                stdout=open(run_dir / "gui.log", "w"),
+                stderr=subprocess.STDOUT,
+                env=child_env,
+            )
             bar.bar.write(f"intervention GUI: http://{cfg.gui.host}:{cfg.gui.port}/ (log: {run_dir / 'gui.log'})")
         for role in ("learner", "actor"):
             bar.phase(f"starting the {role}")
             log = open(run_dir / f"{role}.log", "w")
-            procs[role] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", role, *child_args],
-                                           stdout=log, stderr=subprocess.STDOUT, env=child_env)  # fmt: skip
+            procs[role] = subprocess.Popen(
+                [sys.executable, "-m", "robo_rl.cli", role, *child_args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+            )
             if role == "learner":
                 try:
                     _wait_for_learner(procs["learner"], run_dir)
@@ -62,10 +69,20 @@ def train(overrides: list[str]) -> int:
                     raise
         for i in range(1, int(cfg.train.actors)):  # more sim actors (on-policy rollouts fill faster), each seeded
             name = f"actor-{i}"
-            procs[name] = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "actor", *child_args,
-                                            f"actor.id={name}", f"seed={int(cfg.seed) + 1000 * i}"],
-                                           stdout=open(run_dir / f"{name}.log", "w"), stderr=subprocess.STDOUT,
-                                           env=child_env)  # fmt: skip
+            procs[name] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "robo_rl.cli",
+                    "actor",
+                    *child_args,
+                    f"actor.id={name}",
+                    f"seed={int(cfg.seed) + 1000 * i}",
+                ],
+                stdout=open(run_dir / f"{name}.log", "w"),
+                stderr=subprocess.STDOUT,
+                env=child_env,
+            )
         bar.phase("waiting for the actor")
         _follow_progress(cfg, run_dir, procs, bar)
     except KeyboardInterrupt:
@@ -148,8 +165,10 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
         if proc.poll() is not None:
             raise UsageError(f"the learner failed to start: {_last_log_line(run_dir / 'learner.log')}")
         if time.monotonic() > deadline:
-            raise UsageError(f"the learner did not start within {timeout_s:.0f} s (its last log line: "
-                             f"{_last_log_line(run_dir / 'learner.log')})")  # fmt: skip
+            raise UsageError(
+                f"the learner did not start within {timeout_s:.0f} s (its last log line: "
+                f"{_last_log_line(run_dir / 'learner.log')})"
+            )
         time.sleep(0.1)
 
 

@@ -42,8 +42,11 @@ def rollout_episode(env, act, seed: int, episode_id: int, hold_success: int = 0)
 
 def demos_path(cfg: DictConfig) -> Path:
     """The cache file for this env config, demo config and env/expert source (a changed task re-records)."""
-    key = {"env": OmegaConf.to_container(cfg.env, resolve=True), "demos": OmegaConf.to_container(cfg.demos),
-           "source": [_source_digest(cfg.env._target_), _source_digest(cfg.env.get("expert", {}).get("_target_"))]}
+    key = {
+        "env": OmegaConf.to_container(cfg.env, resolve=True),
+        "demos": OmegaConf.to_container(cfg.demos),
+        "source": [_source_digest(cfg.env._target_), _source_digest(cfg.env.get("expert", {}).get("_target_"))],
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cfg.cache_dir) / "demos" / f"{cfg.env._target_.rsplit('.', 1)[-1]}_{digest}.npz"
 
@@ -124,6 +127,8 @@ def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     fields = fields_for_env(env)
     env.close()
     if not same_layout(fields_of(batch), fields):
-        raise ConfigError(f"demos.path: {cfg.demos.path} holds {describe_fields(fields_of(batch))}; "
-                          f"this env needs {describe_fields(fields)}")  # fmt: skip
+        raise ConfigError(
+            f"demos.path: {cfg.demos.path} holds {describe_fields(fields_of(batch))}; "
+            f"this env needs {describe_fields(fields)}"
+        )
     return batch

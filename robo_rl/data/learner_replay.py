@@ -37,8 +37,9 @@ def _mb(nbytes: float) -> str:
 
 
 class LearnerReplay:
-    def __init__(self, cfg: DictConfig, fields: dict[str, tuple], run_dir: Path, demos: dict | None,
-                 total_env_steps: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: DictConfig, fields: dict[str, tuple], run_dir: Path, demos: dict | None, total_env_steps: int = 0
+    ) -> None:
         self.cfg = cfg
         self.fields = fields
         if cfg.storage not in ("ram", "disk"):
@@ -51,8 +52,11 @@ class LearnerReplay:
         if demos is not None and len(demos["step"]):
             self.demos = ReplayBuffer(len(demos["step"]), fields)
             # recorded without this policy: its extras are zero (an algorithm that needs them recomputes them)
-            zero = {k: np.zeros((len(demos["step"]), *shape), dtype) for k, (shape, dtype) in fields.items()
-                    if k.startswith("extra/") and k not in demos}  # fmt: skip
+            zero = {
+                k: np.zeros((len(demos["step"]), *shape), dtype)
+                for k, (shape, dtype) in fields.items()
+                if k.startswith("extra/") and k not in demos
+            }
             self.demos.add({**demos, **zero}, source="demos")
         self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
         self.writer = SegmentWriter(self.store) if self.store else None
@@ -71,8 +75,10 @@ class LearnerReplay:
         small = record_nbytes({k: v for k, v in self.fields.items() if not k.startswith("image/")})
         links = 40  # uid, prev, next and their uids per row
         if self.disk:
-            where = (f"sampled from disk, up to {self.cfg.disk_capacity:,} records "
-                     f"({_mb((small + links) * self.cfg.disk_capacity)} RAM for the small fields)")  # fmt: skip
+            where = (
+                f"sampled from disk, up to {self.cfg.disk_capacity:,} records "
+                f"({_mb((small + links) * self.cfg.disk_capacity)} RAM for the small fields)"
+            )
         else:
             where = f"RAM ring of {self.cfg.capacity:,} records ({_mb((per + links) * self.cfg.capacity)})"
         demo = f", demos {_mb(self.demos.capacity * per)} RAM" if self.demos else ""
@@ -83,8 +89,9 @@ class LearnerReplay:
         return f"replay: {per:,} B per record ({per - small:,} B of frames); {where}{demo}{disk}"
 
     # --- receiving ------------------------------------------------------------------------------
-    def add(self, actor: str, arrays: dict, session=None, seq: int | None = None,
-            token_hash: str | None = None) -> None:  # fmt: skip
+    def add(
+        self, actor: str, arrays: dict, session=None, seq: int | None = None, token_hash: str | None = None
+    ) -> None:
         """Store a step batch from `actor` (message `seq` of its `session`, with the hash of the session's token,
         kept in the segment so a restarted learner knows the actor process again); raises ValueError, storing
         nothing, if the batch does not fit the declared fields."""
@@ -133,8 +140,16 @@ class LearnerReplay:
         """Whether online data is there to sample (with storage=disk, only what has reached the disk)."""
         return self.online.size > 0
 
-    def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1,
-               chunk: int = 1, extras: tuple[str, ...] = (), where: str | None = None) -> dict:  # fmt: skip
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        gamma: float,
+        n_step: int = 1,
+        chunk: int = 1,
+        extras: tuple[str, ...] = (),
+        where: str | None = None,
+    ) -> dict:
         """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
         (by their sizes); all online when there is no prior data yet. `where`: see `ReplayBuffer.sample_rows`."""
         interventions = self.online.intervention_rows() if self.cfg.interventions_in_prior else np.empty(0, np.int64)
@@ -153,8 +168,12 @@ class LearnerReplay:
         """What a checkpoint records about the replay (call `flush` first)."""
         if self.store is None:
             return {"persisted": False, "records": int(self.online.writes)}
-        return {"persisted": True, "manifest": str(self.store.manifest), "segments": len(self.store.segments),
-                "records": self.store.num_records}  # fmt: skip
+        return {
+            "persisted": True,
+            "manifest": str(self.store.manifest),
+            "segments": len(self.store.segments),
+            "records": self.store.num_records,
+        }
 
     def restore(self, state: dict | None) -> tuple[list[tuple[str, dict]], dict[str, list]]:
         """Re-add the stored online records in their arrival order. Returns the records past the
@@ -164,8 +183,12 @@ class LearnerReplay:
             return [], {}
         upto = 0 if state is None else state.get("segments", 0)  # no checkpoint: every stored record is new to it
         if state is not None and state.get("persisted") and upto > len(self.store.segments):
-            log.error("the checkpoint goes with %d segments of %s but only %d are there: resuming with what exists",
-                      upto, self.store.root, len(self.store.segments))  # fmt: skip
+            log.error(
+                "the checkpoint goes with %d segments of %s but only %d are there: resuming with what exists",
+                upto,
+                self.store.root,
+                len(self.store.segments),
+            )
         later, seqs = [], {}
         position = {s.name: i for i, s in enumerate(self.store.segments)}
         for seg, batch, sources in self.store.iter_segments(verify=self.cfg.verify_on_load, mmap=True):
@@ -191,5 +214,8 @@ def _runs(batch: dict, sources: np.ndarray) -> list[tuple[str, dict]]:
     """Split records into consecutive runs of one source each."""
     cuts = np.flatnonzero(sources[1:] != sources[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(sources)]
-    return [(str(sources[a]), {k: np.asarray(v[a:b]) for k, v in batch.items()})
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]  # fmt: skip
+    return [
+        (str(sources[a]), {k: np.asarray(v[a:b]) for k, v in batch.items()})
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        if b > a
+    ]

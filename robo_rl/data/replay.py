@@ -90,8 +90,9 @@ class ReplayBuffer:
         return int(self._valid(np.arange(self.size)).sum())
 
     # --- sampling -----------------------------------------------------------------------------
-    def sample_rows(self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None,
-                    where: str | None = None) -> np.ndarray:  # fmt: skip
+    def sample_rows(
+        self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None, where: str | None = None
+    ) -> np.ndarray:
         """Rows that end a valid transition, uniformly over `among` (default: all filled rows); with `where` (a
         policy extra's name), only rows where that extra is nonzero (e.g. the steps where a chunk was decided)."""
         pool = self.size if among is None else len(among)
@@ -115,9 +116,17 @@ class ReplayBuffer:
         """Rows whose transition a human took over (the interventions partition, a view of this buffer)."""
         return np.flatnonzero(self.data["intervention"][: self.size])
 
-    def sample(self, batch_size: int, rng: np.random.Generator, gamma: float, n_step: int = 1, chunk: int = 1,
-               extras: tuple[str, ...] = (), among: np.ndarray | None = None,
-               where: str | None = None) -> dict:  # fmt: skip
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        gamma: float,
+        n_step: int = 1,
+        chunk: int = 1,
+        extras: tuple[str, ...] = (),
+        among: np.ndarray | None = None,
+        where: str | None = None,
+    ) -> dict:
         """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`)."""
         return self.gather(self.sample_rows(batch_size, rng, among, where), gamma, n_step, chunk, extras)
 
@@ -128,8 +137,9 @@ class ReplayBuffer:
         images = {c: self._field(f"image/{c}", rows) for c in self.cameras}
         return {"state": self._field("state", rows), "images": images}
 
-    def gather(self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1,
-               extras: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    def gather(
+        self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1, extras: tuple[str, ...] = ()
+    ) -> dict:
         """Transitions that end at `rows` (their first step), extended to n-step returns or action chunks.
 
         From obs_t, up to h = max(n_step, chunk) steps are followed inside the episode, stopping after a

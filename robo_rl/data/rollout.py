@@ -27,8 +27,12 @@ class Rollout:
     def add(self, actor: str, arrays: dict) -> None:
         """A stored message's records, appended to their episodes; complete decisions are assembled at once."""
         n = len(arrays["step"])
-        keys = [k for k in arrays if k in ("state", "reward", "terminated", "truncated", "step", "policy_version")
-                or k.startswith(("image/", EXTRA))]  # fmt: skip
+        keys = [
+            k
+            for k in arrays
+            if k in ("state", "reward", "terminated", "truncated", "step", "policy_version")
+            or k.startswith(("image/", EXTRA))
+        ]
         touched = set()
         for i in range(n):
             key = (actor, int(arrays["episode_id"][i]))
@@ -69,11 +73,17 @@ class Rollout:
     def _keep(self, key: tuple, before: dict, chunk: list[dict]) -> None:
         rewards = np.array([r["reward"] for r in chunk], np.float64)
         last = chunk[-1]
-        self.ready.append({
-            "key": key, "before": before, "last": last, "first": chunk[0], "n": len(chunk),
-            "reward": float((self.gamma ** np.arange(len(chunk)) * rewards).sum()),
-            "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk),
-        })  # fmt: skip
+        self.ready.append(
+            {
+                "key": key,
+                "before": before,
+                "last": last,
+                "first": chunk[0],
+                "n": len(chunk),
+                "reward": float((self.gamma ** np.arange(len(chunk)) * rewards).sum()),
+                "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk),
+            }
+        )
         self.env_steps += len(chunk)
 
     def take(self, extras: tuple[str, ...]) -> dict:
@@ -86,19 +96,25 @@ class Rollout:
         cams = [k for k in rows[0]["before"] if k.startswith("image/")] if rows else []
 
         def obs(which: str) -> dict:
-            return {"state": np.stack([r[which]["state"] for r in rows]),
-                    "images": {c[6:]: np.stack([r[which][c] for r in rows]) for c in cams}}  # fmt: skip
+            return {
+                "state": np.stack([r[which]["state"] for r in rows]),
+                "images": {c[6:]: np.stack([r[which][c] for r in rows]) for c in cams},
+            }
 
         # a row continues into the next row only if that row is the following decision of the same episode: its
         # observation is this chunk's last record (an episode that ended starts the next from a reset record)
         same = [rows[k + 1]["before"] is rows[k]["last"] for k in range(len(rows) - 1)] + [False] if rows else []
-        batch = {"obs": obs("before"), "next_obs": obs("last"),
-                 "reward": np.array([r["reward"] for r in rows], np.float32),
-                 "discount": np.array([r["discount"] for r in rows], np.float32),
-                 "truncated": np.array([bool(r["last"]["truncated"]) and not r["last"]["terminated"] for r in rows],
-                                       bool),
-                 "continues": np.array(same, bool), "steps": np.array([r["n"] for r in rows], np.int64),
-                 "extras": {name: np.stack([np.asarray(r["first"][f"{EXTRA}{name}"], np.float32) for r in rows])
-                            for name in extras}}  # fmt: skip
+        batch = {
+            "obs": obs("before"),
+            "next_obs": obs("last"),
+            "reward": np.array([r["reward"] for r in rows], np.float32),
+            "discount": np.array([r["discount"] for r in rows], np.float32),
+            "truncated": np.array([bool(r["last"]["truncated"]) and not r["last"]["terminated"] for r in rows], bool),
+            "continues": np.array(same, bool),
+            "steps": np.array([r["n"] for r in rows], np.int64),
+            "extras": {
+                name: np.stack([np.asarray(r["first"][f"{EXTRA}{name}"], np.float32) for r in rows]) for name in extras
+            },
+        }
         self.ready, self.env_steps = [], 0  # the learner sets `version` when it publishes the next weights
         return batch

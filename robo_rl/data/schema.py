@@ -23,8 +23,9 @@ ENDED_BY_CODES = {name: i + 1 for i, name in enumerate(ENDED_BY)}
 EXTRA = "extra/"
 
 
-def step_fields(state_dim: int, action_dim: int, cameras: dict[str, tuple[int, int]],
-                extras: dict[str, tuple] | None = None) -> dict[str, tuple]:  # fmt: skip
+def step_fields(
+    state_dim: int, action_dim: int, cameras: dict[str, tuple[int, int]], extras: dict[str, tuple] | None = None
+) -> dict[str, tuple]:
     """`field → (per-record shape, dtype)` for an env with these observation and action sizes, and a policy with
     these extras (`name → (shape, dtype)`)."""
     fields = {
@@ -78,8 +79,17 @@ class EpisodeRecorder:
         z = self.zero_action
         return self._record(obs, z, z, z, 0.0, False, False, False, False, None, policy_version, timestamp)
 
-    def record_step(self, obs, reward, terminated, truncated, info, policy_version: int = 0, timestamp=0.0,
-                    extras: dict | None = None) -> dict:  # fmt: skip
+    def record_step(
+        self,
+        obs,
+        reward,
+        terminated,
+        truncated,
+        info,
+        policy_version: int = 0,
+        timestamp=0.0,
+        extras: dict | None = None,
+    ) -> dict:
         """The record of a step; `extras` are what the policy said about the decision that chose its action
         (declared extras it does not give are zero, as on a reset record or a random step)."""
         rec = self._step_record(obs, reward, terminated, truncated, info, policy_version, timestamp)
@@ -97,13 +107,35 @@ class EpisodeRecorder:
         base = info.get("action_base")
         base = self.zero_action if base is None else np.asarray(base, np.float32)
         return self._record(
-            obs, executed, proposed, base, reward, terminated, truncated,
-            bool(info.get("intervention", False)), bool(info.get("success", False)),
-            info.get("ended_by"), policy_version, timestamp,
-        )  # fmt: skip
+            obs,
+            executed,
+            proposed,
+            base,
+            reward,
+            terminated,
+            truncated,
+            bool(info.get("intervention", False)),
+            bool(info.get("success", False)),
+            info.get("ended_by"),
+            policy_version,
+            timestamp,
+        )
 
-    def _record(self, obs, executed, proposed, base, reward, terminated, truncated, intervention, success,
-                ended_by, policy_version, timestamp) -> dict:  # fmt: skip
+    def _record(
+        self,
+        obs,
+        executed,
+        proposed,
+        base,
+        reward,
+        terminated,
+        truncated,
+        intervention,
+        success,
+        ended_by,
+        policy_version,
+        timestamp,
+    ) -> dict:
         rec = {
             "episode_id": self.episode_id,
             "step": self.step,
@@ -140,11 +172,18 @@ def check_step_batch(batch: dict[str, np.ndarray], fields: dict[str, tuple]) -> 
     n = None
     for name, (shape, dtype) in fields.items():
         a = batch[name]
-        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or a.shape[1:] != tuple(shape) or (
-                a.ndim != 1 + len(shape)):  # fmt: skip
+        if (
+            not isinstance(a, np.ndarray)
+            or a.dtype != np.dtype(dtype)
+            or a.shape[1:] != tuple(shape)
+            or (a.ndim != 1 + len(shape))
+        ):
             got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
-            raise ValueError(f"field '{name}' is {got}, expected {np.dtype(dtype)}[n, {', '.join(map(str, shape))}]"
-                             .replace(", ]", "]"))  # fmt: skip
+            raise ValueError(
+                f"field '{name}' is {got}, expected {np.dtype(dtype)}[n, {', '.join(map(str, shape))}]".replace(
+                    ", ]", "]"
+                )
+            )
         if n is None:
             n = a.shape[0]
         elif a.shape[0] != n:

@@ -71,8 +71,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None,
-                  messages: list | None = None) -> Segment:  # fmt: skip
+def write_segment(
+    path: Path,
+    batch: dict[str, np.ndarray],
+    sources: np.ndarray,
+    seqs: dict | None = None,
+    messages: list | None = None,
+) -> Segment:
     """Write records (a step batch) and their per-record source labels atomically to `path`."""
     names, codes = np.unique(np.asarray(sources, dtype=str), return_inverse=True)
     arrays = {**batch, SOURCE_FIELD: codes.astype(np.int16)}
@@ -85,9 +90,17 @@ def write_segment(path: Path, batch: dict[str, np.ndarray], sources: np.ndarray,
         header_fields[name] = [arr.dtype.str, list(arr.shape[1:]), offset, arr.nbytes, zlib.crc32(arr)]
         offset += arr.nbytes
     index = int(_SEG_RE.match(path.name).group(1))
-    header = {"format": STORE_FORMAT, "schema_version": SCHEMA_VERSION, "index": index, "records": n,
-              "sources": names.tolist(), "seqs": seqs or {}, "messages": messages or [], "fields": header_fields,
-              "created": time.time()}  # fmt: skip
+    header = {
+        "format": STORE_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "index": index,
+        "records": n,
+        "sources": names.tolist(),
+        "seqs": seqs or {},
+        "messages": messages or [],
+        "fields": header_fields,
+        "created": time.time(),
+    }
     head = json.dumps(header).encode()
     base = -(-(len(MAGIC) + 8 + len(head)) // _ALIGN) * _ALIGN
     tmp = path.with_suffix(".tmp")
@@ -119,8 +132,10 @@ def read_segment(path: Path, verify: bool = True, mmap: bool = True) -> tuple[di
             raise
         raise StorageError(f"segment {path} is unreadable ({type(e).__name__}: {e})") from None
     if header.get("format") != STORE_FORMAT or header.get("schema_version") != SCHEMA_VERSION:
-        raise StorageError(f"segment {path} has format {header.get('format')}/schema {header.get('schema_version')}, "
-                           f"expected {STORE_FORMAT}/{SCHEMA_VERSION}")  # fmt: skip
+        raise StorageError(
+            f"segment {path} has format {header.get('format')}/schema {header.get('schema_version')}, "
+            f"expected {STORE_FORMAT}/{SCHEMA_VERSION}"
+        )
     base = -(-(len(MAGIC) + 8 + head_len) // _ALIGN) * _ALIGN
     n = header["records"]
     arrays = {}
@@ -140,8 +155,9 @@ def read_segment(path: Path, verify: bool = True, mmap: bool = True) -> tuple[di
 class SegmentStore:
     """A folder of segments for one field layout. Not thread-safe except `write` from one writer thread."""
 
-    def __init__(self, root: str | Path, fields: dict[str, tuple], create: bool = True,
-                 partition: str = "online") -> None:  # fmt: skip
+    def __init__(
+        self, root: str | Path, fields: dict[str, tuple], create: bool = True, partition: str = "online"
+    ) -> None:
         self.root = Path(root)
         self.partition = partition  # what the records are: online, demos (a new store records it in its header)
         self.fields = fields
@@ -152,8 +168,14 @@ class SegmentStore:
             if not create:
                 raise StorageError(f"{self.root} is not a robo_rl replay store (no manifest.jsonl)")
             self.root.mkdir(parents=True, exist_ok=True)
-            head = {"kind": "store", "format": STORE_FORMAT, "schema_version": SCHEMA_VERSION,
-                    "fields": fields_spec(fields), "partition": partition, "created": time.time()}  # fmt: skip
+            head = {
+                "kind": "store",
+                "format": STORE_FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "fields": fields_spec(fields),
+                "partition": partition,
+                "created": time.time(),
+            }
             tmp = self.manifest.with_suffix(".tmp")
             tmp.write_text(json.dumps(head) + "\n")
             os.replace(tmp, self.manifest)
@@ -181,15 +203,22 @@ class SegmentStore:
         head = json.loads(lines[0])
         self.partition = head.get("partition", "online")
         if head.get("fields") != fields_spec(self.fields):
-            raise StorageError(f"replay store {self.root} holds records of another layout (cameras, state or action "
-                               "sizes differ from this config): use a new run folder")  # fmt: skip
+            raise StorageError(
+                f"replay store {self.root} holds records of another layout (cameras, state or action "
+                "sizes differ from this config): use a new run folder"
+            )
         listed: dict[str, Segment] = {}
         for line in lines[1:]:
             try:
                 entry = json.loads(line)
-                listed[entry["name"]] = Segment(entry["name"], entry["index"], entry["records"],
-                                                entry.get("sources", []), entry.get("seqs", {}),
-                                                entry.get("messages", []))  # fmt: skip
+                listed[entry["name"]] = Segment(
+                    entry["name"],
+                    entry["index"],
+                    entry["records"],
+                    entry.get("sources", []),
+                    entry.get("seqs", {}),
+                    entry.get("messages", []),
+                )
             except (ValueError, KeyError):
                 continue  # a torn last line from a kill: the segment itself is adopted below if it is whole
         for tmp in self.root.glob("*.tmp"):
@@ -212,8 +241,15 @@ class SegmentStore:
             self.problems.append(f"segment {self.root / name} is listed in the manifest but missing")
 
     def _append_manifest(self, seg: Segment) -> None:
-        entry = {"kind": "segment", "name": seg.name, "index": seg.index, "records": seg.records,
-                 "sources": seg.sources, "seqs": seg.seqs, "messages": seg.messages}  # fmt: skip
+        entry = {
+            "kind": "segment",
+            "name": seg.name,
+            "index": seg.index,
+            "records": seg.records,
+            "sources": seg.sources,
+            "seqs": seg.seqs,
+            "messages": seg.messages,
+        }
         with open(self.manifest, "a") as f:
             f.write(json.dumps(entry) + "\n")
             f.flush()
@@ -227,8 +263,9 @@ class SegmentStore:
     def nbytes(self) -> int:
         return sum((self.root / s.name).stat().st_size for s in self.segments if (self.root / s.name).exists())
 
-    def write(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None,
-              messages: list | None = None) -> Segment:  # fmt: skip
+    def write(
+        self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None, messages: list | None = None
+    ) -> Segment:
         """Append one segment (synchronously); returns it once it is on disk and in the manifest."""
         index = self.segments[-1].index + 1 if self.segments else 1
         seg = write_segment(self.root / f"seg_{index:06d}.rrs", batch, sources, seqs, messages)
@@ -269,8 +306,9 @@ class SegmentWriter:
         self._thread = threading.Thread(target=self._work, name="segment-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict,
-               messages: list | None = None) -> None:  # fmt: skip
+    def submit(
+        self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict, messages: list | None = None
+    ) -> None:
         self._todo.put((batch, sources, seqs, messages))
 
     def _work(self) -> None:

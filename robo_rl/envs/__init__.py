@@ -13,5 +13,15 @@ from robo_rl.envs.base import (
     make_observation_space,
 )
 
-__all__ = ["make_observation_space", "DISCRETE_GRIPPER_DEADBAND", "ENDED_BY", "INFO_KEYS", "RobotEnv", "RobotWrapper",
-           "SafetyStop", "check_action", "check_observation", "gripper_target"]
+__all__ = [
+    "make_observation_space",
+    "DISCRETE_GRIPPER_DEADBAND",
+    "ENDED_BY",
+    "INFO_KEYS",
+    "RobotEnv",
+    "RobotWrapper",
+    "SafetyStop",
+    "check_action",
+    "check_observation",
+    "gripper_target",
+]

@@ -14,8 +14,18 @@ import gymnasium as gym
 import numpy as np
 
 # What ended an episode; `None` while it runs. New reasons go at the end: records carry 1 + the index.
-ENDED_BY = ("env", "time_limit", "human_success", "human_failure", "estop", "safety", "human_rerecord", "human_abort",
-            "reward_success", "reward_stalled")  # new reasons go at the end: the codes are stored
+ENDED_BY = (
+    "env",
+    "time_limit",
+    "human_success",
+    "human_failure",
+    "estop",
+    "safety",
+    "human_rerecord",
+    "human_abort",
+    "reward_success",
+    "reward_stalled",
+)  # new reasons go at the end: the codes are stored
 
 INFO_KEYS = (
     "action_executed",  # the action actually applied, after intervention and safety clipping

@@ -56,9 +56,13 @@ class EnvSpec:
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
-        out.update(version=SPEC_VERSION, cameras={k: list(v) for k, v in self.cameras.items()},
-                   state_names=list(self.state_names), action_names=list(self.action_names),
-                   extras={k: [list(shape), str(dtype)] for k, (shape, dtype) in self.extras.items()})  # fmt: skip
+        out.update(
+            version=SPEC_VERSION,
+            cameras={k: list(v) for k, v in self.cameras.items()},
+            state_names=list(self.state_names),
+            action_names=list(self.action_names),
+            extras={k: [list(shape), str(dtype)] for k, (shape, dtype) in self.extras.items()},
+        )
         return out
 
     @classmethod
@@ -66,12 +70,15 @@ class EnvSpec:
         if not isinstance(data, dict) or data.get("version") != SPEC_VERSION:
             raise ValueError(f"{where}: not an env spec of version {SPEC_VERSION} (got {str(data)[:80]})")
         try:
-            return cls(int(data["state_dim"]), int(data["action_dim"]),
-                       {str(k): (int(v[0]), int(v[1])) for k, v in data["cameras"].items()},
-                       tuple(map(str, data.get("state_names", ()))), tuple(map(str, data.get("action_names", ()))),
-                       float(data.get("control_hz", 10.0)),
-                       {str(k): (tuple(int(x) for x in v[0]), str(np.dtype(v[1])))
-                        for k, v in data.get("extras", {}).items()})  # fmt: skip
+            return cls(
+                int(data["state_dim"]),
+                int(data["action_dim"]),
+                {str(k): (int(v[0]), int(v[1])) for k, v in data["cameras"].items()},
+                tuple(map(str, data.get("state_names", ()))),
+                tuple(map(str, data.get("action_names", ()))),
+                float(data.get("control_hz", 10.0)),
+                {str(k): (tuple(int(x) for x in v[0]), str(np.dtype(v[1]))) for k, v in data.get("extras", {}).items()},
+            )
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"{where}: malformed env spec ({type(e).__name__}: {e})") from None
 
@@ -89,11 +96,15 @@ def spec_of(env, extras: dict | None = None) -> EnvSpec:
     """The spec of an opened env (or of anything with its spaces); `extras`: what wrappers not around it add to each
     record (`robo_rl.envs.wrappers.wrapper_extras`), beside the env's own."""
     space = env.observation_space
-    return EnvSpec(int(space["state"].shape[0]), int(env.action_space.shape[0]),
-                   {name: tuple(int(x) for x in s.shape[:2]) for name, s in space["images"].spaces.items()},
-                   tuple(getattr(env, "state_names", ())), tuple(getattr(env, "action_names", ())),
-                   float(getattr(env, "control_hz", 10.0)),
-                   _extras_json({**(getattr(env, "record_extras", None) or {}), **(extras or {})}))  # fmt: skip
+    return EnvSpec(
+        int(space["state"].shape[0]),
+        int(env.action_space.shape[0]),
+        {name: tuple(int(x) for x in s.shape[:2]) for name, s in space["images"].spaces.items()},
+        tuple(getattr(env, "state_names", ())),
+        tuple(getattr(env, "action_names", ())),
+        float(getattr(env, "control_hz", 10.0)),
+        _extras_json({**(getattr(env, "record_extras", None) or {}), **(extras or {})}),
+    )
 
 
 def _extras_json(extras: dict) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -161,8 +172,13 @@ def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0, from_actor=None
     spec = read_spec(Path(given)) if given else static_spec(env_cfg, wrapper_extras(cfg))
     if spec is None and (path is not None or from_actor is not None):
         deadline = time.monotonic() + wait_s
-        log.warning("the learner needs the task's spaces: waiting up to %.0f s for an actor (its hello, or %s), or "
-                    "give env_spec=<an actor's %s>", wait_s, path or "its run folder", SPEC_FILE)  # fmt: skip
+        log.warning(
+            "the learner needs the task's spaces: waiting up to %.0f s for an actor (its hello, or %s), or "
+            "give env_spec=<an actor's %s>",
+            wait_s,
+            path or "its run folder",
+            SPEC_FILE,
+        )
         while spec is None and time.monotonic() < deadline:
             if path is not None and path.exists():
                 time.sleep(0.05)  # made by a link to a whole file: complete once it exists
@@ -176,9 +192,11 @@ def learner_spec(cfg, run_dir: Path | None, wait_s: float = 0.0, from_actor=None
             elif from_actor is None:
                 time.sleep(0.2)
     if spec is None:
-        raise FileNotFoundError(f"no env spec for {cfg.env._target_}: start an actor for this run (it tells the "
-                                f"learner in its hello and writes {path or '<run>/' + SPEC_FILE}), or give "
-                                f"env_spec=<an actor's {SPEC_FILE}>")  # fmt: skip
+        raise FileNotFoundError(
+            f"no env spec for {cfg.env._target_}: start an actor for this run (it tells the "
+            f"learner in its hello and writes {path or '<run>/' + SPEC_FILE}), or give "
+            f"env_spec=<an actor's {SPEC_FILE}>"
+        )
     if path is not None:
         write_spec(spec, path.parent)
     return spec

@@ -10,9 +10,9 @@ import numpy as np
 from tqdm import tqdm
 
 from robo_rl.data.demos import rollout_episode
+from robo_rl.eval.video import render_frame, write_mp4
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
-from robo_rl.eval.video import render_frame, write_mp4
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -26,8 +26,15 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate_policy(env, policy, episodes: int, seed: int, progress: bool = False,
-                    video_dir: Path | None = None, video_episodes: int = 0) -> dict:  # fmt: skip
+def evaluate_policy(
+    env,
+    policy,
+    episodes: int,
+    seed: int,
+    progress: bool = False,
+    video_dir: Path | None = None,
+    video_episodes: int = 0,
+) -> dict:
     """Success rate (with a Wilson 95% interval) and episode lengths over seeds seed..seed+episodes-1.
 
     With `video_dir`, the first `video_episodes` episodes are filmed (an MP4 each, one frame per step plus the
@@ -81,8 +88,13 @@ def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, lis
     records, success = rollout_episode(env, act, seed, index)
     if film:
         frames.append(render_frame(env))
-    result = {"episode": index, "seed": seed, "success": success, "length": len(records) - 1,
-              "return": float(sum(r["reward"] for r in records[1:]))}  # fmt: skip
+    result = {
+        "episode": index,
+        "seed": seed,
+        "success": success,
+        "length": len(records) - 1,
+        "return": float(sum(r["reward"] for r in records[1:])),
+    }
     return result, frames
 
 
@@ -114,8 +126,15 @@ def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = No
         low, high = final["success_ci95"]
         x = final.get("env_steps", episodes[-1]["env_steps"] if episodes else 0)
         p = final["success_rate"]
-        ax1.errorbar([x], [p], yerr=[[max(0.0, p - low)], [max(0.0, high - p)]],
-                     fmt="o", color="C3", capsize=4, label=f"evaluation ({final['episodes']} ep, 95% CI)")  # fmt: skip
+        ax1.errorbar(
+            [x],
+            [p],
+            yerr=[[max(0.0, p - low)], [max(0.0, high - p)]],
+            fmt="o",
+            color="C3",
+            capsize=4,
+            label=f"evaluation ({final['episodes']} ep, 95% CI)",
+        )
     ax1.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
     ax2.set(xlabel="env steps", ylabel="episode return", title="return")
     ax1.legend(loc="lower right", fontsize=8)

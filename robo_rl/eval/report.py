@@ -37,11 +37,13 @@ def write_suite_report(out_dir: Path, report: dict) -> Path:
 
 
 def header_lines(report: dict) -> list[str]:
-    lines = [f"checkpoint: `{report['checkpoint']}` (after {report['env_steps']} env steps)",
-             f"conditions: {len(report['conditions'])}, episodes each: {report['episodes']}, seeds {report['seed']} .. "
-             f"{report['seed'] + report['episodes'] - 1} (the same for every condition), success scored by "
-             f"{'a person' if report['score'] == 'human' else 'the env'}"
-             f"{', on a real robot' if report['real_robot'] else ''}"]  # fmt: skip
+    lines = [
+        f"checkpoint: `{report['checkpoint']}` (after {report['env_steps']} env steps)",
+        f"conditions: {len(report['conditions'])}, episodes each: {report['episodes']}, seeds {report['seed']} .. "
+        f"{report['seed'] + report['episodes'] - 1} (the same for every condition), success scored by "
+        f"{'a person' if report['score'] == 'human' else 'the env'}"
+        f"{', on a real robot' if report['real_robot'] else ''}",
+    ]
     if report.get("stopped"):
         lines.append(f"**stopped early: {report['stopped']}** (the episodes run so far are reported)")
     return lines
@@ -52,17 +54,31 @@ def ci_text(c: dict) -> str:
 
 
 def _markdown(report: dict) -> str:
-    head = ["condition", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
-            *(m.replace("_", " ") for m in FAILURE_MODES), "clips"]  # fmt: skip
+    head = [
+        "condition",
+        "success",
+        "rate",
+        "Wilson 95% CI",
+        "mean length",
+        "episode s",
+        "step ms",
+        *(m.replace("_", " ") for m in FAILURE_MODES),
+        "clips",
+    ]
     text = f"# Suite {report['suite']}\n\n" + "\n".join(f"{ln}  " for ln in header_lines(report)) + "\n\n"
     text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     for c in report["conditions"]:
         clips = " ".join(f"[{k}]({v['path']})" for k, v in c["clips"].items() if isinstance(v, dict))
-        text += (f"| {c['name']} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {ci_text(c)} "
-                 f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
-                 + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES) + f" | {clips} |\n")  # fmt: skip
-    text += ("\nFailure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
-             "was not stopped counts as timed out (time limit) or other.\n")  # fmt: skip
+        text += (
+            f"| {c['name']} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {ci_text(c)} "
+            f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
+            + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES)
+            + f" | {clips} |\n"
+        )
+    text += (
+        "\nFailure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
+        "was not stopped counts as timed out (time limit) or other.\n"
+    )
     return text
 
 
@@ -71,20 +87,28 @@ def success_chart_svg(rows: list[tuple[str, float, float, float]]) -> str:
     bar_w, gap, plot_h, left, top, bottom = 28, 16, 200, 44, 16, 110  # px
     width = left + len(rows) * (bar_w + gap) + gap
     y = lambda p: top + plot_h * (1.0 - p)  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + plot_h + bottom}" '
-             'font-family="sans-serif" font-size="11">']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + plot_h + bottom}" '
+        'font-family="sans-serif" font-size="11">'
+    ]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{left}" x2="{width}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')  # fmt: skip
+        parts.append(
+            f'<line x1="{left}" x2="{width}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>'
+        )
     for i, (label, rate, low, high) in enumerate(rows):
         x = left + gap + i * (bar_w + gap)
         mid = x + bar_w / 2
         if not math.isnan(rate):
-            parts.append(f'<rect x="{x}" y="{y(rate):.1f}" width="{bar_w}" height="{plot_h * rate:.1f}" '
-                         f'fill="#4c78a8"><title>{html.escape(label)}: {rate:.2f} [{low:.2f}, {high:.2f}]</title>'
-                         '</rect>')  # fmt: skip
-        parts.append(f'<path d="M{mid} {y(low):.1f}V{y(high):.1f}M{mid - 5} {y(low):.1f}h10M{mid - 5} '
-                     f'{y(high):.1f}h10" stroke="#222" fill="none"/>')  # fmt: skip
+            parts.append(
+                f'<rect x="{x}" y="{y(rate):.1f}" width="{bar_w}" height="{plot_h * rate:.1f}" '
+                f'fill="#4c78a8"><title>{html.escape(label)}: {rate:.2f} [{low:.2f}, {high:.2f}]</title>'
+                "</rect>"
+            )
+        parts.append(
+            f'<path d="M{mid} {y(low):.1f}V{y(high):.1f}M{mid - 5} {y(low):.1f}h10M{mid - 5} '
+            f'{y(high):.1f}h10" stroke="#222" fill="none"/>'
+        )
         base = top + plot_h + 12
         parts.append(
             f'<text x="{mid}" y="{base}" text-anchor="end" transform="rotate(-45 {mid} {base})">'
@@ -97,35 +121,50 @@ def _html(report: dict) -> str:
     esc = html.escape
     conditions = report["conditions"]
     chart = success_chart_svg([(c["name"], c["success_rate"], *c["success_ci95"]) for c in conditions])
-    head = ["condition", "overrides", "success", "rate", "Wilson 95% CI", "mean length", "episode s", "step ms",
-            *(m.replace("_", " ") for m in FAILURE_MODES)]  # fmt: skip
+    head = [
+        "condition",
+        "overrides",
+        "success",
+        "rate",
+        "Wilson 95% CI",
+        "mean length",
+        "episode s",
+        "step ms",
+        *(m.replace("_", " ") for m in FAILURE_MODES),
+    ]
     rows = "".join(
         f"<tr><td>{esc(c['name'])}</td><td><code>{esc(' '.join(c['overrides']))}</code></td>"
         f"<td>{c['successes']}/{c['n']}</td><td>{c['success_rate']:.2f}</td><td>{ci_text(c)}</td>"
         f"<td>{c['mean_length']:.1f}</td><td>{c['episode_s']:.3g}</td><td>{c['step_ms']:.3g}</td>"
-        + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES) + "</tr>"
+        + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES)
+        + "</tr>"
         for c in conditions
-    )  # fmt: skip
+    )
     clips = ""
     for c in conditions:
         cells = []
         for outcome in ("success", "failure"):
             clip = c["clips"].get(outcome)
             if clip:
-                cells.append(f'<figure><img src="{esc(clip["path"])}" alt="{outcome}"><figcaption>{outcome}, seed '
-                             f"{clip['seed']}</figcaption></figure>")  # fmt: skip
+                cells.append(
+                    f'<figure><img src="{esc(clip["path"])}" alt="{outcome}"><figcaption>{outcome}, seed '
+                    f"{clip['seed']}</figcaption></figure>"
+                )
         note = c["clips"].get("error") or ("" if cells else "no episode to film")
         clips += f"<h3>{esc(c['name'])}</h3>{''.join(cells)}<p>{esc(note)}</p>" if cells or note else ""
     header = "".join(f"<p>{esc(ln.replace('**', '').replace('`', ''))}</p>" for ln in header_lines(report))
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>suite " + esc(report["suite"]) + "</title><style>"
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:3px 8px;text-align:right;white-space:nowrap}td:first-child,td:nth-child(2){text-align:left}"
-            "figure{display:inline-block;margin:0 1em 0 0}img{image-rendering:pixelated;width:192px}</style></head>"
-            f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
-            f"{chart}<h2>Conditions</h2><table><tr>"
-            + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table><h2>Clips</h2>{clips}"
-            "<p>Never grasped / dropped need the env's info['grasped']; without it a failure that was not stopped "
-            "counts as timed out (time limit) or other.</p></body></html>")  # fmt: skip
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>suite " + esc(report["suite"]) + "</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:right;white-space:nowrap}td:first-child,td:nth-child(2){text-align:left}"
+        "figure{display:inline-block;margin:0 1em 0 0}img{image-rendering:pixelated;width:192px}</style></head>"
+        f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
+        f"{chart}<h2>Conditions</h2><table><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + f"</tr>{rows}</table><h2>Clips</h2>{clips}"
+        "<p>Never grasped / dropped need the env's info['grasped']; without it a failure that was not stopped "
+        "counts as timed out (time limit) or other.</p></body></html>"
+    )
 
 
 def compare_reports(entries: list[tuple[str, dict]]) -> dict:
@@ -136,25 +175,49 @@ def compare_reports(entries: list[tuple[str, dict]]) -> dict:
     rows = []
     for name in names:
         found = {label: next((c for c in r["conditions"] if c["name"] == name), None) for label, r in entries}
-        results = {label: None if c is None else {"n": c["n"], "successes": c["successes"],
-                                                  "success_rate": c["success_rate"],
-                                                  "success_ci95": c["success_ci95"]}
-                   for label, c in found.items()}  # fmt: skip
+        results = {
+            label: None
+            if c is None
+            else {
+                "n": c["n"],
+                "successes": c["successes"],
+                "success_rate": c["success_rate"],
+                "success_ci95": c["success_ci95"],
+            }
+            for label, c in found.items()
+        }
         base, tests = results[base_label], []
         for label, other in list(results.items())[1:]:
             if base is None or other is None or not base["n"] or not other["n"]:
                 continue
             p = fisher_exact_p(other["successes"], other["n"], base["successes"], base["n"])
-            tests.append({"a": base_label, "b": label, "difference": other["success_rate"] - base["success_rate"],
-                          "p_value": p, "significant": p < SIGNIFICANCE_LEVEL})  # fmt: skip
+            tests.append(
+                {
+                    "a": base_label,
+                    "b": label,
+                    "difference": other["success_rate"] - base["success_rate"],
+                    "p_value": p,
+                    "significant": p < SIGNIFICANCE_LEVEL,
+                }
+            )
         same_seeds = len({tuple(c["seeds"]) for c in found.values() if c is not None}) <= 1
         rows.append({"condition": name, "results": results, "tests": tests, "same_seeds": same_seeds})
-    return {"suite": entries[0][1]["suite"],
-            "test": f"{TEST_NAME}, each against {base_label}, at {SIGNIFICANCE_LEVEL} per condition (not corrected "
-                    "for multiple comparisons)",
-            "policies": [{"label": label, "checkpoint": r["checkpoint"], "score": r["score"],
-                          "real_robot": r["real_robot"], "report": r.get("report_dir")} for label, r in entries],
-            "rows": rows}  # fmt: skip
+    return {
+        "suite": entries[0][1]["suite"],
+        "test": f"{TEST_NAME}, each against {base_label}, at {SIGNIFICANCE_LEVEL} per condition (not corrected "
+        "for multiple comparisons)",
+        "policies": [
+            {
+                "label": label,
+                "checkpoint": r["checkpoint"],
+                "score": r["score"],
+                "real_robot": r["real_robot"],
+                "report": r.get("report_dir"),
+            }
+            for label, r in entries
+        ],
+        "rows": rows,
+    }
 
 
 def compare_markdown(comparison: dict, title: str) -> str:
@@ -162,21 +225,30 @@ def compare_markdown(comparison: dict, title: str) -> str:
     others = labels[1:]
     head = ["condition", *labels, *(f"{b} - {labels[0]}" for b in others)]
     text = f"# {title}: suite {comparison['suite']}\n\n"
-    text += "".join(f"- {p['label']}: `{p['checkpoint']}` (scored by {p['score']}"
-                    f"{', real robot' if p['real_robot'] else ''})\n" for p in comparison["policies"])  # fmt: skip
+    text += "".join(
+        f"- {p['label']}: `{p['checkpoint']}` (scored by {p['score']}{', real robot' if p['real_robot'] else ''})\n"
+        for p in comparison["policies"]
+    )
     text += f"\nsignificance: {comparison['test']}; * = significant\n\n"
     text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     for row in comparison["rows"]:
         cells = [row["condition"] + ("" if row["same_seeds"] else " (different seeds)")]
         for label in labels:
             r = row["results"][label]
-            cells.append("-" if r is None else f"{r['success_rate']:.2f} [{r['success_ci95'][0]:.2f}, "
-                         f"{r['success_ci95'][1]:.2f}] ({r['successes']}/{r['n']})")  # fmt: skip
+            cells.append(
+                "-"
+                if r is None
+                else f"{r['success_rate']:.2f} [{r['success_ci95'][0]:.2f}, "
+                f"{r['success_ci95'][1]:.2f}] ({r['successes']}/{r['n']})"
+            )
         tests = {t["b"]: t for t in row["tests"]}
         for label in others:
             t = tests.get(label)
-            cells.append("-" if t is None else f"{t['difference']:+.2f} (p={t['p_value']:.3g})"
-                         + (" *" if t["significant"] else ""))  # fmt: skip
+            cells.append(
+                "-"
+                if t is None
+                else f"{t['difference']:+.2f} (p={t['p_value']:.3g})" + (" *" if t["significant"] else "")
+            )
         text += "| " + " | ".join(cells) + " |\n"
     return text
 

@@ -57,9 +57,11 @@ WORKER_POLL_S = 1.0  # how often the parent checks that its workers are alive wh
 NOT_OUTCOME_KEYS = ("logger.", "torch_threads", "outputs_dir", "cache_dir", "name=")  # a report stays reusable
 TIMING_KEYS = ("episode_s", "step_ms")  # per-episode fields that differ run to run (wall time)
 EVAL_KEYS = ("eval.suite", "eval.workers", "eval.score", "eval.video", "eval.episodes", "eval.seed")
-REWARD_REFUSAL = ("eval.score=reward is refused: a policy scored by the reward model it was trained on is graded by "
-                  "the critic it learned to please (and may have learned to fool); use eval.score=env (the env's own "
-                  "success check) or eval.score=human (a person's labels)")  # fmt: skip
+REWARD_REFUSAL = (
+    "eval.score=reward is refused: a policy scored by the reward model it was trained on is graded by "
+    "the critic it learned to please (and may have learned to fool); use eval.score=env (the env's own "
+    "success check) or eval.score=human (a person's labels)"
+)
 
 
 class SuiteError(ValueError):
@@ -91,8 +93,12 @@ class Suite:
 
     def signature(self) -> dict:
         """What two evaluations must share to be compared episode for episode."""
-        return {"suite": self.name, "episodes": self.episodes, "seed": self.seed,
-                "conditions": [[c.name, list(c.overrides)] for c in self.conditions]}  # fmt: skip
+        return {
+            "suite": self.name,
+            "episodes": self.episodes,
+            "seed": self.seed,
+            "conditions": [[c.name, list(c.overrides)] for c in self.conditions],
+        }
 
 
 def suite_names() -> list[str]:
@@ -109,8 +115,9 @@ def load_suite(spec: str) -> Suite:
         if not path.is_file():
             close = difflib.get_close_matches(spec, suite_names(), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise SuiteError(f"no suite '{spec}'{hint} (the suites: {', '.join(suite_names())}; or a path to a "
-                             "suite .yaml)")  # fmt: skip
+            raise SuiteError(
+                f"no suite '{spec}'{hint} (the suites: {', '.join(suite_names())}; or a path to a suite .yaml)"
+            )
     elif not path.is_file():
         raise SuiteError(f"suite file {path} does not exist")
     try:
@@ -183,12 +190,13 @@ def needs_hand_reset(env) -> bool:
     return getattr(env, "driver", None) is not None and getattr(env, "driver_twin", None) is None
 
 
-def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: HumanPrompt | None = None,
-                film: bool = False) -> tuple[dict, list[np.ndarray]]:  # fmt: skip
+def run_episode(
+    env, policy, seed: int, index: int, score: str = "env", prompt: HumanPrompt | None = None, film: bool = False
+) -> tuple[dict, list[np.ndarray]]:
     """One deterministic episode: its result (success as `score` says, failure mode, wall times) and, with `film`,
     a frame before every action and one after the last step."""
-    from robo_rl.policy_io import policy_action
     from robo_rl.eval.video import render_frame
+    from robo_rl.policy_io import policy_action
 
     getattr(policy, "reset", lambda: None)()  # a policy with per-episode state (a base's chunk queue)
     frames: list[np.ndarray] = []
@@ -229,18 +237,34 @@ def run_episode(env, policy, seed: int, index: int, score: str = "env", prompt: 
     else:  # ended by the env's own check or the time limit: the person says how it went
         success = (prompt or HumanPrompt()).ask_label(
             f"episode {index + 1} (seed {seed}) ended by {ended_by}: a success? press success / failure, or type y / n "
-            "and Enter")  # fmt: skip
+            "and Enter"
+        )
     if prompt is not None and prompt.gui is not None:
         prompt.gui.episode_end(bool(success), ended_by)
-    result = {"episode": index, "seed": seed, "success": bool(success), "length": length, "return": ret,
-              "ended_by": ended_by, "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
-              "interventions": interventions, "episode_s": end - start,
-              "step_ms": (end - steps_start) / max(1, length) * 1e3}  # fmt: skip
+    result = {
+        "episode": index,
+        "seed": seed,
+        "success": bool(success),
+        "length": length,
+        "return": ret,
+        "ended_by": ended_by,
+        "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
+        "interventions": interventions,
+        "episode_s": end - start,
+        "step_ms": (end - steps_start) / max(1, length) * 1e3,
+    }
     return result, frames
 
 
-def run_condition(env, policy, seeds: list[int], score: str = "env", prompt: HumanPrompt | None = None,
-                  condition: Condition | None = None, on_episode=None) -> list[dict]:  # fmt: skip
+def run_condition(
+    env,
+    policy,
+    seeds: list[int],
+    score: str = "env",
+    prompt: HumanPrompt | None = None,
+    condition: Condition | None = None,
+    on_episode=None,
+) -> list[dict]:
     """Every seed once, in order; on a real robot a person resets the scene by hand before each episode."""
     hand = needs_hand_reset(env)
     if (hand or score == "human") and prompt is None:
@@ -251,8 +275,9 @@ def run_condition(env, policy, seeds: list[int], score: str = "env", prompt: Hum
     for i, seed in enumerate(seeds):
         if hand:
             name = f" ({condition.name})" if condition is not None else ""
-            prompt.wait_for_reset(f"episode {i + 1}/{len(seeds)}{name}: reset the scene by hand, then press "
-                                  "success (or Enter)")  # fmt: skip
+            prompt.wait_for_reset(
+                f"episode {i + 1}/{len(seeds)}{name}: reset the scene by hand, then press success (or Enter)"
+            )
         result, _ = run_episode(env, policy, seed, i, score, prompt)
         results.append(result)
         if on_episode is not None:
@@ -306,8 +331,10 @@ class HumanPrompt:
                 if hit is not None:
                     return hit
             if not self._open and not self.devices:
-                raise PromptError("a person's answer is needed, but stdin is closed and no teleop device is "
-                                  "configured: run in a terminal, or give human=<device>")  # fmt: skip
+                raise PromptError(
+                    "a person's answer is needed, but stdin is closed and no teleop device is "
+                    "configured: run in a terminal, or give human=<device>"
+                )
             try:
                 line = self._lines.get(timeout=self.poll_s) if self._open else time.sleep(self.poll_s)
             except queue.Empty:
@@ -325,8 +352,9 @@ class HumanPrompt:
 
     def ask_label(self, text: str) -> bool:
         self.say(text)
-        answer = self._answer(("success", "failure"), {"y": "success", "s": "success", "n": "failure", "f": "failure"},
-                              text)  # fmt: skip
+        answer = self._answer(
+            ("success", "failure"), {"y": "success", "s": "success", "n": "failure", "f": "failure"}, text
+        )
         return answer == "success"
 
 
@@ -359,8 +387,9 @@ def load_policy(cfg, env, payload: dict):
     try:
         policy.load_state_dict(payload["algo"]["policy"])
     except (KeyError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint {payload.get('path')} does not fit this policy/env config "
-                              f"({str(e)[:120]})") from None  # fmt: skip
+        raise CheckpointError(
+            f"checkpoint {payload.get('path')} does not fit this policy/env config ({str(e)[:120]})"
+        ) from None
     return policy.eval()
 
 
@@ -463,8 +492,12 @@ def _run_in_workers(suite: Suite, cfgs: list, payload: dict, workers: int, bar) 
     for _ in range(workers):
         tasks.put(None)
     threads = int(OmegaConf.select(cfgs[0], "torch_threads", default=1))
-    procs = [ctx.Process(target=_worker, args=(tasks, results, payload["path"], threads), daemon=True,
-                         name=f"eval-worker-{k}") for k in range(workers)]  # fmt: skip
+    procs = [
+        ctx.Process(
+            target=_worker, args=(tasks, results, payload["path"], threads), daemon=True, name=f"eval-worker-{k}"
+        )
+        for k in range(workers)
+    ]
     for p in procs:
         p.start()
     out: list[list[dict | None]] = [[None] * suite.episodes for _ in cfgs]
@@ -549,8 +582,11 @@ def is_real_robot_config(cfg) -> bool:
     driver = OmegaConf.select(cfg, "env.driver", default=None)
     if not driver or "_target_" not in driver:
         return False
-    return not (driver.get("twin") or OmegaConf.select(cfg, "env.dry_run", default=False)
-                or OmegaConf.select(cfg, "hardware.dry_run", default=False))  # fmt: skip
+    return not (
+        driver.get("twin")
+        or OmegaConf.select(cfg, "env.dry_run", default=False)
+        or OmegaConf.select(cfg, "hardware.dry_run", default=False)
+    )
 
 
 # --- clips --------------------------------------------------------------------------------------------------------
@@ -559,8 +595,10 @@ def film_condition(cfg, payload: dict, cond: Condition, episodes: list[dict], cl
     and written as small GIFs; {} when the env cannot render (the report says so)."""
     from robo_rl.eval.video import VideoError
 
-    picks = {outcome: next((r for r in episodes if r["success"] == (outcome == "success")), None)
-             for outcome in ("success", "failure")}  # fmt: skip
+    picks = {
+        outcome: next((r for r in episodes if r["success"] == (outcome == "success")), None)
+        for outcome in ("success", "failure")
+    }
     if not any(picks.values()):
         return {}
     env = build_env(cfg)
@@ -615,15 +653,30 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
     n, k = len(episodes), sum(r["success"] for r in episodes)
     low, high = wilson_interval(k, n)
     mean = lambda key: float(np.mean([r[key] for r in episodes])) if episodes else float("nan")  # noqa: E731
-    modes = {**dict.fromkeys(FAILURE_MODES, 0), **collections.Counter(r["failure_mode"] for r in episodes if
-                                                                       r["failure_mode"] is not None)}  # fmt: skip
+    modes = {
+        **dict.fromkeys(FAILURE_MODES, 0),
+        **collections.Counter(r["failure_mode"] for r in episodes if r["failure_mode"] is not None),
+    }
     ended = dict(collections.Counter(r["ended_by"] for r in episodes))
-    return {"name": cond.name, "overrides": list(cond.overrides), "setup": cond.setup, "n": n, "successes": k,
-            "success_rate": k / n if n else float("nan"), "success_ci95": [low, high],
-            "mean_length": mean("length"), "mean_return": mean("return"), "episode_s": mean("episode_s"),
-            "step_ms": mean("step_ms"), "failure_modes": modes, "ended_by": ended,
-            "intervention_steps": sum(r["interventions"] for r in episodes), "seeds": [r["seed"] for r in episodes],
-            "clips": clips or {}, "episodes": episodes}  # fmt: skip
+    return {
+        "name": cond.name,
+        "overrides": list(cond.overrides),
+        "setup": cond.setup,
+        "n": n,
+        "successes": k,
+        "success_rate": k / n if n else float("nan"),
+        "success_ci95": [low, high],
+        "mean_length": mean("length"),
+        "mean_return": mean("return"),
+        "episode_s": mean("episode_s"),
+        "step_ms": mean("step_ms"),
+        "failure_modes": modes,
+        "ended_by": ended,
+        "intervention_steps": sum(r["interventions"] for r in episodes),
+        "seeds": [r["seed"] for r in episodes],
+        "clips": clips or {},
+        "episodes": episodes,
+    }
 
 
 # --- reports ------------------------------------------------------------------------------------------------------
@@ -715,8 +768,13 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
             suite = load_suite(req.suite)
         else:
             suite = nominal_suite(int(base.eval.episodes), int(base.eval.seed))
-        suite = Suite(suite.name, req.episodes or suite.episodes, suite.seed if req.seed is None else req.seed,
-                      suite.conditions, suite.source)  # fmt: skip
+        suite = Suite(
+            suite.name,
+            req.episodes or suite.episodes,
+            suite.seed if req.seed is None else req.seed,
+            suite.conditions,
+            suite.source,
+        )
         cfgs = []
         for cond in suite.conditions:
             extra = list(cond.overrides) if given_randomize else _perturbation(base, list(cond.overrides))
@@ -746,8 +804,12 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
     folder = suite.name + ("_real" if real else "")
     out_dir = (run_dir if run_dir is not None else path.parent) / "eval" / folder
     outcome_overrides = [o for o in req.rest if not o.lstrip("+~").startswith(NOT_OUTCOME_KEYS)]
-    key = {"signature": suite.signature(), "checkpoint": str(path.resolve()), "score": score,
-           "overrides": outcome_overrides}  # fmt: skip
+    key = {
+        "signature": suite.signature(),
+        "checkpoint": str(path.resolve()),
+        "score": score,
+        "overrides": outcome_overrides,
+    }
     if reuse and (out_dir / "report.json").exists():
         old = json.loads((out_dir / "report.json").read_text())
         if {k: old.get(k) for k in key} == key and not old.get("stopped"):
@@ -758,12 +820,22 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
     torch.set_num_threads(base.torch_threads)
     film = req.video is not False  # clips unless eval.video=false: a suite's report shows what failing looks like
     run = run_suite(suite, cfgs, payload, workers, score, film, out_dir / "clips", bool(base.logger.progress))
-    report = {**key, "suite": suite.name, "suite_file": suite.source, "episodes": suite.episodes,
-              "seed": suite.seed, "env_steps": int(payload.get("counters", {}).get("env_steps", 0)),
-              "real_robot": run.real_robot, "workers": workers, "stopped": run.stopped,
-              "created": datetime.datetime.now().isoformat(timespec="seconds"), "report_dir": str(out_dir.resolve()),
-              "conditions": [summarize(c, e, clips) for c, e, clips in
-                             zip(suite.conditions, run.episodes, run.clips, strict=True)]}  # fmt: skip
+    report = {
+        **key,
+        "suite": suite.name,
+        "suite_file": suite.source,
+        "episodes": suite.episodes,
+        "seed": suite.seed,
+        "env_steps": int(payload.get("counters", {}).get("env_steps", 0)),
+        "real_robot": run.real_robot,
+        "workers": workers,
+        "stopped": run.stopped,
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "report_dir": str(out_dir.resolve()),
+        "conditions": [
+            summarize(c, e, clips) for c, e, clips in zip(suite.conditions, run.episodes, run.clips, strict=True)
+        ],
+    }
     write_suite_report(out_dir, report)
     return report, out_dir
 
@@ -810,8 +882,10 @@ def cmd_eval_suite(overrides: list[str]) -> int:
     width = max(len(c["name"]) for c in report["conditions"])
     for c in report["conditions"]:
         fails = ", ".join(f"{m.replace('_', ' ')} {n}" for m, n in c["failure_modes"].items() if n)
-        print(f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
-              f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}")  # fmt: skip
+        print(
+            f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
+            f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}"
+        )
     if report["stopped"]:
         print(f"stopped early: {report['stopped']}")
     print(f"report: {out_dir / 'report.md'} (and report.html, report.json)")
@@ -865,8 +939,9 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     if kind == "sim_vs_real":
         positional, labels, out = _sim_vs_real_sources(positional, suite_arg, out)
     elif len(positional) < 2:
-        raise SuiteError("usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] "
-                         "[out=<folder>]")  # fmt: skip
+        raise SuiteError(
+            "usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]"
+        )
     else:
         labels = _labels(positional)
     entries = []
@@ -874,11 +949,14 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
         report = _read_report(arg)
         if report is None:
             if suite_arg is None:
-                raise SuiteError(f"compare: {arg} is a run, not a report: give suite=<name> to evaluate it "
-                                 f"(the suites: {', '.join(suite_names())})")  # fmt: skip
+                raise SuiteError(
+                    f"compare: {arg} is a run, not a report: give suite=<name> to evaluate it "
+                    f"(the suites: {', '.join(suite_names())})"
+                )
             print(f"{label}: evaluating {arg} on suite {suite_arg}", file=sys.stderr)
-            report, _ = evaluate_on_suite([f"checkpoint={arg}", *options], reuse=True,
-                                          say=lambda text: print(text, file=sys.stderr))  # fmt: skip
+            report, _ = evaluate_on_suite(
+                [f"checkpoint={arg}", *options], reuse=True, say=lambda text: print(text, file=sys.stderr)
+            )
         entries.append((label, report))
     suites = {r["suite"] for _, r in entries}
     if len(suites) > 1:
@@ -897,16 +975,23 @@ def _sim_vs_real_sources(positional: list[str], suite: str | None, out: str | No
     if len(positional) == 2:
         return positional, ["sim", "real"], out
     if len(positional) != 1:
-        raise SuiteError("usage: robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> "
-                         "<real report> [out=<folder>]")  # fmt: skip
+        raise SuiteError(
+            "usage: robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> "
+            "<real report> [out=<folder>]"
+        )
     eval_dir = Path(positional[0]) / "eval"
-    pairs = sorted(p.name[: -len("_real")] for p in eval_dir.glob("*_real") if (p / "report.json").exists()
-                   and (eval_dir / p.name[: -len("_real")] / "report.json").exists())  # fmt: skip
+    pairs = sorted(
+        p.name[: -len("_real")]
+        for p in eval_dir.glob("*_real")
+        if (p / "report.json").exists() and (eval_dir / p.name[: -len("_real")] / "report.json").exists()
+    )
     if suite is None and len(pairs) == 1:
         suite = pairs[0]
     if suite is None or suite not in pairs:
-        raise SuiteError(f"sim_vs_real: {eval_dir} needs <suite>/report.json (sim) and <suite>_real/report.json "
-                         f"(a real robot's) for the same suite; found pairs: {', '.join(pairs) or 'none'}"
-                         + ("" if suite is None else f" (asked: {suite})"))  # fmt: skip
+        raise SuiteError(
+            f"sim_vs_real: {eval_dir} needs <suite>/report.json (sim) and <suite>_real/report.json "
+            f"(a real robot's) for the same suite; found pairs: {', '.join(pairs) or 'none'}"
+            + ("" if suite is None else f" (asked: {suite})")
+        )
     sources = [str(eval_dir / suite / "report.json"), str(eval_dir / f"{suite}_real" / "report.json")]
     return sources, ["sim", "real"], out or str(eval_dir)

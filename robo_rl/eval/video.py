@@ -22,8 +22,10 @@ def render_frame(env) -> np.ndarray:
     except NotImplementedError:
         frame = None
     if frame is None:
-        raise VideoError(f"eval.video=true, but {name}.render() gives no image (it needs Gymnasium's rgb_array "
-                         "render); set eval.video=false for this env")  # fmt: skip
+        raise VideoError(
+            f"eval.video=true, but {name}.render() gives no image (it needs Gymnasium's rgb_array "
+            "render); set eval.video=false for this env"
+        )
     frame = np.asarray(frame)
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
         raise VideoError(f"{name}.render() must give uint8 HxWx3, got {frame.dtype}{list(frame.shape)}")

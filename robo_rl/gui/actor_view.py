@@ -17,8 +17,17 @@ from robo_rl.transport.security import curve_keys, is_loopback
 
 log = logging.getLogger(__name__)
 
-LEARNER_FIELDS = ("env_steps", "updates", "updates_per_s", "realised_utd", "staleness_versions", "actors_alive",
-                  "buffer_online", "buffer_prior", "buffer_interventions")  # fmt: skip
+LEARNER_FIELDS = (
+    "env_steps",
+    "updates",
+    "updates_per_s",
+    "realised_utd",
+    "staleness_versions",
+    "actors_alive",
+    "buffer_online",
+    "buffer_prior",
+    "buffer_interventions",
+)
 
 
 class ActorView:
@@ -26,8 +35,17 @@ class ActorView:
         g = actor.cfg.gui
         curve = None if is_loopback(g.zmq_host) else curve_keys(actor.cfg, actor.cfg.actor.id)
         self.actor = actor
-        self.bridge = GuiBridge(actor.cfg.actor.id, g.zmq_host, g.zmq_port, web, actor.human, frame_hz=g.frame_hz,
-                                deadman=g.deadman, deadman_timeout_s=g.deadman_timeout_s, curve=curve)  # fmt: skip
+        self.bridge = GuiBridge(
+            actor.cfg.actor.id,
+            g.zmq_host,
+            g.zmq_port,
+            web,
+            actor.human,
+            frame_hz=g.frame_hz,
+            deadman=g.deadman,
+            deadman_timeout_s=g.deadman_timeout_s,
+            curve=curve,
+        )
         self.view_size = int(g.view_size)
         self.episode, self.t, self.ret, self.reward = 0, 0, 0.0, 0.0
         self.intervention_steps, self.controller, self.reported = 0, None, False
@@ -43,8 +61,11 @@ class ActorView:
         self.intervention_steps += bool(info.get("intervention"))
         prob = info.get("success_prob")
         self.success_prob = None if prob is None else float(prob)
-        self.notice = ("learned reward: no fresh score (the model is down or slow): the fallback reward"
-                       if info.get("reward_fallback") else None)  # fmt: skip
+        self.notice = (
+            "learned reward: no fresh score (the model is down or slow): the fallback reward"
+            if info.get("reward_fallback")
+            else None
+        )
         self.tick(obs)
         if terminated or truncated:
             ended_by = info.get("ended_by") or ("terminated" if terminated else "truncated")
@@ -67,11 +88,21 @@ class ActorView:
             mode = "PAUSED"
         else:
             mode = "HUMAN" if self.controller else "POLICY"
-        meta = {"mode": mode, "controller": self.controller, "policy_version": int(self.actor.policy_version),
-                "policy_age_s": time.monotonic() - self.actor.policy_since, "episode": int(self.episode),
-                "step": int(self.t), "reward": self.reward, "return": self.ret, "success_prob": self.success_prob,
-                "interventions": human.timeline if human is not None else [], "loop": self._loop_stats(),
-                "learner": self._learner(), "notice": self.notice}  # fmt: skip
+        meta = {
+            "mode": mode,
+            "controller": self.controller,
+            "policy_version": int(self.actor.policy_version),
+            "policy_age_s": time.monotonic() - self.actor.policy_since,
+            "episode": int(self.episode),
+            "step": int(self.t),
+            "reward": self.reward,
+            "return": self.ret,
+            "success_prob": self.success_prob,
+            "interventions": human.timeline if human is not None else [],
+            "loop": self._loop_stats(),
+            "learner": self._learner(),
+            "notice": self.notice,
+        }
         if safety is not None:
             meta.update(safety=_safety_line(safety), safety_counts=safety.stats())
         images = view = None
@@ -86,9 +117,16 @@ class ActorView:
 
     def _episode_end(self, success: bool, ended_by: str) -> None:
         self.reported = True
-        self.bridge.episode_end({"episode": int(self.episode), "success": success, "ended_by": ended_by,
-                                 "length": int(self.t), "return": self.ret,
-                                 "intervention_steps": int(self.intervention_steps)})  # fmt: skip
+        self.bridge.episode_end(
+            {
+                "episode": int(self.episode),
+                "success": success,
+                "ended_by": ended_by,
+                "length": int(self.t),
+                "return": self.ret,
+                "intervention_steps": int(self.intervention_steps),
+            }
+        )
 
     def _render(self) -> dict | None:
         if self.view_size <= 0:

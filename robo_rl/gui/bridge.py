@@ -20,10 +20,10 @@ import time
 import numpy as np
 import zmq
 
-from robo_rl.gui.web_device import WebDevice
-from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.envs.wrappers import find_wrapper
 from robo_rl.gui import messages
+from robo_rl.gui.web_device import WebDevice
+from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint
 
@@ -46,9 +46,19 @@ def attach_web_device(env, **web_kwargs):
 
 
 class GuiBridge:
-    def __init__(self, actor_id: str, host: str, port: int, web: WebDevice, human: InterventionWrapper,
-                 frame_hz: float = 10.0, deadman: str = "pause", deadman_timeout_s: float = 2.0, curve=None,
-                 clock=time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        actor_id: str,
+        host: str,
+        port: int,
+        web: WebDevice,
+        human: InterventionWrapper,
+        frame_hz: float = 10.0,
+        deadman: str = "pause",
+        deadman_timeout_s: float = 2.0,
+        curve=None,
+        clock=time.monotonic,
+    ) -> None:
         if deadman not in DEADMAN:
             raise ValueError(f"gui.deadman='{deadman}': must be one of {', '.join(DEADMAN)}")
         self.actor_id, self.web, self.human = actor_id, web, human
@@ -78,8 +88,9 @@ class GuiBridge:
     def wants_frame(self) -> bool:
         return self._clock() - self._last_frame >= self.frame_period
 
-    def tick(self, meta: dict, images: dict[str, np.ndarray] | None = None,
-             view: dict[str, np.ndarray] | None = None) -> None:  # fmt: skip
+    def tick(
+        self, meta: dict, images: dict[str, np.ndarray] | None = None, view: dict[str, np.ndarray] | None = None
+    ) -> None:
         """The actor's state now; `images` (the policy's cameras) and `view` only when `wants_frame()`."""
         arrays = {}
         if images or view:

@@ -20,8 +20,16 @@ from __future__ import annotations
 from robo_rl.transport.messages import _actor_id, _bool, _int, _number, _stats, _text, check_meta
 
 MODES = ("POLICY", "HUMAN", "PAUSED", "ESTOP", "SAFETY")
-COMMANDS = ("intervention_toggle", "success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop",
-            "acknowledge")
+COMMANDS = (
+    "intervention_toggle",
+    "success",
+    "failure",
+    "rerecord_episode",
+    "terminate_episode",
+    "pause",
+    "estop",
+    "acknowledge",
+)
 MAX_TIMELINE = 1000
 
 
@@ -37,8 +45,13 @@ def _timeline(v):
     if not isinstance(v, list) or len(v) > MAX_TIMELINE:
         return f"a list of at most {MAX_TIMELINE} [start, end, device] entries"
     for entry in v:
-        if (not isinstance(entry, list | tuple) or len(entry) != 3 or _int(0)(entry[0])
-                or (entry[1] is not None and _int(0)(entry[1])) or _text(128)(entry[2])):  # fmt: skip
+        if (
+            not isinstance(entry, list | tuple)
+            or len(entry) != 3
+            or _int(0)(entry[0])
+            or (entry[1] is not None and _int(0)(entry[1]))
+            or _text(128)(entry[2])
+        ):
             return "a list of [start, end or null, device] entries"
     return None
 

@@ -31,8 +31,8 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from robo_rl.teleop.keys import DEFAULT_KEYS
 from robo_rl.gui import messages
+from robo_rl.teleop.keys import DEFAULT_KEYS
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint
 from robo_rl.transport.security import curve_keys, is_loopback
@@ -77,27 +77,37 @@ class ActorState:
         recent = list(self.recent)
         steps = sum(e["length"] for e in recent)
         return {
-            "id": self.id, "alive": time.monotonic() - self.seen < ALIVE_S,
-            "last_seen_s": time.monotonic() - self.seen, "mode": t.get("mode", "POLICY"),
-            "controller": t.get("controller"), "holder": names.get(self.holder) if self.holder else None,
-            "policy_version": t.get("policy_version", -1), "policy_age_s": t.get("policy_age_s"),
-            "episode": t.get("episode", 0), "step": t.get("step", 0), "return": t.get("return", 0.0),
-            "rewards": list(self.rewards), "success_prob": t.get("success_prob"),
-            "interventions": t.get("interventions", []), "cameras": list(self.cameras.values()),
-            "view": next(iter(self.views.values()), None), "recent": recent,
+            "id": self.id,
+            "alive": time.monotonic() - self.seen < ALIVE_S,
+            "last_seen_s": time.monotonic() - self.seen,
+            "mode": t.get("mode", "POLICY"),
+            "controller": t.get("controller"),
+            "holder": names.get(self.holder) if self.holder else None,
+            "policy_version": t.get("policy_version", -1),
+            "policy_age_s": t.get("policy_age_s"),
+            "episode": t.get("episode", 0),
+            "step": t.get("step", 0),
+            "return": t.get("return", 0.0),
+            "rewards": list(self.rewards),
+            "success_prob": t.get("success_prob"),
+            "interventions": t.get("interventions", []),
+            "cameras": list(self.cameras.values()),
+            "view": next(iter(self.views.values()), None),
+            "recent": recent,
             "intervention_rate": sum(e["intervention_steps"] for e in recent) / steps if steps else 0.0,
             "success_rate": sum(e["success"] for e in recent) / len(recent) if recent else 0.0,
-            "loop": t.get("loop", {}), "notice": t.get("notice"), "safety": t.get("safety"),
+            "loop": t.get("loop", {}),
+            "notice": t.get("notice"),
+            "safety": t.get("safety"),
             "safety_counts": t.get("safety_counts", {}),
-        }  # fmt: skip
+        }
 
 
 def _frame(name: str, image: np.ndarray, t: float, quality: int) -> dict | None:
     if image.ndim == 2:
         image = image[..., None]
     if image.ndim != 3 or image.shape[2] not in (1, 3) or image.dtype != np.uint8:
-        log.warning("gui: camera %s sent a %s %s frame, not HxWx{1,3} uint8: not shown", name, image.shape,
-                    image.dtype)  # fmt: skip
+        log.warning("gui: camera %s sent a %s %s frame, not HxWx{1,3} uint8: not shown", name, image.shape, image.dtype)
         return None
     bgr = image if image.shape[2] == 1 else image[..., ::-1]
     ok, jpeg = cv2.imencode(".jpg", np.ascontiguousarray(bgr), [cv2.IMWRITE_JPEG_QUALITY, quality])
@@ -129,8 +139,9 @@ def parse_page_message(text: str) -> dict:
         raise PageError(f"'{kind}' needs an 'actor' id")
     if kind == "command" and msg.get("command") not in messages.COMMANDS:
         raise PageError(f"unknown command {str(msg.get('command'))[:40]!r}")
-    if kind == "key" and not (isinstance(msg.get("key"), str) and 0 < len(msg["key"]) <= 32
-                              and isinstance(msg.get("down"), bool)):  # fmt: skip
+    if kind == "key" and not (
+        isinstance(msg.get("key"), str) and 0 < len(msg["key"]) <= 32 and isinstance(msg.get("down"), bool)
+    ):
         raise PageError("'key' needs a short 'key' text and a boolean 'down'")
     if kind == "hello" and not (isinstance(msg.get("name", ""), str) and len(msg.get("name", "")) <= 64):
         raise PageError("'hello' name must be a text of at most 64 characters")
@@ -153,8 +164,10 @@ class GuiHub:
         self.news = asyncio.Event()  # an actor said something new since the last snapshot
         curve = None if is_loopback(g.zmq_host) else curve_keys(cfg, "learner")
         if curve is None and not is_loopback(g.zmq_host):  # checked before any socket exists
-            raise ValueError(f"gui.zmq_host={g.zmq_host} is not loopback: set transport.curve_keys_dir so actors "
-                             "authenticate (robo-rl keys generate), or bind gui.zmq_host=127.0.0.1")  # fmt: skip
+            raise ValueError(
+                f"gui.zmq_host={g.zmq_host} is not loopback: set transport.curve_keys_dir so actors "
+                "authenticate (robo-rl keys generate), or bind gui.zmq_host=127.0.0.1"
+            )
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -190,8 +203,9 @@ class GuiHub:
                 state.on_tick(meta, arrays, self.quality)
                 self._maybe_release(state)
             else:
-                state.recent.append({k: meta[k] for k in ("episode", "success", "ended_by", "length", "return",
-                                                          "intervention_steps")})  # fmt: skip
+                state.recent.append(
+                    {k: meta[k] for k in ("episode", "success", "ended_by", "length", "return", "intervention_steps")}
+                )
 
     async def send_actor(self, actor_id: str, kind: str, meta: dict) -> None:
         try:
@@ -225,8 +239,13 @@ class GuiHub:
             learner = actor.tick.get("learner") or learner
         if learner:
             learner = {**learner, "buffer": {k[7:]: v for k, v in learner.items() if k.startswith("buffer_")}}
-        return {"v": 1, "type": "state", "t": time.time(), "learner": learner or None,
-                "actors": [a.snapshot(self.names) for a in self.actors.values()]}  # fmt: skip
+        return {
+            "v": 1,
+            "type": "state",
+            "t": time.time(),
+            "learner": learner or None,
+            "actors": [a.snapshot(self.names) for a in self.actors.values()],
+        }
 
     def authorised(self, token: str | None) -> bool:
         return not self.token or (token is not None and hmac.compare_digest(token, self.token))
@@ -243,9 +262,11 @@ class GuiHub:
             if state.holder == client:  # gone while holding control: the dead man, now
                 state.holder = None
                 await self.send_actor(state.id, "gui_release", {"by": self.names.get(client, client)})
-                await self.send_actor(state.id, "gui_deadman",
-                                      {"reason": f"the page of {self.names.get(client, client)}, which held "
-                                                 "control, went away"})  # fmt: skip
+                await self.send_actor(
+                    state.id,
+                    "gui_deadman",
+                    {"reason": f"the page of {self.names.get(client, client)}, which held control, went away"},
+                )
         if not self.pages:
             self._last_page_gone = time.monotonic()
         log.info("gui: page %s (%s) left; %d remain", client, self.names.get(client), len(self.pages))
@@ -255,8 +276,14 @@ class GuiHub:
         kind = msg["type"]
         if kind == "hello":
             self.names[client] = msg.get("name") or client
-            return {"v": 1, "type": "welcome", "client": client, "name": self.names[client],
-                    "deadman": self.cfg.gui.deadman, "keys": DEFAULT_KEYS}  # fmt: skip
+            return {
+                "v": 1,
+                "type": "welcome",
+                "client": client,
+                "name": self.names[client],
+                "deadman": self.cfg.gui.deadman,
+                "keys": DEFAULT_KEYS,
+            }
         if kind == "heartbeat":
             return None
         actor_id = msg["actor"]
@@ -266,10 +293,16 @@ class GuiHub:
         command = msg.get("command") or f"key {msg['key']}"
         if state.holder not in (None, client) and msg.get("command") != "estop":
             holder = self.names.get(state.holder, state.holder)
-            log.warning("gui: refused %s from %s: %s is controlled by %s", command, self.names[client], actor_id,
-                        holder)  # fmt: skip
-            return {"v": 1, "type": "refused", "actor": actor_id, "command": command,
-                    "reason": f"{actor_id} is controlled by {holder}"}  # fmt: skip
+            log.warning(
+                "gui: refused %s from %s: %s is controlled by %s", command, self.names[client], actor_id, holder
+            )
+            return {
+                "v": 1,
+                "type": "refused",
+                "actor": actor_id,
+                "command": command,
+                "reason": f"{actor_id} is controlled by {holder}",
+            }
         by = self.names[client]
         if kind == "key" or msg["command"] == "intervention_toggle":
             state.holder, state.holder_input = client, time.monotonic()
@@ -377,9 +410,15 @@ def make_app(cfg, token: str | None = None):
         finally:
             await hub.remove_page(client)
 
-    app = Starlette(routes=[Route("/", index), Route("/health", health), WebSocketRoute("/ws", ws_endpoint),
-                            Mount("/static", StaticFiles(directory=STATIC), name="static")],
-                    lifespan=lifespan)  # fmt: skip
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/health", health),
+            WebSocketRoute("/ws", ws_endpoint),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        lifespan=lifespan,
+    )
     app.state.holder = holder
     return app
 

@@ -25,10 +25,10 @@ from policies.bc import BCBase, BCPolicy
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.config import ConfigError, make_env
 from robo_rl.data.demos import load_or_make_demos, rollout_episode
-from robo_rl.eval.episodes import wilson_interval
 from robo_rl.data.replay import ReplayBuffer
-from robo_rl.runs import MetricsWriter
 from robo_rl.data.schema import step_fields
+from robo_rl.eval.episodes import wilson_interval
+from robo_rl.runs import MetricsWriter
 
 
 @dataclass
@@ -66,8 +66,10 @@ def demos_dataset(batch: dict[str, np.ndarray], val_fraction: float, seed: int, 
     rows = np.flatnonzero(buffer.prev[: len(buffer)] >= 0)  # nothing is overwritten: every link is valid
     n_val = 0 if val_fraction == 0 else max(1, round(val_fraction * episodes))
     if n_val >= episodes:
-        raise ConfigError(f"bc.val_fraction={val_fraction} holds out {n_val} of {episodes} demonstration episodes, "
-                          "leaving none to train on: record more (demos.num_episodes) or lower it")  # fmt: skip
+        raise ConfigError(
+            f"bc.val_fraction={val_fraction} holds out {n_val} of {episodes} demonstration episodes, "
+            "leaving none to train on: record more (demos.num_episodes) or lower it"
+        )
     val_eps = np.random.default_rng(seed).permutation(episodes)[:n_val]
     held_out = np.isin(labels[rows], val_eps)
     return BCData(buffer, rows[~held_out], rows[held_out], episodes, n_val, source)
@@ -83,8 +85,13 @@ def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device) -> tuple[dic
     return obs, to(action), to(mask).float()
 
 
-def chunk_loss(policy: BCPolicy | ChunkGenerator, obs: dict, action: torch.Tensor, mask: torch.Tensor,
-               generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def chunk_loss(
+    policy: BCPolicy | ChunkGenerator,
+    obs: dict,
+    action: torch.Tensor,
+    mask: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Over the real actions of each chunk (padding past the episode end is masked out): the mean squared error of
     an MLP, the flow-matching or denoising loss of a generative policy."""
     if isinstance(policy, ChunkGenerator):
@@ -137,16 +144,30 @@ def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = No
     if generative is not None:
         arch = {k: v for k, v in generative.items() if k != "execute_steps"}
         try:
-            return ChunkGenerator(space["state"].shape[0], env.action_space.shape[0], cameras=cameras, encoder=encoder,
-                                  state_names=list(getattr(env, "state_names", ())), **arch)  # fmt: skip
+            return ChunkGenerator(
+                space["state"].shape[0],
+                env.action_space.shape[0],
+                cameras=cameras,
+                encoder=encoder,
+                state_names=list(getattr(env, "state_names", ())),
+                **arch,
+            )
         except ValueError as e:
             raise ConfigError(f"policy: {e}") from None
-    return BCPolicy(space["state"].shape[0], env.action_space.shape[0], bc_cfg.chunk_size, list(bc_cfg.hidden),
-                    cameras, encoder, list(getattr(env, "state_names", ())))  # fmt: skip
+    return BCPolicy(
+        space["state"].shape[0],
+        env.action_space.shape[0],
+        bc_cfg.chunk_size,
+        list(bc_cfg.hidden),
+        cameras,
+        encoder,
+        list(getattr(env, "state_names", ())),
+    )
 
 
-def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: int, device, progress: bool = True,
-                 log=None) -> dict:  # fmt: skip
+def train_policy(
+    policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: int, device, progress: bool = True, log=None
+) -> dict:
     """Adam on the chunk loss; after each epoch the held-out loss, stopping after `bc.patience` epochs without a
     better one. A flow or diffusion policy trains for at least `bc.flow_updates` / `bc.diffusion_updates` gradient
     steps whatever epochs and patience say. The policy ends with the weights of its best validation epoch. Returns the
@@ -159,13 +180,17 @@ def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: 
     least_epochs = math.ceil(least / max(1, math.ceil(len(data.train_rows) / batch_size)))
     policy.set_normalisation(data.buffer.data["state"][data.buffer.prev[data.train_rows]])
     policy.to(device).train()
-    optimiser = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=float(bc_cfg.lr),
-                                 weight_decay=float(bc_cfg.weight_decay))  # fmt: skip
+    optimiser = torch.optim.Adam(
+        [p for p in policy.parameters() if p.requires_grad],
+        lr=float(bc_cfg.lr),
+        weight_decay=float(bc_cfg.weight_decay),
+    )
     best = {"val_loss": math.inf, "epoch": -1, "weights": None}
     train_loss, val_loss, epoch = math.nan, math.nan, -1
     start = time.perf_counter()
-    bar = tqdm(range(max(int(bc_cfg.epochs), least_epochs)), desc="behaviour cloning", unit="epoch",
-               disable=not progress)  # fmt: skip
+    bar = tqdm(
+        range(max(int(bc_cfg.epochs), least_epochs)), desc="behaviour cloning", unit="epoch", disable=not progress
+    )
     updates = 0
     for epoch in bar:
         order = rng.permutation(data.train_rows)
@@ -191,14 +216,28 @@ def train_policy(policy: BCPolicy | ChunkGenerator, data: BCData, bc_cfg, seed: 
     bar.close()
     policy.load_state_dict(best["weights"])
     policy.eval()
-    return {"epochs": epoch + 1, "updates": updates, "best_epoch": best["epoch"], "train_loss": train_loss,
-            "val_loss": best["val_loss"] if len(data.val_rows) else None, "train_s": time.perf_counter() - start,
-            "train_transitions": int(len(data.train_rows)), "val_transitions": int(len(data.val_rows)),
-            "episodes": data.episodes, "val_episodes": data.val_episodes}  # fmt: skip
+    return {
+        "epochs": epoch + 1,
+        "updates": updates,
+        "best_epoch": best["epoch"],
+        "train_loss": train_loss,
+        "val_loss": best["val_loss"] if len(data.val_rows) else None,
+        "train_s": time.perf_counter() - start,
+        "train_transitions": int(len(data.train_rows)),
+        "val_transitions": int(len(data.val_rows)),
+        "episodes": data.episodes,
+        "val_episodes": data.val_episodes,
+    }
 
 
-def evaluate_base(env, base: BCBase | GenerativeBase, episodes: int, seed: int, execute_steps: int | None = None,
-                  progress: bool = False) -> dict:  # fmt: skip
+def evaluate_base(
+    env,
+    base: BCBase | GenerativeBase,
+    episodes: int,
+    seed: int,
+    execute_steps: int | None = None,
+    progress: bool = False,
+) -> dict:
     """Success rate (Wilson 95% interval) over seeds seed..seed+episodes-1, each episode starting from an empty
     chunk queue; with the base's inference time."""
     chunked = ChunkedBase(base, execute_steps)
@@ -206,13 +245,27 @@ def evaluate_base(env, base: BCBase | GenerativeBase, episodes: int, seed: int, 
     for i in tqdm(range(episodes), desc="evaluation", unit="ep", disable=not progress):
         chunked.reset()
         records, success = rollout_episode(env, chunked.act, seed + i, i)
-        results.append({"episode": i, "seed": seed + i, "success": success, "length": len(records) - 1,
-                        "return": float(sum(r["reward"] for r in records[1:]))})  # fmt: skip
+        results.append(
+            {
+                "episode": i,
+                "seed": seed + i,
+                "success": success,
+                "length": len(records) - 1,
+                "return": float(sum(r["reward"] for r in records[1:])),
+            }
+        )
     k = sum(r["success"] for r in results)
-    return {"episodes": episodes, "successes": k, "success_rate": k / episodes,
-            "success_ci95": list(wilson_interval(k, episodes)), "chunk_size": base.chunk_size,
-            "execute_steps": chunked.execute_steps, "mean_length": float(np.mean([r["length"] for r in results])),
-            **chunked.timing(), "per_episode": results}  # fmt: skip
+    return {
+        "episodes": episodes,
+        "successes": k,
+        "success_rate": k / episodes,
+        "success_ci95": list(wilson_interval(k, episodes)),
+        "chunk_size": base.chunk_size,
+        "execute_steps": chunked.execute_steps,
+        "mean_length": float(np.mean([r["length"] for r in results])),
+        **chunked.timing(),
+        "per_episode": results,
+    }
 
 
 def save_atomic(payload: dict, path: Path) -> Path:
@@ -253,10 +306,13 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
         generative = generative_spec(cfg)
         policy = build_policy(cfg.bc, env, encoder, generative)
         if policy.state_dim != data.buffer.fields["state"][0][0] or (
-                policy.action_dim != data.buffer.fields["action_executed"][0][0]):  # fmt: skip
-            raise ConfigError(f"demonstrations {data.source} have state/action sizes "
-                              f"{data.buffer.fields['state'][0]}/{data.buffer.fields['action_executed'][0]}, "
-                              f"the env has {policy.state_dim}/{policy.action_dim}")  # fmt: skip
+            policy.action_dim != data.buffer.fields["action_executed"][0][0]
+        ):
+            raise ConfigError(
+                f"demonstrations {data.source} have state/action sizes "
+                f"{data.buffer.fields['state'][0]}/{data.buffer.fields['action_executed'][0]}, "
+                f"the env has {policy.state_dim}/{policy.action_dim}"
+            )
         log = MetricsWriter(out / "metrics.jsonl")
         try:
             summary = train_policy(policy, data, cfg.bc, int(cfg.seed), device, progress, log)
@@ -266,12 +322,13 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
         summary["demonstrations"] = data.source
         actions = data.buffer.data["action_executed"][data.train_rows]
         action_range = {"low": actions.min(0).tolist(), "high": actions.max(0).tolist()}  # a residual's units
-        save_atomic(policy.cpu().checkpoint(execute_steps=execute_steps, action_range=action_range, train=summary),
-                    out / "policy.pt")  # fmt: skip
+        save_atomic(
+            policy.cpu().checkpoint(execute_steps=execute_steps, action_range=action_range, train=summary),
+            out / "policy.pt",
+        )
         if int(cfg.bc.eval_episodes) > 0:
             base = GenerativeBase(policy) if generative else BCBase(policy)
-            result = evaluate_base(env, base, int(cfg.bc.eval_episodes), int(cfg.eval.seed),
-                                   execute_steps, progress)  # fmt: skip
+            result = evaluate_base(env, base, int(cfg.bc.eval_episodes), int(cfg.eval.seed), execute_steps, progress)
             (out / "eval.json").write_text(json.dumps(result, indent=2))
             summary["eval"] = {k: v for k, v in result.items() if k != "per_episode"}
     finally:

@@ -26,8 +26,8 @@ import torch
 from tqdm import tqdm
 
 from policies.flow import ChunkGenerator, GenerativeBase
-from robo_rl.offline.bc import evaluate_base, save_atomic
 from robo_rl.config import ConfigError
+from robo_rl.offline.bc import evaluate_base, save_atomic
 
 
 class DSRLTeacher(GenerativeBase):
@@ -65,8 +65,10 @@ def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
 
         cfg = load_saved_config(path / "config.yaml")
         if not str(cfg.policy.get("_target_", "")).endswith("NoisePolicy"):
-            raise ConfigError(f"{path} is a {cfg.algo.get('name', '?')} run: distill takes a flow/diffusion "
-                              "checkpoint (bc/policy.pt) or a DSRL run")  # fmt: skip
+            raise ConfigError(
+                f"{path} is a {cfg.algo.get('name', '?')} run: distill takes a flow/diffusion "
+                "checkpoint (bc/policy.pt) or a DSRL run"
+            )
         policy = make_policy(cfg, env)
         payload, _ = load_resume_checkpoint(str(path))
         if payload is None:
@@ -80,13 +82,16 @@ def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
     except BCCheckpointError as e:
         raise ConfigError(str(e)) from None
     if payload["kind"] == "bc_policy":
-        raise ConfigError(f"{payload['path']} is an MLP policy (one step already): distill takes a flow or diffusion "
-                          "policy, or a DSRL run")  # fmt: skip
+        raise ConfigError(
+            f"{payload['path']} is an MLP policy (one step already): distill takes a flow or diffusion "
+            "policy, or a DSRL run"
+        )
     from policies.flow import load_generative_base
 
     try:
-        base = load_generative_base(payload, env.observation_space, env.action_space.shape[0],
-                                    list(getattr(env, "state_names", ())))  # fmt: skip
+        base = load_generative_base(
+            payload, env.observation_space, env.action_space.shape[0], list(getattr(env, "state_names", ()))
+        )
     except BCCheckpointError as e:
         raise ConfigError(str(e)) from None
     return base, {"kind": base.model.kind, "path": payload["path"], "steps": base.model.steps}
@@ -112,8 +117,9 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
         for cam in env.observation_space["images"].spaces:
             images.setdefault(cam, []).append(np.stack([r[f"image/{cam}"] for r in records]))
     if not states:
-        raise ConfigError("distill needs states: demonstrations (demos.num_episodes or demos.path) or "
-                          "distill.rollout_episodes > 0")  # fmt: skip
+        raise ConfigError(
+            "distill needs states: demonstrations (demos.num_episodes or demos.path) or distill.rollout_episodes > 0"
+        )
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
@@ -133,8 +139,9 @@ def make_student(teacher: GenerativeBase) -> ChunkGenerator:
     return student
 
 
-def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, dcfg, seed: int,
-                  progress: bool) -> dict:  # fmt: skip
+def train_student(
+    student: ChunkGenerator, teacher: GenerativeBase, data: dict, dcfg, seed: int, progress: bool
+) -> dict:
     """Regress the student onto the teacher's chunks for `distill.iterations` steps (null, as run folders saved
     before it had a number hold: DEFAULT_ITERATIONS)."""
     iterations = int(dcfg.iterations or DEFAULT_ITERATIONS)
@@ -148,8 +155,10 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
     bar = tqdm(range(iterations), desc="distilling", unit="it", disable=not progress)
     for _ in bar:
         rows = rng.integers(0, n, int(dcfg.batch_size))
-        obs = {"state": torch.from_numpy(data["state"][rows]),
-               "images": {k: torch.from_numpy(v[rows]) for k, v in data["images"].items()}}  # fmt: skip
+        obs = {
+            "state": torch.from_numpy(data["state"][rows]),
+            "images": {k: torch.from_numpy(v[rows]) for k, v in data["images"].items()},
+        }
         z = torch.randn(len(rows), *student.noise_shape)
         target = base_chunks(teacher, obs, z)
         loss = (student.sample(student.features(obs), z, steps=1) - target).pow(2).mean()
@@ -161,8 +170,12 @@ def train_student(student: ChunkGenerator, teacher: GenerativeBase, data: dict, 
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
     bar.close()
     student.eval()
-    return {"iterations": iterations, "final_loss": float(np.mean(losses[-50:])),
-            "train_s": time.perf_counter() - start, "states": int(n)}  # fmt: skip
+    return {
+        "iterations": iterations,
+        "final_loss": float(np.mean(losses[-50:])),
+        "train_s": time.perf_counter() - start,
+        "states": int(n),
+    }
 
 
 def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
@@ -182,8 +195,9 @@ def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
         student = make_student(teacher)
         trained = train_student(student, teacher, data, dcfg, int(cfg.seed), progress)
         summary = {"distilled_from": about, "train": trained}
-        payload = student.checkpoint(execute_steps=teacher.execute_steps, distilled_from=about,
-                                     action_range=_range_dict(teacher.action_range))  # fmt: skip
+        payload = student.checkpoint(
+            execute_steps=teacher.execute_steps, distilled_from=about, action_range=_range_dict(teacher.action_range)
+        )
         save_atomic(payload, out / "policy.pt")
         episodes = int(dcfg.eval_episodes)
         if episodes > 0:

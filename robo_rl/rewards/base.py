@@ -66,8 +66,7 @@ class RewardModel(abc.ABC):
         self._warned: set[str] = set()
 
     @abc.abstractmethod
-    def score(self, frames: dict[str, np.ndarray], task: Task,
-              previous: dict[str, np.ndarray] | None = None) -> Scores:  # fmt: skip
+    def score(self, frames: dict[str, np.ndarray], task: Task, previous: dict[str, np.ndarray] | None = None) -> Scores:
         """Scores for N frames; with `previous` (the same cameras, N frames each), for the pairs previous → frames."""
 
     def score_episode(self, frames: dict[str, np.ndarray], task: Task) -> Scores:
@@ -79,8 +78,10 @@ class RewardModel(abc.ABC):
     def check_frames(self, frames: dict[str, np.ndarray]) -> int:
         missing = [c for c in self.cameras if c not in frames]
         if missing:
-            raise RewardModelError(f"{self.kind} reward model needs cameras {list(self.cameras)}; missing {missing} "
-                                   f"(given {sorted(frames)})")  # fmt: skip
+            raise RewardModelError(
+                f"{self.kind} reward model needs cameras {list(self.cameras)}; missing {missing} "
+                f"(given {sorted(frames)})"
+            )
         sizes = {len(frames[c]) for c in self.cameras}
         if len(sizes) != 1:
             raise RewardModelError(f"cameras hold different numbers of frames: {sizes}")
@@ -96,8 +97,11 @@ class RewardModel(abc.ABC):
             return
         self._warned.add(instruction)
         near = difflib.get_close_matches(instruction, self.instructions, n=1, cutoff=0.0)
-        log.warning("reward model: instruction %r was not in its training data; the nearest trained one is %r",
-                    instruction, near[0] if near else None)  # fmt: skip
+        log.warning(
+            "reward model: instruction %r was not in its training data; the nearest trained one is %r",
+            instruction,
+            near[0] if near else None,
+        )
 
     # --- saving ---------------------------------------------------------------------------------------------
     def config(self) -> dict:
@@ -144,8 +148,10 @@ def model_class(kind: str) -> type[RewardModel]:
 
     if kind not in KINDS:
         near = difflib.get_close_matches(kind, KINDS, n=1)
-        raise RewardModelError(f"unknown reward model kind '{kind}'{f'; did you mean {near[0]!r}' if near else ''} "
-                               f"(one of {', '.join(KINDS)})")  # fmt: skip
+        raise RewardModelError(
+            f"unknown reward model kind '{kind}'{f'; did you mean {near[0]!r}' if near else ''} "
+            f"(one of {', '.join(KINDS)})"
+        )
     module, name = KINDS[kind].split(":")
     return getattr(importlib.import_module(module), name)
 
@@ -177,6 +183,7 @@ def load_model(path: str | Path, kind: str | None = None) -> RewardModel:
         model.load_state_dict(state)
     except RuntimeError as e:  # another architecture's weights
         first = str(e).strip().splitlines()[0]
-        raise RewardModelError(f"{path} holds weights of another architecture than its {CONFIG_FILE} says "
-                               f"({first})") from None  # fmt: skip
+        raise RewardModelError(
+            f"{path} holds weights of another architecture than its {CONFIG_FILE} says ({first})"
+        ) from None
     return model

@@ -39,8 +39,16 @@ from robo_rl.rewards.base import RewardModel, RewardModelError, Scores, Task
 
 log = logging.getLogger(__name__)
 
-ARCH = {"channels": 32, "features": 64, "hidden": 256, "resize": [128, 128], "image_sizes": None,
-        "kernels": [3, 3, 3, 3], "strides": [2, 2, 2, 1], "bank_size": 0}  # fmt: skip
+ARCH = {
+    "channels": 32,
+    "features": 64,
+    "hidden": 256,
+    "resize": [128, 128],
+    "image_sizes": None,
+    "kernels": [3, 3, 3, 3],
+    "strides": [2, 2, 2, 1],
+    "bank_size": 0,
+}
 BANK_MAX = 4096  # success frames kept for the novelty gate (a random subset beyond that)
 GATE_POWER = 8  # beyond the gate a frame keeps (gate / distance)^8 of its probability: half at 1.09 × the gate
 
@@ -66,8 +74,7 @@ class SuccessClassifier(RewardModel):
     kind = "classifier"
     provides = ("success_prob",)
 
-    def __init__(self, cameras, instructions=(), threshold: float = 0.5, gate: float | None = None,
-                 **arch) -> None:  # fmt: skip
+    def __init__(self, cameras, instructions=(), threshold: float = 0.5, gate: float | None = None, **arch) -> None:
         super().__init__(cameras, instructions)
         unknown = sorted(set(arch) - set(ARCH))
         if unknown:
@@ -82,11 +89,18 @@ class SuccessClassifier(RewardModel):
         for cam in self.cameras:
             hw = tuple(resize) if resize is not None else tuple(sizes[cam])
             try:
-                encoders[cam] = ConvEncoder(hw, self.arch["channels"], self.arch["features"],
-                                            tuple(self.arch["kernels"]), tuple(self.arch["strides"]))  # fmt: skip
+                encoders[cam] = ConvEncoder(
+                    hw,
+                    self.arch["channels"],
+                    self.arch["features"],
+                    tuple(self.arch["kernels"]),
+                    tuple(self.arch["strides"]),
+                )
             except ValueError:
-                raise RewardModelError(f"camera {cam}: the classifier's convolutions shrink {hw[0]}×{hw[1]} images to "
-                                       "nothing; resize to a larger size or use fewer kernels") from None  # fmt: skip
+                raise RewardModelError(
+                    f"camera {cam}: the classifier's convolutions shrink {hw[0]}×{hw[1]} images to "
+                    "nothing; resize to a larger size or use fewer kernels"
+                ) from None
         features, hidden = self.arch["features"] * len(self.cameras), self.arch["hidden"]
         head = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.net = nn.ModuleDict({"encoders": nn.ModuleDict(encoders), "head": head})
@@ -110,8 +124,10 @@ class SuccessClassifier(RewardModel):
             if size is not None and tuple(image.shape[1:3]) != tuple(size):
                 image = _resize(image, tuple(size))
             elif size is None and list(image.shape[1:3]) != list(self.arch["image_sizes"][cam]):
-                raise RewardModelError(f"camera {cam}: frames are {tuple(image.shape[1:3])}, the classifier was built "
-                                       f"for {tuple(self.arch['image_sizes'][cam])} (resize=None)")  # fmt: skip
+                raise RewardModelError(
+                    f"camera {cam}: frames are {tuple(image.shape[1:3])}, the classifier was built "
+                    f"for {tuple(self.arch['image_sizes'][cam])} (resize=None)"
+                )
             out[cam] = image
         return out
 
@@ -145,8 +161,10 @@ class SuccessClassifier(RewardModel):
         self.net.eval()
         with torch.no_grad():
             for i in range(0, n, batch):
-                chunk = {c: torch.from_numpy(np.ascontiguousarray(frames[c][i : i + batch])).to(self.device)
-                         for c in self.cameras}  # fmt: skip
+                chunk = {
+                    c: torch.from_numpy(np.ascontiguousarray(frames[c][i : i + batch])).to(self.device)
+                    for c in self.cameras
+                }
                 feats = self.features(chunk)
                 prob = torch.sigmoid(self.net["head"](feats).squeeze(-1))
                 distance = self.novelty(feats)
@@ -191,8 +209,9 @@ def _episode_labels(episode: Episode, margin: int) -> tuple[np.ndarray, np.ndarr
     return labels, keep
 
 
-def label_frames(episodes: list[Episode], cameras, margin: int = 2,
-                 human_labelled: tuple[dict, np.ndarray] | None = None):  # fmt: skip
+def label_frames(
+    episodes: list[Episode], cameras, margin: int = 2, human_labelled: tuple[dict, np.ndarray] | None = None
+):
     """(frames camera → uint8 (N, H, W, 3), labels float32 (N,), episode_index int (N,)); human-labelled
     (frames, labels) are appended as they are, with episode index -1."""
     frames, labels, index = {c: [] for c in cameras}, [], []
@@ -212,8 +231,11 @@ def label_frames(episodes: list[Episode], cameras, margin: int = 2,
             frames[cam].append(np.asarray(extra[cam], np.uint8))
         labels.append(np.asarray(extra_labels, np.float32))
         index.append(np.full(len(extra_labels), -1))
-    return ({c: np.concatenate(f) for c, f in frames.items()}, np.concatenate(labels).astype(np.float32),
-            np.concatenate(index).astype(np.int64))  # fmt: skip
+    return (
+        {c: np.concatenate(f) for c, f in frames.items()},
+        np.concatenate(labels).astype(np.float32),
+        np.concatenate(index).astype(np.int64),
+    )
 
 
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -244,8 +266,7 @@ def _score_episodes(model: SuccessClassifier, episodes: list[Episode], task: Tas
     return [model.score({c: ep.records[f"image/{c}"] for c in model.cameras}, task).success_prob for ep in episodes]
 
 
-def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float, debounce_k: int,
-             margin: int) -> dict:
+def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float, debounce_k: int, margin: int) -> dict:
     frame_p, frame_y, false_eps, detected, n_success = [], [], 0, 0, 0
     for p, ep in zip(probs, episodes, strict=True):
         y, keep = _episode_labels(ep, margin)
@@ -258,21 +279,29 @@ def _metrics(probs: list[np.ndarray], episodes: list[Episode], threshold: float,
             success_frames = p[y == 1]
             detected += _fires(success_frames, threshold, min(debounce_k, len(success_frames)))
     fp, fy = np.concatenate(frame_p), np.concatenate(frame_y) > 0.5
-    return {"auroc": auroc(fp, fy), "threshold": threshold, "debounce_k": debounce_k,
-            "frame_fpr": float((fp[~fy] > threshold).mean()) if (~fy).any() else float("nan"),
-            "frame_tpr": float((fp[fy] > threshold).mean()) if fy.any() else float("nan"),
-            "episode_fpr": false_eps / len(episodes), "false_positive_episodes": false_eps,
-            "episode_tpr": detected / n_success if n_success else float("nan"),
-            "episodes": len(episodes), "successful_episodes": n_success, "frames": len(fp),
-            "positives": int(fy.sum())}  # fmt: skip
+    return {
+        "auroc": auroc(fp, fy),
+        "threshold": threshold,
+        "debounce_k": debounce_k,
+        "frame_fpr": float((fp[~fy] > threshold).mean()) if (~fy).any() else float("nan"),
+        "frame_tpr": float((fp[fy] > threshold).mean()) if fy.any() else float("nan"),
+        "episode_fpr": false_eps / len(episodes),
+        "false_positive_episodes": false_eps,
+        "episode_tpr": detected / n_success if n_success else float("nan"),
+        "episodes": len(episodes),
+        "successful_episodes": n_success,
+        "frames": len(fp),
+        "positives": int(fy.sum()),
+    }
 
 
 def _task(model: SuccessClassifier) -> Task:
     return Task(model.instructions[0] if model.instructions else "")
 
 
-def evaluate_classifier(model: SuccessClassifier, episodes: list[Episode], debounce_k: int = 3, margin: int = 2,
-                        task: Task | None = None) -> dict:
+def evaluate_classifier(
+    model: SuccessClassifier, episodes: list[Episode], debounce_k: int = 3, margin: int = 2, task: Task | None = None
+) -> dict:
     """Frame AUROC, frame FPR/TPR at the model's threshold, and the per-episode false-positive rate (share of
     episodes where frames that should not be a success score above it `debounce_k` frames in a row)."""
     if not episodes:
@@ -292,11 +321,26 @@ def split_by_episode(episodes: list[Episode], val_fraction: float, seed: int) ->
     return sorted(train), sorted(val)
 
 
-def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batch_size: int = 64, lr: float = 3e-4,
-                     val_fraction: float = 0.2, seed: int = 0, augment: bool = True, progress: bool = True,
-                     human_labelled: tuple[dict, np.ndarray] | None = None, margin: int = 2,
-                     max_fpr: float = 0.01, debounce_k: int = 3, shift: float = 0.05, device: str = "cpu",
-                     gate_quantile: float | None = 0.99, **model_kwargs) -> tuple[SuccessClassifier, dict]:  # fmt: skip
+def train_classifier(
+    episodes: list[Episode],
+    cameras,
+    *,
+    epochs: int = 20,
+    batch_size: int = 64,
+    lr: float = 3e-4,
+    val_fraction: float = 0.2,
+    seed: int = 0,
+    augment: bool = True,
+    progress: bool = True,
+    human_labelled: tuple[dict, np.ndarray] | None = None,
+    margin: int = 2,
+    max_fpr: float = 0.01,
+    debounce_k: int = 3,
+    shift: float = 0.05,
+    device: str = "cpu",
+    gate_quantile: float | None = 0.99,
+    **model_kwargs,
+) -> tuple[SuccessClassifier, dict]:
     """Train a SuccessClassifier on `episodes`; returns it (threshold set on the held-out episodes) and a report.
     `shift`: the random-shift pad as a share of the smaller image side (at least 1 pixel). `gate_quantile`: the
     novelty gate keeps this share of the held-out success frames (None: no gate; see the module's text)."""
@@ -310,12 +354,18 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
     n_pos = int(labels.sum())
     n_success = sum(episodes[i].success for i in train_idx)
     if n_success and n_pos < 2 * n_success:
-        log.warning("the %d successful training episodes flag %d success frames: one each is what an env that ends "
-                    "at the first success records; record successes held for a few steps (a sim: "
-                    "env.terminate_on_success=false) or add human-labelled success frames", n_success, n_pos)
+        log.warning(
+            "the %d successful training episodes flag %d success frames: one each is what an env that ends "
+            "at the first success records; record successes held for a few steps (a sim: "
+            "env.terminate_on_success=false) or add human-labelled success frames",
+            n_success,
+            n_pos,
+        )
     if n_pos == 0 or n_pos == len(labels):
-        raise RewardModelError(f"training needs positive and negative frames; the {len(train_idx)} training "
-                               f"episodes give {n_pos} positives of {len(labels)}")  # fmt: skip
+        raise RewardModelError(
+            f"training needs positive and negative frames; the {len(train_idx)} training "
+            f"episodes give {n_pos} positives of {len(labels)}"
+        )
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     sizes = {c: list(frames[c].shape[1:3]) for c in cameras}
@@ -342,17 +392,26 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
             opt.step()
         bar.set_postfix(loss=f"{loss.item():.4f}")
     model.net.eval()
-    report = {"train_episodes": len(train_idx), "val_episodes": len(val_idx), "train_frames": len(y),
-              "train_positives": n_pos, "human_frames": 0 if human_labelled is None else len(human_labelled[1]),
-              "train_episode_indices": train_idx, "val_episode_indices": val_idx,
-              "final_loss": float(loss.item())}  # fmt: skip
+    report = {
+        "train_episodes": len(train_idx),
+        "val_episodes": len(val_idx),
+        "train_frames": len(y),
+        "train_positives": n_pos,
+        "human_frames": 0 if human_labelled is None else len(human_labelled[1]),
+        "train_episode_indices": train_idx,
+        "val_episode_indices": val_idx,
+        "final_loss": float(loss.item()),
+    }
     if val_idx:
         val = [episodes[i] for i in val_idx]
         if gate_quantile is not None:
             report.update(_fit_gate(model, images, labels, val, margin, gate_quantile, seed))
         probs = _score_episodes(model, val, _task(model))
-        negatives = [p[keep & (lab == 0)] for p, ep in zip(probs, val, strict=True)
-                     for lab, keep in [_episode_labels(ep, margin)]]  # fmt: skip
+        negatives = [
+            p[keep & (lab == 0)]
+            for p, ep in zip(probs, val, strict=True)
+            for lab, keep in [_episode_labels(ep, margin)]
+        ]
         model.threshold = choose_threshold(np.concatenate(negatives), max_fpr)
         metrics = _metrics(probs, val, model.threshold, debounce_k, margin)
         renamed = ("frames", "positives", "episodes")  # of the held-out set
@@ -361,25 +420,40 @@ def train_classifier(episodes: list[Episode], cameras, *, epochs: int = 20, batc
     return model, report
 
 
-def _fit_gate(model: SuccessClassifier, images: dict[str, torch.Tensor], labels: np.ndarray, val: list[Episode],
-              margin: int, quantile: float, seed: int) -> dict:  # fmt: skip
+def _fit_gate(
+    model: SuccessClassifier,
+    images: dict[str, torch.Tensor],
+    labels: np.ndarray,
+    val: list[Episode],
+    margin: int,
+    quantile: float,
+    seed: int,
+) -> dict:
     """The bank (the training success frames' features, at most BANK_MAX) and the gate: the `quantile` of the
     held-out success frames' distances to it. Without held-out success frames there is no gate (a warning)."""
     positives = np.flatnonzero(labels > 0.5)
     if len(positives) > BANK_MAX:
         positives = np.sort(np.random.default_rng(seed).choice(positives, BANK_MAX, replace=False))
     with torch.no_grad():
-        feats = [model.features({c: im[positives[i : i + 256]].to(model.device) for c, im in images.items()})
-                 for i in range(0, len(positives), 256)]  # fmt: skip
+        feats = [
+            model.features({c: im[positives[i : i + 256]].to(model.device) for c, im in images.items()})
+            for i in range(0, len(positives), 256)
+        ]
         model.set_bank(torch.cat(feats))
     success = [_episode_labels(ep, margin)[0] > 0.5 for ep in val]
-    frames = {c: np.concatenate([ep.records[f"image/{c}"][m] for ep, m in zip(val, success, strict=True)])
-              for c in model.cameras}  # fmt: skip
+    frames = {
+        c: np.concatenate([ep.records[f"image/{c}"][m] for ep, m in zip(val, success, strict=True)])
+        for c in model.cameras
+    }
     if not len(frames[model.cameras[0]]):
         log.warning("no held-out success frames to set the novelty gate on: the classifier has no gate")
         return {"gate": None, "gate_quantile": quantile, "bank_frames": len(positives)}
     model.gate = None
     distance = model.score(frames, _task(model)).extra["novelty"]
     model.gate = float(np.quantile(distance, quantile, method="higher"))
-    return {"gate": model.gate, "gate_quantile": quantile, "bank_frames": len(positives),
-            "val_positives_within_gate": float((distance <= model.gate).mean())}  # fmt: skip
+    return {
+        "gate": model.gate,
+        "gate_quantile": quantile,
+        "bank_frames": len(positives),
+        "val_positives_within_gate": float((distance <= model.gate).mean()),
+    }

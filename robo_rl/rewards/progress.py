@@ -99,8 +99,9 @@ class SiglipBackbone(nn.Module):
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         if self.tokenizer is not None:
-            ids = self.tokenizer(texts, padding="max_length", truncation=True, max_length=self.max_len,
-                                 return_tensors="pt")["input_ids"]  # fmt: skip
+            ids = self.tokenizer(
+                texts, padding="max_length", truncation=True, max_length=self.max_len, return_tensors="pt"
+            )["input_ids"]
         else:
             ids = torch.tensor([hashed_words(t, self.vocab, self.max_len) for t in texts], dtype=torch.long)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze):
@@ -114,8 +115,9 @@ class ProgressNet(nn.Module):
         i, t = backbone.image_dim, backbone.text_dim
 
         def mlp(n_in: int, n_out: int) -> nn.Sequential:
-            return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, n_out))  # fmt: skip
+            return nn.Sequential(
+                nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)
+            )
 
         self.frame_head = mlp(i + t, 2)  # progress logit, done logit
         self.pair_head = mlp(3 * i + t, 1)  # signed progress from a to b
@@ -134,14 +136,30 @@ class ProgressCritic(RewardModel):
     kind = "progress"
     provides = ("progress", "delta", "success_prob")
 
-    def __init__(self, cameras, instructions=(), backbone: str = "small", backbone_path: str | None = None,
-                 size: int = 32, channels: int = 16, features: int = 64, hidden: int = 128,
-                 freeze: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cameras,
+        instructions=(),
+        backbone: str = "small",
+        backbone_path: str | None = None,
+        size: int = 32,
+        channels: int = 16,
+        features: int = 64,
+        hidden: int = 128,
+        freeze: bool = True,
+    ) -> None:
         super().__init__(tuple(cameras), tuple(instructions))
         if backbone not in BACKBONES:
             raise RewardModelError(f"progress critic backbone '{backbone}': one of {', '.join(BACKBONES)}")
-        self.settings = {"backbone": backbone, "backbone_path": backbone_path, "size": size, "channels": channels,
-                         "features": features, "hidden": hidden, "freeze": freeze}  # fmt: skip
+        self.settings = {
+            "backbone": backbone,
+            "backbone_path": backbone_path,
+            "size": size,
+            "channels": channels,
+            "features": features,
+            "hidden": hidden,
+            "freeze": freeze,
+        }
         if backbone == "siglip":
             if not backbone_path:
                 raise RewardModelError("the siglip backbone needs backbone_path (a hub id or a local folder)")
@@ -174,9 +192,11 @@ class ProgressCritic(RewardModel):
         b = {c: torch.as_tensor(frames[c]) for c in self.cameras}  # uint8 [N, H, W, 3], as the encoders take them
         a = None if previous is None else {c: torch.as_tensor(previous[c]) for c in self.cameras}
         progress, done, delta = self.net(b, [task.instruction] * n, a)
-        return Scores(progress=torch.sigmoid(progress).numpy().astype(np.float32),
-                      delta=None if delta is None else delta.numpy().astype(np.float32),
-                      success_prob=torch.sigmoid(done).numpy().astype(np.float32))  # fmt: skip
+        return Scores(
+            progress=torch.sigmoid(progress).numpy().astype(np.float32),
+            delta=None if delta is None else delta.numpy().astype(np.float32),
+            success_prob=torch.sigmoid(done).numpy().astype(np.float32),
+        )
 
     def score_episode(self, frames, task: Task) -> Scores:
         """Per frame progress and done; delta from each frame's predecessor (0 for the first)."""
@@ -232,9 +252,20 @@ def _sample(episodes, instructions, others, cameras, batch, rng, done_last) -> _
     return _Pairs(frames(1), frames(2), [r[3] for r in rows], col(4), col(5), col(6), col(7))
 
 
-def train_progress_critic(episodes, cameras, instructions, *, other_instructions=(), steps: int = 2000,
-                          batch_size: int = 64, lr: float = 3e-4, seed: int = 0, done_last: int = 3,
-                          progress: bool = True, **model_kwargs) -> ProgressCritic:  # fmt: skip
+def train_progress_critic(
+    episodes,
+    cameras,
+    instructions,
+    *,
+    other_instructions=(),
+    steps: int = 2000,
+    batch_size: int = 64,
+    lr: float = 3e-4,
+    seed: int = 0,
+    done_last: int = 3,
+    progress: bool = True,
+    **model_kwargs,
+) -> ProgressCritic:
     """Train on `episodes` (each with its instruction in `instructions`); `other_instructions` give the mismatches
     (the other episodes' instructions are used too)."""
     from tqdm import tqdm
@@ -257,8 +288,7 @@ def train_progress_critic(episodes, cameras, instructions, *, other_instructions
         b = {c: random_shift(x, 2) for c, x in p.b.items()}
         logit_p, logit_d, delta = net(b, p.text, a)
         loss_p = F.binary_cross_entropy_with_logits(logit_p, p.progress, reduction="none") * p.progress_weight
-        loss = (10.0 * F.mse_loss(delta, p.delta) + loss_p.mean()
-                + F.binary_cross_entropy_with_logits(logit_d, p.done))  # fmt: skip
+        loss = 10.0 * F.mse_loss(delta, p.delta) + loss_p.mean() + F.binary_cross_entropy_with_logits(logit_d, p.done)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -300,11 +330,16 @@ def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instr
         wrong.append(float(model.score({c: f[-1:] for c, f in frames.items()}, Task(wrong_instruction)).progress[0]))
         stalled.append(float(np.abs(model.score(frames, Task(text), previous=frames).delta).mean()))
     p, y = np.concatenate(done_p), np.concatenate(done_y)
-    return {"episodes": len(forward), "voc": float(np.mean(forward)), "voc_reversed": float(np.mean(backward)),
-            "final_progress_right": float(np.mean(right)), "final_progress_wrong": float(np.mean(wrong)),
-            "stalled_abs_delta": float(np.mean(stalled)),
-            # the done head as a success detector on every held-out frame the records flag (the shaper ends an
-            # episode at success_threshold, 0.5 by default)
-            "done_auroc": auroc(p, y) if y.any() and (~y).any() else float("nan"),
-            "done_tpr_at_0.5": float((p[y] >= 0.5).mean()) if y.any() else float("nan"),
-            "done_fpr_at_0.5": float((p[~y] >= 0.5).mean()) if (~y).any() else float("nan")}  # fmt: skip
+    return {
+        "episodes": len(forward),
+        "voc": float(np.mean(forward)),
+        "voc_reversed": float(np.mean(backward)),
+        "final_progress_right": float(np.mean(right)),
+        "final_progress_wrong": float(np.mean(wrong)),
+        "stalled_abs_delta": float(np.mean(stalled)),
+        # the done head as a success detector on every held-out frame the records flag (the shaper ends an
+        # episode at success_threshold, 0.5 by default)
+        "done_auroc": auroc(p, y) if y.any() and (~y).any() else float("nan"),
+        "done_tpr_at_0.5": float((p[y] >= 0.5).mean()) if y.any() else float("nan"),
+        "done_fpr_at_0.5": float((p[~y] >= 0.5).mean()) if (~y).any() else float("nan"),
+    }

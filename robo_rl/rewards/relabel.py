@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 HUMAN_LABELS = {ENDED_BY.index(name) + 1: name for name in ("human_success", "human_failure")}
 
 
-def relabel_records(model: RewardModel, shaper: RewardShaper, task: Task, records: dict,
-                    demonstration: bool = False) -> dict:  # fmt: skip
+def relabel_records(
+    model: RewardModel, shaper: RewardShaper, task: Task, records: dict, demonstration: bool = False
+) -> dict:
     """One stored episode's records with the model's shaped rewards (0 on its reset record and after the shaper's
     first done; the episode ends where it ended), the env's reward in `extra/reward_env` (kept from an earlier
     relabelling) and the success probability in `extra/success_prob` (−1 where the model gives none). A
@@ -53,17 +54,27 @@ def relabel_prior(cfg, batch: dict) -> dict:
 
     r = cfg.reward
     if str(r.model).startswith("tcp://"):
-        log.error("the prior data is not relabelled through a remote critic (%s): the demonstrations keep the env's "
-                  "reward; give the learner the model folder (reward.model) or run without demos", r.model)
+        log.error(
+            "the prior data is not relabelled through a remote critic (%s): the demonstrations keep the env's "
+            "reward; give the learner the model folder (reward.model) or run without demos",
+            r.model,
+        )
         return batch
     model = load_model(r.model, r.kind)
     instruction = instruction_of(cfg)
-    shaper = RewardShaper(ShaperConfig.from_dict({**shaper_settings(dict(r.shaper), model),
-                                                  "terminate_on_success": False}))  # fmt: skip
+    shaper = RewardShaper(
+        ShaperConfig.from_dict({**shaper_settings(dict(r.shaper), model), "terminate_on_success": False})
+    )
     episodes = split_episodes(batch)
     log.info("relabelling %d prior episodes with the learned reward %s", len(episodes), r.model)
-    return join_episodes([type(e)(relabel_records(model, shaper, Task(instruction), e.records, demonstration=True),
-                                  e.partition, e.source) for e in episodes])  # fmt: skip
+    return join_episodes(
+        [
+            type(e)(
+                relabel_records(model, shaper, Task(instruction), e.records, demonstration=True), e.partition, e.source
+            )
+            for e in episodes
+        ]
+    )
 
 
 def instruction_of(cfg) -> str:
@@ -96,12 +107,17 @@ def make_relabeller(cfg) -> IngestRelabeller | None:
 class IngestRelabeller:
     extras = EXTRAS
 
-    def __init__(self, model: str | RewardModel, instruction: str = "", shaper: dict | None = None,
-                 kind: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, model: str | RewardModel, instruction: str = "", shaper: dict | None = None, kind: str | None = None
+    ) -> None:
         self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
         self.task = Task(instruction)
-        settings = {**shaper_settings(shaper, self.model), "terminate_on_success": False, "stagnation_steps": 0,
-                    "regression_drop": 0.0}  # fmt: skip
+        settings = {
+            **shaper_settings(shaper, self.model),
+            "terminate_on_success": False,
+            "stagnation_steps": 0,
+            "regression_drop": 0.0,
+        }
         self.config = ShaperConfig.from_dict(settings)
         self.shapers: dict[tuple, RewardShaper] = {}
         self.errors = 0

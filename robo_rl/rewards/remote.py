@@ -72,9 +72,16 @@ class CriticServer:
             request_id = int(meta.get("id", -1)) if isinstance(meta.get("id", -1), int) else -1
             if kind == "describe":
                 m = self.model
-                return encode("described", {"id": request_id, "kind": m.kind, "cameras": list(m.cameras),
-                                            "instructions": list(m.instructions),
-                                            "provides": list(m.provides)})  # fmt: skip
+                return encode(
+                    "described",
+                    {
+                        "id": request_id,
+                        "kind": m.kind,
+                        "cameras": list(m.cameras),
+                        "instructions": list(m.instructions),
+                        "provides": list(m.provides),
+                    },
+                )
             if kind != "score":
                 raise MessageError(f"unknown request '{kind[:40]}' (score or describe)")
             instruction = meta.get("instruction", "")
@@ -124,8 +131,9 @@ class RemoteRewardModel(RewardModel):
             if not cameras:
                 self.close()  # nothing of it is left open (a context collected later could block in term)
                 raise RewardModelError(f"{e}; give reward.cameras to start without it") from None
-            log.warning("%s: starting with the configured cameras %s; the fallback applies until it answers", e,
-                        list(cameras))  # fmt: skip
+            log.warning(
+                "%s: starting with the configured cameras %s; the fallback applies until it answers", e, list(cameras)
+            )
         if described is not None:
             meta = described[0]
             cameras, instructions = tuple(meta["cameras"]), tuple(meta["instructions"])
@@ -180,8 +188,11 @@ def cmd_critic(args: list[str]) -> int:
         raise RewardUsageError("critic serve needs model=<a saved reward model folder>")
     curve = CurveKeys.load(o["keys_dir"], "learner") if o.get("keys_dir") else None
     server = CriticServer(load_model(o["model"]), o.get("host", "127.0.0.1"), int(o.get("port", 5600)), curve)
-    print(f"critic: {o['model']} ({server.model.kind}, cameras {list(server.model.cameras)}) on "
-          f"{o.get('host', '127.0.0.1')}:{o.get('port', 5600)}", flush=True)  # fmt: skip
+    print(
+        f"critic: {o['model']} ({server.model.kind}, cameras {list(server.model.cameras)}) on "
+        f"{o.get('host', '127.0.0.1')}:{o.get('port', 5600)}",
+        flush=True,
+    )
     try:
         server.serve()
     except KeyboardInterrupt:

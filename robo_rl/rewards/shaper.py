@@ -54,12 +54,16 @@ class ShaperConfig:
             raise ValueError(f"shaping_scale must be >= 0 and clip > 0, got {self.shaping_scale} and {self.clip}")
         bound = self.shaping_scale * (1 + self.gamma)
         if not self.success_bonus > bound:
-            raise ValueError(f"success_bonus {self.success_bonus} must exceed shaping_scale * (1 + gamma) = {bound:g} "
-                             f"(shaping_scale {self.shaping_scale}, gamma {self.gamma}), or shaping can pay more "
-                             "than success")  # fmt: skip
+            raise ValueError(
+                f"success_bonus {self.success_bonus} must exceed shaping_scale * (1 + gamma) = {bound:g} "
+                f"(shaping_scale {self.shaping_scale}, gamma {self.gamma}), or shaping can pay more "
+                "than success"
+            )
         if not 0 <= self.success_threshold <= 1 or self.debounce_k < 1:
-            raise ValueError(f"success_threshold must be in [0, 1] and debounce_k >= 1, got "
-                             f"{self.success_threshold} and {self.debounce_k}")  # fmt: skip
+            raise ValueError(
+                f"success_threshold must be in [0, 1] and debounce_k >= 1, got "
+                f"{self.success_threshold} and {self.debounce_k}"
+            )
         if self.stagnation_steps < 0 or self.stagnation_eps < 0 or self.regression_drop < 0:
             raise ValueError("stagnation_steps, stagnation_eps and regression_drop must be >= 0")
 
@@ -140,8 +144,9 @@ class RewardShaper:
             return float(np.clip(previous + _finite("delta", s["delta"]), 0.0, 1.0))
         return float(np.clip(_finite("success_prob", s["success_prob"]), 0.0, 1.0))
 
-    def step(self, scores: Scores | dict, env_reward: float, env_success: bool = False,
-             human_label: str | None = None) -> ShapedStep:  # fmt: skip
+    def step(
+        self, scores: Scores | dict, env_reward: float, env_success: bool = False, human_label: str | None = None
+    ) -> ShapedStep:
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before the next step")
         c = self.config
@@ -174,26 +179,44 @@ class RewardShaper:
                 truncated, reason = True, "stagnation"
         self._succeeded |= success
         self._done = terminated or truncated
-        return ShapedStep(reward=shaping + (c.success_bonus if success else 0.0), terminated=terminated,
-                          truncated=truncated, success=success, reason=reason, raw_reward=float(env_reward),
-                          potential=phi, shaping=shaping, success_prob=prob)  # fmt: skip
+        return ShapedStep(
+            reward=shaping + (c.success_bonus if success else 0.0),
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            reason=reason,
+            raw_reward=float(env_reward),
+            potential=phi,
+            shaping=shaping,
+            success_prob=prob,
+        )
 
-    def episode(self, scores_per_step: Scores | dict, env_rewards, env_success=None, human_labels=None,
-                first: Scores | dict | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def episode(
+        self,
+        scores_per_step: Scores | dict,
+        env_rewards,
+        env_success=None,
+        human_labels=None,
+        first: Scores | dict | None = None,
+    ) -> dict[str, np.ndarray]:
         """A whole stored episode (relabelling), by the same `step`s on a fresh shaper (this one's episode is left
         alone). Step t's scores are those of the state after action t; `first` those of the reset state. Arrays of T:
         reward, shaping, potential, success_prob (NaN where none), terminated, truncated, success, reason (codes
         into REASONS, 0: none), raw_reward (always the env's), and `valid`: False after the first done, where
         reward / shaping / potential are 0 and the flags False."""
-        columns = {name: getattr(scores_per_step, name) if isinstance(scores_per_step, Scores)
-                   else scores_per_step.get(name) for name in OUTPUTS}  # fmt: skip
+        columns = {
+            name: getattr(scores_per_step, name) if isinstance(scores_per_step, Scores) else scores_per_step.get(name)
+            for name in OUTPUTS
+        }
         columns = {k: np.asarray(v, dtype=np.float64).reshape(-1) for k, v in columns.items() if v is not None}
         raw = np.asarray(env_rewards, dtype=np.float64).reshape(-1)
         n = len(raw)
         env_success = np.zeros(n, bool) if env_success is None else np.asarray(env_success, bool).reshape(-1)
         human_labels = [None] * n if human_labels is None else list(human_labels)
-        lengths = {k: len(v) for k, v in columns.items()} | {"env_success": len(env_success),
-                                                               "human_labels": len(human_labels)}  # fmt: skip
+        lengths = {k: len(v) for k, v in columns.items()} | {
+            "env_success": len(env_success),
+            "human_labels": len(human_labels),
+        }
         if any(length != n for length in lengths.values()):
             raise ValueError(f"episode inputs differ in length: env_rewards {n}, {lengths}")
         out = {k: np.zeros(n) for k in ("reward", "shaping", "potential")}

@@ -37,11 +37,23 @@ class RewardWrapper(RobotWrapper):
     def record_extras_from_config(cls, **_) -> dict:
         return dict(EXTRAS)
 
-    def __init__(self, env: gym.Env, model: str | RewardModel, instruction: str | None = None, every: int = 1,
-                 asynchronous: bool = True, max_staleness_steps: int = 3, fallback: str = "env",
-                 env_terminates: bool = False, shaper: dict | None = None, kind: str | None = None,
-                 cameras: list[str] | None = None, timeout_s: float = 0.5, curve_keys_dir: str | None = None,
-                 key_name: str = "actor-0") -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: gym.Env,
+        model: str | RewardModel,
+        instruction: str | None = None,
+        every: int = 1,
+        asynchronous: bool = True,
+        max_staleness_steps: int = 3,
+        fallback: str = "env",
+        env_terminates: bool = False,
+        shaper: dict | None = None,
+        kind: str | None = None,
+        cameras: list[str] | None = None,
+        timeout_s: float = 0.5,
+        curve_keys_dir: str | None = None,
+        key_name: str = "actor-0",
+    ) -> None:
         super().__init__(env)
         if fallback not in FALLBACKS:
             raise ValueError(f"reward.fallback='{fallback}': one of {', '.join(FALLBACKS)}")
@@ -116,8 +128,9 @@ class RewardWrapper(RobotWrapper):
             except Exception as e:  # noqa: BLE001 - a failing model: the fallback carries on, said and counted
                 self.counts["score_errors"] += 1
                 if self.counts["score_errors"] == 1:
-                    log.error("the reward model failed (%s); steps use the fallback (reward.fallback=%s)", e,
-                              self.fallback)  # fmt: skip
+                    log.error(
+                        "the reward model failed (%s); steps use the fallback (reward.fallback=%s)", e, self.fallback
+                    )
                 continue
             self._latest = (episode, t, scores)
 
@@ -156,8 +169,12 @@ class RewardWrapper(RobotWrapper):
             prob = -1.0
             done_by_model = (False, False, None)
         else:
-            shaped = self.shaper.step(scores if scores is not None else {"progress": self.shaper.potential},
-                                      float(env_reward), bool(info.get("success", False)), label)  # fmt: skip
+            shaped = self.shaper.step(
+                scores if scores is not None else {"progress": self.shaper.potential},
+                float(env_reward),
+                bool(info.get("success", False)),
+                label,
+            )
             shaped_reward, prob = shaped.reward, -1.0 if shaped.success_prob is None else shaped.success_prob
             done_by_model = (shaped.terminated, shaped.truncated, shaped.reason)
         self.counts["steps"] += 1
@@ -173,8 +190,11 @@ class RewardWrapper(RobotWrapper):
             info["ended_by"] = None
         elif info.get("ended_by") is None:
             info["ended_by"] = "time_limit"
-        info["record_extras"] = {**info.get("record_extras", {}), "reward_env": float(env_reward),
-                                 "success_prob": float(prob)}  # fmt: skip
+        info["record_extras"] = {
+            **info.get("record_extras", {}),
+            "reward_env": float(env_reward),
+            "success_prob": float(prob),
+        }
         info["success_prob"] = None if prob < 0 else float(prob)
         info["reward_fallback"] = scores is None and label is None  # no fresh score: the GUI and the metrics say so
         return obs, float(shaped_reward), terminated, truncated, info

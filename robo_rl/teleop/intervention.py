@@ -27,10 +27,10 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from robo_rl.teleop.devices import make_device
-from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
 from robo_rl.envs.base import RobotWrapper
 from robo_rl.envs.wrappers import find_safety
+from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
+from robo_rl.teleop.devices import make_device
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,17 @@ TAKEOVER = ("explicit", "implicit", "both")
 
 
 class InterventionWrapper(RobotWrapper):
-    def __init__(self, env: gym.Env, devices: list, takeover: str = "both", implicit_threshold: float = 0.1,
-                 priority: list[str] | None = None, handback_steps: int = 3, success_reward: float | None = 1.0,
-                 start_devices: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: gym.Env,
+        devices: list,
+        takeover: str = "both",
+        implicit_threshold: float = 0.1,
+        priority: list[str] | None = None,
+        handback_steps: int = 3,
+        success_reward: float | None = 1.0,
+        start_devices: bool = True,
+    ) -> None:
         super().__init__(env)
         if takeover not in TAKEOVER:
             raise ValueError(f"human.takeover='{takeover}': must be one of {', '.join(TAKEOVER)}")
@@ -189,8 +197,11 @@ class InterventionWrapper(RobotWrapper):
                     log.error("teleop device %s failed (%s): the policy has control", device.name, e)
             if self._connected.get(device.name, True) and not reading.connected:
                 self.counts["device_dropouts"] += 1
-                log.warning("teleop device %s disconnected%s", device.name,
-                            ": the policy takes over" if self._controller == device.name else "")  # fmt: skip
+                log.warning(
+                    "teleop device %s disconnected%s",
+                    device.name,
+                    ": the policy takes over" if self._controller == device.name else "",
+                )
             self._connected[device.name] = reading.connected
             readings[device.name] = reading
         return readings
@@ -206,8 +217,11 @@ class InterventionWrapper(RobotWrapper):
         claims = tuple(sorted((n for n, r in readings.items() if self._claims(r)), key=self._rank))
         if len(claims) > 1 and claims != self._last_claim:
             self.counts["contested_steps"] += 1
-            log.warning("teleop devices %s claim control at once: %s has priority (human.priority)",
-                        ", ".join(claims), claims[0])  # fmt: skip
+            log.warning(
+                "teleop devices %s claim control at once: %s has priority (human.priority)",
+                ", ".join(claims),
+                claims[0],
+            )
         self._last_claim = claims
         human = claims[0] if claims else None
         if human != self._controller:
@@ -227,12 +241,16 @@ class InterventionWrapper(RobotWrapper):
     def _human_action(self, reading: TeleopReading, policy_action: np.ndarray) -> np.ndarray:
         if reading.action is not None:
             if reading.action.shape != policy_action.shape:
-                raise ValueError(f"teleop device {reading.device} gave a {reading.action.shape[0]}-d action; this env "
-                                 f"takes {policy_action.shape[0]}")  # fmt: skip
+                raise ValueError(
+                    f"teleop device {reading.device} gave a {reading.action.shape[0]}-d action; this env "
+                    f"takes {policy_action.shape[0]}"
+                )
             return reading.action.astype(np.float32)
         if not self.action_names:
-            raise ValueError(f"teleop device {reading.device} commands end-effector motion, but this env names no "
-                             "action dimensions (env.action_names): use a device that gives whole actions")
+            raise ValueError(
+                f"teleop device {reading.device} commands end-effector motion, but this env names no "
+                "action dimensions (env.action_names): use a device that gives whole actions"
+            )
         out = np.zeros_like(policy_action)
         for i, name in enumerate(self.action_names):
             if name in AXES and reading.motion is not None:

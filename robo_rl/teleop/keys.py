@@ -28,24 +28,45 @@ import numpy as np
 from robo_rl.teleop.base import AXES, EVENTS, TeleopDevice
 
 DEFAULT_KEYS: dict[str, str] = {
-    "up": "+x", "w": "+x", "down": "-x", "s": "-x",
-    "left": "+y", "a": "+y", "right": "-y", "d": "-y",
-    "page_up": "+z", "q": "+z", "page_down": "-z", "z": "-z",
+    "up": "+x",
+    "w": "+x",
+    "down": "-x",
+    "s": "-x",
+    "left": "+y",
+    "a": "+y",
+    "right": "-y",
+    "d": "-y",
+    "page_up": "+z",
+    "q": "+z",
+    "page_down": "-z",
+    "z": "-z",
     "c": "gripper",
     "space": "intervention_toggle",
-    "enter": "success", "backspace": "failure",
-    "r": "rerecord_episode", "esc": "terminate_episode",
-    "p": "pause", "x": "estop",
-}  # fmt: skip
+    "enter": "success",
+    "backspace": "failure",
+    "r": "rerecord_episode",
+    "esc": "terminate_episode",
+    "p": "pause",
+    "x": "estop",
+}
 
 BINDINGS = frozenset([f"{sign}{axis}" for axis in AXES for sign in "+-"] + ["gripper", "intervention_toggle", *EVENTS])
 
 # Other spellings of the same key: X keysyms (xdotool), browser `KeyboardEvent.key` values, pynput names.
 _ALIASES = {
-    "arrowup": "up", "arrowdown": "down", "arrowleft": "left", "arrowright": "right",
-    "pageup": "page_up", "prior": "page_up", "pagedown": "page_down", "next": "page_down",
-    " ": "space", "spacebar": "space", "return": "enter", "escape": "esc",
-}  # fmt: skip
+    "arrowup": "up",
+    "arrowdown": "down",
+    "arrowleft": "left",
+    "arrowright": "right",
+    "pageup": "page_up",
+    "prior": "page_up",
+    "pagedown": "page_down",
+    "next": "page_down",
+    " ": "space",
+    "spacebar": "space",
+    "return": "enter",
+    "escape": "esc",
+}
 
 
 def normalize_key(key: str) -> str:

@@ -33,9 +33,18 @@ class ActorLink:
     """An actor's side: connects to the learner's three channels; every call returns without blocking
     (except `hello`). Not thread-safe: one thread owns it (see `ActorTransport`)."""
 
-    def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, actor_id: str,
-                 max_unacked_messages: int = 2000, learner_timeout_s: float = 3.0,
-                 curve: CurveKeys | None = None, shared_memory_weights: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        data_port: int,
+        weights_port: int,
+        ctrl_port: int,
+        actor_id: str,
+        max_unacked_messages: int = 2000,
+        learner_timeout_s: float = 3.0,
+        curve: CurveKeys | None = None,
+        shared_memory_weights: bool = True,
+    ) -> None:
         self.actor_id = actor_id
         self.host, self.ctrl_port = host, ctrl_port
         self.session = new_id()  # this actor process; the learner numbers our messages within it
@@ -89,8 +98,13 @@ class ActorLink:
     # --- session ------------------------------------------------------------------------------
     def _send_hello(self) -> None:
         first_unacked = next(iter(self.unacked), self.seq + 1)
-        meta = {"config_hash": self.config_hash, "actor": self.actor_id, "session": self.session,
-                "token": self.token, "first_unacked": first_unacked}  # fmt: skip
+        meta = {
+            "config_hash": self.config_hash,
+            "actor": self.actor_id,
+            "session": self.session,
+            "token": self.token,
+            "first_unacked": first_unacked,
+        }
         if self.env_spec is not None:
             meta["env_spec"] = self.env_spec
         self._ctrl_send(encode("hello", meta))
@@ -179,8 +193,13 @@ class ActorLink:
             self.next_to_send += 1
 
     def heartbeat(self, stats: dict | None = None) -> None:
-        stats = {"unacked": len(self.unacked), "dropped": self.dropped_messages, "rejected": self.rejected_messages,
-                 "bad_from_learner": self.bad_messages, **(stats or {})}  # fmt: skip
+        stats = {
+            "unacked": len(self.unacked),
+            "dropped": self.dropped_messages,
+            "rejected": self.rejected_messages,
+            "bad_from_learner": self.bad_messages,
+            **(stats or {}),
+        }
         self._ctrl_send(encode("heartbeat", {"actor": self.actor_id, "stats": stats}))
 
     # --- receiving ----------------------------------------------------------------------------
@@ -215,8 +234,9 @@ class ActorLink:
             kind, meta, arrays = decode(frames, accepted)
         except MessageError as e:
             if "schema version" in str(e):
-                raise TransportError(f"the learner speaks another message schema ({e}): "
-                                     "install the same robo_rl version on both sides") from None
+                raise TransportError(
+                    f"the learner speaks another message schema ({e}): install the same robo_rl version on both sides"
+                ) from None
             self.bad_messages += 1
             log.warning("dropped a message from the learner: %s", e)
             return None
@@ -252,9 +272,17 @@ class ActorLink:
         while self.unacked and self.connected and time.monotonic() < deadline:
             self.poll(timeout_ms=20)
         if self.unacked and run_finished:
-            log.info("%d messages (%d env steps) sent after the learner finished were not stored: the run already "
-                     "had all its env steps", len(self.unacked), self.unacked_steps)  # fmt: skip
+            log.info(
+                "%d messages (%d env steps) sent after the learner finished were not stored: the run already "
+                "had all its env steps",
+                len(self.unacked),
+                self.unacked_steps,
+            )
         elif self.unacked:
-            log.warning("%d messages (%d env steps) were never confirmed stored by the learner and are lost with this "
-                        "actor; a resumed learner has everything before them", len(self.unacked), self.unacked_steps)
+            log.warning(
+                "%d messages (%d env steps) were never confirmed stored by the learner and are lost with this "
+                "actor; a resumed learner has everything before them",
+                len(self.unacked),
+                self.unacked_steps,
+            )
         self.ctx.destroy(linger=0)

@@ -61,8 +61,10 @@ def decode(frames: list, accepted: tuple[str, ...] | None = None) -> tuple[str, 
     if not isinstance(meta, dict):
         raise MessageError(f"header 'meta' is a {type(meta).__name__}, not a map")
     if not isinstance(specs, list) or len(specs) != len(frames) - 1:
-        raise MessageError(f"header lists {len(specs) if isinstance(specs, list) else '?'} arrays, "
-                           f"message has {len(frames) - 1} data frames")  # fmt: skip
+        raise MessageError(
+            f"header lists {len(specs) if isinstance(specs, list) else '?'} arrays, "
+            f"message has {len(frames) - 1} data frames"
+        )
     if len(specs) > MAX_ARRAYS:
         raise MessageError(f"{len(specs)} arrays exceed the limit of {MAX_ARRAYS}")
     if accepted is not None:
@@ -112,4 +114,3 @@ def arrays_to_state_dict(arrays: dict[str, np.ndarray]) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the buffers are read-only; nothing writes through them
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
-

@@ -99,8 +99,10 @@ def _same_bytes(first: list, frames: list) -> bool:
     """Whether a resent message is byte for byte the first copy (compared only when a number comes again)."""
     if len(first) != len(frames):
         return False
-    return all(np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b.buffer, np.uint8))
-               for a, b in zip(first, frames, strict=True))  # fmt: skip
+    return all(
+        np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b.buffer, np.uint8))
+        for a, b in zip(first, frames, strict=True)
+    )
 
 
 def _printable(ident: bytes) -> str:
@@ -128,10 +130,20 @@ class LearnerLink:
     it is the same process's resend of bytes already stored.)
     """
 
-    def __init__(self, host: str, data_port: int, weights_port: int, ctrl_port: int, config_hash: str,
-                 max_messages_per_poll: int = 64, actor_timeout_s: float = 3.0, max_message_mb: float = 64.0,
-                 receive_queue_messages: int = 16, curve: CurveKeys | None = None,
-                 shared_memory_weights: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        data_port: int,
+        weights_port: int,
+        ctrl_port: int,
+        config_hash: str,
+        max_messages_per_poll: int = 64,
+        actor_timeout_s: float = 3.0,
+        max_message_mb: float = 64.0,
+        receive_queue_messages: int = 16,
+        curve: CurveKeys | None = None,
+        shared_memory_weights: bool = True,
+    ) -> None:
         check_bind_allowed(host, curve)
         self.config_hash = config_hash
         self.incarnation = new_id()  # tells actors that this learner is a new process
@@ -242,8 +254,11 @@ class LearnerLink:
         if seq <= info["acked"]:
             first = info["held"].get(seq)
             if first is not None and not _same_bytes(first, frames):
-                self._refuse_session(actor, f"message {seq} of session {session:x} came again with other content "
-                                            "than the first copy (two processes share this session?)")  # fmt: skip
+                self._refuse_session(
+                    actor,
+                    f"message {seq} of session {session:x} came again with other content "
+                    "than the first copy (two processes share this session?)",
+                )
             else:
                 self.duplicates += 1  # resent after a reconnect, and this learner already has it
             return None
@@ -264,15 +279,16 @@ class LearnerLink:
         except MessageError as e:
             self.reject(f"{'invalid' if isinstance(e, InvalidMessage) else 'undecodable'} ctrl: {e}", sender)
             if "schema version" in str(e):  # tell the actor, so it stops with a clear error instead of waiting
-                self._send(ident, encode("refused", {"reason": str(e)}))
+                self._refuse(ident, str(e))
             return
         if kind == "hello":
             self._welcome(ident, meta, body[0].get("User-Id") if self.curve else None)
             return
         info = self.actors.get(meta["actor"])
         if info is None or info["ident"] != ident:
-            self.reject(f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session",
-                        sender)  # fmt: skip
+            self.reject(
+                f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session", sender
+            )
             return
         if kind == "heartbeat":
             info["last_seen"] = time.monotonic()
@@ -288,54 +304,86 @@ class LearnerLink:
     def _welcome(self, ident: bytes, meta: dict, user_id: str | None) -> None:
         actor, session, token = meta["actor"], meta["session"], meta["token"]
         if meta["config_hash"] != self.config_hash:
-            return self._send(ident, encode("refused", {"reason": (
-                f"config hash {meta['config_hash'][:64]} differs from the learner's {self.config_hash}: "
-                "start both from the same config")}))  # fmt: skip
+            return self._refuse(
+                ident,
+                (
+                    f"config hash {meta['config_hash'][:64]} differs from the learner's {self.config_hash}: "
+                    "start both from the same config"
+                ),
+            )
         spec = meta.get("env_spec")
         if spec is not None and self.spec_check is not None and (why := self.spec_check(spec)):
-            return self._send(ident, encode("refused", {"reason": why}))
+            return self._refuse(ident, why)
         if spec is not None and self.first_spec is None:
             self.first_spec = spec
         if self.curve and not key_speaks_for(self._key_names.get(user_id), actor):
-            return self._send(ident, encode("refused", {"reason": (
-                f"the key '{self._key_names.get(user_id)}' may not speak for actor id '{actor}': an actor id must be "
-                "its key's name, or start with it and a dot (robo-rl keys generate <dir> <actor id>)")}))  # fmt: skip
+            return self._refuse(
+                ident,
+                (
+                    f"the key '{self._key_names.get(user_id)}' may not speak for actor id '{actor}': "
+                    "an actor id must be its key's name, or start with it and a dot "
+                    "(robo-rl keys generate <dir> <actor id>)"
+                ),
+            )
         info = self.actors.get(actor)
         if info is not None and info["session"] == session:
             claimed = info["token"] or info["token_hash"]
             if claimed is not None and claimed not in (token, token_hash(token)):
-                return self._send(ident, encode("refused", {"reason": (
-                    f"session {session:x} of actor id '{actor}' belongs to another process")}))  # fmt: skip
+                return self._refuse(ident, f"session {session:x} of actor id '{actor}' belongs to another process")
             if info["refused"]:
-                return self._send(ident, encode("refused", {"reason": info["refused"]}))
+                return self._refuse(ident, info["refused"])
         elif info is not None and info["alive"]:
             quiet = time.monotonic() - info["last_seen"]
-            return self._send(ident, encode("refused", {"reason": (
-                f"actor id '{actor}' is in use by another running actor (heard {quiet:.1f} s ago): give each "
-                f"actor its own id with actor.id=<name> (or, if that actor was just stopped, start again in "
-                f"{self.actor_timeout_s:.0f} s)")}))  # fmt: skip
+            return self._refuse(
+                ident,
+                (
+                    f"actor id '{actor}' is in use by another running actor (heard {quiet:.1f} s ago): give each "
+                    f"actor its own id with actor.id=<name> (or, if that actor was just stopped, start again in "
+                    f"{self.actor_timeout_s:.0f} s)"
+                ),
+            )
         else:  # a new actor process, or one this learner has not met: its stream starts at its first unacked message
             acked = meta["first_unacked"] - 1
             info = self._new_session(session, acked, None)
             self.actors[actor] = info
-        info.update(token=token, token_hash=token_hash(token), ident=ident, user_id=user_id,
-                    last_seen=time.monotonic(), alive=True)  # fmt: skip
+        info.update(
+            token=token,
+            token_hash=token_hash(token),
+            ident=ident,
+            user_id=user_id,
+            last_seen=time.monotonic(),
+            alive=True,
+        )
         self._send(ident, encode("welcome", self._ack_meta(actor)))
         if self._weights is not None:
             self._send(ident, self._weights)  # a late joiner gets weights at once
 
     @staticmethod
     def _new_session(session: int, acked: int, token_hash_: str | None) -> dict:
-        return {"session": session, "token": None, "token_hash": token_hash_, "acked": acked, "durable": acked,
-                "held": {}, "stats": {}, "ident": None, "user_id": None, "alive": False, "refused": None,
-                "last_seen": time.monotonic()}  # fmt: skip
+        return {
+            "session": session,
+            "token": None,
+            "token_hash": token_hash_,
+            "acked": acked,
+            "durable": acked,
+            "held": {},
+            "stats": {},
+            "ident": None,
+            "user_id": None,
+            "alive": False,
+            "refused": None,
+            "last_seen": time.monotonic(),
+        }
 
     def _refuse_session(self, actor: str, reason: str) -> None:
         info = self.actors[actor]
         info["refused"], info["held"] = reason, {}
         self.bad_messages["conflict"] += 1
         log.error("refused actor %s: %s", actor, reason)
-        self._send(info["ident"], encode("refused", {"reason": reason}))
+        self._refuse(info["ident"], reason)
+
+    def _refuse(self, ident: bytes | None, reason: str) -> None:
+        self._send(ident, encode("refused", {"reason": reason}))
 
     def _send(self, ident: bytes | None, frames: list) -> None:
         if ident is not None:
@@ -371,8 +419,9 @@ class LearnerLink:
         """Tell an actor that message `seq` reached the learner but could not be stored (and why)."""
         info = self.actors.get(actor)
         if info is not None:
-            self._send(info["ident"], encode("rejected", {"session": info["session"], "seq": seq,
-                                                          "reason": reason[:MAX_TEXT]}))  # fmt: skip
+            self._send(
+                info["ident"], encode("rejected", {"session": info["session"], "seq": seq, "reason": reason[:MAX_TEXT]})
+            )
 
     def expect(self, actor: str, session, seq: int, token_hash: str | None = None) -> None:
         """A restarted learner already holds `actor`'s messages up to `seq` of `session` (from its stored

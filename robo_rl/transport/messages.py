@@ -17,6 +17,7 @@ from robo_rl.transport.codec import MessageError
 class InvalidMessage(MessageError):
     """A well-formed message of a kind this channel does not take, or whose fields have the wrong types."""
 
+
 MAX_TEXT = 1000  # characters in a reason or hash
 MAX_ID = 128  # characters in an actor id
 MAX_STATS = 64  # entries in a heartbeat's stats
@@ -77,24 +78,44 @@ def _layout(v):
     if not isinstance(v, list) or len(v) > MAX_LAYOUT:
         return f"a list of at most {MAX_LAYOUT} array entries"
     for entry in v:
-        if (not isinstance(entry, list) or len(entry) != 4 or not isinstance(entry[0], str)
-                or not isinstance(entry[1], str) or not isinstance(entry[2], list) or _int(0)(entry[3])
-                or any(_int(0)(s) for s in entry[2])):  # fmt: skip
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 4
+            or not isinstance(entry[0], str)
+            or not isinstance(entry[1], str)
+            or not isinstance(entry[2], list)
+            or _int(0)(entry[3])
+            or any(_int(0)(s) for s in entry[2])
+        ):
             return "a list of [name, dtype, shape, offset] entries"
     return None
 
 
 # kind → {field: (check, required)}
-_ACK = {"incarnation": (_int(), True), "session": (_int(), True), "acked": (_int(0), True),
-        "received": (_int(0), False)}  # fmt: skip
+_ACK = {
+    "incarnation": (_int(), True),
+    "session": (_int(), True),
+    "acked": (_int(0), True),
+    "received": (_int(0), False),
+}
 SCHEMAS: dict[str, dict[str, tuple]] = {
     # actor → learner, data channel
-    "steps": {"actor": (_actor_id, True), "session": (_int(), True), "seq": (_int(1), True),
-              "token": (_text(64), True), "policy_version": (_int(), False)},
+    "steps": {
+        "actor": (_actor_id, True),
+        "session": (_int(), True),
+        "seq": (_int(1), True),
+        "token": (_text(64), True),
+        "policy_version": (_int(), False),
+    },
     # actor → learner, ctrl channel
-    "hello": {"actor": (_actor_id, True), "session": (_int(), True), "token": (_text(64), True),
-              "first_unacked": (_int(1), True), "config_hash": (_text(), True),
-              "env_spec": (_text(MAX_SPEC), False)},  # the actor env's spaces (robo_rl.envs.spec), JSON
+    "hello": {
+        "actor": (_actor_id, True),
+        "session": (_int(), True),
+        "token": (_text(64), True),
+        "first_unacked": (_int(1), True),
+        "config_hash": (_text(), True),
+        "env_spec": (_text(MAX_SPEC), False),
+    },  # the actor env's spaces (robo_rl.envs.spec), JSON
     "heartbeat": {"actor": (_actor_id, True), "stats": (_stats, False)},
     "bye": {"actor": (_actor_id, True), "reason": (_text(), False)},
     # learner → actor, ctrl channel (and weights/stop, which also go there)
@@ -104,14 +125,32 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
     "rejected": {"session": (_int(), True), "seq": (_int(1), True), "reason": (_text(), True)},
     # learner → actor, weights channel
     "weights": {"version": (_int(0), True), "incarnation": (_int(), True)},
-    "weights_shm": {"version": (_int(0), True), "incarnation": (_int(), True), "path": (_text(), True),
-                    "nbytes": (_int(0), True), "layout": (_layout, True)},
-    "status": {"incarnation": (_int(), True), "env_steps": (_int(0), True), "updates": (_int(0), True),
-               "allowed_env_steps": (_number, True),
-               # the learner's health for the GUI (robo_rl/gui), refreshed every logger.log_every_s
-               **{k: (_number, False) for k in ("updates_per_s", "realised_utd", "staleness_versions",
-                                                "actors_alive", "buffer_online", "buffer_prior",
-                                                "buffer_interventions")}},
+    "weights_shm": {
+        "version": (_int(0), True),
+        "incarnation": (_int(), True),
+        "path": (_text(), True),
+        "nbytes": (_int(0), True),
+        "layout": (_layout, True),
+    },
+    "status": {
+        "incarnation": (_int(), True),
+        "env_steps": (_int(0), True),
+        "updates": (_int(0), True),
+        "allowed_env_steps": (_number, True),
+        # the learner's health for the GUI (robo_rl/gui), refreshed every logger.log_every_s
+        **{
+            k: (_number, False)
+            for k in (
+                "updates_per_s",
+                "realised_utd",
+                "staleness_versions",
+                "actors_alive",
+                "buffer_online",
+                "buffer_prior",
+                "buffer_interventions",
+            )
+        },
+    },
     "stop": {"reason": (_text(), True), "hold": (_bool, False)},
 }
 

@@ -21,9 +21,15 @@ log = logging.getLogger(__name__)
 
 
 class ActorTransport:
-    def __init__(self, link: ActorLink, load_weights: Callable[[object, dict], None], spare_policy: object,
-                 max_queued_batches: int = 500, heartbeat_every_s: float = 0.5,
-                 extra_stats: Callable[[], dict] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        link: ActorLink,
+        load_weights: Callable[[object, dict], None],
+        spare_policy: object,
+        max_queued_batches: int = 500,
+        heartbeat_every_s: float = 0.5,
+        extra_stats: Callable[[], dict] | None = None,
+    ) -> None:
         self.link = link
         self.load_weights = load_weights  # (policy, arrays) → None, run on the I/O thread
         self._spare = spare_policy  # the policy copy the I/O thread may write; None while the control loop has it
@@ -147,8 +153,13 @@ class ActorTransport:
                 since = now - last_beat
                 if since > self.heartbeat_every_s or (self._beat_now.is_set() and since > 0.05):  # 20 a second at most
                     self._beat_now.clear()
-                    self.link.heartbeat({"outbox_fill": round(self.fill, 3), "dropped_batches": self.dropped_batches,
-                                         **self.extra_stats()})  # fmt: skip
+                    self.link.heartbeat(
+                        {
+                            "outbox_fill": round(self.fill, 3),
+                            "dropped_batches": self.dropped_batches,
+                            **self.extra_stats(),
+                        }
+                    )
                     last_beat = now
         except Exception as e:  # surfaced to the control loop, which stops with this error
             self.error = e

@@ -32,8 +32,9 @@ class Episode:
         return int(self.records["intervention"].sum())
 
 
-def split_episodes(batch: dict[str, np.ndarray], sources: np.ndarray | None = None,
-                   partition: str = "online") -> list[Episode]:  # fmt: skip
+def split_episodes(
+    batch: dict[str, np.ndarray], sources: np.ndarray | None = None, partition: str = "online"
+) -> list[Episode]:
     """Group a step batch (records of several episodes, possibly interleaved) into episodes, in order of
     first appearance. `sources` (one label per record) keeps apart equal episode ids of different actors.
     An episode whose first record is not its reset record (step 0) is kept as it is."""

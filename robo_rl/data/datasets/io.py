@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.data.datasets import Episode, join_episodes, split_episodes
-from robo_rl.envs.base import ENDED_BY
 from robo_rl.data.learner_replay import online_store_root
 from robo_rl.data.storage import SegmentStore, fields_spec
+from robo_rl.envs.base import ENDED_BY
 
 
 def detect_format(path: str | Path) -> str:
@@ -28,8 +28,10 @@ def detect_format(path: str | Path) -> str:
         return "npz"
     if not path.exists():
         raise ValueError(f"{path} does not exist")
-    raise ValueError(f"{path} is not robo_rl data: expected a replay store or run folder, a LeRobot dataset folder "
-                     "(meta/info.json), a robomimic .hdf5 file or a demonstration .npz")  # fmt: skip
+    raise ValueError(
+        f"{path} is not robo_rl data: expected a replay store or run folder, a LeRobot dataset folder "
+        "(meta/info.json), a robomimic .hdf5 file or a demonstration .npz"
+    )
 
 
 def _store_root(path: Path) -> Path:
@@ -73,8 +75,13 @@ def fields_of(records: dict[str, np.ndarray]) -> dict[str, tuple]:
     return {k: (v.shape[1:], v.dtype) for k, v in records.items()}
 
 
-def save_store(episodes: list[Episode], dst: str | Path, partition: str = "demos", records_per_segment: int = 5000,
-               progress: bool = True) -> Path:  # fmt: skip
+def save_store(
+    episodes: list[Episode],
+    dst: str | Path,
+    partition: str = "demos",
+    records_per_segment: int = 5000,
+    progress: bool = True,
+) -> Path:
     """Write episodes as a replay store (one segment per `records_per_segment` records)."""
     from tqdm import tqdm
 
@@ -100,19 +107,22 @@ def summarize(episodes: list[Episode]) -> dict:
         by_partition[ep.partition].append(ep)
     for partition, eps in by_partition.items():
         lengths = np.array([len(e) for e in eps])
-        ended = collections.Counter(ENDED_BY[c - 1] if c else "running" for c in (int(e.records["ended_by"][-1])
-                                                                                  for e in eps))  # fmt: skip
+        ended = collections.Counter(
+            ENDED_BY[c - 1] if c else "running" for c in (int(e.records["ended_by"][-1]) for e in eps)
+        )
         out[partition] = {
-            "episodes": len(eps), "transitions": int(lengths.sum()),
+            "episodes": len(eps),
+            "transitions": int(lengths.sum()),
             "length_mean": float(lengths.mean()) if len(eps) else 0.0,
-            "length_min": int(lengths.min()) if len(eps) else 0, "length_max": int(lengths.max()) if len(eps) else 0,
+            "length_min": int(lengths.min()) if len(eps) else 0,
+            "length_max": int(lengths.max()) if len(eps) else 0,
             "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
             "episodes_with_interventions": sum(1 for e in eps if e.interventions),
             "intervention_steps": sum(e.interventions for e in eps),
             "terminated": sum(1 for e in eps if e.records["terminated"][-1]),
             "truncated": sum(1 for e in eps if e.records["truncated"][-1]),
             "ended_by": dict(ended),
-        }  # fmt: skip
+        }
     return out
 
 
@@ -123,6 +133,8 @@ def same_layout(a: dict[str, tuple], b: dict[str, tuple]) -> bool:
 
 def describe_fields(fields: dict[str, tuple]) -> str:
     """A field layout (name → (shape, dtype)) in a few words: state and action sizes, cameras."""
-    cams = [f"{k[len('image/'):]} {s[0]}×{s[1]}" for k, (s, _) in fields.items() if k.startswith("image/")]
-    return (f"state {fields['state'][0][0]}-d, action {fields['action_executed'][0][0]}-d, "
-            f"cameras: {', '.join(cams) or 'none'}")  # fmt: skip
+    cams = [f"{k[len('image/') :]} {s[0]}×{s[1]}" for k, (s, _) in fields.items() if k.startswith("image/")]
+    return (
+        f"state {fields['state'][0][0]}-d, action {fields['action_executed'][0][0]}-d, "
+        f"cameras: {', '.join(cams) or 'none'}"
+    )

@@ -65,13 +65,25 @@ def _features(records: dict[str, np.ndarray]) -> dict[str, dict]:
         if name.startswith("image/"):
             h, w = arr.shape[1:3]
             if min(h, w) < MIN_VIDEO_SIDE:  # smaller frames crash the AV1 encoder inside the process (SIGFPE)
-                raise ValueError(f"camera '{name[6:]}' is {h}x{w}: LeRobot's video encoding needs at least "
-                                 f"{MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE} pixels; record larger images to export it")  # fmt: skip
+                raise ValueError(
+                    f"camera '{name[6:]}' is {h}x{w}: LeRobot's video encoding needs at least "
+                    f"{MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE} pixels; record larger images to export it"
+                )
             feats[IMAGES + name[6:]] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
-    feats.update({REWARD: _vec("float32", 1), DONE: _vec("bool", 1), TERMINATED: _vec("bool", 1),
-                  TRUNCATED: _vec("bool", 1), SUCCESS: _vec("bool", 1), INTERVENTION: _vec("bool", 1),
-                  ACTION_POLICY: _vec("float32", a), ACTION_BASE: _vec("float32", a),
-                  ENDED: _vec("int64", 1), PARTITION: _vec("int64", 1)})  # fmt: skip
+    feats.update(
+        {
+            REWARD: _vec("float32", 1),
+            DONE: _vec("bool", 1),
+            TERMINATED: _vec("bool", 1),
+            TRUNCATED: _vec("bool", 1),
+            SUCCESS: _vec("bool", 1),
+            INTERVENTION: _vec("bool", 1),
+            ACTION_POLICY: _vec("float32", a),
+            ACTION_BASE: _vec("float32", a),
+            ENDED: _vec("int64", 1),
+            PARTITION: _vec("int64", 1),
+        }
+    )
     return feats
 
 
@@ -100,8 +112,14 @@ def _columns(ep: Episode) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
     return columns, videos
 
 
-def export_lerobot(episodes: Iterable[Episode], root: str | Path, repo_id: str = "local/robo_rl", fps: float = 10.0,
-                   task: str = "", progress: bool = True) -> Path:  # fmt: skip
+def export_lerobot(
+    episodes: Iterable[Episode],
+    root: str | Path,
+    repo_id: str = "local/robo_rl",
+    fps: float = 10.0,
+    task: str = "",
+    progress: bool = True,
+) -> Path:
     """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root.
 
     The files are those lerobot's recorder writes, written many episodes at a time (see `lerobot_writer`)."""
@@ -171,8 +189,9 @@ def _open(repo_or_root: str | Path, repo_id: str | None):
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: unreadable meta/info.json ({e})") from e
     if not version.startswith("v3"):  # lerobot would otherwise try the Hub for the files it misses
-        raise ValueError(f"{path} is a LeRobot {version} dataset; convert it to v3.0 first "
-                         "(lerobot's convert_dataset_v21_to_v30)")  # fmt: skip
+        raise ValueError(
+            f"{path} is a LeRobot {version} dataset; convert it to v3.0 first (lerobot's convert_dataset_v21_to_v30)"
+        )
     repo_id = repo_id or f"local/{path.resolve().name}"
     try:
         return LeRobotDataset(repo_id, root=path, video_backend="pyav"), str(path)
@@ -195,9 +214,15 @@ def _to_uint8_hwc(frames) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(x, x.shape[:3] + (3,)))
 
 
-def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_keys: list[str] | None = None,
-                   camera_keys: dict[str, str] | None = None, image_size: tuple[int, int] | None = None,
-                   terminal_on_done: bool = True, progress: bool = True) -> list[Episode]:  # fmt: skip
+def import_lerobot(
+    repo_or_root: str | Path,
+    repo_id: str | None = None,
+    state_keys: list[str] | None = None,
+    camera_keys: dict[str, str] | None = None,
+    image_size: tuple[int, int] | None = None,
+    terminal_on_done: bool = True,
+    progress: bool = True,
+) -> list[Episode]:
     """Read a LeRobotDataset (a local folder, or a repo id found in the LeRobot cache or on the Hub) back into
     robo_rl episodes, one per LeRobot episode (episode_id = its episode index); see the module docstring."""
     import cv2
@@ -207,9 +232,15 @@ def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_k
     meta, feats = ds.meta, ds.features
     depth = set(meta.depth_keys)
     if state_keys is None:
-        state_keys = [STATE] if STATE in feats else sorted(
-            k for k, f in feats.items() if k.startswith("observation.") and f["dtype"] in ("float32", "float64")
-            and len(f["shape"]) == 1)  # fmt: skip
+        state_keys = (
+            [STATE]
+            if STATE in feats
+            else sorted(
+                k
+                for k, f in feats.items()
+                if k.startswith("observation.") and f["dtype"] in ("float32", "float64") and len(f["shape"]) == 1
+            )
+        )
         if not state_keys:
             raise ValueError(f"{source}: no state feature found; available features: {sorted(feats)}")
     if camera_keys is None:
@@ -223,8 +254,14 @@ def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_k
             raise ValueError(f"LeRobot feature '{key}' is not an RGB camera (dtype {feats[key]['dtype']})")
     optional = [REWARD, DONE, TERMINATED, TRUNCATED, SUCCESS, ACTION_POLICY, ACTION_BASE, ENDED, PARTITION]
     intervention_key = next((k for k in INTERVENTION_KEYS if k in feats), None)
-    columns = [*state_keys, ACTION, "episode_index", "frame_index", "timestamp",
-               *[k for k in [*optional, intervention_key] if k in feats]]  # fmt: skip
+    columns = [
+        *state_keys,
+        ACTION,
+        "episode_index",
+        "frame_index",
+        "timestamp",
+        *[k for k in [*optional, intervention_key] if k in feats],
+    ]
     data = ds.hf_dataset.with_format("numpy", columns=columns)[:]  # non-video columns at once, no per-item decode
     data = {k: v.reshape(len(v), -1) if v.ndim == 1 else v for k, v in data.items()}
 
@@ -245,9 +282,13 @@ def import_lerobot(repo_or_root: str | Path, repo_id: str | None = None, state_k
         for cam, key in camera_keys.items():
             if feats[key]["dtype"] == "video":
                 from_ts = meta.episodes[ep_index][f"videos/{key}/from_timestamp"]
-                frames = decode_video_frames(ds.root / meta.get_video_file_path(ep_index, key),
-                                             [from_ts + float(t) for t in ts], ds.tolerance_s, video_backend(),
-                                             return_uint8=True)  # fmt: skip
+                frames = decode_video_frames(
+                    ds.root / meta.get_video_file_path(ep_index, key),
+                    [from_ts + float(t) for t in ts],
+                    ds.tolerance_s,
+                    video_backend(),
+                    return_uint8=True,
+                )
             else:
                 frames = ds.hf_dataset.with_format("numpy", columns=[key])[rows.tolist()][key]
             frames = _to_uint8_hwc(frames)

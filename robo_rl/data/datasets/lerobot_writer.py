@@ -45,8 +45,9 @@ class _VideoStream:
         path = self._path()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.container = av.open(str(path), "w")
-        self.stream = self.container.add_stream(self.encoder.vcodec, self.fps,
-                                                options=self.encoder.get_codec_options(as_strings=True))  # fmt: skip
+        self.stream = self.container.add_stream(
+            self.encoder.vcodec, self.fps, options=self.encoder.get_codec_options(as_strings=True)
+        )
         self.stream.pix_fmt, self.stream.height, self.stream.width = self.encoder.pix_fmt, height, width
         self.frames = self.bytes = 0
 
@@ -75,9 +76,12 @@ class _VideoStream:
             self.container.mux(packets)
             self.frames += 1
         prefix = f"videos/{self.key}/"
-        return {prefix + "chunk_index": self.chunk, prefix + "file_index": self.file,
-                prefix + "from_timestamp": start / self.fps,
-                prefix + "to_timestamp": self.frames / self.fps}  # fmt: skip
+        return {
+            prefix + "chunk_index": self.chunk,
+            prefix + "file_index": self.file,
+            prefix + "from_timestamp": start / self.fps,
+            prefix + "to_timestamp": self.frames / self.fps,
+        }
 
 
 def _image_stats(frames: np.ndarray) -> dict:
@@ -101,8 +105,12 @@ def _batch_stats(values: np.ndarray, lengths: np.ndarray) -> list[dict]:
     episode = np.repeat(np.arange(len(lengths)), lengths)
     count = lengths[:, None].astype(np.float64)
     mean = np.add.reduceat(x, starts) / count
-    stats = {"min": np.minimum.reduceat(x, starts), "max": np.maximum.reduceat(x, starts), "mean": mean,
-             "std": np.sqrt(np.add.reduceat((x - mean[episode]) ** 2, starts) / count)}  # fmt: skip
+    stats = {
+        "min": np.minimum.reduceat(x, starts),
+        "max": np.maximum.reduceat(x, starts),
+        "mean": mean,
+        "std": np.sqrt(np.add.reduceat((x - mean[episode]) ** 2, starts) / count),
+    }
     ordered = np.stack([x[np.lexsort((x[:, d], episode)), d] for d in range(x.shape[1])], axis=1)
     last = starts + lengths - 1
     for q in DEFAULT_QUANTILES:
@@ -125,8 +133,9 @@ class LeRobotV3Writer:
         from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
         from lerobot.datasets.feature_utils import get_hf_features_from_features
 
-        self.meta = LeRobotDatasetMetadata.create(repo_id=repo_id, fps=fps, features=features, root=root,
-                                                  use_videos=True)  # fmt: skip
+        self.meta = LeRobotDatasetMetadata.create(
+            repo_id=repo_id, fps=fps, features=features, root=root, use_videos=True
+        )
         self.root, self.fps, self.frames_per_write = Path(root), fps, frames_per_write
         self.hf_features = get_hf_features_from_features(self.meta.features)
         self.schema = self.hf_features.arrow_schema
@@ -139,8 +148,10 @@ class LeRobotV3Writer:
         self.pending_frames = self.total_frames = 0
         self.data_chunk = self.data_file = self.frames_in_file = 0
         self.data_writer = None
-        row_bytes = sum(np.dtype(self.meta.features[k]["dtype"]).itemsize * int(np.prod(self.meta.features[k]["shape"]))
-                        for k in self.hf_features)  # fmt: skip
+        row_bytes = sum(
+            np.dtype(self.meta.features[k]["dtype"]).itemsize * int(np.prod(self.meta.features[k]["shape"]))
+            for k in self.hf_features
+        )
         # raw bytes over-estimate the compressed parquet, so a file stays under lerobot's size limit
         self.frames_per_file = max(1, self.meta.data_files_size_in_mb * MB // max(row_bytes, 1))
 
@@ -153,19 +164,30 @@ class LeRobotV3Writer:
         index = len(self.episodes)
         task_index = self.tasks.setdefault(task, len(self.tasks))
         frame_index = np.arange(n, dtype=np.int64)
-        cols = {**columns, "timestamp": (frame_index / self.fps).astype(np.float32), "frame_index": frame_index,
-                "episode_index": np.full(n, index, np.int64),
-                "index": np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
-                "task_index": np.full(n, task_index, np.int64)}  # fmt: skip
+        cols = {
+            **columns,
+            "timestamp": (frame_index / self.fps).astype(np.float32),
+            "frame_index": frame_index,
+            "episode_index": np.full(n, index, np.int64),
+            "index": np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
+            "task_index": np.full(n, task_index, np.int64),
+        }
         if self.frames_in_file and self.frames_in_file + n > self.frames_per_file:
             self._write_pending()
             self._close_data_file()
-            self.data_chunk, self.data_file = update_chunk_file_indices(self.data_chunk, self.data_file,
-                                                                        self.meta.chunks_size)  # fmt: skip
+            self.data_chunk, self.data_file = update_chunk_file_indices(
+                self.data_chunk, self.data_file, self.meta.chunks_size
+            )
         stats = {}
-        row = {"episode_index": index, "tasks": [task], "length": n,
-               "data/chunk_index": self.data_chunk, "data/file_index": self.data_file,
-               "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n}  # fmt: skip
+        row = {
+            "episode_index": index,
+            "tasks": [task],
+            "length": n,
+            "data/chunk_index": self.data_chunk,
+            "data/file_index": self.data_file,
+            "dataset_from_index": self.total_frames,
+            "dataset_to_index": self.total_frames + n,
+        }
         for key, frames in videos.items():
             row.update(self.videos[key].add(frames))
             stats[key] = _image_stats(frames)
@@ -234,18 +256,30 @@ class LeRobotV3Writer:
             self.meta.update_video_info(key, video_encoder=self.encoder)
         chunk, file = 0, 0
         for start in range(0, len(self.episodes), EPISODES_PER_META_FILE):
-            rows = [{**row, **flatten_dict({"stats": stats}), "meta/episodes/chunk_index": chunk,
-                     "meta/episodes/file_index": file}
-                    for row, stats in zip(self.episodes[start:start + EPISODES_PER_META_FILE],
-                                          self.stats[start:start + EPISODES_PER_META_FILE], strict=True)]  # fmt: skip
-            table = pa.Table.from_pylist([{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in row.items()}
-                                          for row in rows])  # fmt: skip
+            rows = [
+                {
+                    **row,
+                    **flatten_dict({"stats": stats}),
+                    "meta/episodes/chunk_index": chunk,
+                    "meta/episodes/file_index": file,
+                }
+                for row, stats in zip(
+                    self.episodes[start : start + EPISODES_PER_META_FILE],
+                    self.stats[start : start + EPISODES_PER_META_FILE],
+                    strict=True,
+                )
+            ]
+            table = pa.Table.from_pylist(
+                [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in row.items()} for row in rows]
+            )
             path = self.root / DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, path, compression="snappy")
             chunk, file = update_chunk_file_indices(chunk, file, self.meta.chunks_size)
-        write_tasks(pd.DataFrame({"task_index": list(self.tasks.values())},
-                                 index=pd.Index(list(self.tasks), name="task")), self.root)  # fmt: skip
+        write_tasks(
+            pd.DataFrame({"task_index": list(self.tasks.values())}, index=pd.Index(list(self.tasks), name="task")),
+            self.root,
+        )
         write_stats(aggregate_stats(self.stats), self.root)
         info = self.meta.info
         info.total_episodes, info.total_frames = len(self.episodes), self.total_frames

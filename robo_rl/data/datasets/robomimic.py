@@ -60,8 +60,11 @@ def _info(f: h5py.File, name: str) -> dict:
     if demos and isinstance(data[demos[0]].get("obs"), h5py.Group):
         obs_keys = {k: (tuple(d.shape[1:]), str(d.dtype)) for k, d in data[demos[0]]["obs"].items()}
     masks = f.get("mask")
-    filters = {k: _sorted_demos(n.decode() if isinstance(n, bytes) else str(n) for n in masks[k][()])
-               for k in masks} if isinstance(masks, h5py.Group) else {}  # fmt: skip
+    filters = (
+        {k: _sorted_demos(n.decode() if isinstance(n, bytes) else str(n) for n in masks[k][()]) for k in masks}
+        if isinstance(masks, h5py.Group)
+        else {}
+    )
     return {
         "file": name,
         "env_name": env_args.get("env_name", data.attrs.get("env")),
@@ -100,10 +103,16 @@ def _resize(img: np.ndarray, image_size: tuple[int, int] | None, flip: bool) -> 
     return np.ascontiguousarray(img, dtype=np.uint8)
 
 
-def import_robomimic(path: str | Path, state_keys: list[str] | None = None, camera_keys: dict[str, str] | None = None,
-                     filter_key: str | None = None, image_size: tuple[int, int] | None = None,
-                     flip_images: bool = False, success_from: str = "reward",
-                     progress: bool = True) -> list[Episode]:  # fmt: skip
+def import_robomimic(
+    path: str | Path,
+    state_keys: list[str] | None = None,
+    camera_keys: dict[str, str] | None = None,
+    filter_key: str | None = None,
+    image_size: tuple[int, int] | None = None,
+    flip_images: bool = False,
+    success_from: str = "reward",
+    progress: bool = True,
+) -> list[Episode]:
     """Read the demos of a robomimic HDF5 file as `Episode`s (partition "demos", source = file name).
 
     A demo with T actions gives records 0..T: record 0 holds obs[0] with zero actions; record k holds
@@ -123,13 +132,17 @@ def import_robomimic(path: str | Path, state_keys: list[str] | None = None, came
         info = _info(f, name)
         keys = info["obs_keys"]
         if info["demos"] and not keys:
-            raise ValueError(f"robomimic file {name}: demos have no 'obs' group (raw robosuite states only?); "
-                             "extract observations with robomimic's dataset_states_to_obs first")  # fmt: skip
+            raise ValueError(
+                f"robomimic file {name}: demos have no 'obs' group (raw robosuite states only?); "
+                "extract observations with robomimic's dataset_states_to_obs first"
+            )
         demos = info["demos"]
         if filter_key is not None:
             if filter_key not in info["filter_keys"]:
-                raise ValueError(f"robomimic file {name}: unknown filter key {filter_key!r}; "
-                                 f"available: {sorted(info['filter_keys'])}")  # fmt: skip
+                raise ValueError(
+                    f"robomimic file {name}: unknown filter key {filter_key!r}; "
+                    f"available: {sorted(info['filter_keys'])}"
+                )
             demos = info["filter_keys"][filter_key]
             missing = [d for d in demos if d not in f["data"]]
             if missing:
@@ -173,8 +186,12 @@ def _demo_records(grp, actions, state_keys, camera_keys, image_size, flip, succe
     used = [*state_keys, *camera_keys.values()]
     obs = {k: grp["obs"][k][()] for k in used}
     nxt = {k: grp["next_obs"][k][()] for k in used} if "next_obs" in grp else None
-    lengths = {"rewards": len(rewards), "dones": len(dones), **{f"obs/{k}": len(v) for k, v in obs.items()},
-               **{f"next_obs/{k}": len(v) for k, v in (nxt or {}).items()}}  # fmt: skip
+    lengths = {
+        "rewards": len(rewards),
+        "dones": len(dones),
+        **{f"obs/{k}": len(v) for k, v in obs.items()},
+        **{f"next_obs/{k}": len(v) for k, v in (nxt or {}).items()},
+    }
     bad = {k: n for k, n in lengths.items() if n != t}
     if bad:
         raise ValueError(f"inconsistent lengths: {t} actions but {bad}")
