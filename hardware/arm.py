@@ -16,11 +16,12 @@ import time
 import numpy as np
 
 from hardware.kinematics import ArmModel
+from robo_rl.errors import UserError
 
 EFFORT_KINDS = ("force_n", "current")  # what `ArmState.effort` measures: external force (N) or max motor load (0..1)
 
 
-class HardwareError(RuntimeError):
+class HardwareError(UserError, RuntimeError):
     """The arm cannot do what was asked (not connected, a fault it reports, a move that did not finish)."""
 
 

@@ -35,6 +35,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robo_rl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 REALSENSE_HINT = "RealSense cameras need pyrealsense2: uv sync --extra realsense"
@@ -42,7 +44,7 @@ FINGERPRINT_PIXELS = 16384  # about this many pixels are hashed per frame for th
 PLAUSIBLE_DEVICE_DELAY_S = 0.5  # a driver timestamp older than this (or in the future) is on another clock
 
 
-class CameraError(RuntimeError):
+class CameraError(UserError, RuntimeError):
     """A camera that cannot be opened, or whose frames are stale, frozen or gone; the text names the camera, the
     problem and what to check."""
 

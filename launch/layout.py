@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from robo_rl.errors import UserError
+
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 ROLES = ("learner", "actor", "gui", "critic")
 RESTART_POLICIES = ("on-failure", "never")
@@ -29,8 +31,8 @@ PROCESS_KEYS = ("name", "role", "overrides", "host", "restart", "count", "ray")
 OPTION_PREFIX = "launch."  # robo-rl launch <layout> launch.max_restarts=3 launch.actors=8: the layout's own settings
 
 
-class LayoutError(ValueError):
-    """A layout (or launch) problem a user can fix, one line (robo_rl.cli.USER_ERRORS)."""
+class LayoutError(UserError, ValueError):
+    """A layout (or launch) problem a user can fix, one line (a robo_rl UserError)."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from robo_rl.errors import UserError
+
 USAGE = """usage: robo-rl <command> [overrides ...]
 
 commands:
@@ -38,27 +40,12 @@ each command's settings and the config groups' options: robo-rl <command> --help
 
 HELP_FLAGS = ("-h", "--help")
 
-# Errors a user can fix, printed as one line: (module, class). Looked up only in modules already imported,
-# so that `robo-rl` does not import torch or zmq just to be able to catch their errors.
-USER_ERRORS = (
-    ("robo_rl.config", "ConfigError"),
-    ("robo_rl.runs", "CheckpointError"),
-    ("robo_rl.transport.link", "TransportError"),
-    ("robo_rl.commands.data", "DataUsageError"),
-    ("robo_rl.data.storage", "StorageError"),
-    ("policies.bc", "BCCheckpointError"),
-    ("robo_rl.commands.record", "RecordUsageError"),
-    ("robo_rl.teleop.base", "DeviceUnavailable"),
-    ("robo_rl.commands.reward", "RewardUsageError"),
-    ("robo_rl.rewards.base", "RewardModelError"),
-    ("hardware.arm", "HardwareError"),
-    ("hardware.cameras", "CameraError"),
-    ("launch.launcher", "LayoutError"),
-    ("robo_rl.eval.suite", "SuiteError"),
-)
+# Errors a user can fix print as one line: every `robo_rl.errors.UserError`, and the policies' own (policies never
+# import robo_rl), looked up only where already imported so that `robo-rl` does not import torch just to catch them.
+POLICY_ERRORS = (("policies.bc", "BCCheckpointError"),)
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     pass
 
 
@@ -116,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type, ...]:
-    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS if m in sys.modules]
-    return (UsageError, *found)
+    found = [getattr(sys.modules[m], name) for m, name in POLICY_ERRORS if m in sys.modules]
+    return (UserError, *found)
 
 
 def _cmd_data(args: list[str]) -> int:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from robo_rl.errors import UserError
 from robo_rl.settings import MISSING, check_settings
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ PER_MACHINE_CAMERA_KEYS = ("device", "serial")
 SHARED_KEYS = ("env", "policy")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config problem a user can fix; the text says which key or group."""
 
 

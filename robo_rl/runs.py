@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robo_rl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
@@ -21,7 +23,7 @@ _CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
 PAUSE_ENV = "ROBO_RL_TEST_CHECKPOINT_PAUSE_S"  # tests only: sleep between writing and renaming a checkpoint
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A missing, corrupt or incompatible checkpoint; the text names the file."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from robo_rl.errors import UserError
+
 DATA_USAGE = """usage: robo-rl data <inspect|convert|record> ...
 
   inspect <path> [episodes=true] [json=true]
@@ -20,7 +22,7 @@ DATA_USAGE = """usage: robo-rl data <inspect|convert|record> ...
 """
 
 
-class DataUsageError(ValueError):
+class DataUsageError(UserError, ValueError):
     pass
 
 

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.errors import UserError
+
 RECORD_USAGE = __doc__.split("\n\n", 2)[1]
 OPTIONS = ("episodes", "keep", "format")
 
 
-class RecordUsageError(ValueError):
+class RecordUsageError(UserError, ValueError):
     pass
 
 

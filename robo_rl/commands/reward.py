@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from robo_rl.errors import UserError
+
 USAGE = __doc__.split("\n\n", 2)[1]
 
 
-class RewardUsageError(ValueError):
+class RewardUsageError(UserError, ValueError):
     pass
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.data.schema import SCHEMA_VERSION
+from robo_rl.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ _SEG_RE = re.compile(r"^seg_(\d{6,})\.rrs$")
 _ALIGN = 64
 
 
-class StorageError(ValueError):
+class StorageError(UserError, ValueError):
     """A store or segment that cannot be used; the text names the file."""
 
 

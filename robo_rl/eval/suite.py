@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.config import CONF_DIR, ConfigError
+from robo_rl.errors import UserError
 from robo_rl.eval.report import (
     FAILURE_MODES,
     ci_text,
@@ -64,7 +65,7 @@ REWARD_REFUSAL = (
 )
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError, ValueError):
     """A suite, a condition or an evaluation request a user can fix; the text names it."""
 
 

@@ -18,13 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 OUTPUTS = ("progress", "delta", "success_prob")
 CONFIG_FILE, WEIGHTS_FILE = "reward_model.json", "weights.pt"
 
 
-class RewardModelError(ValueError):
+class RewardModelError(UserError, ValueError):
     """A reward model that cannot be loaded or used as asked; the text names the problem."""
 
 

@@ -29,11 +29,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from robo_rl.errors import UserError
+
 AXES = ("x", "y", "z", "roll", "pitch", "yaw")
 EVENTS = ("success", "failure", "rerecord_episode", "terminate_episode", "pause", "estop", "acknowledge")
 
 
-class DeviceUnavailable(RuntimeError):
+class DeviceUnavailable(UserError, RuntimeError):
     """A device that is not plugged in, cannot be opened, or went away; the text names it and what to check."""
 
 

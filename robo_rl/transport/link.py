@@ -24,6 +24,7 @@ import time
 import numpy as np
 import zmq
 
+from robo_rl.errors import UserError
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, MAX_TEXT, InvalidMessage
 from robo_rl.transport.security import CurveKeys, check_bind_allowed, key_speaks_for
@@ -37,7 +38,7 @@ LEARNER_KINDS = ("ack", "status", "weights", "weights_shm")  # messages stamped 
 log = logging.getLogger(__name__)
 
 
-class TransportError(RuntimeError):
+class TransportError(UserError, RuntimeError):
     """A transport problem a user can fix; the text says how."""
 
 
