@@ -11,6 +11,9 @@ import math
 import msgpack
 import numpy as np
 
+from robo_rl.transport.errors import MessageError
+from robo_rl.transport.messages import check_meta
+
 # Only plain numeric dtypes may cross the wire (an object dtype would be a pickle in disguise).
 ALLOWED_DTYPES = {np.dtype(t).str for t in ("u1", "i1", "i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "?")}
 MAX_HEADER_BYTES = 1 << 20
@@ -20,10 +23,6 @@ MAX_DIM = 2**40  # elements along one axis; the frame's byte count is the real b
 # The wire protocol's version (the step record's layout has its own, `schema.SCHEMA_VERSION`): 2 added the
 # per-session token, and checked meta fields.
 PROTOCOL_VERSION = 2
-
-
-class MessageError(ValueError):
-    """A message that cannot be accepted; the text names the reason."""
 
 
 def encode(kind: str, meta: dict | None = None, arrays: dict[str, np.ndarray] | None = None) -> list:
@@ -68,8 +67,6 @@ def decode(frames: list, accepted: tuple[str, ...] | None = None) -> tuple[str, 
     if len(specs) > MAX_ARRAYS:
         raise MessageError(f"{len(specs)} arrays exceed the limit of {MAX_ARRAYS}")
     if accepted is not None:
-        from robo_rl.transport.messages import check_meta
-
         check_meta(kind, meta, accepted)
     arrays = {}
     for spec, frame in zip(specs, frames[1:], strict=True):

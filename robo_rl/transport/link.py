@@ -24,8 +24,8 @@ import time
 import numpy as np
 import zmq
 
-from robo_rl.errors import UserError
-from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.codec import decode, encode
+from robo_rl.transport.errors import MessageError, TransportError
 from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, MAX_TEXT, InvalidMessage
 from robo_rl.transport.security import CurveKeys, check_bind_allowed, key_speaks_for
 from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
@@ -36,10 +36,6 @@ TOPIC_WEIGHTS, TOPIC_WEIGHTS_SHM, TOPIC_STATUS, TOPIC_STOP = b"w", b"m", b"s", b
 LEARNER_KINDS = ("ack", "status", "weights", "weights_shm")  # messages stamped with the learner's incarnation
 
 log = logging.getLogger(__name__)
-
-
-class TransportError(UserError, RuntimeError):
-    """A transport problem a user can fix; the text says how."""
 
 
 def endpoint(host: str, port: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from robo_rl.transport.codec import MessageError
+from robo_rl.transport.errors import MessageError
 
 
 class InvalidMessage(MessageError):

@@ -16,6 +16,8 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from robo_rl.transport.errors import TransportError
+
 LEARNER_KEY = "learner"
 AUTHORIZED_DIR = "authorized"
 
@@ -30,8 +32,6 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind_allowed(host: str, curve: CurveKeys | None) -> None:
-    from robo_rl.transport.link import TransportError
-
     if not is_loopback(host) and curve is None:
         raise TransportError(
             f"refusing to bind {host} without authentication: create keys with `robo-rl keys generate <dir>` "
