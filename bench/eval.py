@@ -53,7 +53,7 @@ def quick_suite(root: Path) -> Path:
     """Two conditions of pick_robustness (nominal and all-strong), for --quick."""
     import yaml
 
-    from robo_rl.eval.suite import SUITE_DIR
+    from robo_rl.eval.conditions import SUITE_DIR
 
     suite = yaml.safe_load((SUITE_DIR / "pick_robustness.yaml").read_text())
     suite["conditions"] = [c for c in suite["conditions"] if c["name"] in ("nominal", "all_strong")]
@@ -63,7 +63,7 @@ def quick_suite(root: Path) -> Path:
 
 
 def suite_throughput(checkpoint: Path, suite: str, episodes: int, workers: int) -> dict:
-    from robo_rl.eval.suite import evaluate_on_suite
+    from robo_rl.commands.eval import evaluate_on_suite
 
     start = time.perf_counter()
     report, _ = evaluate_on_suite(
@@ -141,7 +141,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if args.compare:
-            from robo_rl.eval.suite import cmd_eval_compare
+            from robo_rl.commands.eval import cmd_eval_compare
 
             cmd_eval_compare(
                 "compare",

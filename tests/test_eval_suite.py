@@ -11,18 +11,13 @@ import torch
 from PIL import Image
 
 from robo_rl.cli import main
+from robo_rl.commands.eval import TIMING_KEYS, evaluate_on_suite
 from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.envs import RobotEnv, make_observation_space
-from robo_rl.eval.episodes import wilson_interval
+from robo_rl.eval.conditions import PromptError, load_suite
+from robo_rl.eval.episodes import run_condition, wilson_interval
+from robo_rl.eval.prompt import HumanPrompt
 from robo_rl.eval.report import FAILURE_MODES, fisher_exact_p
-from robo_rl.eval.suite import (
-    TIMING_KEYS,
-    HumanPrompt,
-    PromptError,
-    evaluate_on_suite,
-    load_suite,
-    run_condition,
-)
 from robo_rl.runs import save_checkpoint
 from robo_rl.teleop.base import FakeDevice
 from robo_rl.teleop.intervention import InterventionWrapper
@@ -305,8 +300,8 @@ def test_the_pick_robustness_suite_varies_each_perturbation_alone_at_two_strengt
 
 
 def test_a_condition_replaces_the_randomisation_a_run_was_trained_with(tmp_path):
+    from robo_rl.commands.eval import _perturbation
     from robo_rl.config import load_saved_config
-    from robo_rl.eval.suite import _perturbation
 
     cfg = load_config(["env.randomize={object_mass_scale: [0.5, 2.0]}"])
     assert _perturbation(cfg, []) == ["env.randomize=null"]  # nominal is nominal, whatever the policy trained on

@@ -559,7 +559,7 @@ def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm
 
 def test_an_evaluation_scored_by_a_person_asks_on_the_page_and_its_success_button_answers(tmp_path, browser):
     """`robo-rl eval ... eval.score=human gui=true`: the episode's end asks on the page; its Success labels it."""
-    from robo_rl.eval.suite import evaluate_on_suite
+    from robo_rl.commands.eval import evaluate_on_suite
     from robo_rl.gui.server import make_app
     from tests.test_eval_suite import make_run
 

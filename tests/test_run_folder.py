@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from robo_rl import cli
+from robo_rl.commands.common import STARTED_BY_ENV, UsageError
 from robo_rl.config import load_config, make_env, make_policy, save_config
 from robo_rl.progress import EtaEstimator, TrainingBar
 from robo_rl.runs import save_checkpoint
@@ -87,7 +88,7 @@ def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_lin
     (tmp_path / "learner.log").write_text("starting\nreplay: opening the store\n")
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        with pytest.raises(cli.UsageError, match=r"did not start within 1 s \(its last log line: replay: opening"):
+        with pytest.raises(UsageError, match=r"did not start within 1 s \(its last log line: replay: opening"):
             _wait_for_learner(slow, tmp_path, timeout_s=1.0)
         (tmp_path / "learner.pid").write_text(str(slow.pid))  # it got there: no error
         _wait_for_learner(slow, tmp_path, timeout_s=1.0)
@@ -96,7 +97,7 @@ def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_lin
         slow.wait()
     (tmp_path / "learner.pid").unlink()
     (tmp_path / "learner.log").write_text("Traceback ...\nValueError: policy.scale must be positive\n")
-    with pytest.raises(cli.UsageError, match="failed to start: ValueError: policy.scale must be positive"):
+    with pytest.raises(UsageError, match="failed to start: ValueError: policy.scale must be positive"):
         _wait_for_learner(slow, tmp_path, timeout_s=10.0)
 
 
@@ -111,7 +112,7 @@ def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_p
         "actor.hello_timeout_s=60",
     ]
     env = {**os.environ, "MUJOCO_GL": "egl"}
-    env.pop(cli.STARTED_BY_ENV, None)
+    env.pop(STARTED_BY_ENV, None)
     start = [sys.executable, "-m", "robo_rl.cli"]
     learner = subprocess.Popen(
         [*start, "learner", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from robo_rl.cli import STARTED_BY_ENV, UsageError, _run_dir_for, cmd_eval
+from robo_rl.commands.common import STARTED_BY_ENV, UsageError, run_dir_for
+from robo_rl.commands.eval import cmd_eval
 
 
-def train(overrides: list[str]) -> int:
+def cmd_train(overrides: list[str]) -> int:
     """`robo-rl train`: demonstrations (and a BC base for a residual policy), a learner and an actor process,
     one progress bar, then the evaluation report."""
     from robo_rl.config import load_config
@@ -22,7 +23,7 @@ def train(overrides: list[str]) -> int:
 
     cfg = load_config(overrides)
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
-    run_dir = _run_dir_for(cfg)
+    run_dir = run_dir_for(cfg)
     print(f"run folder: {run_dir}")
     bar = TrainingBar(cfg, run_dir, enabled=cfg.logger.progress)  # shown from the start, with the total
     bar.phase("demonstrations")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from robo_rl.data.demos import rollout_episode
+from robo_rl.eval.conditions import HUMAN_LABELS, SAFETY_ENDINGS, Condition, failure_mode, is_real_robot_config
+from robo_rl.eval.prompt import PROMPT_POLL_S, EvaluationStopped, HumanPrompt, human_devices
 from robo_rl.eval.video import render_frame, write_mp4
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
@@ -166,3 +169,140 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
     metrics = read_metrics(Path(metrics_path)) if metrics_path is not None else []
     plot_learning_curve(metrics, out / "learning_curve.png", result)
     return out / "report.md"
+
+
+def needs_hand_reset(env) -> bool:
+    """A real robot: an env (or wrapper chain) with an arm `driver` that is not a MuJoCo twin."""
+    return getattr(env, "driver", None) is not None and getattr(env, "driver_twin", None) is None
+
+
+def run_episode(
+    env, policy, seed: int, index: int, score: str = "env", prompt: HumanPrompt | None = None, film: bool = False
+) -> tuple[dict, list[np.ndarray]]:
+    """One deterministic episode: its result (success as `score` says, failure mode, wall times) and, with `film`,
+    a frame before every action and one after the last step."""
+    from robo_rl.eval.video import render_frame
+    from robo_rl.policy_io import policy_action
+
+    getattr(policy, "reset", lambda: None)()  # a policy with per-episode state (a base's chunk queue)
+    frames: list[np.ndarray] = []
+    start = time.perf_counter()
+    obs, _ = env.reset(seed=seed)
+    steps_start = time.perf_counter()
+    length, ret, interventions = 0, 0.0, 0
+    grasped_ever = grasped = None
+    while True:
+        if getattr(env, "paused", False):  # a person paused the robot (a device's pause): wait, reading devices
+            env.poll()
+            if getattr(env, "estopped", None):
+                break
+            time.sleep(PROMPT_POLL_S)
+            continue
+        if film:
+            frames.append(render_frame(env))
+        obs, reward, terminated, truncated, info = env.step(policy_action(policy, obs, True))
+        length, ret = length + 1, ret + float(reward)
+        if prompt is not None and prompt.gui is not None:
+            prompt.gui.step(obs, reward)
+        interventions += bool(info.get("intervention"))
+        if info.get("grasped") is not None:
+            grasped = bool(info["grasped"])
+            grasped_ever = bool(grasped_ever) or grasped
+        if terminated or truncated:
+            break
+    end = time.perf_counter()
+    if film:
+        frames.append(render_frame(env))
+    ended_by = (info.get("ended_by") or ("env" if terminated else "time_limit")) if length else "estop"
+    if score != "human":  # the env's own check; a person's label (a device on a real robot) does not score here
+        success = bool(length and info.get("success", False) and ended_by not in HUMAN_LABELS)
+    elif ended_by in HUMAN_LABELS:
+        success = HUMAN_LABELS[ended_by]
+    elif ended_by in SAFETY_ENDINGS:
+        success = False
+    else:  # ended by the env's own check or the time limit: the person says how it went
+        success = (prompt or HumanPrompt()).ask_label(
+            f"episode {index + 1} (seed {seed}) ended by {ended_by}: a success? press success / failure, or type y / n "
+            "and Enter"
+        )
+    if prompt is not None and prompt.gui is not None:
+        prompt.gui.episode_end(bool(success), ended_by)
+    result = {
+        "episode": index,
+        "seed": seed,
+        "success": bool(success),
+        "length": length,
+        "return": ret,
+        "ended_by": ended_by,
+        "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
+        "interventions": interventions,
+        "episode_s": end - start,
+        "step_ms": (end - steps_start) / max(1, length) * 1e3,
+    }
+    return result, frames
+
+
+def run_condition(
+    env,
+    policy,
+    seeds: list[int],
+    score: str = "env",
+    prompt: HumanPrompt | None = None,
+    condition: Condition | None = None,
+    on_episode=None,
+) -> list[dict]:
+    """Every seed once, in order; on a real robot a person resets the scene by hand before each episode."""
+    hand = needs_hand_reset(env)
+    if (hand or score == "human") and prompt is None:
+        prompt = HumanPrompt(human_devices(env))
+    if hand and condition is not None and condition.setup:
+        prompt.wait_for_reset(f"condition '{condition.name}': {condition.setup}; press success (or Enter) when set")
+    results = []
+    for i, seed in enumerate(seeds):
+        if hand:
+            name = f" ({condition.name})" if condition is not None else ""
+            prompt.wait_for_reset(
+                f"episode {i + 1}/{len(seeds)}{name}: reset the scene by hand, then press success (or Enter)"
+            )
+        result, _ = run_episode(env, policy, seed, i, score, prompt)
+        results.append(result)
+        if on_episode is not None:
+            on_episode(result)
+        if getattr(env, "estopped", None):
+            raise EvaluationStopped(f"e-stop from {env.estopped}")
+    return results
+
+
+# --- running a suite ----------------------------------------------------------------------------------------------
+def build_env(cfg, score: str = "env"):
+    """The task's env behind its safety layer (as trained), with the person's devices when they score it or a real
+    robot needs them (hand resets, pause, e-stop, acknowledging a safety stop)."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.envs.wrappers import make_guarded_env, wrap
+
+    env = make_guarded_env(cfg)
+    node = OmegaConf.select(cfg, "human", default=None)
+    if (score == "human" or is_real_robot_config(cfg)) and node and "_target_" in node:
+        env = wrap(env, node, "the human's devices")
+    if (score == "human" or is_real_robot_config(cfg)) and OmegaConf.select(cfg, "gui.enabled", default=False):
+        from robo_rl.gui.eval_view import EvalView
+
+        view = EvalView(cfg, env)  # the page's web device joins the person's devices; its Success answers prompts
+        env = view.env
+        env.eval_view = view
+    return env
+
+
+def load_policy(cfg, env, payload: dict):
+    from robo_rl.config import make_policy
+    from robo_rl.runs import CheckpointError
+
+    policy = make_policy(cfg, env)
+    try:
+        policy.load_state_dict(payload["algo"]["policy"])
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoint {payload.get('path')} does not fit this policy/env config ({str(e)[:120]})"
+        ) from None
+    return policy.eval()

@@ -1,0 +1,76 @@
+"""What every `robo-rl` command shares: the usage error, the run folder, logging, and Ctrl-C/`kill` as one interrupt."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from robo_rl.errors import UserError
+
+STARTED_BY_ENV = "ROBO_RL_STARTED_BY"  # set to "train" for the learner and actor processes `train` starts
+
+
+class UsageError(UserError, ValueError):
+    """A command line that asks for something the command cannot do."""
+
+
+def setup_logging(cfg, log_file: Path | None = None) -> None:
+    handlers = [logging.StreamHandler()]
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=cfg.logger.level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", handlers=handlers, force=True
+    )
+
+
+def run_dir_for(cfg) -> Path:
+    from robo_rl.config import save_config
+    from robo_rl.runs import new_run_dir
+
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir)
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    elif cfg.resume:
+        run_dir = Path(cfg.resume)
+    else:
+        run_dir = new_run_dir(cfg.outputs_dir, cfg.name)
+    if not (run_dir / "config.yaml").exists():
+        save_config(cfg, run_dir / "config.yaml")
+    return run_dir
+
+
+def sigterm_as_interrupt() -> None:
+    """`kill` (SIGTERM) shuts a process down like Ctrl-C: the learner still writes its checkpoint; only the first
+    of several signals interrupts."""
+    from robo_rl.shutdown import interrupt_once
+
+    interrupt_once()
+
+
+class Tee:
+    """A text stream that writes to a terminal stream and a log file (what a learner started alone prints)."""
+
+    def __init__(self, stream, file) -> None:
+        self.stream, self.file = stream, file
+
+    def write(self, text: str) -> int:
+        if not self.file.closed:
+            self.file.write(text)
+            self.file.flush()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def copy_stdout_to(path: Path) -> Tee:
+    sys.stdout = Tee(sys.stdout, open(path, "a"))
+    return sys.stdout
+
+
+def close_log_copy(tee: Tee | None) -> None:
+    if tee is not None:
+        if sys.stdout is tee:
+            sys.stdout = tee.stream
+        tee.file.close()

@@ -1,0 +1,417 @@
+"""`robo-rl eval`: a checkpoint's evaluation report; suites, `eval compare` and `eval sim_vs_real` below."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from robo_rl.commands.common import UsageError
+from robo_rl.config import ConfigError
+from robo_rl.eval.conditions import Suite, SuiteError, is_real_robot_config, load_suite, nominal_suite, suite_names
+from robo_rl.eval.report import (
+    ci_text,
+    compare_markdown,
+    compare_reports,
+    header_lines,
+    write_comparison,
+    write_suite_report,
+)
+
+
+def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
+    """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
+    report of the training run itself, written by `train` and by a learner started alone). With suite=<name> (or a
+    person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: below."""
+    if overrides and overrides[0] in ("compare", "sim_vs_real"):
+        return cmd_eval_compare(overrides[0], overrides[1:])
+    if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
+        return cmd_eval_suite(overrides)
+    from robo_rl.config import load_config, load_saved_config, make_policy, override_value
+
+    ckpt_arg = override_value(overrides, "checkpoint")
+    if not ckpt_arg:
+        raise UsageError("eval needs checkpoint=<file.pt or run folder>")
+    rest = [o for o in overrides if not o.startswith("checkpoint=")]
+
+    def config_of(run_dir: Path | None):  # the env the checkpoint was trained on, when its run folder says
+        if run_dir is not None and (run_dir / "config.yaml").exists():
+            return load_saved_config(run_dir / "config.yaml", rest)
+        return load_config(rest)
+
+    given = Path(ckpt_arg)
+    guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
+    cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
+    from robo_rl.eval.episodes import evaluate_policy, write_report
+    from robo_rl.runs import CheckpointError, load_newest_readable
+
+    payload, skipped = load_newest_readable(ckpt_arg)
+    for problem in skipped:
+        print(f"warning: {problem}: skipped, evaluating the checkpoint before it", file=sys.stderr)
+    path = Path(payload["path"])
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir != guessed:
+        cfg = config_of(run_dir)
+    if run_dir is not None:
+        out_dir = run_dir / "eval" if training_report else run_dir / "eval" / path.stem
+    else:
+        out_dir = path.parent / "eval" / path.stem
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
+    from robo_rl.envs.wrappers import make_guarded_env
+
+    env = make_guarded_env(cfg)  # a robot is evaluated behind its safety layer, as it was trained
+    try:
+        policy = make_policy(cfg, env)
+        try:
+            policy.load_state_dict(payload["algo"]["policy"])
+        except (KeyError, RuntimeError) as e:
+            raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
+        video = bool(cfg.eval.get("video", False))
+        result = evaluate_policy(
+            env,
+            policy.eval(),
+            cfg.eval.episodes,
+            cfg.eval.seed,
+            progress=cfg.logger.progress,
+            video_dir=out_dir / "videos" if video else None,
+            video_episodes=int(cfg.eval.get("video_episodes", 0)),
+        )
+    finally:
+        env.close()
+    env_steps = int(payload["counters"]["env_steps"])
+    low, high = result["success_ci95"]
+    print(
+        f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
+        f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), mean length {result['mean_length']:.1f}"
+    )
+    metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
+    print(f"report: {write_report(out_dir, result, str(path), env_steps, metrics)}")
+    return 0
+
+
+NOT_OUTCOME_KEYS = ("logger.", "torch_threads", "outputs_dir", "cache_dir", "name=")  # a report stays reusable
+TIMING_KEYS = ("episode_s", "step_ms")  # per-episode fields that differ run to run (wall time)
+EVAL_KEYS = ("eval.suite", "eval.workers", "eval.score", "eval.video", "eval.episodes", "eval.seed")
+REWARD_REFUSAL = (
+    "eval.score=reward is refused: a policy scored by the reward model it was trained on is graded by "
+    "the critic it learned to please (and may have learned to fool); use eval.score=env (the env's own "
+    "success check) or eval.score=human (a person's labels)"
+)
+
+
+# --- the commands -------------------------------------------------------------------------------------------------
+@dataclass
+class EvalRequest:
+    checkpoint: str
+    suite: str | None
+    workers: int | None  # None: the config's
+    score: str | None
+    video: bool | None
+    episodes: int | None
+    seed: int | None
+    rest: list[str]  # the other overrides, applied to every condition
+
+
+def parse_request(overrides: list[str]) -> EvalRequest:
+    """The suite runner's own settings out of the command line, each checked; the rest are config overrides. Read
+    here rather than from the run's config: a run folder saved before a setting existed does not have it."""
+    import yaml
+
+    from robo_rl.settings import SETTINGS, problem
+
+    given: dict[str, object] = {}
+    rest = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = "eval.suite" if key == "suite" else key
+        if key in (*EVAL_KEYS, "checkpoint"):
+            given[key] = value if key in ("checkpoint", "eval.suite") else yaml.safe_load(value)
+        else:
+            rest.append(o)
+    if given.get("eval.score") == "reward":
+        raise SuiteError(REWARD_REFUSAL)
+    for key, value in given.items():
+        if key in SETTINGS and (text := problem(key, value)):
+            raise ConfigError(f"{key}={value} is not allowed: {text} ({SETTINGS[key].meaning})")
+    if not given.get("checkpoint"):
+        raise SuiteError("eval with a suite needs checkpoint=<file.pt or run folder>")
+    suite = given.get("eval.suite")
+    return EvalRequest(
+        str(given["checkpoint"]),
+        None if suite in (None, "", "null") else str(suite),
+        given.get("eval.workers"),
+        given.get("eval.score"),
+        given.get("eval.video"),
+        given.get("eval.episodes"),
+        given.get("eval.seed"),
+        rest,
+    )  # type: ignore[arg-type]
+
+
+def wants_suite_runner(overrides: list[str]) -> bool:
+    """`robo-rl eval` goes to the suite runner with a suite, or with a person scoring (a one-condition suite)."""
+    from robo_rl.config import override_value
+
+    suite = override_value(overrides, "suite") or override_value(overrides, "eval.suite")
+    score = override_value(overrides, "eval.score")
+    if score == "reward":
+        raise SuiteError(REWARD_REFUSAL)
+    return suite not in (None, "", "null") or score == "human"
+
+
+def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> tuple[dict, Path]:
+    """Evaluate a checkpoint (`checkpoint=`) on a suite; with `reuse`, an existing report of the same checkpoint,
+    suite, seeds, scoring and overrides is returned instead. Returns (report, its folder)."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import load_config, load_saved_config
+
+    req = parse_request(overrides)
+
+    def configs(run_dir: Path | None) -> tuple:
+        saved = run_dir is not None and (run_dir / "config.yaml").exists()
+
+        def one(extra: list[str]):
+            if saved:
+                return load_saved_config(run_dir / "config.yaml", [*req.rest, *extra])
+            return load_config([*req.rest, *_under_null_nodes(base, extra)] if extra else req.rest)
+
+        base = one([])  # the user's own overrides: a problem there is theirs, not a condition's
+        given_randomize = any(o.lstrip("+~").startswith("env.randomize") for o in req.rest)
+        if req.suite is not None:
+            suite = load_suite(req.suite)
+        else:
+            suite = nominal_suite(int(base.eval.episodes), int(base.eval.seed))
+        suite = Suite(
+            suite.name,
+            req.episodes or suite.episodes,
+            suite.seed if req.seed is None else req.seed,
+            suite.conditions,
+            suite.source,
+        )
+        cfgs = []
+        for cond in suite.conditions:
+            extra = list(cond.overrides) if given_randomize else _perturbation(base, list(cond.overrides))
+            try:
+                cfgs.append(one(extra))
+            except ConfigError as e:
+                raise SuiteError(f"suite {suite.name}, condition '{cond.name}': {e}") from None
+        return base, suite, cfgs
+
+    given = Path(req.checkpoint)
+    guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
+    base, suite, cfgs = configs(guessed)  # config errors answer before torch and the simulators are imported
+    from robo_rl.runs import load_newest_readable
+
+    payload, skipped = load_newest_readable(req.checkpoint)
+    for problem in skipped:
+        say(f"warning: {problem}: skipped, evaluating the checkpoint before it")
+    path = Path(payload["path"])
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir != guessed:
+        base, suite, cfgs = configs(run_dir)
+    score = req.score or OmegaConf.select(base, "eval.score", default="env")
+    workers = req.workers or int(OmegaConf.select(base, "eval.workers", default=1))
+    real = any(is_real_robot_config(c) for c in cfgs)
+    if real or score == "human":
+        workers = 1
+    folder = suite.name + ("_real" if real else "")
+    out_dir = (run_dir if run_dir is not None else path.parent) / "eval" / folder
+    outcome_overrides = [o for o in req.rest if not o.lstrip("+~").startswith(NOT_OUTCOME_KEYS)]
+    key = {
+        "signature": suite.signature(),
+        "checkpoint": str(path.resolve()),
+        "score": score,
+        "overrides": outcome_overrides,
+    }
+    if reuse and (out_dir / "report.json").exists():
+        old = json.loads((out_dir / "report.json").read_text())
+        if {k: old.get(k) for k in key} == key and not old.get("stopped"):
+            say(f"reusing {out_dir / 'report.json'} (same checkpoint, suite, seeds, scoring and overrides)")
+            return old, out_dir
+    import torch
+
+    from robo_rl.eval.suite import run_suite, summarize
+
+    torch.set_num_threads(base.torch_threads)
+    film = req.video is not False  # clips unless eval.video=false: a suite's report shows what failing looks like
+    run = run_suite(suite, cfgs, payload, workers, score, film, out_dir / "clips", bool(base.logger.progress))
+    report = {
+        **key,
+        "suite": suite.name,
+        "suite_file": suite.source,
+        "episodes": suite.episodes,
+        "seed": suite.seed,
+        "env_steps": int(payload.get("counters", {}).get("env_steps", 0)),
+        "real_robot": run.real_robot,
+        "workers": workers,
+        "stopped": run.stopped,
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "report_dir": str(out_dir.resolve()),
+        "conditions": [
+            summarize(c, e, clips) for c, e, clips in zip(suite.conditions, run.episodes, run.clips, strict=True)
+        ],
+    }
+    write_suite_report(out_dir, report)
+    return report, out_dir
+
+
+def _perturbation(cfg, overrides: list[str]) -> list[str]:
+    """A condition's `env.randomize.<key>` overrides as one node that replaces the run's own: the randomisation a
+    policy was trained with is not the condition's (nominal is nominal for every policy compared)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(cfg, "env.randomize", default="absent") == "absent":
+        return overrides  # an env without randomisation
+    draws, rest = {}, []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key == "env.randomize":
+            return overrides  # the condition gives the whole node itself
+        if key.startswith("env.randomize."):
+            draws[key.removeprefix("env.randomize.")] = yaml.safe_load(value)
+        else:
+            rest.append(o)
+    node = "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in draws.items()) + "}" if draws else "null"
+    return [*rest, f"env.randomize={node}"]
+
+
+def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
+    """Hydra adds a key under a node that is null by default (`env.randomize: null`) only when told to (`++`); a
+    saved config takes it as it is."""
+    from omegaconf import OmegaConf
+
+    out = []
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        parent = key.rpartition(".")[0]
+        null_parent = parent and OmegaConf.select(cfg, parent, default="absent") is None
+        out.append(f"++{o}" if null_parent and not key.startswith(("+", "~")) else o)
+    return out
+
+
+def cmd_eval_suite(overrides: list[str]) -> int:
+    report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
+    print(f"suite {report['suite']}: " + header_lines(report)[1])
+    width = max(len(c["name"]) for c in report["conditions"])
+    for c in report["conditions"]:
+        fails = ", ".join(f"{m.replace('_', ' ')} {n}" for m, n in c["failure_modes"].items() if n)
+        print(
+            f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
+            f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}"
+        )
+    if report["stopped"]:
+        print(f"stopped early: {report['stopped']}")
+    print(f"report: {out_dir / 'report.md'} (and report.html, report.json)")
+    return 0 if not report["stopped"] else 1
+
+
+def _read_report(arg: str) -> dict | None:
+    """A report.json given as itself or by its folder (None: not a report, a run or checkpoint to evaluate)."""
+    path = Path(arg)
+    if path.is_dir() and (path / "report.json").exists() and not (path / "checkpoints").is_dir():
+        path = path / "report.json"
+    if path.is_file() and path.suffix == ".json":
+        try:
+            report = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise SuiteError(f"{path}: not a suite report ({e})") from None
+        if not isinstance(report, dict) or "conditions" not in report or "suite" not in report:
+            raise SuiteError(f"{path}: not a suite report (robo-rl eval checkpoint=... suite=... writes one)")
+        report.setdefault("report_dir", str(path.parent))
+        return report
+    return None
+
+
+def _labels(args: list[str]) -> list[str]:
+    """A short name per source: the run folder's (a report at <run>/eval/<suite>/report.json too)."""
+    labels = []
+    for arg in args:
+        p = Path(arg)
+        if p.is_dir() and (p / "report.json").exists() and not (p / "checkpoints").is_dir():
+            p = p / "report.json"
+        if p.suffix == ".json":
+            name = p.parents[2].name if p.parent.parent.name == "eval" else p.parent.name
+        elif p.suffix == ".pt":
+            name = p.parents[1].name if p.parent.name == "checkpoints" else p.stem
+        else:
+            name = p.name
+        label, k = name or arg, 2
+        while label in labels:
+            label, k = f"{name}_{k}", k + 1
+        labels.append(label)
+    return labels
+
+
+def cmd_eval_compare(kind: str, args: list[str]) -> int:
+    """`compare <a> <b> ...`: side by side on one suite; `sim_vs_real <run>` or `<sim report> <real report>`."""
+    positional = [a for a in args if "=" not in a]
+    options = [a for a in args if "=" in a]
+    out = next((o.split("=", 1)[1] for o in options if o.startswith("out=")), None)
+    options = [o for o in options if not o.startswith("out=")]
+    suite_arg = next((o.split("=", 1)[1] for o in options if o.split("=", 1)[0] in ("suite", "eval.suite")), None)
+    if kind == "sim_vs_real":
+        positional, labels, out = _sim_vs_real_sources(positional, suite_arg, out)
+    elif len(positional) < 2:
+        raise SuiteError(
+            "usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]"
+        )
+    else:
+        labels = _labels(positional)
+    entries = []
+    for label, arg in zip(labels, positional, strict=True):
+        report = _read_report(arg)
+        if report is None:
+            if suite_arg is None:
+                raise SuiteError(
+                    f"compare: {arg} is a run, not a report: give suite=<name> to evaluate it "
+                    f"(the suites: {', '.join(suite_names())})"
+                )
+            print(f"{label}: evaluating {arg} on suite {suite_arg}", file=sys.stderr)
+            report, _ = evaluate_on_suite(
+                [f"checkpoint={arg}", *options], reuse=True, say=lambda text: print(text, file=sys.stderr)
+            )
+        entries.append((label, report))
+    suites = {r["suite"] for _, r in entries}
+    if len(suites) > 1:
+        raise SuiteError(f"compare: the reports are of different suites ({', '.join(sorted(suites))})")
+    comparison = compare_reports(entries)
+    title = "Sim vs real" if kind == "sim_vs_real" else "Comparison"
+    stem = f"{kind if kind == 'sim_vs_real' else 'compare'}_{comparison['suite']}"
+    md = write_comparison(Path(out) if out else Path("eval"), stem, comparison, title)
+    print(compare_markdown(comparison, title), end="")
+    print(f"\nwritten: {md} and {md.with_suffix('.json')}")
+    return 0
+
+
+def _sim_vs_real_sources(positional: list[str], suite: str | None, out: str | None):
+    """(sources, labels, out folder): a run folder's <suite>/ and <suite>_real/ reports, or two reports given."""
+    if len(positional) == 2:
+        return positional, ["sim", "real"], out
+    if len(positional) != 1:
+        raise SuiteError(
+            "usage: robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> "
+            "<real report> [out=<folder>]"
+        )
+    eval_dir = Path(positional[0]) / "eval"
+    pairs = sorted(
+        p.name[: -len("_real")]
+        for p in eval_dir.glob("*_real")
+        if (p / "report.json").exists() and (eval_dir / p.name[: -len("_real")] / "report.json").exists()
+    )
+    if suite is None and len(pairs) == 1:
+        suite = pairs[0]
+    if suite is None or suite not in pairs:
+        raise SuiteError(
+            f"sim_vs_real: {eval_dir} needs <suite>/report.json (sim) and <suite>_real/report.json "
+            f"(a real robot's) for the same suite; found pairs: {', '.join(pairs) or 'none'}"
+            + ("" if suite is None else f" (asked: {suite})")
+        )
+    sources = [str(eval_dir / suite / "report.json"), str(eval_dir / f"{suite}_real" / "report.json")]
+    return sources, ["sim", "real"], out or str(eval_dir)

@@ -1,0 +1,63 @@
+"""`robo-rl learner` and `robo-rl actor`: one process of a run each (`robo-rl train` starts both)."""
+
+from __future__ import annotations
+
+import os
+
+from robo_rl.commands.common import (
+    STARTED_BY_ENV,
+    close_log_copy,
+    copy_stdout_to,
+    run_dir_for,
+    setup_logging,
+    sigterm_as_interrupt,
+)
+from robo_rl.commands.eval import cmd_eval
+
+
+def cmd_learner(overrides: list[str]) -> int:
+    from robo_rl.config import load_config
+    from robo_rl.learner import Learner
+
+    cfg = load_config(overrides)
+    fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
+    run_dir = run_dir_for(cfg)
+    alone = os.environ.get(STARTED_BY_ENV) != "train"  # `train` already sends this process's output to learner.log
+    log_copy = copy_stdout_to(run_dir / "learner.log") if alone else None
+    setup_logging(cfg, run_dir / "learner.log" if alone else None)
+    print(f"learner: run folder {run_dir}", flush=True)
+    sigterm_as_interrupt()
+    try:
+        learner = Learner(cfg, run_dir, progress=cfg.logger.progress)
+    except BaseException:
+        if fresh:
+            import shutil
+
+            close_log_copy(log_copy)
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    try:
+        reason = learner.run()
+    finally:
+        pid_file = run_dir / "learner.pid"
+        if pid_file.exists() and pid_file.read_text() == str(os.getpid()):
+            pid_file.unlink()  # a pid file left behind would name a process that is gone
+    print(f"learner: {reason}; checkpoints in {run_dir / 'checkpoints'}", flush=True)
+    try:
+        if reason == "done" and alone:  # `train` evaluates after stopping its actor; a learner alone does it here
+            cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
+    finally:
+        close_log_copy(log_copy)
+    return 0 if reason == "done" else 130
+
+
+def cmd_actor(overrides: list[str]) -> int:
+    from robo_rl.actor import Actor
+    from robo_rl.config import load_config
+
+    cfg = load_config(overrides)
+    setup_logging(cfg)
+    sigterm_as_interrupt()
+    reason = Actor(cfg, progress=cfg.logger.progress).run()
+    print(f"{cfg.actor.id}: {reason}", flush=True)
+    return 0 if reason == "done" else 130
