@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 REACH_SHAPING_PER_M = 10.0  # reach reward -tanh(k d): still has slope 20 cm away
 GRIPPER_MODES = ("absolute", "discrete", "none")  # discrete: below -0.5 open, above 0.5 close, between keep
+TWIN_CAMERA = "hardware.twin_camera.TwinCamera"  # what each camera of a dry run becomes
 
 
 class ReachTask:
@@ -146,19 +147,9 @@ class ArmEnv(RobotEnv):
         try:
             for name, spec in specs.items():
                 spec = dict(spec)
-                if self.driver_twin is not None and (self.dry_run or spec.get("type") == "twin"):
-                    from hardware.twin_camera import TwinCamera  # a dry run sees the twin, not the real scene
-
-                    camera = TwinCamera(
-                        name,
-                        self.driver_twin,
-                        int(spec.get("width", 128)),
-                        int(spec.get("height", 128)),
-                        fps=float(spec.get("fps", 30.0)),
-                        view=spec.get("view", "front"),
-                    )
-                else:
-                    camera = make_camera(spec, name=name)
+                if self.dry_run and self.driver_twin is not None:  # a dry run sees the twin, not the real scene
+                    spec = _twin_view(spec)
+                camera = make_camera(spec, name=name, twin=self.driver_twin)
                 cameras[name] = camera
                 camera.start()
         except BaseException:
@@ -294,6 +285,12 @@ def _state_names(joints, reach: bool) -> tuple[str, ...]:
         + tuple(f"q_{j}" for j in joints)
         + (ReachTask.state_names if reach else ())
     )
+
+
+def _twin_view(spec: dict) -> dict:
+    """A real camera's spec as the twin's camera of the same size and rate (its `view`, or the front one)."""
+    kept = {key: spec[key] for key in ("name", "width", "height", "fps", "view") if key in spec}
+    return {"_target_": TWIN_CAMERA, **kept}
 
 
 def _make_driver(spec: dict | ArmDriver, dry_run: bool, twin_clock: str) -> ArmDriver:

@@ -56,7 +56,8 @@ def test_the_learner_reads_the_spec_from_the_config_without_opening_the_arm(opti
             f"env={option}",
             "hardware.dry_run=true",
             "env.twin_clock=virtual",
-            "env.cameras={wrist: {type: fake, width: 40, height: 30}}",
+            "env.cameras={wrist: {_target_: hardware.cameras.OpenCVCamera, device: /dev/video9, "
+            "width: 40, height: 30}}",  # a real camera: the dry run must see the twin instead
         ]
     )
     from omegaconf import OmegaConf
@@ -65,6 +66,7 @@ def test_the_learner_reads_the_spec_from_the_config_without_opening_the_arm(opti
     env = make_env(cfg)
     try:
         assert env.driver.twin is not None  # the dry run drives the twin
+        assert type(env.cameras["wrist"]).__name__ == "TwinCamera"  # and sees the twin's scene, not /dev/video9
         assert told.differences(spec_of(env)) == []
         assert told.cameras == {"wrist": (30, 40)}
     finally:
@@ -75,8 +77,8 @@ def test_cameras_are_aligned_to_the_arm_reading_and_say_how_old_they_are():
     env = ArmEnv(
         driver_for("so101"),
         cameras={
-            "front": {"type": "twin", "width": 48, "height": 32, "fps": 30},
-            "wrist": {"type": "fake", "width": 24, "height": 24, "fps": 60},
+            "front": {"_target_": "hardware.twin_camera.TwinCamera", "width": 48, "height": 32, "fps": 30},
+            "wrist": {"_target_": "hardware.cameras.FakeCamera", "width": 24, "height": 24, "fps": 60},
         },
     )
     try:

@@ -13,12 +13,14 @@ import pytest
 from hardware.cameras import (
     REALSENSE_HINT,
     CameraError,
+    CameraSpecError,
     FakeCamera,
     OpenCVCamera,
     RealSenseCamera,
     find_cameras,
     make_camera,
 )
+from robo_rl.errors import UserError
 
 W, H, FPS = 32, 24, 200.0
 
@@ -213,20 +215,45 @@ def test_fake_camera_refuses_an_unknown_mode(cams):
         fake(cams).mode = "broken"
 
 
-def test_make_camera_builds_by_type_or_target_and_refuses_unknown_ones():
-    cam = make_camera({"type": "fake", "width": W, "height": H}, name="front")
+def test_make_camera_builds_by_target_and_refuses_unknown_ones():
+    cam = make_camera({"_target_": "hardware.cameras.FakeCamera", "width": W, "height": H}, name="front")
     assert isinstance(cam, FakeCamera) and cam.name == "front" and (cam.width, cam.height) == (W, H)
     assert make_camera(cam) is cam
     twin = make_camera({"_target_": "hardware.cameras.FakeCamera", "name": "twin", "width": W, "height": H})
     assert isinstance(twin, FakeCamera) and twin.name == "twin"
-    with pytest.raises(ValueError, match="unknown camera type 'usb'.*opencv, realsense, fake"):
-        make_camera({"type": "usb"}, name="front")
-    with pytest.raises(ValueError, match="has no option heigth"):
-        make_camera({"type": "fake", "width": W, "heigth": H}, name="front")
     with pytest.raises(ValueError, match="not a Camera subclass"):
         make_camera({"_target_": "collections.OrderedDict"}, name="front")
     with pytest.raises(ValueError, match="without a name"):
-        make_camera({"type": "fake", "width": W, "height": H})
+        make_camera({"_target_": "hardware.cameras.FakeCamera", "width": W, "height": H})
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        # a class that is not there: the camera, the class path, the classes there are, the closest one
+        (
+            {"_target_": "hardware.cameras.OpenCvCamera"},
+            r"camera 'front': _target_ hardware.cameras.OpenCvCamera: hardware.cameras has no OpenCvCamera; "
+            r"the camera classes: hardware.cameras.OpenCVCamera, .*did you mean hardware.cameras.OpenCVCamera\?",
+        ),
+        ({"_target_": "hardware.webcams.USBCamera"}, r"camera 'front': _target_ .*cannot import hardware.webcams"),
+        ({"_target_": "OpenCVCamera"}, r"camera 'front': _target_ 'OpenCVCamera' is not a class path"),
+        # a misspelt option: the camera, the class and every option it has
+        (
+            {"_target_": "hardware.cameras.FakeCamera", "width": W, "heigth": H},
+            r"camera 'front': FakeCamera has no option heigth; its options are: .*\bheight\b.*\bwidth\b",
+        ),
+        # a twin camera takes the arm's twin from its env, never from the config
+        ({"_target_": "hardware.twin_camera.TwinCamera"}, r"camera 'front': a twin camera needs the arm's twin"),
+        ({"_target_": "hardware.twin_camera.TwinCamera", "twin": True}, r"TwinCamera has no option twin"),
+        # the old spelling is named, not silently dropped
+        ({"type": "opencv", "device": 0}, r"camera 'front' has no _target_ \(`type: opencv` is no longer read\)"),
+    ],
+)
+def test_a_bad_camera_spec_is_refused_naming_the_camera_and_the_problem(spec, says):
+    with pytest.raises(CameraSpecError, match=says) as info:
+        make_camera(spec, name="front")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, UserError)  # robo-rl prints it as one line
 
 
 @pytest.mark.skipif(
@@ -239,7 +266,7 @@ def test_realsense_without_pyrealsense2_names_the_extra():
     assert str(info.value) == REALSENSE_HINT and "uv sync --extra realsense" in str(info.value)
     assert isinstance(info.value, ImportError)
     with pytest.raises(ImportError, match="--extra realsense"):
-        make_camera({"type": "realsense", "serial": "123"}, name="wrist")
+        make_camera({"_target_": "hardware.cameras.RealSenseCamera", "serial": "123"}, name="wrist")
 
 
 def test_opencv_camera_on_a_missing_device_raises_quickly():
