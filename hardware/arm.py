@@ -89,6 +89,10 @@ class ArmDriver:
     joint_names: tuple[str, ...] = ()  # the kinematic model's arm joints: the learner's spec is told from these
     effort_kind = "current"
     default_effort_limit = 0.8  # where the safety layer stops the arm, in `effort_kind` units
+    # what `robo-rl doctor` checks, read from the class the config's _target_ names (a new arm brings its own)
+    sdk_module: str | None = None  # the SDK module the metal needs (None: none)
+    sdk_extra: str | None = None  # the `uv sync --extra` that installs it
+    network_port: int | None = None  # the TCP port a networked arm answers on at its `host`
 
     def __init__(self, model: ArmModel, clock: Clock | None = None, home: list[float] | None = None) -> None:
         self.model = model

@@ -145,7 +145,7 @@ def write_calibration(path: Path, robot: str, where: str, home: np.ndarray, low:
 def cmd_calibrate(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
-    from hardware.doctor import TWINS
+    from hardware.doctor import twin_choices
     from hardware.env import _make_driver
     from robo_rl.config import ConfigError, load_config
 
@@ -159,8 +159,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     if mode not in ("hand", "device"):
         raise ConfigError(f"mode={mode}: hand (move the arm yourself) or device (jog it with human=<device>)")
     if "twin" in opts:
-        if opts["twin"] not in TWINS:
-            raise ConfigError(f"twin={opts['twin']}: one of {', '.join(TWINS)}")
+        if opts["twin"] not in (twins := twin_choices()):
+            raise ConfigError(f"twin={opts['twin']}: one of {', '.join(twins)}")
         rest = [f"env={opts['twin']}", "hardware.dry_run=true", "env.twin_clock=real", *rest]
     cfg = load_config(rest)
     driver_cfg = OmegaConf.to_container(cfg.env.get("driver") or OmegaConf.create(), resolve=True)

@@ -23,17 +23,42 @@ from pathlib import Path
 
 import numpy as np
 
+from hardware.arm import ArmDriver, HardwareError
+
 log = logging.getLogger(__name__)
 
-TWINS = ("so101", "franka", "ur5e")
 RATE_STEPS = 50  # control steps timed for the rate check
-NETWORK_PORTS = {"hardware.franka.FrankaDriver": 1337, "hardware.ur.URDriver": 30004}  # libfranka, RTDE
-SDK_EXTRAS = {
-    "hardware.so101.SO101Driver": ("scservo_sdk", "so101"),
-    "hardware.franka.FrankaDriver": ("franky", "franka"),
-    "hardware.ur.URDriver": ("rtde_control", "ur"),
-}
 WATCHDOG_SLACK_S = 0.1  # the watchdog looks every 20 ms; a loaded machine adds a little
+
+
+def twin_choices() -> tuple[str, ...]:
+    """What `twin=` may name: each env config (launch/conf/env) that drives an arm on metal, a driver `_target_`
+    without `twin: true`; a new robot's YAML is a choice as soon as it is there."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from robo_rl.config import CONF_DIR
+
+    names = []
+    for path in sorted((CONF_DIR / "env").glob("*.yaml")):
+        driver = OmegaConf.load(path).get("driver")
+        if isinstance(driver, DictConfig) and driver.get("_target_") and not driver.get("twin", False):
+            names.append(path.stem)
+    return tuple(names)
+
+
+def driver_class(target: str) -> type[ArmDriver]:
+    """The driver class a config's `env.driver._target_` names; its attributes say what the doctor checks."""
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception as e:  # noqa: BLE001 - hydra wraps the import error; its text is the finding
+        raise HardwareError(
+            f"env.driver._target_={target}: cannot import it ({' '.join(str(e).split())[:300]})"
+        ) from None
+    if not (isinstance(cls, type) and issubclass(cls, ArmDriver)):
+        raise HardwareError(f"env.driver._target_={target} is not an arm driver (a hardware.arm.ArmDriver subclass)")
+    return cls
 
 
 @dataclasses.dataclass
@@ -71,10 +96,20 @@ class Doctor:
                 "use a robot env: env=so101 | franka | ur5e, or twin=so101",
             )
             return 1
+        try:
+            driver = driver_class(target)
+        except HardwareError as e:
+            self.add(
+                "driver",
+                "fail",
+                str(e),
+                "env.driver._target_ names the arm's driver class (hardware.so101.SO101Driver)",
+            )
+            return 1
         dry = self.twin or bool(self.cfg.hardware.dry_run) or bool(driver_cfg.get("twin"))
-        self.sdk(target, dry)
+        self.sdk(driver, dry)
         if not dry:
-            self.devices(driver_cfg, target)
+            self.devices(driver_cfg, driver)
         self.cameras_found()
         env = self.connect()
         if env is None:
@@ -90,8 +125,8 @@ class Doctor:
         print(f"\n{len(self.checks)} checks: {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else ""))
         return 1 if failed else 0
 
-    def sdk(self, target: str, dry: bool) -> None:
-        module, extra = SDK_EXTRAS.get(target, (None, None))
+    def sdk(self, driver: type[ArmDriver], dry: bool) -> None:
+        module, extra = driver.sdk_module, driver.sdk_extra
         if module is None:
             return
         import importlib.util
@@ -108,7 +143,7 @@ class Doctor:
         else:
             self.add("sdk", "fail", f"{module} is not installed", f"uv sync --extra {extra}")
 
-    def devices(self, driver_cfg: dict, target: str) -> None:
+    def devices(self, driver_cfg: dict, driver: type[ArmDriver]) -> None:
         port = driver_cfg.get("port")
         if port is not None:
             found = sorted(glob.glob("/dev/ttyACM*") + glob.glob("/dev/ttyUSB*"))
@@ -122,7 +157,7 @@ class Doctor:
                     "plug the arm's bus adapter in, then env.driver.port=<one of the found ports>; "
                     "`sudo usermod -aG dialout $USER` if it exists but cannot be opened",
                 )
-        host, net_port = driver_cfg.get("host"), NETWORK_PORTS.get(target)
+        host, net_port = driver_cfg.get("host"), driver.network_port
         if host is not None and net_port is not None:
             start = time.monotonic()
             try:
@@ -342,8 +377,8 @@ def cmd_doctor(overrides: list[str]) -> int:
     report = next((o.partition("=")[2] for o in overrides if o.startswith("report=")), None)
     rest = [o for o in overrides if not o.startswith(("twin=", "report="))]
     if twin is not None:
-        if twin not in TWINS:
-            raise ConfigError(f"twin={twin}: one of {', '.join(TWINS)}")
+        if twin not in (twins := twin_choices()):
+            raise ConfigError(f"twin={twin}: one of {', '.join(twins)}")
         rest = [f"env={twin}", "hardware.dry_run=true", "env.twin_clock=real", *rest]
     if not any(o.startswith("safety=") for o in rest):
         rest.append("safety=default")

@@ -54,6 +54,8 @@ class FrankaDriver(ArmDriver):
     joint_names = PANDA_JOINTS
     effort_kind = "force_n"
     default_effort_limit = FRANKA_FORCE_LIMIT_N
+    sdk_module, sdk_extra = "franky", "franka"
+    network_port = 1337  # libfranka's command connection to the FCI
 
     def __init__(
         self,
@@ -76,7 +78,7 @@ class FrankaDriver(ArmDriver):
 
                 franky_module = fake_franky.module_for(self.twin)
             else:
-                franky_module = import_sdk("franky", "franka", "Franka")
+                franky_module = import_sdk(self.sdk_module, self.sdk_extra, "Franka")
         self.franky = franky_module
         self.host = host
         self.dynamics_factor = float(dynamics_factor)

@@ -114,6 +114,7 @@ class SO101Driver(ArmDriver):
     robot = "so101"
     joint_names = ARM_MOTORS
     effort_kind = "current"
+    sdk_module, sdk_extra = "scservo_sdk", "so101"
 
     def __init__(
         self,
@@ -132,8 +133,8 @@ class SO101Driver(ArmDriver):
         if twin_kw and (twin is False or isinstance(twin, ArmTwin)):
             raise ValueError(f"so101: {sorted(twin_kw)} are options of a twin the driver builds (twin=True)")
         if twin is False:
-            for module in ("scservo_sdk", "serial", "deepdiff"):  # what lerobot's FeetechMotorsBus imports
-                import_sdk(module, "so101", "SO-101")
+            for module in (self.sdk_module, "serial", "deepdiff"):  # what lerobot's FeetechMotorsBus imports
+                import_sdk(module, self.sdk_extra, "SO-101")
         if isinstance(twin, ArmTwin):
             model, clock = twin.arm, clock or twin.clock
         else:

@@ -159,6 +159,8 @@ class URDriver(ArmDriver):
     joint_names = UR5E_JOINTS
     effort_kind = "force_n"
     default_effort_limit = UR_FORCE_LIMIT_N
+    sdk_module, sdk_extra = "rtde_control", "ur"
+    network_port = 30004  # RTDE
 
     def __init__(
         self,
@@ -193,7 +195,7 @@ class URDriver(ArmDriver):
                 rtde_modules = fake_rtde.modules_for(self.twin)
             else:
                 sdk = ("rtde_control", "rtde_receive", "dashboard_client")
-                rtde_modules = types.SimpleNamespace(**{m: import_sdk(m, "ur", "UR") for m in sdk})
+                rtde_modules = types.SimpleNamespace(**{m: import_sdk(m, self.sdk_extra, "UR") for m in sdk})
         self.sdk = rtde_modules
         self.host = host
         self.servo_lookahead_s, self.servo_gain = float(servo_lookahead_s), float(servo_gain)

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from hardware.arm import ArmDriver, HardwareError
 from hardware.calibrate import calibrate, write_calibration
+from hardware.doctor import Doctor, driver_class, twin_choices
 from hardware.so101 import SO101Driver
 from robo_rl.cli import main
 from robo_rl.config import ConfigError, load_config
 
 BOX = "safety.workspace={low: [0.1, -0.1, 0.05], high: [0.25, 0.1, 0.2]}"
+
+
+class NetworkArm(ArmDriver):
+    """A new robot as its own class: the doctor learns its SDK and port from it, not from a table of robots."""
+
+    robot = "netarm"
+    sdk_module, sdk_extra = "json", "netarm"
+    network_port: int | None = None  # the test sets a port that listens here
 
 
 def test_the_doctor_passes_the_so101_twin_and_reports_its_figures(tmp_path, capsys):
@@ -129,3 +140,48 @@ def test_calibrating_with_a_device_jogs_the_arm_through_the_safety_layer():
         env.close()
     assert np.all(high - low > 0.02)  # it went some way along every axis
     assert np.allclose(home, env.unwrapped.driver.home_joints, atol=0.02)
+
+
+def test_the_doctor_checks_the_sdk_and_network_port_the_driver_class_declares(monkeypatch, capsys):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    monkeypatch.setattr(NetworkArm, "network_port", port)
+    driver = driver_class(f"{__name__}.NetworkArm")  # as from a config's env.driver._target_
+    doctor = Doctor(load_config(["env=franka"]), twin=False)
+    try:
+        doctor.sdk(driver, dry=False)
+        doctor.devices({"host": "127.0.0.1"}, driver)
+    finally:
+        listener.close()
+    out = capsys.readouterr().out
+    assert "[ok  ] sdk: json is installed" in out and f"[ok  ] network: 127.0.0.1:{port} answers" in out
+    monkeypatch.setattr(NetworkArm, "sdk_module", "netarm_sdk_not_installed")
+    doctor.sdk(driver, dry=False)
+    doctor.devices({"host": "127.0.0.1"}, driver)  # nothing listens there now
+    out = capsys.readouterr().out
+    assert "[FAIL] sdk: netarm_sdk_not_installed is not installed" in out and "uv sync --extra netarm" in out
+    assert f"[FAIL] network: 127.0.0.1:{port} does not answer" in out
+    # a shipped robot's config: the port and SDK its driver class names (libfranka's, franky), nothing listening
+    franka = load_config(["env=franka", "env.driver.host=127.0.0.1"])
+    driver = driver_class(franka.env.driver._target_)
+    Doctor(franka, twin=False).sdk(driver, dry=False)
+    Doctor(franka, twin=False).devices(OmegaConf.to_container(franka.env.driver), driver)
+    out = capsys.readouterr().out
+    assert "[FAIL] network: 127.0.0.1:1337 does not answer" in out and "uv sync --extra franka" in out
+    with pytest.raises(HardwareError, match="hardware.nowhere.KukaDriver: cannot import it"):
+        driver_class("hardware.nowhere.KukaDriver")
+    with pytest.raises(HardwareError, match="not an arm driver"):
+        driver_class("collections.OrderedDict")
+
+
+def test_a_new_robot_yaml_is_a_twin_choice_and_a_bad_twin_is_refused_naming_the_choices(tmp_path, monkeypatch, capsys):
+    assert twin_choices() == ("franka", "so101", "ur5e")  # so101_twin's driver is a twin already
+    assert main(["doctor", "twin=kuka"]) == 2
+    assert "twin=kuka: one of franka, so101, ur5e" in capsys.readouterr().err
+    assert main(["calibrate", "twin=kuka"]) == 2
+    assert "twin=kuka: one of franka, so101, ur5e" in capsys.readouterr().err
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "kuka.yaml").write_text("_target_: hardware.env.ArmEnv\ndriver:\n  _target_: kuka.KukaDriver\n")
+    (tmp_path / "env" / "point_reach.yaml").write_text("_target_: sim.point_reach.PointReachEnv\n")
+    monkeypatch.setattr("robo_rl.config.CONF_DIR", tmp_path)
+    assert twin_choices() == ("kuka",)
