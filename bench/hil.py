@@ -101,7 +101,8 @@ def overhead(steps: int) -> dict:
     from robo_rl.teleop.intervention import InterventionWrapper
     from sim.point_reach import PointReachEnv
 
-    human = {"kind": "sim_human", "expert": {"_target_": "sim.point_reach.PointReachExpert"}, "takeover_prob": 0.5}
+    expert = {"_target_": "sim.point_reach.PointReachExpert"}
+    human = {"_target_": "sim.simulated_human.SimulatedHuman", "expert": expert, "takeover_prob": 0.5}
     wrapped = InterventionWrapper(PointReachEnv(max_episode_steps=50), [WebDevice("web"), FakeDevice("keys"), human])
     bare = PointReachEnv(max_episode_steps=50)
     actions = np.random.default_rng(0).uniform(-1, 1, (steps, 2)).astype(np.float32)

@@ -1,7 +1,7 @@
 """A simulated human: the task's scripted expert watching the policy and taking over when it drifts.
 
-It is a teleop device (`kind: sim_human`), so everything a person's intervention goes through (arbitration,
-records, the interventions partition, the metrics) is measured in sim before a person sits down:
+It is a teleop device (`_target_: sim.simulated_human.SimulatedHuman`), so everything a person's intervention goes
+through (arbitration, records, the interventions partition, the metrics) is measured in sim before a person sits down:
   - each step it computes the expert's action on the observation the policy saw; when the policy's proposal differs
     from it by more than `drift_threshold` (max over action dimensions) for `patience` steps in a row, it decides to
     take over with probability p, and does so `reaction_delay` steps later (a person reacts late); on an env with a

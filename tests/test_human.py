@@ -149,8 +149,18 @@ def test_the_actor_env_is_the_task_inside_the_configured_wrappers_and_none_is_sk
         assert env.control_hz == 10.0 and env.action_names == ("x", "y")  # the env's attributes pass through
     finally:
         env.close()
-    with pytest.raises(ConfigError, match="unknown teleop device 'keybord'.*keyboard"):
-        make_actor_env(load_config(["env=point_reach", "human=keyboard", "human.devices=[{kind: keybord}]"]))
+    with pytest.raises(
+        ConfigError, match=r"no device class 'KeybordDevice'.*did you mean 'hardware.teleop.keyboard.KeyboardDevice'"
+    ):
+        make_actor_env(
+            load_config(
+                [
+                    "env=point_reach",
+                    "human=keyboard",
+                    "human.devices=[{_target_: hardware.teleop.keyboard.KeybordDevice}]",
+                ]
+            )
+        )
     with pytest.raises(ConfigError, match="actor.wrappers names 'guard'"):
         make_actor_env(load_config(["env=point_reach", "actor.wrappers=[guard]"]))
 
@@ -257,7 +267,12 @@ def test_a_motion_device_that_does_not_command_the_gripper_keeps_its_last_comman
 def sim_human_env(**kw):
     from sim.point_reach import PointReachExpert  # noqa: F401 (the expert the config names)
 
-    cfg = {"kind": "sim_human", "expert": {"_target_": "sim.point_reach.PointReachExpert"}, "seed": 0, **kw}
+    cfg = {
+        "_target_": "sim.simulated_human.SimulatedHuman",
+        "expert": {"_target_": "sim.point_reach.PointReachExpert"},
+        "seed": 0,
+        **kw,
+    }
     env = InterventionWrapper(PointReachEnv(max_episode_steps=40), [cfg])
     return env
 
@@ -296,7 +311,7 @@ def test_on_a_discrete_gripper_the_simulated_human_reads_stay_as_the_command_the
     def episode(stay_when_held):
         base = PickCubeEnv(gripper="discrete")
         spec = {
-            "kind": "sim_human",
+            "_target_": "sim.simulated_human.SimulatedHuman",
             "expert": {"_target_": "sim.experts.PickCubeExpert"},
             "seed": 0,
             "patience": 1,

@@ -24,7 +24,7 @@ from hardware.teleop.leader_arm import LeaderArmDevice, lerobot_teleoperator
 from hardware.teleop.spacemouse import SpaceMouseDevice
 from robo_rl.gui.web_device import WebDevice
 from robo_rl.teleop.base import TeleopDevice
-from robo_rl.teleop.devices import DEVICE_KINDS, DeviceUnavailable, FakeDevice, make_device, register_device
+from robo_rl.teleop.devices import DeviceUnavailable, FakeDevice, make_device
 from robo_rl.teleop.keys import KeyMap, normalize_key
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -543,36 +543,38 @@ class EnvDevice(TeleopDevice):
         self.env = env
 
 
-def test_make_device_builds_kinds_and_checks_options():
-    device = make_device({"kind": "web", "name": "page", "timeout_s": 5})
+def test_make_device_builds_targets_and_checks_options():
+    device = make_device({"_target_": "robo_rl.gui.web_device.WebDevice", "name": "page", "timeout_s": 5})
     assert isinstance(device, WebDevice) and device.name == "page" and device.timeout_s == 5
-    assert isinstance(make_device({"kind": "fake"}), FakeDevice)
-    assert isinstance(make_device({"kind": "keyboard", "speed": 0.3}), KeyboardDevice)  # built, not started
-    assert DEVICE_KINDS["sim_human"] == "sim.simulated_human:SimulatedHuman"
-    with pytest.raises(ValueError, match=r"unknown teleop device 'keybord'; the kinds are: keyboard, .*did you mean"):
-        make_device({"kind": "keybord"})
-    with pytest.raises(ValueError, match=r"teleop device 'web': .*'bogus'.*its options are: name, keys"):
-        make_device({"kind": "web", "bogus": 1})
+    assert isinstance(make_device({"_target_": "robo_rl.teleop.base.FakeDevice"}), FakeDevice)
+    keyboard = make_device({"_target_": "hardware.teleop.keyboard.KeyboardDevice", "speed": 0.3})
+    assert isinstance(keyboard, KeyboardDevice)  # built, not started
+    with pytest.raises(
+        ValueError, match=r"no device class 'KeybordDevice'.*did you mean 'hardware.teleop.keyboard.Key"
+    ):
+        make_device({"_target_": "hardware.teleop.keyboard.KeybordDevice"})
+    with pytest.raises(ValueError, match=r"no module 'hardware.teleop.keybord'"):
+        make_device({"_target_": "hardware.teleop.keybord.KeyboardDevice"})
+    with pytest.raises(ValueError, match=r"without a '_target_'"):
+        make_device({"kind": "keyboard"})
+    with pytest.raises(
+        ValueError, match=r"teleop device 'robo_rl.gui.web_device.WebDevice': .*'bogus'.*its options are: name, keys"
+    ):
+        make_device({"_target_": "robo_rl.gui.web_device.WebDevice", "bogus": 1})
 
 
-def test_make_device_passes_the_env_to_devices_that_need_it(monkeypatch):
-    monkeypatch.setitem(DEVICE_KINDS, "env_device", "tests.test_teleop_devices:EnvDevice")
+def test_make_device_passes_the_env_to_devices_that_need_it():
     with pytest.raises(ValueError, match="needs the env"):
-        make_device({"kind": "env_device"})
+        make_device({"_target_": "tests.test_teleop_devices.EnvDevice"})
     env = object()
-    assert make_device({"kind": "env_device"}, env=env).env is env
-    register_device("env_device2", "tests.test_teleop_devices:EnvDevice")
-    try:
-        assert make_device({"kind": "env_device2", "name": "h"}, env=env).name == "h"
-    finally:
-        DEVICE_KINDS.pop("env_device2")
-    with pytest.raises(ValueError, match="module:Class"):
-        register_device("x", "no_colon")
+    assert make_device({"_target_": "tests.test_teleop_devices.EnvDevice"}, env=env).env is env
+    assert make_device({"_target_": "tests.test_teleop_devices.EnvDevice", "name": "h"}, env=env).name == "h"
 
 
 def test_importing_the_package_and_building_web_pulls_no_device_library():
     code = (
-        "import sys; import robo_rl.teleop.devices as t; t.make_device({'kind': 'web'}).start().read();"
+        "import sys; import robo_rl.teleop.devices as t;"
+        "t.make_device({'_target_': 'robo_rl.gui.web_device.WebDevice'}).start().read();"
         "print(sorted(m for m in ('pygame', 'pynput', 'hid', 'lerobot') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
