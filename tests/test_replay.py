@@ -176,3 +176,46 @@ def test_vectorised_add_matches_record_by_record_add_with_interleaved_actors():
     valid = rows[whole._valid(rows)]
     b = whole.gather(valid, 0.9, n_step=2)
     assert np.all(b["next_obs"]["state"][:, 1] == b["obs"]["state"][:, 1])  # never across episodes
+
+
+# --- the interventions partition: an index kept on every write ----------------------------------------------------
+def test_the_intervention_index_matches_a_scan_of_the_ring_through_wrap_around():
+    rng = np.random.default_rng(0)
+    buf = ReplayBuffer(23, FIELDS)
+    for i in range(60):  # messages shorter and longer than the ring, from two actors; it wraps many times
+        ep = synthetic_episode(i, int(rng.integers(1, 30)), "time_limit")
+        ep["intervention"][:] = rng.random(len(ep["step"])) < rng.choice([0.0, 0.3, 1.0])
+        buf.add(ep, "a" if i % 2 else "b")
+        scan = np.flatnonzero(buf.data["intervention"][: buf.size])  # what every batch used to compute
+        np.testing.assert_array_equal(buf.intervention_rows(), scan)
+        assert len(buf.interventions) == len(scan)
+        ranks = np.arange(len(scan))
+        np.testing.assert_array_equal(buf.interventions[ranks], scan)  # rank k is the same row: the same draws
+
+
+def test_an_overwritten_intervention_row_leaves_the_index_and_a_new_one_joins_it():
+    buf = ReplayBuffer(6, FIELDS)
+    buf.add(synthetic_episode(0, 5, "time_limit", intervention_steps=(1, 2, 3)), "a")  # rows 0-5
+    assert buf.intervention_rows().tolist() == [1, 2, 3]
+    buf.add(synthetic_episode(1, 2, "time_limit", intervention_steps=(2,)), "a")  # rows 0-2: 1 and 2 overwritten
+    assert buf.intervention_rows().tolist() == [2, 3]  # row 2 holds the new episode's human step
+    assert buf.data["episode_id"][2] == 1
+    buf.add(synthetic_episode(2, 2, "time_limit"), "a")  # rows 3-5, no human step
+    assert buf.intervention_rows().tolist() == [2]
+
+
+def test_sampling_the_interventions_never_returns_another_row_and_draws_as_the_scan_did():
+    rng = np.random.default_rng(1)
+    buf = ReplayBuffer(50, FIELDS)
+    for i in range(37):  # the ring wraps, its cursor mid-ring; about a fifth of the steps are a human's
+        ep = synthetic_episode(i, 9, "time_limit")
+        ep["intervention"][1:] = rng.random(9) < 0.2
+        buf.add(ep, "a")
+    scan = np.flatnonzero(buf.data["intervention"][: buf.size])
+    assert 0 < len(scan) < buf.size
+    for seed in range(20):
+        rows = buf.sample_rows(64, np.random.default_rng(seed), among=buf.interventions)
+        assert buf.data["intervention"][rows].all()
+        np.testing.assert_array_equal(rows, buf.sample_rows(64, np.random.default_rng(seed), among=scan))
+    batch = buf.sample(256, rng, 0.9, among=buf.interventions)
+    assert batch["intervention"].all()

@@ -99,8 +99,8 @@ def test_a_store_of_another_layout_is_refused(tmp_path):
 def test_restore_rebuilds_the_replay_row_for_row_and_reports_data_past_the_checkpoint(tmp_path, storage):
     cfg = replay_cfg(storage=storage, capacity=16, disk_capacity=16)
     live = LearnerReplay(cfg, FIELDS, tmp_path, demos=None)
-    for i in range(4):  # two actors interleaved, 24 records into 16 rows
-        ep = episode(i)
+    for i in range(4):  # two actors interleaved, 24 records into 16 rows, some of them a human's
+        ep = episode(i, intervention_steps=(i + 1, i + 2))
         live.add("a" if i % 2 else "b", {k: v[:3] for k, v in ep.items()}, session=1, seq=2 * i + 1)
         live.add("a" if i % 2 else "b", {k: v[3:] for k, v in ep.items()}, session=1, seq=2 * i + 2)
         if i == 1:
@@ -114,6 +114,8 @@ def test_restore_rebuilds_the_replay_row_for_row_and_reports_data_past_the_check
     assert sum(len(b["step"]) for _, b in later) == 12 and {a for a, _ in later} == {"a", "b"}
     for name in ("prev", "next", "row_uid", "prev_uid", "next_uid"):
         np.testing.assert_array_equal(getattr(again.online, name), getattr(live.online, name))
+    assert len(live.online.intervention_rows()) > 0
+    np.testing.assert_array_equal(again.online.intervention_rows(), live.online.intervention_rows())
     rng1, rng2 = np.random.default_rng(3), np.random.default_rng(3)
     b1, b2 = live.sample(32, rng1, 0.9, n_step=2), again.sample(32, rng2, 0.9, n_step=2)
     np.testing.assert_array_equal(b1["next_obs"]["images"]["cam"], b2["next_obs"]["images"]["cam"])
@@ -133,6 +135,19 @@ def test_disk_replay_serves_the_same_transitions_as_the_ram_ring(tmp_path):
         np.testing.assert_array_equal(a[key], b[key])
     np.testing.assert_array_equal(a["obs"]["images"]["cam"], b["obs"]["images"]["cam"])
     np.testing.assert_array_equal(a["next_obs"]["images"]["cam"], b["next_obs"]["images"]["cam"])
+
+
+def test_the_disk_ring_keeps_its_intervention_index_through_recycled_segments(tmp_path):
+    store = SegmentStore(tmp_path / "s", FIELDS)
+    for i in range(7):
+        store.write(episode(i, intervention_steps=range(i % 3, 6, 2)), np.full(6, "a", dtype=object))
+    disk = DiskReplay(15, FIELDS)  # 42 records through 15 rows
+    for seg, batch, sources in store.iter_segments():
+        disk.add_segment(seg.index, batch, sources)
+        scan = np.flatnonzero(disk.data["intervention"][: disk.size])
+        np.testing.assert_array_equal(disk.intervention_rows(), scan)
+    rows = disk.sample_rows(100, np.random.default_rng(0), among=disk.interventions)
+    assert disk.data["intervention"][rows].all()
 
 
 def test_batches_mix_online_and_prior_data_by_the_configured_fraction(tmp_path):

@@ -1,8 +1,9 @@
 """The learner's replay: partitions, persistence on disk, and exact restore on resume.
 
 Partitions: `online` (every record the actors send), `demos` (prior demonstrations) and
-`interventions` (online transitions a human took over, a view of the online rows). A batch takes
-`online_fraction` from online and the rest from the prior data, demos and interventions pooled.
+`interventions` (online transitions a human took over, a view of the online rows, indexed as they are
+written, so sampling it never scans the ring). A batch takes `online_fraction` from online and the rest from
+the prior data, demos and interventions pooled.
 
 Every online record is also written to `<run>/replay/online/` (see `storage.py`) in arrival order, by
 a background thread, at most `flush_every_s` after it arrived. Only then is it acknowledged to the
@@ -152,10 +153,11 @@ class LearnerReplay:
     ) -> dict:
         """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
         (by their sizes); all online when there is no prior data yet. `where`: see `ReplayBuffer.sample_rows`."""
-        interventions = self.online.intervention_rows() if self.cfg.interventions_in_prior else np.empty(0, np.int64)
+        interventions = self.online.interventions  # kept on every write: no scan of the ring per batch
+        n_int_rows = len(interventions) if self.cfg.interventions_in_prior else 0
         n_demo_rows = self.demos.size if self.demos else 0
-        n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + len(interventions) else 0
-        n_int = int(rng.binomial(n_prior, len(interventions) / (n_demo_rows + len(interventions)))) if n_prior else 0
+        n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + n_int_rows else 0
+        n_int = int(rng.binomial(n_prior, n_int_rows / (n_demo_rows + n_int_rows))) if n_prior else 0
         parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where)]
         if n_int:
             parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from robo_rl.data.intervention_index import InterventionIndex
 from robo_rl.data.schema import check_step_batch
 
 
@@ -33,6 +34,7 @@ class ReplayBuffer:
         self.size = 0
         self.writes = 0
         self._last: dict[tuple, tuple[int, int]] = {}  # (source, episode_id) → (row, uid) of its latest record
+        self.interventions = InterventionIndex(capacity)  # the interventions partition, kept on every write
 
     def __len__(self) -> int:
         return self.size
@@ -51,8 +53,10 @@ class ReplayBuffer:
     def _add(self, batch: dict[str, np.ndarray], n: int, source) -> None:
         rows = (self.cursor + np.arange(n)) % self.capacity
         uids = self.writes + np.arange(n)
+        was_intervention = self.data["intervention"][rows]
         for name, arr in self.data.items():
             arr[rows] = batch[name]
+        self.interventions.update(rows, was_intervention, self.data["intervention"][rows])
         prev = np.full(n, -1, np.int64)
         prev_uid = np.full(n, -1, np.int64)
         steps, episodes = batch["step"].tolist(), batch["episode_id"].tolist()
@@ -91,10 +95,15 @@ class ReplayBuffer:
 
     # --- sampling -----------------------------------------------------------------------------
     def sample_rows(
-        self, batch_size: int, rng: np.random.Generator, among: np.ndarray | None = None, where: str | None = None
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        among: np.ndarray | InterventionIndex | None = None,
+        where: str | None = None,
     ) -> np.ndarray:
-        """Rows that end a valid transition, uniformly over `among` (default: all filled rows); with `where` (a
-        policy extra's name), only rows where that extra is nonzero (e.g. the steps where a chunk was decided)."""
+        """Rows that end a valid transition, uniformly over `among` (rows, or an index of them; default: all filled
+        rows); with `where` (a policy extra's name), only rows where that extra is nonzero (e.g. the steps where a
+        chunk was decided)."""
         pool = self.size if among is None else len(among)
         if pool == 0:
             raise ValueError("cannot sample from an empty replay buffer")
@@ -113,8 +122,8 @@ class ReplayBuffer:
         raise ValueError("replay buffer holds no complete transition yet" + (f" with extra '{where}'" if where else ""))
 
     def intervention_rows(self) -> np.ndarray:
-        """Rows whose transition a human took over (the interventions partition, a view of this buffer)."""
-        return np.flatnonzero(self.data["intervention"][: self.size])
+        """Rows whose transition a human took over (the interventions partition, a view of this buffer), ascending."""
+        return self.interventions.rows()
 
     def sample(
         self,
@@ -124,7 +133,7 @@ class ReplayBuffer:
         n_step: int = 1,
         chunk: int = 1,
         extras: tuple[str, ...] = (),
-        among: np.ndarray | None = None,
+        among: np.ndarray | InterventionIndex | None = None,
         where: str | None = None,
     ) -> dict:
         """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`)."""
