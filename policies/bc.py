@@ -1,8 +1,9 @@
 """Behaviour cloning: an MLP (on the state and, optionally, camera features) that predicts a chunk of actions,
 and the frozen base (`BasePolicy`) a residual learner or an actor runs from its checkpoint.
 
-The checkpoint (`<run>/bc/policy.pt`, written by `robo_rl.offline.bc`) holds only tensors and plain containers:
-`torch.load(weights_only=True)` reads it. `load_bc_base` checks it against the task before anything starts.
+The checkpoint (`<run>/bc/policy.pt`, written by `robo_rl.offline.bc`; its format in `policies/checkpoint.py`) holds
+only tensors and plain containers. `load_bc_base` checks it against the task before anything starts, and hands a flow
+or diffusion checkpoint to `policies/flow.py`.
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.checkpoint import BC_FORMAT, BC_KIND, BCCheckpointError, feature_mismatch, read_bc_checkpoint
+from policies.cpu_sampler import CpuMLPPolicy
 from policies.encoders import EncoderConfig, ObservationEncoder
+from policies.flow import load_generative_base
 from policies.mlp import mlp
-
-BC_FORMAT = 1
-STD_FLOOR = 1e-2  # a state entry that barely moved in the demonstrations is not blown up by normalisation
-NORMALISED_CLIP = 10.0  # a state far outside the demonstrations stays a finite input
-
-
-class BCCheckpointError(ValueError):
-    """A missing, unreadable or mismatched BC checkpoint; the text names the file and the mismatch."""
+from policies.state_norm import NORMALISED_CLIP, set_normalisation
 
 
 class BCPolicy(nn.Module):
@@ -64,11 +61,7 @@ class BCPolicy(nn.Module):
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
 
-    def set_normalisation(self, states: np.ndarray) -> None:
-        """Per-dimension mean and std of the training states."""
-        states = torch.as_tensor(np.asarray(states, np.float32))
-        self.state_mean.copy_(states.mean(0))
-        self.state_std.copy_(states.std(0, unbiased=False).clamp_min(STD_FLOOR))
+    set_normalisation = set_normalisation  # per-dimension mean and std of the training states
 
     def forward(self, obs: dict) -> torch.Tensor:
         """[B, chunk_size, action_dim]"""
@@ -80,7 +73,7 @@ class BCPolicy(nn.Module):
     def checkpoint(self, **extra) -> dict:
         """What `load_bc_base` rebuilds the policy from: plain containers and tensors only."""
         weights = {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
-        return {"format": BC_FORMAT, "kind": "bc_policy", "config": self.config, "weights": weights, **extra}
+        return {"format": BC_FORMAT, "kind": BC_KIND, "config": self.config, "weights": weights, **extra}
 
 
 class BCBase:
@@ -104,8 +97,6 @@ class BCBase:
 
     def cpu_policy(self):
         """numpy's forward pass for one observation (`policies/cpu_sampler.py`) where it covers this policy."""
-        from policies.cpu_sampler import CpuMLPPolicy
-
         return CpuMLPPolicy.build(self.policy)
 
     def reset(self) -> None:
@@ -128,60 +119,13 @@ class BCBase:
         return self.policy({"state": state, "images": images})[0].cpu().numpy().astype(np.float32)
 
 
-def read_bc_checkpoint(path: str | Path) -> dict:
-    """The payload of a BC checkpoint file (or of `<run>/bc/policy.pt` given the run folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "bc" / "policy.pt" if (path / "bc" / "policy.pt").is_file() else path / "policy.pt"
-    if not path.is_file():
-        raise BCCheckpointError(f"base checkpoint {path} does not exist: pass a bc/policy.pt file or a run folder")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise BCCheckpointError(f"base checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
-    from policies.flow import GENERATIVE_FORMAT, GENERATIVE_KIND
-
-    formats = {"bc_policy": BC_FORMAT, GENERATIVE_KIND: GENERATIVE_FORMAT}
-    if not isinstance(payload, dict) or formats.get(payload.get("kind")) != payload.get("format"):
-        raise BCCheckpointError(
-            f"base checkpoint {path} is not a robo_rl BC policy (MLP format {BC_FORMAT}, flow or "
-            f"diffusion format {GENERATIVE_FORMAT})"
-        )
-    payload["path"] = str(path)
-    return payload
-
-
-def feature_mismatch(config: dict, observation_space, action_dim: int, state_names=None) -> str | None:
-    """What differs between a checkpoint's observation/action features and the task's (None: they match)."""
-    state_dim = observation_space["state"].shape[0]
-    if config["state_dim"] != state_dim:
-        return f"state has {config['state_dim']} dimensions, the task's has {state_dim}"
-    if config["action_dim"] != action_dim:
-        return f"action dimension is {config['action_dim']}, the task's is {action_dim}"
-    names, task_names = list(config.get("state_names") or []), list(state_names or [])
-    if names and task_names and names != task_names:
-        pairs = enumerate(zip(names, task_names, strict=False))
-        i = next((i for i, (a, b) in pairs if a != b), min(len(names), len(task_names)))
-        ours, theirs = (n[i] if i < len(n) else "(none)" for n in (names, task_names))
-        return f"state entry {i} is '{ours}', the task's is '{theirs}'"
-    task_cams = {n: list(s.shape[:2]) for n, s in observation_space["images"].spaces.items()}
-    for name, size in config["cameras"].items():
-        if name not in task_cams:
-            return f"camera '{name}' is not in the task (it has {sorted(task_cams) or 'no cameras'})"
-        if list(size) != task_cams[name]:
-            return f"camera '{name}' is {size[0]}x{size[1]}, the task's is {task_cams[name][0]}x{task_cams[name][1]}"
-    return None
-
-
 def load_bc_base(
     path: str | Path, observation_space, action_dim: int, state_names=None, device: str | torch.device = "cpu"
 ):
     """A BC checkpoint (an MLP, a flow or a diffusion policy) as a frozen base, refused in one line if missing,
     unreadable or made for another task."""
     payload = read_bc_checkpoint(path)
-    if payload["kind"] != "bc_policy":
-        from policies.flow import load_generative_base
-
+    if payload["kind"] != BC_KIND:
         return load_generative_base(payload, observation_space, action_dim, state_names, device)
     config = payload["config"]
     problem = feature_mismatch(config, observation_space, action_dim, state_names)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.bc import NORMALISED_CLIP
+from policies.state_norm import NORMALISED_CLIP
 
 
 class _Snapshot:

@@ -27,12 +27,18 @@ from torch import nn
 from torch.nn import functional as F
 
 from policies.base import copy_sharing
-from policies.bc import NORMALISED_CLIP, BCCheckpointError, BCPolicy, feature_mismatch
+from policies.checkpoint import (
+    GENERATIVE_FORMAT,
+    GENERATIVE_KIND,
+    BCCheckpointError,
+    feature_mismatch,
+    read_bc_checkpoint,
+)
+from policies.cpu_sampler import CpuSampler
 from policies.encoders import EncoderConfig, ObservationEncoder
 from policies.mlp import mlp
+from policies.state_norm import NORMALISED_CLIP, set_normalisation
 
-GENERATIVE_KIND = "generative_policy"
-GENERATIVE_FORMAT = 1
 KINDS = ("flow", "diffusion")
 MAX_STEPS = 1000
 COSINE_OFFSET = 0.008  # the cosine schedule's s (Nichol & Dhariwal)
@@ -99,7 +105,7 @@ class ChunkGenerator(nn.Module):
     def noise_shape(self) -> tuple[int, int]:
         return self.chunk_size, self.action_dim
 
-    set_normalisation = BCPolicy.set_normalisation  # per-dimension mean and std of the training states
+    set_normalisation = set_normalisation  # per-dimension mean and std of the training states
 
     @property
     def feature_dim(self) -> int:
@@ -316,8 +322,6 @@ class GenerativeBase:
 
     def cpu_sampler(self):
         """numpy's sampler for one observation (`policies/cpu_sampler.py`) where it covers this model, else None."""
-        from policies.cpu_sampler import CpuSampler
-
         return CpuSampler.build(self.model)
 
     def reset(self) -> None:
@@ -408,8 +412,6 @@ class GenerativePolicy(nn.Module):
     ) -> None:
         super().__init__()
         if path:
-            from policies.bc import read_bc_checkpoint
-
             payload = read_bc_checkpoint(path)
             if payload["kind"] != GENERATIVE_KIND:
                 raise BCCheckpointError(f"{payload['path']} is an MLP policy, not a flow or diffusion policy")
