@@ -1,6 +1,6 @@
 """Layouts: what `robo-rl launch <layout>` starts — a learner, N actors, the GUI, a critic server — read from
 launch/layouts/<name>.yaml (the format: launch/layouts/README.md), checked, its counted actors expanded. Starting and
-watching the processes is launch/launcher.py's job."""
+watching the processes is launch/launcher/'s job."""
 
 from __future__ import annotations
 

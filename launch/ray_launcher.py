@@ -1,8 +1,9 @@
 """`robo-rl launch <layout> launch.ray=true`: the same layout's processes placed on a Ray cluster.
 
 Each process gets a small Ray actor (`ProcessHost`) that runs the same `robo-rl <role> ...` command line as the local
-launcher and reports its exit and its log's last line; the `Supervisor` of launch/launcher.py restarts, stops and
-shows them as it does locally. Ray only places and watches processes: the data path stays ZeroMQ between them.
+launcher and reports its exit and its log's last line; the `Supervisor` of launch/launcher/supervisor.py restarts,
+stops and shows them as it does locally. Ray only places and watches processes: the data path stays ZeroMQ between
+them. It imports the launcher's lower modules only; `robo-rl launch` imports this module only for launch.ray=true.
 The learner, GUI and critic run on this machine's node (the run folder is here) unless their `ray:` entry says
 otherwise; actors go wherever the cluster has room (`ray: {num_cpus: 1}` each by default). Nodes other than the
 learner's reach it at its node's address, authenticated with CURVE keys shipped to each process through Ray.
@@ -19,21 +20,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launch.launcher import (
-    TRANSPORT_PORTS,
-    LayoutError,
-    LearnerProgress,
-    LocalProcess,
-    Network,
-    Slot,
-    StatusBoard,
-    Supervisor,
-    arg_value,
-    choose_ports,
-    make_slots,
-    port_open,
-    prepare,
-)
+from launch.launcher.board import LearnerProgress, StatusBoard
+from launch.launcher.command_lines import Network, arg_value
+from launch.launcher.ports import TRANSPORT_PORTS, choose_ports, port_open
+from launch.launcher.prepare import prepare
+from launch.launcher.processes import LocalProcess
+from launch.launcher.slots import Slot, make_slots
+from launch.launcher.supervisor import Supervisor
+from launch.layout import LayoutError
 
 RAY_MISSING = "launch.ray=true needs Ray: uv sync --extra ray (or pip install 'ray[default]>=2.60')"
 PLACEMENT_TIMEOUT_S = 120.0  # a process the cluster has no room for is an error after this long

@@ -1,0 +1,78 @@
+"""A process of the launch on this machine: its own process group, its output appended to its log."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+LOG_TAIL_BYTES = 4096  # read from the end of a log for its last line
+
+
+CHILD_ENV = {"PYTHONUNBUFFERED": "1"}  # logs written as they happen
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _child_setup() -> Callable[[], None]:
+    """A preexec hook: signals unblocked (a Ray worker's thread blocks SIGINT, and a child would inherit that), and
+    on Linux SIGTERM (a clean stop) to the child if the launcher itself is killed."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: the hook only calls it
+    except (OSError, AttributeError):
+        prctl = None
+    pr_set_pdeathsig = 1
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if prctl is not None:
+            prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return setup
+
+
+def last_line(path: Path) -> str:
+    """The last non-blank line of a log (a progress bar's last redraw counts), without terminal escapes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [ANSI.sub("", s).strip() for s in re.split(r"[\r\n]", text)]
+    return next((s for s in reversed(lines) if s), "")
+
+
+class LocalProcess:
+    """One OS process in its own process group (so a stop reaches its children), output appended to its log."""
+
+    def __init__(self, argv: list[str], log_path: Path, cwd: str | None = None) -> None:
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env={**os.environ, **CHILD_ENV},
+                start_new_session=True,
+                preexec_fn=_child_setup(),
+            )
+        self.pid = self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def last_line(self) -> str:
+        return last_line(self.log_path)
