@@ -5,7 +5,7 @@
 The episodes are taken in LeRobot's own env, built as its actor builds it: `make_robot_env` / `make_processors` /
 `step_env_and_process_transition` from `lerobot.rl.gym_manipulator`, the env block of the run's config
 (make_config.py) and the same `gym.make` overrides as the run (launch.py, $LEROBOT_GYM_HIL_OVERRIDES; default:
-run.py's TASK_OVERRIDES). So every frame holds exactly what the actor would send to the learner:
+task_overrides.py's TASK_OVERRIDES). So every frame holds exactly what the actor would send to the learner:
 
     observation.state              float32 [18]  gym-hil agent_pos (raw; the policy's preprocessor normalises it)
     observation.environment_state  float32 [3]   block xyz (absent with --stock-env)
@@ -47,6 +47,8 @@ REPO = HERE.parents[1]
 for p in (str(HERE), str(REPO)):
     if p not in sys.path:
         sys.path.insert(0, p)
+
+from task_overrides import TASK_OVERRIDES  # noqa: E402
 
 DEFAULT_REPO_ID = "local/gym_hil_pick_cube_expert"
 GRIPPER_OPEN, GRIPPER_STAY, GRIPPER_CLOSE = 0.0, 1.0, 2.0  # gym-hil EEActionWrapper: increment = command - 1
@@ -103,7 +105,7 @@ def record_demos(
 ) -> dict:
     """Record until `n_episodes` expert episodes succeeded (at most `max_attempts`, default 3N) into a LeRobot dataset
     at `root` (must not exist). config_path: a TrainRLServerPipelineConfig JSON whose `env` block builds the env
-    (default: make_config.py's). overrides: gym.make kwargs for gym_hil/* (default: run.py's TASK_OVERRIDES;
+    (default: make_config.py's). overrides: gym.make kwargs for gym_hil/* (default: task_overrides.py's TASK_OVERRIDES;
     {} = LeRobot's stock env). Returns a summary dict (also written to root/recording.json)."""
     import draccus
     import numpy as np
@@ -123,8 +125,6 @@ def record_demos(
     from sim.gym_hil_task import GymHilPickCubeExpert
 
     if overrides is None:
-        from run import TASK_OVERRIDES
-
         overrides = dict(TASK_OVERRIDES)
     if overrides:
         launch._patch_gym_hil_make(overrides)

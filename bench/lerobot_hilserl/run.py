@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE))
 
 from lerobot_eval import evaluate  # noqa: E402
 from make_config import make_config, write_config  # noqa: E402
+from task_overrides import TASK_OVERRIDES  # noqa: E402
 
 from robo_rl.transport.link import free_ports  # noqa: E402
 
@@ -72,12 +73,6 @@ class LogTail:
         self.buf += data
         *lines, self.buf = self.buf.split("\n")
         return lines
-
-
-# Our project's gym-hil task (launch/conf/env/gym_hil_pick.yaml): block position sampled per episode and part of the
-# state; no cameras. LeRobot's stock sim (`--stock-env`) renders both cameras every step, drops the block position
-# from the observation and keeps the block fixed at (0.5, 0).
-TASK_OVERRIDES = {"image_obs": False, "random_block_position": True}
 
 
 def child_env(overrides: dict) -> dict:
