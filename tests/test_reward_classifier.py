@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robo_rl.data.datasets import Episode
-from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model
+from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model, model_class
 from robo_rl.rewards.classifier import (
     SuccessClassifier,
     auroc,
@@ -19,6 +19,7 @@ from robo_rl.rewards.classifier import (
     train_classifier,
 )
 
+CLASSIFIER, PROGRESS = "robo_rl.rewards.classifier.SuccessClassifier", "robo_rl.rewards.progress.ProgressCritic"
 SIZE, T = 16, 15  # 16×16 frames; T steps → T + 1 records
 SMALL = {"channels": 8, "features": 16, "hidden": 32, "resize": None, "kernels": [3, 3], "strides": [2, 1]}
 
@@ -155,7 +156,7 @@ def test_novelty_gate_saves_with_the_model_and_can_be_left_out(trained, tmp_path
     episodes, model, _ = trained
     frames = {"top": np.concatenate([episodes[0].records["image/top"], _frame(np.random.default_rng(0), 35)[None]])}
     before = model.score(frames, _task_of(model))
-    loaded = load_model(model.save(tmp_path / "gated"), kind="classifier")
+    loaded = load_model(model.save(tmp_path / "gated"), CLASSIFIER)
     assert loaded.gate == model.gate and loaded.arch["bank_size"] == 48
     after = loaded.score(frames, _task_of(loaded))
     np.testing.assert_array_equal(after.success_prob, before.success_prob)
@@ -174,8 +175,9 @@ def test_save_load_round_trip_and_bad_folders(tmp_path):
     model = SuccessClassifier(["top"], ["pick"], threshold=0.7, **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})
     frames = {"top": _episodes(1)[0].records["image/top"]}
     before = model.score(frames, Task("pick")).success_prob
-    loaded = load_model(model.save(tmp_path / "m"), kind="classifier")
+    loaded = load_model(model.save(tmp_path / "m"), CLASSIFIER)
     assert isinstance(loaded, SuccessClassifier) and loaded.threshold == 0.7
+    assert json.loads((tmp_path / "m" / CONFIG_FILE).read_text())["_target_"] == CLASSIFIER
     assert before.dtype == np.float32 and before.shape == (T + 1,)
     np.testing.assert_array_equal(loaded.score(frames, Task("pick")).success_prob, before)
 
@@ -183,13 +185,56 @@ def test_save_load_round_trip_and_bad_folders(tmp_path):
         load_model(tmp_path / "nowhere")
     other = tmp_path / "other"
     other.mkdir()
-    (other / CONFIG_FILE).write_text(json.dumps({"kind": "progress", "cameras": ["top"]}))
-    with pytest.raises(RewardModelError, match="'progress' reward model, not a 'classifier'"):
-        load_model(other, kind="classifier")
+    (other / CONFIG_FILE).write_text(json.dumps({"_target_": PROGRESS, "cameras": ["top"]}))
+    with pytest.raises(RewardModelError, match=f"holds a '{PROGRESS}' reward model, not a '{CLASSIFIER}' one"):
+        load_model(other, CLASSIFIER)
+    (other / CONFIG_FILE).write_text(json.dumps({"kind": "progress", "cameras": ["top"]}))  # a folder of before
+    with pytest.raises(RewardModelError, match=f"holds a '{PROGRESS}' reward model, not a '{CLASSIFIER}' one"):
+        load_model(other, CLASSIFIER)
     config = json.loads((tmp_path / "m" / CONFIG_FILE).read_text())
     (tmp_path / "m" / CONFIG_FILE).write_text(json.dumps(config | {"channels": 16}))
     with pytest.raises(RewardModelError, match="another architecture"):
         load_model(tmp_path / "m")
+
+
+def test_a_folder_saved_before_target_named_the_class_loads_by_its_kind(tmp_path):
+    torch.manual_seed(0)
+    model = SuccessClassifier(["top"], ["pick"], threshold=0.7, **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})
+    frames = {"top": _episodes(1)[0].records["image/top"]}
+    config = json.loads((model.save(tmp_path / "old") / CONFIG_FILE).read_text())
+    old = {"kind": "classifier", **{k: v for k, v in config.items() if k != "_target_"}}  # what such a folder holds
+    (tmp_path / "old" / CONFIG_FILE).write_text(json.dumps(old))
+    for expected in (None, CLASSIFIER, "classifier"):
+        loaded = load_model(tmp_path / "old", expected)
+        assert isinstance(loaded, SuccessClassifier) and loaded.threshold == 0.7
+        np.testing.assert_array_equal(
+            loaded.score(frames, Task("pick")).success_prob, model.score(frames, Task("pick")).success_prob
+        )
+
+
+@pytest.mark.parametrize(
+    ("named", "suggestion"),
+    [
+        ("robo_rl.rewards.classifier.SucessClassifier", CLASSIFIER),  # a typo in the class
+        ("robo_rl.reward.classifier.SuccessClassifier", CLASSIFIER),  # a typo in the module
+        ("ProgressCritic", PROGRESS),  # the class without its module
+        ("clasifier", CLASSIFIER),  # an old kind, misspelt
+    ],
+)
+def test_an_unknown_class_is_refused_with_the_nearest_known_one(tmp_path, named, suggestion):
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"_target_": named, "cameras": ["top"]}))
+    with pytest.raises(RewardModelError, match=f"unknown reward model class '{named}'; did you mean '{suggestion}'"):
+        load_model(tmp_path)
+    with pytest.raises(RewardModelError, match=f"unknown reward model class '{named}'; did you mean '{suggestion}'"):
+        model_class(named)
+
+
+def test_a_class_that_is_no_reward_model_is_refused(tmp_path):
+    with pytest.raises(RewardModelError, match="'robo_rl.rewards.base.Task' is not a reward model"):
+        model_class("robo_rl.rewards.base.Task")
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"cameras": ["top"]}))
+    with pytest.raises(RewardModelError, match="does not name its reward model class"):
+        load_model(tmp_path)
 
 
 def test_unknown_camera_and_float_frames_are_refused():

@@ -112,14 +112,18 @@ def test_a_saved_critic_loads_back_exactly_and_a_wrong_folder_is_named(trained, 
     model, _ = trained
     frames = {"top": episode(np.random.default_rng(3), True).records["image/top"]}
     model.save(tmp_path / "critic")
-    again = load_model(tmp_path / "critic", kind="progress")
+    again = load_model(tmp_path / "critic", "robo_rl.rewards.progress.ProgressCritic")
     a, b = model.score_episode(frames, Task(INSTRUCTION)), again.score_episode(frames, Task(INSTRUCTION))
     np.testing.assert_array_equal(a.progress, b.progress)
     np.testing.assert_array_equal(a.delta, b.delta)
     with pytest.raises(RewardModelError, match="does not exist"):
         load_model(tmp_path / "nowhere")
-    with pytest.raises(RewardModelError, match="holds a 'progress' reward model, not a 'classifier' one"):
-        load_model(tmp_path / "critic", kind="classifier")
+    with pytest.raises(
+        RewardModelError,
+        match="holds a 'robo_rl.rewards.progress.ProgressCritic' reward model, "
+        "not a 'robo_rl.rewards.classifier.SuccessClassifier' one",
+    ):
+        load_model(tmp_path / "critic", "robo_rl.rewards.classifier.SuccessClassifier")
     cfg = json.loads((tmp_path / "critic" / "reward_model.json").read_text())
     (tmp_path / "critic" / "reward_model.json").write_text(json.dumps({**cfg, "features": 48}))
     with pytest.raises(RewardModelError, match="weights of another architecture"):

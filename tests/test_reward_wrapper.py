@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from robo_rl.rewards.base import RewardModel, Scores
+from robo_rl.rewards.base import RewardModel, RewardModelError, Scores
 from robo_rl.rewards.shaper import RewardShaper
 from robo_rl.rewards.wrapper import EXTRAS, RewardWrapper
 from robo_rl.teleop.base import FakeDevice
@@ -114,6 +114,51 @@ def test_the_learner_knows_the_records_layout_from_the_config_and_the_actor_agre
         assert {"extra/reward_env", "extra/success_prob"} <= set(fields_for_env(learner_view))
     finally:
         env.close()
+
+
+CLASSIFIER, PROGRESS = "robo_rl.rewards.classifier.SuccessClassifier", "robo_rl.rewards.progress.ProgressCritic"
+
+
+def test_the_config_names_the_reward_model_by_its_class_and_a_run_saved_before_by_its_kind(tmp_path):
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import ConfigError, load_saved_config, save_config
+    from robo_rl.envs.wrappers import make_actor_env
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from robo_rl.rewards.relabel import make_relabeller
+    from tests.test_pipeline import toy_config
+
+    SuccessClassifier(("top",), resize=[32, 32], channels=4, features=8, hidden=8).save(tmp_path / "clf")
+    given = ("env.camera=true", "reward=model", f"reward.model={tmp_path / 'clf'}")
+    env = make_actor_env(toy_config(tmp_path, *given, f"reward.model_target={CLASSIFIER}"))
+    try:
+        assert isinstance(env.model, SuccessClassifier)
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=f"holds a '{CLASSIFIER}' reward model, not a '{PROGRESS}' one"):
+        make_actor_env(toy_config(tmp_path, *given, f"reward.model_target={PROGRESS}"))
+    with pytest.raises(ConfigError, match=f"did you mean '{PROGRESS}'"):
+        make_actor_env(toy_config(tmp_path, *given, "reward.model_target=robo_rl.rewards.progress.ProgresCritic"))
+
+    # a run folder's config.yaml written before `model_target`: its reward block has `kind`, and resumes as it did
+    cfg = OmegaConf.to_container(toy_config(tmp_path, *given, "reward.where=learner"), resolve=True)
+    del cfg["reward"]["model_target"]
+    for kind, refused in (("classifier", False), ("progress", True)):
+        cfg["reward"]["kind"] = kind
+        save_config(OmegaConf.create(cfg), tmp_path / "config.yaml")
+        saved = load_saved_config(tmp_path / "config.yaml")
+        if refused:
+            with pytest.raises(RewardModelError, match=f"not a '{PROGRESS}' one"):
+                make_relabeller(saved)
+            with pytest.raises(ConfigError, match=f"not a '{PROGRESS}' one"):
+                make_actor_env(load_saved_config(tmp_path / "config.yaml", ["reward.where=actor"]))
+            continue
+        assert isinstance(make_relabeller(saved).model, SuccessClassifier)
+        env = make_actor_env(load_saved_config(tmp_path / "config.yaml", ["reward.where=actor"]))
+        try:
+            assert isinstance(env.model, SuccessClassifier)
+        finally:
+            env.close()
 
 
 class ReachWithoutStaticSpec(PointReachEnv):

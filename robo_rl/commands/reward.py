@@ -34,12 +34,13 @@ class RewardUsageError(UserError, ValueError):
     pass
 
 
-def _options(args: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
+def key_value_options(args: list[str], allowed: tuple[str, ...], usage: str = USAGE) -> dict[str, str]:
+    """`key=value` arguments as a dict; any other argument is a RewardUsageError showing `usage`."""
     out = {}
     for a in args:
         key, eq, value = a.partition("=")
         if not eq or key not in allowed:
-            raise RewardUsageError(f"'{a}' is not one of {', '.join(f'{k}=' for k in allowed)}\n{USAGE}")
+            raise RewardUsageError(f"'{a}' is not one of {', '.join(f'{k}=' for k in allowed)}\n{usage}")
         out[key] = value
     return out
 
@@ -81,7 +82,7 @@ def _relabel(args: list[str]) -> int:
     from robo_rl.rewards.relabel import relabel_records
     from robo_rl.rewards.shaper import RewardShaper
 
-    o = _options(args, ("model", "data", "out", "instruction"))
+    o = key_value_options(args, ("model", "data", "out", "instruction"))
     for key in ("model", "data", "out"):
         if key not in o:
             raise RewardUsageError(f"reward relabel needs {key}=\n{USAGE}")
@@ -97,7 +98,7 @@ def _relabel(args: list[str]) -> int:
 
 
 def _train(args: list[str]) -> int:
-    o = _options(
+    o = key_value_options(
         args,
         (
             "kind",
@@ -159,16 +160,16 @@ def _train(args: list[str]) -> int:
 def _eval(args: list[str]) -> int:
     from robo_rl.rewards.base import load_model
 
-    o = _options(args, ("model", "data", "wrong_instruction", "out"))
+    o = key_value_options(args, ("model", "data", "wrong_instruction", "out"))
     for key in ("model", "data"):
         if key not in o:
             raise RewardUsageError(f"reward eval needs {key}=\n{USAGE}")
     model = load_model(o["model"])
     episodes = _episodes(o["data"])
     instruction = model.instructions[0] if model.instructions else ""
-    if model.kind == "classifier":
-        from robo_rl.rewards.classifier import evaluate_classifier
+    from robo_rl.rewards.classifier import SuccessClassifier, evaluate_classifier
 
+    if isinstance(model, SuccessClassifier):
         report = evaluate_classifier(model, episodes)
         lines = [
             f"- frame AUROC **{report['auroc']:.3f}** (wanted ≥ 0.98)",

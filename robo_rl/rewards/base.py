@@ -1,16 +1,18 @@
 """What every learned reward model is: frames (or pairs of frames) and a task in, progress / progress delta /
 success probability out. `RewardShaper` (shaper.py) is the only place these become RL rewards and dones.
 
-A model is saved as a folder: `reward_model.json` (its kind, its architecture's settings, the cameras and
-instructions it was trained on) and `weights.pt` (a torch state dict, loaded with `weights_only=True`). `load_model`
-reads any kind back and names what is wrong with a folder that is not one (missing, another kind, another
-architecture).
+A model is saved as a folder: `reward_model.json` (its class as a hydra-style `_target_`, its architecture's
+settings, the cameras and instructions it was trained on) and `weights.pt` (a torch state dict, loaded with
+`weights_only=True`). `load_model` reads any class back and names what is wrong with a folder that is not one
+(missing, another class, another architecture). Folders saved before `_target_` name their class by a `kind`
+(`LEGACY_KINDS`).
 """
 
 from __future__ import annotations
 
 import abc
 import difflib
+import importlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -59,7 +61,7 @@ class Scores:
 class RewardModel(abc.ABC):
     """Frames → scores. `frames` maps camera name → uint8 array (N, H, W, 3); the cameras must be the model's."""
 
-    kind: str = "abstract"
+    kind: str = "abstract"  # a short name for messages and reports; the class itself is named by its `_target_`
     provides: tuple[str, ...] = ()
 
     def __init__(self, cameras: tuple[str, ...], instructions: tuple[str, ...] = ()) -> None:
@@ -108,7 +110,11 @@ class RewardModel(abc.ABC):
     # --- saving ---------------------------------------------------------------------------------------------
     def config(self) -> dict:
         """The settings that rebuild this model's architecture (subclasses add theirs)."""
-        return {"kind": self.kind, "cameras": list(self.cameras), "instructions": list(self.instructions)}
+        return {
+            "_target_": class_path(type(self)),
+            "cameras": list(self.cameras),
+            "instructions": list(self.instructions),
+        }
 
     def state_dict(self) -> dict:
         return {}
@@ -130,10 +136,17 @@ class RewardModel(abc.ABC):
         raise NotImplementedError
 
 
-KINDS: dict[str, str] = {  # kind → "module:Class", imported when loaded
-    "classifier": "robo_rl.rewards.classifier:SuccessClassifier",
-    "progress": "robo_rl.rewards.progress:ProgressCritic",
+# Reward-model folders saved before `_target_` named the class carry a `kind`: this reads them (and a run config's old
+# `reward.kind`), so no trained model is lost.
+LEGACY_KINDS: dict[str, str] = {
+    "classifier": "robo_rl.rewards.classifier.SuccessClassifier",
+    "progress": "robo_rl.rewards.progress.ProgressCritic",
 }
+
+
+def class_path(cls: type) -> str:
+    """A class's `_target_`: its dotted import path."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def shaper_settings(shaper: dict | None, model: RewardModel) -> dict:
@@ -145,21 +158,49 @@ def shaper_settings(shaper: dict | None, model: RewardModel) -> dict:
     return settings
 
 
-def model_class(kind: str) -> type[RewardModel]:
-    import importlib
+def model_class(target: str) -> type[RewardModel]:
+    """The `RewardModel` subclass a `_target_` (a dotted class path) names, imported (an old folder's `kind` is read
+    through `LEGACY_KINDS`); an unknown one is a RewardModelError naming the nearest known class."""
+    path = LEGACY_KINDS.get(target, target)
+    module_name, _, name = path.rpartition(".")
+    found = None
+    if module_name:
+        try:
+            found = getattr(importlib.import_module(module_name), name, None)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
+                raise  # the module exists but needs a package that is not installed: that is the error to see
+    if isinstance(found, type) and issubclass(found, RewardModel):
+        return found
+    if found is not None:
+        raise RewardModelError(f"'{target}' is not a reward model (a RewardModel subclass)")
+    known = _known_targets()
+    near = difflib.get_close_matches(target, known, n=1)
+    hint = f"; did you mean '{known[near[0]]}'" if near else ""
+    raise RewardModelError(
+        f"unknown reward model class '{target}'{hint} (a `_target_` names a RewardModel subclass by its dotted path, "
+        f"such as {', '.join(LEGACY_KINDS.values())})"
+    )
 
-    if kind not in KINDS:
-        near = difflib.get_close_matches(kind, KINDS, n=1)
-        raise RewardModelError(
-            f"unknown reward model kind '{kind}'{f'; did you mean {near[0]!r}' if near else ''} "
-            f"(one of {', '.join(KINDS)})"
-        )
-    module, name = KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+
+def _known_targets() -> dict[str, str]:
+    """Names a user may have meant (class paths, an old folder's kinds, bare class names) → the class path."""
+    classes, todo = [], list(RewardModel.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo += cls.__subclasses__()
+    paths = {*LEGACY_KINDS.values(), *(class_path(c) for c in classes)}
+    return {
+        **{p.rpartition(".")[2]: p for p in paths},
+        **LEGACY_KINDS,
+        **{p: p for p in paths},
+    }
 
 
-def load_model(path: str | Path, kind: str | None = None) -> RewardModel:
-    """A saved reward model; `kind` (when given) must match. Errors name the folder and the problem."""
+def load_model(path: str | Path, target: str | None = None) -> RewardModel:
+    """A saved reward model; `target` (a class path, when given) must be its class or a base of it. Errors name the
+    folder and the problem."""
     import torch
 
     path = Path(path)
@@ -171,10 +212,17 @@ def load_model(path: str | Path, kind: str | None = None) -> RewardModel:
         config = json.loads((path / CONFIG_FILE).read_text())
     except json.JSONDecodeError as e:
         raise RewardModelError(f"{path / CONFIG_FILE} is not valid JSON ({e.msg})") from None
-    found = config.get("kind")
-    if kind is not None and found != kind:
-        raise RewardModelError(f"{path} holds a '{found}' reward model, not a '{kind}' one")
-    model = model_class(found).from_config(config)
+    named = config.get("_target_", config.get("kind")) if isinstance(config, dict) else None
+    if not isinstance(named, str):
+        raise RewardModelError(f"{path / CONFIG_FILE} does not name its reward model class (no `_target_`)")
+    try:
+        cls = model_class(named)
+        wanted = model_class(target) if target is not None else RewardModel
+    except RewardModelError as e:
+        raise RewardModelError(f"{path}: {e}") from None
+    if not issubclass(cls, wanted):
+        raise RewardModelError(f"{path} holds a '{class_path(cls)}' reward model, not a '{class_path(wanted)}' one")
+    model = cls.from_config({k: v for k, v in config.items() if k not in ("_target_", "kind")})
     try:
         state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     except FileNotFoundError:

@@ -184,8 +184,6 @@ class SuccessClassifier(RewardModel):
     @classmethod
     def from_config(cls, config: dict) -> SuccessClassifier:
         config = dict(config)
-        if config.pop("kind", cls.kind) != cls.kind:
-            raise RewardModelError(f"this config is of a '{config.get('kind')}' reward model, not a '{cls.kind}' one")
         return cls(config.pop("cameras", ()), config.pop("instructions", ()), **config)
 
     def state_dict(self) -> dict:

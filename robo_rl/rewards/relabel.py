@@ -60,7 +60,7 @@ def relabel_prior(cfg, batch: dict) -> dict:
             r.model,
         )
         return batch
-    model = load_model(r.model, r.kind)
+    model = load_model(r.model, model_target(r))
     instruction = instruction_of(cfg)
     shaper = RewardShaper(
         ShaperConfig.from_dict({**shaper_settings(dict(r.shaper), model), "terminate_on_success": False})
@@ -85,6 +85,11 @@ def instruction_of(cfg) -> str:
     return given if given is not None else getattr(get_class(cfg.env._target_), "task_description", "")
 
 
+def model_target(reward) -> str | None:
+    """The reward model class the config expects: `reward.model_target` (a run config saved before it: its `kind`)."""
+    return reward.get("model_target") or reward.get("kind")
+
+
 def uses_learned_reward(cfg) -> bool:
     reward = cfg.get("reward")
     return bool(reward) and "_target_" in reward
@@ -101,16 +106,20 @@ def make_relabeller(cfg) -> IngestRelabeller | None:
     r = cfg.reward
     instruction = instruction_of(cfg)
     shaper = {k: v for k, v in dict(r.shaper).items()}
-    return IngestRelabeller(r.model, instruction, shaper, r.kind)
+    return IngestRelabeller(r.model, instruction, shaper, model_target(r))
 
 
 class IngestRelabeller:
     extras = EXTRAS
 
     def __init__(
-        self, model: str | RewardModel, instruction: str = "", shaper: dict | None = None, kind: str | None = None
+        self,
+        model: str | RewardModel,
+        instruction: str = "",
+        shaper: dict | None = None,
+        model_target: str | None = None,
     ) -> None:
-        self.model = model if isinstance(model, RewardModel) else load_model(model, kind)
+        self.model = model if isinstance(model, RewardModel) else load_model(model, model_target)
         self.task = Task(instruction)
         settings = {
             **shaper_settings(shaper, self.model),

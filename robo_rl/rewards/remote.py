@@ -1,5 +1,6 @@
-"""A reward model on another machine (a GPU box): `robo-rl critic serve` runs any saved model behind ZeroMQ, and
-`RemoteRewardModel` is the actor's side of it, a `RewardModel` like any other.
+"""A reward model on another machine (a GPU box): `CriticServer` runs any saved model behind ZeroMQ (the command is
+`robo-rl critic serve`, robo_rl/commands/critic.py), and `RemoteRewardModel` is the actor's side of it, a
+`RewardModel` like any other.
 
 Messages use the transport's codec (msgpack headers, raw array frames, no pickle): the client sends `score` with an
 id, the instruction and the frames (`cam/<name>`, and `prev/<name>` for pairs); the server answers `scores` with the
@@ -20,8 +21,10 @@ import time
 import numpy as np
 import zmq
 
-from robo_rl.rewards.base import OUTPUTS, RewardModel, RewardModelError, Scores, Task, load_model
+from robo_rl.rewards.base import OUTPUTS, RewardModel, RewardModelError, Scores, Task
 from robo_rl.transport.codec import MessageError, decode, encode
+from robo_rl.transport.link import endpoint
+from robo_rl.transport.security import check_bind_allowed
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +33,6 @@ MAX_FRAMES = 256  # frames per request the server accepts
 
 class CriticServer:
     def __init__(self, model: RewardModel, host: str = "127.0.0.1", port: int = 5600, curve=None) -> None:
-        from robo_rl.transport.link import endpoint
-        from robo_rl.transport.security import check_bind_allowed
-
         check_bind_allowed(host, curve)
         self.model = model
         self.ctx = zmq.Context()
@@ -174,29 +174,3 @@ class RemoteRewardModel(RewardModel):
         if not self.ctx.closed:
             self.sock.close(0)
             self.ctx.term()
-
-
-def cmd_critic(args: list[str]) -> int:
-    """robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=<dir>]"""
-    from robo_rl.commands.reward import RewardUsageError, _options
-    from robo_rl.transport.security import CurveKeys
-
-    if not args or args[0] != "serve":
-        raise RewardUsageError("usage: robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=]")
-    o = _options(args[1:], ("model", "host", "port", "keys_dir"))
-    if "model" not in o:
-        raise RewardUsageError("critic serve needs model=<a saved reward model folder>")
-    curve = CurveKeys.load(o["keys_dir"], "learner") if o.get("keys_dir") else None
-    server = CriticServer(load_model(o["model"]), o.get("host", "127.0.0.1"), int(o.get("port", 5600)), curve)
-    print(
-        f"critic: {o['model']} ({server.model.kind}, cameras {list(server.model.cameras)}) on "
-        f"{o.get('host', '127.0.0.1')}:{o.get('port', 5600)}",
-        flush=True,
-    )
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0

@@ -48,11 +48,12 @@ class RewardWrapper(RobotWrapper):
         fallback: str = "env",
         env_terminates: bool = False,
         shaper: dict | None = None,
-        kind: str | None = None,
+        model_target: str | None = None,
         cameras: list[str] | None = None,
         timeout_s: float = 0.5,
         curve_keys_dir: str | None = None,
         key_name: str = "actor-0",
+        kind: str | None = None,  # what a run config saved before `model_target` names the model class by
     ) -> None:
         super().__init__(env)
         if fallback not in FALLBACKS:
@@ -66,7 +67,7 @@ class RewardWrapper(RobotWrapper):
             curve = CurveKeys.load(curve_keys_dir, key_name) if curve_keys_dir else None
             self.model = RemoteRewardModel(str(model), tuple(cameras or ()), timeout_s, curve)
         else:
-            self.model = load_model(model, kind)
+            self.model = load_model(model, model_target or kind)
         cams = set(getattr(env.unwrapped, "camera_names", ()) or env.observation_space["images"].spaces)
         missing = [c for c in self.model.cameras if c not in cams]
         if missing:
