@@ -51,6 +51,11 @@ STATE_DIM, ACTION_DIM, EPISODE_STEPS, BATCH = 18, 4, 50, 256
 RAW_FRAMES = sum(h * w * 3 for h, w in CAMERAS.values())  # one uint8 copy of the frames of one transition
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RECORDS = 20_400  # 400 demonstrations of 50 steps
+# a result names its commit, and any of these files it ran with uncommitted changes
+MEASURED_CODE = [
+    "bench/replay.py",
+    *(f"robo_rl/data/{m}.py" for m in ("replay", "intervention_index", "learner_replay")),
+]
 HUMAN_EPISODE_SHARE, HUMAN_TAKEOVER_STEPS = 0.2, 8  # a human takes over 8 steps in 1 episode of 5: about 3%
 
 
@@ -247,18 +252,15 @@ def provenance() -> dict:
     """Command, date, machine, load and commit, for the result file."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "robo_rl/data", "bench/replay.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+        ["git", "status", "--porcelain", "--", *MEASURED_CODE], cwd=ROOT, capture_output=True, text=True
+    ).stdout.splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
     return {
         "command": " ".join(["python", *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": f"{platform.node()}: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}",
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "commit": commit + (" (with uncommitted changes to robo_rl/data or bench/replay.py)" if dirty else ""),
+        "commit": commit + (f" with uncommitted changes to {', '.join(line[3:] for line in dirty)}" if dirty else ""),
     }
 
 
