@@ -29,13 +29,16 @@ class InterventionIndex:
     def update(self, rows: np.ndarray, was: np.ndarray, now: np.ndarray) -> None:
         """The ring just wrote `rows` (consecutive, in write order, at most `capacity`); `was` and `now` are their
         intervention flags before and after."""
-        self._head = (self._head + int(np.count_nonzero(was))) % max(len(self._queue), 1)
-        self._len -= int(np.count_nonzero(was))  # the overwritten rows were the oldest: the front of the queue
+        overwritten = int(np.count_nonzero(was))  # the ring's oldest rows, so the oldest entries: the queue's front
+        self._head = (self._head + overwritten) % max(len(self._queue), 1)
+        self._len -= overwritten
         self._push(rows[now])
         self._cursor = int((rows[-1] + 1) % self.capacity)
         self._split = None
 
     def _push(self, new: np.ndarray) -> None:
+        if not len(new):
+            return
         need = self._len + len(new)
         if need > len(self._queue):
             grown = np.empty(min(self.capacity, max(need, 2 * len(self._queue), 64)), np.int64)
