@@ -1,6 +1,7 @@
 """The learner process: receives step records, keeps the replay, runs the configured algorithm (see
-`robo_rl/algos/base.py`; it knows no algorithm by name) at an enforced UTD, publishes the acting policy's
-trainable weights, writes metrics and checkpoints."""
+`robo_rl/algos/base.py`; it knows no algorithm by name) on the schedule its batch spec asks for (an enforced UTD, or
+rollout-then-update: `robo_rl/schedule.py`), publishes the acting policy's trainable weights, writes metrics and
+checkpoints."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from robo_rl.algos.base import resolve_device
 from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.data.demos import load_or_make_demos
 from robo_rl.data.learner_replay import LearnerReplay
-from robo_rl.data.rollout import Rollout
 from robo_rl.data.schema import EXTRA, fields_for_env
 from robo_rl.envs.spec import learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
+from robo_rl.schedule import make_schedule
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
 from robo_rl.transport.link import LearnerLink
@@ -89,8 +90,7 @@ class Learner:
             if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
                 demos = relabel_prior(cfg, demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
-        spec = self.algo.batch_spec
-        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps) if spec.rollout_env_steps else None
+        self.schedule = make_schedule(self.algo.batch_spec, cfg, self.replay, self.rng, self.policy)
         print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0
         self.recent = collections.deque(maxlen=20)  # success of the last training episodes
@@ -131,8 +131,7 @@ class Learner:
             if self.relabel is not None:
                 arrays = self.relabel(actor, arrays)
             self.replay.add(actor, arrays, session, seq, token_hash)
-            if self.rollout is not None:  # on-policy: the current version's decisions, older ones counted
-                self.rollout.add(actor, arrays)
+            self.schedule.add(actor, arrays)
         except Exception as e:
             if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback
                 log.exception("storing message %s of %s failed", seq, actor)
@@ -197,52 +196,20 @@ class Learner:
             if info is not None and info["session"] == session:
                 self.link.ack(actor, seq)
 
-    def sample(self) -> dict:
-        spec = self.algo.batch_spec
-        batch = self.replay.sample(
-            spec.batch_size, self.rng, spec.gamma, spec.n_step, spec.chunk, spec.extras, spec.where
-        )
-        return batch_to_torch(batch, self.device)
-
     def update(self) -> dict:
-        """One round of the algorithm's update on the fresh batches it asks for (counted as that many updates);
-        on-policy, on the current version's rollout, after which the new weights go out at once."""
-        if self.rollout is not None:
-            stale = self.rollout.stale_steps
-            metrics = self.algo.update([batch_to_torch(self.rollout.take(self.algo.batch_spec.extras), self.device)])
-            self.updates += 1
-            self.publish_weights()
-            metrics["stale_steps_dropped"] = stale
-            log.info(
-                "on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
-                "weights dropped so far",
-                self.updates,
-                metrics.get("decisions", 0),
-                metrics.get("rollout_env_steps", 0),
-                self.version - 1,
-                stale,
-            )
-            return metrics
-        n = self.algo.batch_spec.batches
-        metrics = self.algo.update([self.sample() for _ in range(n)])
-        self.updates += n
+        """One round of the algorithm's update on the batches its schedule gives (each counted as one update)."""
+        # each batch drawn while the one before travels to the GPU
+        batches = [batch_to_torch(batch, self.device) for batch in self.schedule.batches()]
+        metrics = self.algo.update(batches)
+        self.updates += len(batches)
+        self.schedule.report(metrics, self)
         return metrics
-
-    def _can_update(self) -> bool:
-        if self.rollout is not None:  # on-policy: once the current version has acted its rollout's env steps
-            return self.rollout.env_steps >= self.rollout.wanted
-        return self.updates < self.update_budget and self.replay.can_sample()  # disk: once written
 
     # --- the loop -----------------------------------------------------------------------------
     @property
     def learning_steps(self) -> int:
         """Online env steps received past `learning_starts` (counted from the base of this process)."""
         return self.env_steps - self.steps_base - self.cfg.train.learning_starts
-
-    @property
-    def update_budget(self) -> float:
-        """Critic updates owed for the data received: UTD × online steps past `learning_starts`."""
-        return self.updates_base + self.cfg.train.utd * self.learning_steps
 
     def run(self) -> str:
         cfg, train = self.cfg, self.cfg.train
@@ -259,7 +226,7 @@ class Learner:
         reason, m, crash = "done", {}, None
         try:
             while self.env_steps < train.total_env_steps:
-                can_update = self._can_update()
+                can_update = self.schedule.due(self)
                 before = self.env_steps
                 for actor, arrays, session, seq, token_hash in self.link.poll(timeout_ms=0 if can_update else 20):
                     self.ingest(actor, arrays, session, seq, token_hash)
@@ -267,8 +234,7 @@ class Learner:
                 bar.update(self.env_steps - before)
                 if can_update:
                     m = self.update()
-                    off_policy = self.rollout is None
-                    if off_policy and self.updates % train.weights_every_updates < self.algo.batch_spec.batches:
+                    if self.schedule.publish_due(self):
                         self.publish_weights()
                 now = time.monotonic()
                 if now - last_status > 0.02:
@@ -327,25 +293,13 @@ class Learner:
 
     def publish_weights(self) -> None:
         self.version += 1
-        if self.rollout is not None:  # from now on, only this version's decisions count
-            self.rollout.version = self.version
+        self.schedule.published(self.version)
         self.link.publish_weights(self.version, state_dict_to_arrays(self.algo.actor_weights()))
         self._published[self.version] = time.monotonic()
         self._published.pop(self.version - 10_000, None)
 
     def publish_status(self) -> None:
-        train = self.cfg.train
-        if self.rollout is not None:  # on-policy: actors act what this version's rollout still lacks (and finish a
-            # chunk), then wait for new weights; steps an actor took with older weights do not count towards it
-            lead = min(self.cfg.actor.max_lead_steps, 2 * getattr(self.policy, "execute_steps", 1))
-            allowed = self.env_steps + max(0, self.rollout.wanted - self.rollout.env_steps) + lead
-        else:
-            allowed = (
-                self.steps_base
-                + train.learning_starts
-                + (self.updates - self.updates_base) / train.utd
-                + self.cfg.actor.max_lead_steps
-            )
+        allowed = self.schedule.allowed_env_steps(self)
         self.link.publish_status(
             {"env_steps": self.env_steps, "updates": self.updates, "allowed_env_steps": allowed, **self.health}
         )

@@ -394,7 +394,9 @@ def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     iters = {x["ppo_iteration"]: x for x in lines if "ppo_iteration" in x}
     assert all(x["rollout_env_steps"] >= 120 for x in iters.values())
-    assert learner.rollout.stale_steps < learner.env_steps / 3, "actors wait for new weights instead of running on"
+    assert learner.schedule.rollout.stale_steps < learner.env_steps / 3, (
+        "actors wait for new weights instead of running on"
+    )
     versions = learner.replay.online.data["policy_version"][: learner.replay.online.size]
     assert len(set(versions.tolist())) >= 3  # every record is kept in the replay, whatever its version
 

@@ -43,7 +43,7 @@ def feed(learner, msgs, first_seq):
     for i, msg in enumerate(msgs):
         learner.ingest("actor-0", msg, session=5, seq=first_seq + i)
         learner.acknowledge(learner.replay.poll())
-        while learner.updates < learner.update_budget:
+        while learner.updates < learner.schedule.budget(learner):
             learner.update()
 
 

@@ -91,7 +91,9 @@ def test_an_actor_with_several_envs_runs_on_policy_iterations(tmp_path):
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and learner.updates >= 3
-    assert learner.rollout.stale_steps < learner.env_steps / 3, "the actor waits for new weights instead of running on"
+    assert learner.schedule.rollout.stale_steps < learner.env_steps / 3, (
+        "the actor waits for new weights instead of running on"
+    )
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     iters = [x for x in lines if "ppo_iteration" in x]
     assert iters and all(x["rollout_env_steps"] >= 150 for x in iters)

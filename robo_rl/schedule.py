@@ -1,0 +1,152 @@
+"""When the learner updates, on what, when new weights go out, and how far actors may run ahead: the algorithm's
+schedule, chosen by its `BatchSpec` (`robo_rl/algos/base.py`), so that the learner's loop names no algorithm kind.
+
+- `UpdateToData` (off-policy): `train.utd` updates owed per online env step past `train.learning_starts`, each on
+  fresh batches sampled from the replay; weights go out every `train.weights_every_updates` updates; actors may run
+  `actor.max_lead_steps` ahead of the env steps the updates done have paid for.
+- `RolloutThenUpdate` (on-policy, `spec.rollout_env_steps` > 0): the current policy version's decisions are
+  collected in a `Rollout`; once it holds that many env steps, one update runs on it and its weights go out at
+  once; actors act what the rollout still lacks (and finish a chunk), then wait for the new weights.
+
+A schedule keeps no state a checkpoint needs: a resumed on-policy run starts an empty rollout, and its first
+published version makes every older decision stale.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+from omegaconf import DictConfig
+
+from robo_rl.algos.base import BatchSpec
+from robo_rl.data.rollout import Rollout
+
+log = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    """The learner's counters a schedule reads (the learner itself)."""
+
+    env_steps: int  # online env steps received
+    updates: int  # updates done, one per batch
+    version: int  # the newest published policy version
+    steps_base: int  # where this process's update-to-data count began (a resume with an empty replay restarts it)
+    updates_base: int
+
+    @property
+    def learning_steps(self) -> int: ...  # online env steps past `learning_starts`, counted from `steps_base`
+
+
+class Schedule(Protocol):
+    def add(self, actor: str, arrays: dict) -> None:
+        """Every stored message's records."""
+
+    def due(self, progress: Progress) -> bool:
+        """Whether an update is due now."""
+
+    def batches(self) -> Iterator[dict]:
+        """The numpy batches of one update (each counts as one update), drawn one at a time."""
+
+    def report(self, metrics: dict, progress: Progress) -> None:
+        """After an update: the schedule's own figures, added to its metrics."""
+
+    def publish_due(self, progress: Progress) -> bool:
+        """After an update: whether the new weights go out now."""
+
+    def published(self, version: int) -> None:
+        """The learner published `version`."""
+
+    def allowed_env_steps(self, progress: Progress) -> float:
+        """How far actors may run (in received env steps) before they wait for the learner."""
+
+
+class UpdateToData:
+    """Off-policy: an update-to-data budget over the replay."""
+
+    def __init__(self, spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Generator) -> None:
+        self.spec, self.replay, self.rng = spec, replay, rng
+        self.utd, self.learning_starts = cfg.train.utd, cfg.train.learning_starts
+        self.weights_every_updates, self.max_lead_steps = cfg.train.weights_every_updates, cfg.actor.max_lead_steps
+
+    def budget(self, progress: Progress) -> float:
+        """Updates owed for the data received: UTD × online steps past `learning_starts`."""
+        return progress.updates_base + self.utd * progress.learning_steps
+
+    def add(self, actor: str, arrays: dict) -> None:
+        pass  # the replay holds it already
+
+    def due(self, progress: Progress) -> bool:
+        return progress.updates < self.budget(progress) and self.replay.can_sample()  # disk: once written
+
+    def batches(self) -> Iterator[dict]:
+        s = self.spec
+        for _ in range(s.batches):
+            yield self.replay.sample(s.batch_size, self.rng, s.gamma, s.n_step, s.chunk, s.extras, s.where)
+
+    def report(self, metrics: dict, progress: Progress) -> None:
+        pass
+
+    def publish_due(self, progress: Progress) -> bool:
+        return progress.updates % self.weights_every_updates < self.spec.batches
+
+    def published(self, version: int) -> None:
+        pass  # every version's data counts
+
+    def allowed_env_steps(self, progress: Progress) -> float:
+        return (
+            progress.steps_base
+            + self.learning_starts
+            + (progress.updates - progress.updates_base) / self.utd
+            + self.max_lead_steps
+        )
+
+
+class RolloutThenUpdate:
+    """On-policy: one update per rollout of the current policy version's decisions."""
+
+    def __init__(self, spec: BatchSpec, max_lead_steps: int, execute_steps: int) -> None:
+        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps)
+        self.extras = spec.extras
+        self.lead_steps = min(max_lead_steps, 2 * execute_steps)  # room to finish the chunk under way
+
+    def add(self, actor: str, arrays: dict) -> None:
+        self.rollout.add(actor, arrays)  # the current version's decisions; older ones are counted and dropped
+
+    def due(self, progress: Progress) -> bool:
+        return self.rollout.env_steps >= self.rollout.wanted
+
+    def batches(self) -> Iterator[dict]:
+        yield self.rollout.take(self.extras)
+
+    def report(self, metrics: dict, progress: Progress) -> None:
+        stale = self.rollout.stale_steps
+        metrics["stale_steps_dropped"] = stale
+        log.info(
+            "on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
+            "weights dropped so far",
+            progress.updates,
+            metrics.get("decisions", 0),
+            metrics.get("rollout_env_steps", 0),
+            progress.version,
+            stale,
+        )
+
+    def publish_due(self, progress: Progress) -> bool:
+        return True  # the next rollout is the new version's
+
+    def published(self, version: int) -> None:
+        self.rollout.version = version  # from now on, only this version's decisions count
+
+    def allowed_env_steps(self, progress: Progress) -> float:
+        # steps an actor took with older weights do not count towards the rollout
+        return progress.env_steps + max(0, self.rollout.wanted - self.rollout.env_steps) + self.lead_steps
+
+
+def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Generator, policy) -> Schedule:
+    """The schedule the algorithm's batch spec asks for."""
+    if spec.rollout_env_steps:
+        return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, getattr(policy, "execute_steps", 1))
+    return UpdateToData(spec, cfg, replay, rng)
