@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from robo_rl.config import make_env, make_expert
+from robo_rl.config import ConfigError, make_env, make_expert
 from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 
 
@@ -80,6 +80,12 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
         return load_demo_dataset(cfg), Path(cfg.demos.path), True
     if cfg.demos.num_episodes == 0:
         return None, None, False
+    if "expert" not in cfg.env:  # decided from the config: opening a robot env to find out would open the robot
+        raise ConfigError(
+            f"env {cfg.env._target_} has no scripted expert (env.expert) to record demonstrations with, as on a "
+            "robot: record them with a device (robo-rl record <dst> human=keyboard episodes=20) and give "
+            "demos.path=<dst>, or set demos.num_episodes=0 to learn from online data and interventions alone"
+        )
     path = demos_path(cfg)
     if path.exists():
         try:
@@ -109,6 +115,23 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
     return batch, path, False
 
 
+def env_fields(cfg: DictConfig) -> dict[str, tuple]:
+    """The env's record layout, from its config where its class can tell (`spec_from_config`: a robot's always can,
+    and opening it to find out would open the robot), else from the opened env."""
+    from robo_rl.envs.spec import static_spec
+
+    try:
+        spec = static_spec(OmegaConf.to_container(cfg.env, resolve=True))
+    except ValueError as e:
+        raise ConfigError(f"env {cfg.env._target_}: {e}") from None
+    if spec is not None:
+        return fields_for_env(spec)
+    env = make_env(cfg)
+    fields = fields_for_env(env)
+    env.close()
+    return fields
+
+
 def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     """Demonstrations from `demos.path` (a replay store or run folder, a LeRobot dataset, a robomimic file),
     checked against this env's observation and action layout."""
@@ -123,9 +146,7 @@ def load_demo_dataset(cfg: DictConfig) -> dict[str, np.ndarray]:
     if not episodes:
         raise ConfigError(f"demos.path: {cfg.demos.path} holds no episodes")
     batch = join_episodes(episodes)
-    env = make_env(cfg)
-    fields = fields_for_env(env)
-    env.close()
+    fields = env_fields(cfg)
     if not same_layout(fields_of(batch), fields):
         raise ConfigError(
             f"demos.path: {cfg.demos.path} holds {describe_fields(fields_of(batch))}; "
