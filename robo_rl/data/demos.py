@@ -6,7 +6,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from robo_rl.config import ConfigError, make_env, make_expert
+from robo_rl.data.datasets.io import load_step_batch, save_step_batch
 from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
 
 
@@ -56,17 +56,6 @@ def _source_digest(target: str | None) -> str:
         return ""
     module = importlib.import_module(target.rsplit(".", 1)[0])
     return hashlib.sha256(Path(inspect.getsourcefile(module)).read_bytes()).hexdigest()[:12]
-
-
-def save_step_batch(path: Path, batch: dict[str, np.ndarray]) -> None:
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **{k.replace("/", "__"): v for k, v in batch.items()})
-    os.replace(tmp, path)
-
-
-def load_step_batch(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as f:
-        return {k.replace("__", "/"): f[k] for k in f.files}
 
 
 def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | None, Path | None, bool]:

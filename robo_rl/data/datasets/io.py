@@ -4,6 +4,7 @@ and summarise them (`robo-rl data inspect`)."""
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,18 @@ def _store_root(path: Path) -> Path:
     return path if (path / "manifest.jsonl").is_file() else online_store_root(path)
 
 
+# A cache of demonstrations (robo_rl.data.demos) is one step batch in an .npz file, "/" in field names written as "__".
+def save_step_batch(path: Path, batch: dict[str, np.ndarray]) -> None:
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **{k.replace("/", "__"): v for k, v in batch.items()})
+    os.replace(tmp, path)
+
+
+def load_step_batch(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as f:
+        return {k.replace("__", "/"): f[k] for k in f.files}
+
+
 def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Episode]:
     """Every episode at `path`, whatever its format (`options` go to the format's importer).
 
@@ -54,8 +67,6 @@ def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Ep
 
         return import_robomimic(path, progress=progress, **options)
     if kind == "npz":
-        from robo_rl.data.demos import load_step_batch
-
         return split_episodes(load_step_batch(path), partition="demos")
     store = SegmentStore.open(_store_root(path))
     parts = [(batch, sources) for _, batch, sources in store.iter_segments(mmap=False)]
