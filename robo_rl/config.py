@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from robo_rl.errors import UserError
-from robo_rl.settings import MISSING, check_settings
+from robo_rl.settings import MISSING, TYPED_BLOCKS, check_settings, typed_config
+from robo_rl.typed_config import LABEL_KEYS, defaults_of
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -48,8 +49,11 @@ def load_config(overrides: list[str]) -> DictConfig:
     resume = override_value(overrides, "resume")
     if resume and resume != "null":
         return load_saved_config(Path(resume) / "config.yaml", overrides)
+    block_overrides = [o for o in overrides if _typed_block_key(o)]
+    rest = [o for o in overrides if not _typed_block_key(o)]
     try:
-        cfg = _compose(overrides)
+        cfg = _compose(rest)
+        _apply_block_overrides(cfg, block_overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(e, overrides)) from None
     cfg = _apply_calibration(cfg, overrides)
@@ -84,6 +88,67 @@ def _apply_calibration(cfg: DictConfig, overrides: list[str]) -> DictConfig:
                 )
             OmegaConf.update(cfg, key, value, force_add=True)
     return cfg
+
+
+def _typed_block_key(override: str) -> bool:
+    """`algo.<key>=<value>`: a setting of a block whose keys a typed config may default (applied after composing, so
+    a setting the YAML leaves to its dataclass can be set without `+`)."""
+    key = override.partition("=")[0].lstrip("+")
+    return "=" in override and not override.startswith("~") and key.split(".", 1)[0] in TYPED_BLOCKS and "." in key
+
+
+def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
+    """Typed blocks completed with their dataclass defaults, then `overrides` applied on top, in order (a new
+    `_target_` gets its own dataclass's defaults after them); in an untyped block (a plugin's) an unknown key still
+    needs `+`, as hydra asks."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    complete_typed_blocks(cfg)
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.key_or_group
+        prefix = key.split(".", 1)[0]
+        typed = typed_config(prefix, OmegaConf.select(cfg, f"{prefix}._target_", default=None)) is not None
+        if not (typed or o.is_add() or o.is_force_add()) and OmegaConf.select(cfg, key, default=MISSING) is MISSING:
+            known = _dotted_keys(OmegaConf.to_container(cfg))
+            raise ConfigError(
+                f"unknown config key '{key}'{_did_you_mean(key, known)} (list the keys with: robo-rl show)"
+            )
+        OmegaConf.update(cfg, key, o.value(), merge=True, force_add=True)  # a typed block's unknown key: refused by
+        # name in _check
+    complete_typed_blocks(cfg)
+
+
+def complete_typed_blocks(cfg: DictConfig) -> None:
+    """Each typed block (`algo`) holds every setting of its dataclass: the YAML's values, then the defaults it left
+    out, in the dataclass's order (`robo-rl show` and a run's config.yaml list them all)."""
+    from omegaconf import OmegaConf, open_dict
+
+    for prefix in TYPED_BLOCKS:
+        block = OmegaConf.select(cfg, prefix, default=None)
+        cls = typed_config(prefix, block.get("_target_")) if OmegaConf.is_dict(block) else None
+        if cls is None:
+            continue
+        given = OmegaConf.to_container(block)
+        ordered = {k: given[k] for k in LABEL_KEYS if k in given}
+        ordered.update({k: given.get(k, v) for k, v in defaults_of(cls).items()})
+        ordered.update({k: v for k, v in given.items() if k not in ordered})  # unknown: refused by name in _check
+        with open_dict(cfg):
+            cfg[prefix] = OmegaConf.create(ordered)
+
+
+def _drop_retired_keys(cfg: DictConfig) -> None:
+    """A saved run's keys its block's dataclass has retired (`retired_keys`: settings that were never read there)."""
+    from omegaconf import OmegaConf, open_dict
+
+    for prefix in TYPED_BLOCKS:
+        block = OmegaConf.select(cfg, prefix, default=None)
+        cls = typed_config(prefix, block.get("_target_")) if OmegaConf.is_dict(block) else None
+        fields = defaults_of(cls) if cls is not None else {}
+        with open_dict(cfg):
+            for key in getattr(cls, "retired_keys", ()):
+                if key in block and key not in fields:
+                    del block[key]
 
 
 def _shorthand(override: str) -> str:
@@ -264,6 +329,8 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
             "...) cannot change it; leave it out, or override single keys such as env.<key>=<value>"
         )
     cfg = OmegaConf.load(path)
+    _drop_retired_keys(cfg)
+    complete_typed_blocks(cfg)  # a run saved before a setting existed gets its default, as its builder did
     OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:
         for override in overrides:  # in order: a mapping given for an existing key replaces it (as on a fresh

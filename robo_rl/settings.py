@@ -1,48 +1,25 @@
-"""The allowed range of every numeric setting, checked on the composed config before any process starts.
+"""The allowed range of every setting, checked on the composed config before any process starts.
 
-`SETTINGS` maps a dotted key to its kind, range and meaning; `check_settings` reads it, and `robo-rl <command>
---help` prints the meaning. A key that is absent from a config (another env's or algorithm's setting) is skipped.
+A component with a typed config (the algorithms: `robo_rl/algo_configs.py`) declares each setting once, as a field
+with its default, range and meaning (`robo_rl/typed_config.py`); its block is checked against that dataclass, an
+unknown key refused by name. The components without one yet (the run, train, replay, demos, actor, human, safety and
+hardware, reward, gui, eval, bc, logger, transport, policy, distill and env blocks) keep their ranges in the table
+below. `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
+and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-INF = math.inf
+from robo_rl.algo_configs import ALGO_CONFIGS
+from robo_rl.typed_config import INF, Setting, block_problem, settings_of, show
 
+__all__ = ["INF", "MISSING", "RELATIONS", "SETTINGS", "Setting", "check_settings", "problem", "typed_config"]
 
-@dataclass(frozen=True)
-class Setting:
-    kind: str  # int | float | bool | str | choice; "int list" / "float list": every element in range
-    meaning: str
-    low: float = -INF
-    high: float = INF
-    low_open: bool = False  # the range excludes `low` (a positive duration, a learning rate)
-    nullable: bool = False
-    choices: tuple = ()
-    length: int | None = None  # lists: exactly this many elements
-    or_mapping: bool = False  # lists: a mapping keyed by such values is allowed too (a robot's camera specs)
-
-    def allowed(self) -> str:
-        kind = self.kind.split()[0]
-        if kind == "choice":
-            text = " | ".join(str(c) for c in self.choices)
-        elif kind in ("bool", "str"):
-            text = {"bool": "true | false", "str": "text"}[kind]
-        else:
-            low = "-inf" if self.low == -INF else _num(self.low)
-            high = "inf" if self.high == INF else _num(self.high)
-            text = f"{'(' if self.low_open or self.low == -INF else '['}{low}, {high}{')' if self.high == INF else ']'}"
-            text = f"{'an integer' if kind == 'int' else 'a number'} in {text}"
-        if self.kind.endswith("list"):
-            text = f"a list of {'' if self.length is None else f'{self.length} '}values, each {text}"
-        return text + (" or null" if self.nullable else "")
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+# Blocks checked against a typed config, chosen by the block's `_target_`.
+TYPED_BLOCKS: dict[str, dict[str, type]] = {"algo": ALGO_CONFIGS}
 
 
 def _int(meaning, low=-INF, high=INF, **kw):
@@ -235,40 +212,6 @@ SETTINGS: dict[str, Setting] = {
     "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
     "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
     "transport.shared_memory_weights": Setting("bool", "actors on the learner's machine read weights from /dev/shm"),
-    # algo (sac)
-    "algo.batch_size": _int("samples per gradient update", 1),
-    "algo.n_step": _int("n-step returns", 1),
-    "algo.gamma": _float("discount factor", 0.0, 1.0),
-    "algo.tau": _float("target network Polyak rate", 0.0, 1.0, low_open=True),
-    "algo.lr_actor": _pos("actor learning rate", high=1.0),
-    "algo.lr_critic": _pos("critic learning rate", high=1.0),
-    "algo.lr_alpha": _pos("temperature learning rate", high=1.0),
-    "algo.init_temperature": _pos("initial SAC temperature alpha"),
-    "algo.target_entropy": _float("SAC target entropy (null: -|A|/2)", nullable=True),
-    "algo.num_critics": _int("critics in the ensemble", 1),
-    "algo.critic_subsample": _int("critics the TD target takes the min over (at most num_critics)", 1),
-    "algo.critic_hidden": _ints("critic MLP widths"),
-    "algo.critic_layer_norm": Setting("bool", "LayerNorm in the critics"),
-    "algo.critic_updates_per_actor": _int("critic updates per actor update", 1),
-    "algo.grad_clip_norm": _pos("gradient norm clip", nullable=True),
-    "algo.target_q_clip": _floats("clip TD targets to [low, high]", length=2, nullable=True),
-    "algo.precision": _choice("matrix-product precision", "auto", "float32", "bfloat16"),
-    "algo.gripper_penalty": _float("reward added per gripper change (discrete gripper critic)", high=0.0),
-    "algo.image_augmentation": _choice("image augmentation", "random_shift", nullable=True),
-    "algo.augment_pad": _int("pixels of padding for random_shift", 0, 64),
-    "algo.share_encoder": Setting("bool", "the policy uses the critic's image encoder"),
-    "algo.target_noise_std": _float("residual: target smoothing noise, in units of policy.scale", 0.0),
-    "algo.target_noise_clip": _float("residual: clip of the target noise, in units of policy.scale", 0.0),
-    "algo.actor_start_updates": _int("residual: critic-only updates before the residual moves", 0),
-    "algo.bound_ramp_updates": _int(
-        "residual: actor updates over which the residual's bound grows from 0 to "
-        "policy.scale (0: the whole bound at once)",
-        0,
-    ),
-    "algo.intervention_bc_weight": _float(
-        "sac: regress the mean action on the human's; residual: pull towards (executed - base) on human steps", 0.0
-    ),
-    "algo.residual_l2": _float("residual: weight of the pull towards the base (r = 0) in the actor loss", 0.0),
     # policy
     "policy.hidden": _ints("policy MLP widths"),
     "policy.log_std_min": _float("lower bound of the policy's log std"),
@@ -326,47 +269,12 @@ SETTINGS: dict[str, Setting] = {
     "policy.noise_hidden": _ints("reinflow: the noise network's widths"),
     "policy.initial_noise": _choice("reinflow: x_0 from N(0, I) or a learned N(mu(s), sigma(s)^2)", "prior", "learned"),
     "policy.initial_sigma_min": _pos("reinflow: the learned x_0's smallest std", high=1.0),
-    "algo.rollout_env_steps": _int("ppo: env steps of the current policy per iteration", 1),
-    "algo.gae_lambda": _float("ppo: GAE lambda", 0.0, 1.0),
-    "algo.clip": _float("ppo: the ratio clip", 0.0, 1.0, low_open=True),
-    "algo.clip_initial_noise": _float(
-        "ppo: x_0's own ratio clip (policy.initial_noise=learned; null: one ratio)",
-        0.0,
-        1.0,
-        low_open=True,
-        nullable=True,
-    ),
-    "algo.epochs": _int("ppo: passes over each rollout", 1),
-    "algo.lr_policy": _pos("ppo: policy learning rate", high=1.0),
-    "algo.lr_value": _pos("ppo: value learning rate", high=1.0),
-    "algo.lr_initial_noise": _pos(
-        "ppo: the learned x_0 head's learning rate (null: lr_policy)", high=1.0, nullable=True
-    ),
-    "algo.entropy_coef": _float("ppo: entropy bonus", 0.0),
-    "algo.value_coef": _float("ppo: value loss weight", 0.0),
-    "algo.value_hidden": _ints("ppo: value network widths"),
-    "algo.log_ratio_clamp": _pos("ppo: bound on |log pi_new - log pi_old|"),
-    "algo.target_kl": _pos("ppo: stop an iteration's epochs past this approximate KL", nullable=True),
-    "algo.value_warmup_iterations": _int("ppo: first iterations that train the value only", 0),
-    "algo.bootstrap_truncated": Setting("bool", "ppo: a time-limit cut bootstraps from V (false: its future is 0)"),
-    "algo.advantage": _choice("ppo: GAE, or Q(s, a) - E_pi Q(s, .) from a TD-trained action critic", "gae", "critic"),
-    "algo.critic_updates": _int("ppo, advantage=critic: TD steps per iteration", 1),
-    "algo.critic_batch_size": _int("ppo, advantage=critic: TD minibatch", 1),
-    "algo.critic_ensemble": _int("ppo, advantage=critic: Q networks averaged", 1),
-    "algo.critic_tau": _float("ppo, advantage=critic: target network Polyak rate", 0.0, 1.0, low_open=True),
-    "algo.critic_samples": _int("ppo, advantage=critic: chunks per state for the baseline E_pi Q(s, .)", 1),
-    "algo.critic_buffer": _int("ppo, advantage=critic: decisions kept for TD (oldest dropped)", 1),
-    "algo.critic_target_clip": _floats(
-        "ppo, advantage=critic: clip TD targets to [low, high]", length=2, nullable=True
-    ),
     "policy.model.kind": _choice("the kind of policy trained when no path is given", "flow", "diffusion"),
     "policy.model.chunk_size": _int("the trained policy's chunk", 1, 1000),
     "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),
     "policy.model.steps": _int("the trained policy's sampling steps", 1, 1000),
     "policy.model.hidden": _ints("the trained policy's network widths"),
     "train.actors": _int("sim actor processes robo-rl train starts", 1, 64),
-    "algo.form": _choice("dsrl: aliased (action + noise critics) or noise (SAC in noise space)", "aliased", "noise"),
-    "algo.alias_samples": _int("dsrl: noises per state regressed onto the action critic", 1, 256),
     "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),
     "policy.encoder.features": _int("encoder features per camera", 1),
     "policy.encoder.pretrained": Setting("str", "resnet10 weights: a local path or a hub id", nullable=True),
@@ -442,6 +350,20 @@ SETTINGS: dict[str, Setting] = {
     "env.randomize.control_jitter": _float("randomize: half-width of a step's relative duration change", 0.0, 0.9),
 }
 
+
+def _typed_settings() -> dict[str, Setting]:
+    """Every typed config's fields under its block's prefix; a field several algorithms share shows the first's
+    meaning (SAC's), each block is still checked against its own dataclass."""
+    table: dict[str, Setting] = {}
+    for prefix, configs in TYPED_BLOCKS.items():
+        for cls in configs.values():
+            for name, s in settings_of(cls).items():
+                table.setdefault(f"{prefix}.{name}", s)
+    return table
+
+
+SETTINGS.update(_typed_settings())
+
 # Settings whose range depends on another setting: (key, other, test, what it must be).
 RELATIONS = (
     ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
@@ -450,55 +372,42 @@ RELATIONS = (
 )
 
 
+def typed_config(prefix: str, target: Any) -> type | None:
+    """The dataclass a block (`algo`) with this `_target_` is checked against and built into (None: untyped)."""
+    return TYPED_BLOCKS.get(prefix, {}).get(target)
+
+
 def problem(key: str, value: Any) -> str | None:
     """What is wrong with `value` for `key` (None: fine, or a key without a known range)."""
     s = SETTINGS.get(key)
-    if s is None or (value is None and s.nullable):
-        return None
-    if s.kind.endswith("list"):
-        if s.or_mapping and isinstance(value, dict):
-            value = list(value)
-        if not isinstance(value, (list, tuple)) or (s.length is not None and len(value) != s.length):
-            return f"must be {s.allowed()}"
-        return next((f"must be {s.allowed()}" for v in value if _bad_scalar(s, s.kind.split()[0], v)), None)
-    return f"must be {s.allowed()}" if _bad_scalar(s, s.kind, value) else None
-
-
-def _bad_scalar(s: Setting, kind: str, v: Any) -> bool:
-    if kind == "bool":
-        return not isinstance(v, bool)
-    if kind == "str":
-        return not isinstance(v, str)
-    if kind == "choice":
-        return v not in s.choices
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
-        return True
-    return not (s.low < v if s.low_open else s.low <= v) or not v <= s.high or math.isnan(v)
+    return None if s is None else s.problem(value)
 
 
 def check_settings(get) -> None:
-    """Raise ValueError naming the first setting out of range; `get(key)` returns a value or `MISSING`."""
+    """Raise ValueError naming the first unknown key of a typed block or setting out of range; `get(key)` returns a
+    value (a block as a dict) or `MISSING`."""
+    typed = set()
+    for prefix in TYPED_BLOCKS:
+        block = get(prefix)
+        cls = typed_config(prefix, block.get("_target_")) if isinstance(block, dict) else None
+        if cls is not None:
+            text = block_problem(prefix, cls, block)
+            if text:
+                raise ValueError(text)
+            typed.add(prefix)
     for key in SETTINGS:
+        if key.split(".", 1)[0] in typed:  # checked against its own dataclass above
+            continue
         value = get(key)
         if value is MISSING:
             continue
         text = problem(key, value)
         if text:
-            raise ValueError(f"{key}={_show(value)} is not allowed: {text} ({SETTINGS[key].meaning})")
+            raise ValueError(f"{key}={show(value)} is not allowed: {text} ({SETTINGS[key].meaning})")
     for key, other, ok, what in RELATIONS:
         a, b = get(key), get(other)
         if a is not MISSING and b is not MISSING and a is not None and b is not None and not ok(a, b):
-            raise ValueError(f"{key}={_show(a)} must be {what} ({other}={_show(b)})")
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_show(v) for v in value) + "]"
-    return str(value)
+            raise ValueError(f"{key}={show(a)} must be {what} ({other}={show(b)})")
 
 
 MISSING = object()

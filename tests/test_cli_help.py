@@ -69,6 +69,7 @@ HEAVY = ("torch", "mujoco", "zmq", "gym_hil", "robosuite")
         ["show"],
         ["show", "algo.batch_size=0"],
         ["show", "algo.batch_sise=3"],
+        ["train", "algo.actor_lrr=1"],
         ["keys"],
         ["data", "--help"],
         ["bc", "bc.patiense=5"],
@@ -86,3 +87,12 @@ def test_commands_that_need_no_model_import_no_torch_or_simulator(argv):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_typed_blocks_settings_show_their_own_dataclasss_default_and_meaning(capsys):
+    from robo_rl.commands.help import _setting
+
+    main(["train", "--help"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("algo.batch_size"))
+    assert "256: samples per gradient update; an integer in [1, inf)" in line  # the default algo=residual's field
+    assert _setting("algo.batch_size", {"algo": "robo_rl.algos.ppo.build_ppo"}).meaning == "PPO minibatch"

@@ -70,7 +70,7 @@ def test_bases_without_noise_and_bad_settings_are_refused_in_one_line():
         noise_policy(execute_steps=5)
     with pytest.raises(ValueError, match="needs policy=dsrl"):
         build_dsrl(torch.nn.Linear(2, 2), SPACE, 2, batch_size=8)
-    with pytest.raises(ValueError, match="form must be aliased or noise"):
+    with pytest.raises(ValueError, match=r"algo.form=both is not allowed: must be aliased \| noise"):
         build_dsrl(noise_policy(), SPACE, 2, batch_size=8, form="both")
     with pytest.raises(ValueError, match="intervention_bc_weight: DSRL's actor chooses noise"):
         build_dsrl(noise_policy(), SPACE, 2, batch_size=8, intervention_bc_weight=1.0)

@@ -3,6 +3,7 @@ one line naming it; every setting of an env is in its YAML and reaches the env."
 
 import inspect
 import os
+import shutil
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -11,9 +12,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+import robo_rl.config
+from robo_rl.algo_configs import ALGO_CONFIGS, PPOConfig, SACConfig
 from robo_rl.cli import main
 from robo_rl.config import CONF_DIR, ConfigError, group_options, load_config, load_saved_config, make_env, save_config
 from robo_rl.settings import SETTINGS
+from robo_rl.typed_config import config_from, defaults_of, settings_of
 
 
 @pytest.mark.parametrize(
@@ -94,7 +98,9 @@ GROUP_OPTIONS = [(group, option) for group in GROUPS for option in group_options
 
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
 def test_every_numeric_setting_has_a_range_and_the_defaults_are_in_it(group, option):
-    cfg = load_config([f"{group}={option}"])  # the defaults pass the check
+    # the default experiment sets residual's algo keys, which another algorithm refuses: an experiment that sets none
+    base = ["experiment=rlpd"] if group == "algo" else []
+    cfg = load_config([*base, f"{group}={option}"])  # the defaults pass the check
     leaves = set(_numeric_leaves(OmegaConf.to_container(cfg, resolve=True)))
     assert leaves - set(SETTINGS) == set(), "give these settings a range in robo_rl/settings.py"
 
@@ -125,3 +131,82 @@ def test_the_cube_spawn_range_and_size_are_set_from_the_command_line():
     cube_geom = env.unwrapped.model.geom("cube")
     assert cube_geom.size == pytest.approx([0.025] * 3) and env.unwrapped.model.body("cube").mass[0] == 0.1
     env.close()
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        (
+            "algo.image_augmentaton=none",
+            "unknown config key 'algo.image_augmentaton'; did you mean 'algo.image_augmentation'?",
+        ),
+        ("algo.precison=float32", "unknown config key 'algo.precison'; did you mean 'algo.precision'?"),
+        ("algo.share_encodr=true", "unknown config key 'algo.share_encodr'; did you mean 'algo.share_encoder'?"),
+    ],
+)
+def test_a_misspelt_non_numeric_algo_key_is_refused_by_name(override, suggestion):
+    with pytest.raises(ConfigError) as e:
+        load_config(["experiment=rlpd", override])
+    assert suggestion in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_misspelt_algo_key_in_an_experiment_file_is_refused_by_name(tmp_path, monkeypatch):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / "experiment" / "typo.yaml").write_text(
+        "# @package _global_\n# a misspelt key\nalgo:\n  image_augmentaton: null\n  batch_size: 64\n"
+    )
+    monkeypatch.setattr(robo_rl.config, "CONF_DIR", conf)
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'algo.image_augmentaton'; did you mean 'algo.image_augmentation'"
+    ):
+        load_config(["experiment=typo"])
+    (conf / "experiment" / "typo.yaml").write_text("# @package _global_\n# fine\nalgo:\n  batch_size: 64\n")
+    assert load_config(["experiment=typo"]).algo.batch_size == 64
+
+
+def test_a_builder_refuses_a_key_its_config_does_not_have():
+    with pytest.raises(ValueError, match=r"unknown config key 'algo.image_augmentaton'; did you mean"):
+        config_from(SACConfig, {"name": "sac", "image_augmentaton": "none"}, "algo")
+    with pytest.raises(ValueError, match=r"algo.clip=1 is not allowed: must be a number in \(0, 1\)"):
+        config_from(PPOConfig, {"clip": 1}, "algo")
+    assert config_from(SACConfig, {"critic_hidden": [64, 64]}, "algo").critic_hidden == (64, 64)
+
+
+@pytest.mark.parametrize("target", sorted(ALGO_CONFIGS))
+def test_every_algo_setting_has_a_default_in_range_a_meaning_and_reaches_the_composed_config(target):
+    cls = ALGO_CONFIGS[target]
+    fields = settings_of(cls)
+    assert set(fields) == set(defaults_of(cls)), "every field is declared with setting()"
+    for name, s in fields.items():
+        assert s.meaning and s.problem(defaults_of(cls)[name]) is None, name
+        assert SETTINGS[f"algo.{name}"].kind == s.kind
+    option = next(
+        o for o in group_options("algo") if OmegaConf.load(CONF_DIR / "algo" / f"{o}.yaml")._target_ == target
+    )
+    cfg = load_config(["experiment=rlpd", f"algo={option}"])
+    assert {k: v for k, v in OmegaConf.to_container(cfg.algo).items() if k not in ("_target_", "name")} == defaults_of(
+        cls
+    ), "the YAML holds no value of its own: the composed block is the dataclass's defaults"
+
+
+def test_a_setting_the_yaml_leaves_to_its_dataclass_is_set_without_a_plus():
+    assert "lr_actor" not in OmegaConf.load(CONF_DIR / "algo" / "sac.yaml")
+    cfg = load_config(
+        ["experiment=rlpd", "algo.lr_actor=1e-3", "algo.critic_hidden=[64,64]", "algo.target_q_clip=null"]
+    )
+    assert cfg.algo.lr_actor == 1e-3 and list(cfg.algo.critic_hidden) == [64, 64] and cfg.algo.target_q_clip is None
+    with pytest.raises(ConfigError, match=r"algo.lr_actor=0 is not allowed: must be a number in \(0, 1\]"):
+        load_config(["experiment=rlpd", "algo.lr_actor=0"])
+
+
+def test_a_run_saved_with_algo_sacs_unread_gripper_penalty_still_resumes(tmp_path):
+    cfg = load_config(["experiment=rlpd"])
+    save_config(cfg, tmp_path / "config.yaml")
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    saved.algo.gripper_penalty = -0.02  # what sac.yaml held before SACGripperConfig took it
+    del saved.algo.share_encoder  # a setting added after the run was saved gets its default
+    OmegaConf.save(saved, tmp_path / "config.yaml")
+    resumed = load_saved_config(tmp_path / "config.yaml", ["algo.batch_size=64"])
+    assert "gripper_penalty" not in resumed.algo and resumed.algo.share_encoder is False
+    assert resumed.algo.batch_size == 64

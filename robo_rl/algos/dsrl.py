@@ -16,7 +16,6 @@ One transition per decision: obs s where a chunk was chosen, its noise w, the E 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,20 +24,11 @@ from torch.nn import functional as F
 
 from policies.dsrl import NoisePolicy
 from policies.encoders import frozen_backbones, frozen_feature_cache
+from robo_rl.algo_configs import DSRLConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
-from robo_rl.algos.sac import CriticEnsemble, SACConfig, soft_update
+from robo_rl.algos.sac import CriticEnsemble, soft_update
 from robo_rl.precision import autocast, resolve_precision
-
-FORMS = ("aliased", "noise")
-
-
-@dataclass
-class DSRLConfig(SACConfig):
-    """SAC's settings (critic ensemble, learning rates, temperature, augmentation, precision) plus DSRL's own."""
-
-    form: str = "aliased"
-    target_entropy: float | None = 0.0  # the paper's; per noise dimension it is 0 / (chunk × A)
-    alias_samples: int = 4  # aliased: noises per state for the noise critic's regression (half N(0, I), half π_W)
+from robo_rl.typed_config import config_from
 
 
 class DSRL(Algorithm):
@@ -249,25 +239,12 @@ def _following_actions(batch: dict, row: int, length: int) -> np.ndarray:
     return np.stack(out)
 
 
-def build_dsrl(
-    policy: NoisePolicy,
-    observation_space,
-    action_dim: int,
-    state_names: tuple = (),
-    *,
-    batch_size: int,
-    critic_updates_per_actor: int = 4,
-    n_step: int = 1,
-    **keys,
-) -> DSRL:
-    """`algo=dsrl`: needs `policy=dsrl` (a frozen flow/diffusion base steered by a noise actor). A decision spans
-    the E executed steps of its chunk (E-step returns); with E = 1, `n_step` sets the returns."""
+def build_dsrl(policy: NoisePolicy, observation_space, action_dim: int, state_names: tuple = (), **keys) -> DSRL:
+    """`algo=dsrl`: needs `policy=dsrl` (a frozen flow/diffusion base steered by a noise actor); keys: DSRLConfig's.
+    A decision spans the E executed steps of its chunk (E-step returns); with E = 1, `n_step` sets the returns."""
     if not isinstance(policy, NoisePolicy):
         raise ValueError("algo=dsrl needs policy=dsrl (a frozen flow or diffusion base and a noise actor)")
-    known = DSRLConfig.__dataclass_fields__
-    cfg = DSRLConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
-    if cfg.form not in FORMS:
-        raise ValueError(f"algo.form must be aliased or noise, got '{cfg.form}'")
+    cfg = config_from(DSRLConfig, keys, "algo")
     if cfg.intervention_bc_weight > 0:
         raise ValueError(
             "algo.intervention_bc_weight: DSRL's actor chooses noise, not actions, so there is no human "
@@ -275,9 +252,9 @@ def build_dsrl(
         )
     e = policy.execute_steps
     spec = BatchSpec(
-        batch_size=batch_size,
-        batches=critic_updates_per_actor,
-        n_step=e if e > 1 else n_step,
+        batch_size=cfg.batch_size,
+        batches=cfg.critic_updates_per_actor,
+        n_step=e if e > 1 else cfg.n_step,
         gamma=cfg.gamma,
         chunk=e,
         extras=("noise",),

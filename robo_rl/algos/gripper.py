@@ -10,19 +10,25 @@ import torch
 from torch.nn import functional as F
 
 from policies.hybrid import GripperQ, HybridGripperPolicy, gripper_choice
+from robo_rl.algo_configs import SACGripperConfig
 from robo_rl.algos.base import Algorithm
-from robo_rl.algos.sac import SAC, build_sac, soft_update
+from robo_rl.algos.sac import SAC, soft_update
 from robo_rl.precision import autocast, resolve_precision
+from robo_rl.typed_config import config_from
+
+_SAC = SACGripperConfig()  # the user's settings are SACGripperConfig's; the gripper learner's defaults follow them
 
 
 @dataclass
 class GripperConfig:
-    lr: float = 3e-4
-    tau: float = 0.005
-    penalty: float = -0.02  # added to the reward of a step whose command changes the gripper (open ↔ closed)
+    """The gripper critic's learning rule, set from `algo=sac_gripper`'s block (`build_sac_gripper`)."""
+
+    lr: float = _SAC.lr_critic
+    tau: float = _SAC.tau
+    penalty: float = _SAC.gripper_penalty  # added to the reward of a step whose command changes the gripper
     gripper_state_index: int | None = None  # where the state vector holds the gripper opening (-1 open .. +1 closed)
-    grad_clip_norm: float = 10.0
-    precision: str = "auto"  # as algo.precision (robo_rl/precision.py)
+    grad_clip_norm: float | None = _SAC.grad_clip_norm
+    precision: str = _SAC.precision  # as algo.precision (robo_rl/precision.py)
 
 
 GRIPPER_STATE_NAMES = ("gripper_pos", "gripper_cmd")  # the state entry (-1 open .. +1 closed) of our pick tasks
@@ -106,26 +112,23 @@ class SACWithGripper(Algorithm):
 
 
 def build_sac_gripper(
-    policy: HybridGripperPolicy,
-    observation_space,
-    action_dim: int,
-    state_names: tuple = (),
-    *,
-    gripper_penalty: float = -0.02,
-    **sac_keys,
+    policy: HybridGripperPolicy, observation_space, action_dim: int, state_names: tuple = (), **keys
 ) -> SACWithGripper:
+    """`algo=sac_gripper`: SAC on the arm's action dimensions, the discrete critic on the gripper's, from one block
+    (SACGripperConfig): the gripper critic learns at the SAC critic's rate, Polyak rate, clip and precision."""
     if not isinstance(policy, HybridGripperPolicy):
         raise ValueError("algo=sac_gripper needs policy=hybrid_gripper (an arm policy and a discrete gripper critic)")
-    arm = build_sac(policy.arm, observation_space, action_dim - 1, **sac_keys)
+    cfg = config_from(SACGripperConfig, keys, "algo")
+    arm = SAC(policy.arm, observation_space, cfg)
     names = list(state_names)
     gripper = GripperLearner(
         policy.gripper,
         GripperConfig(
-            lr=sac_keys.get("lr_critic", 3e-4),
-            tau=sac_keys.get("tau", 0.005),
-            penalty=gripper_penalty,
-            grad_clip_norm=sac_keys.get("grad_clip_norm", 10.0),
-            precision=sac_keys.get("precision", "auto"),
+            lr=cfg.lr_critic,
+            tau=cfg.tau,
+            penalty=cfg.gripper_penalty,
+            grad_clip_norm=cfg.grad_clip_norm,
+            precision=cfg.precision,
             gripper_state_index=next((names.index(n) for n in GRIPPER_STATE_NAMES if n in names), None),
         ),
     )

@@ -20,8 +20,6 @@ batch of decisions, and publish new weights after each update. Per update (one P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch import nn
@@ -29,48 +27,10 @@ from torch import nn
 from policies.base import obs_rows
 from policies.chain import ChainPolicy
 from policies.mlp import mlp
+from robo_rl.algo_configs import PPOConfig
 from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.chain_critic import ChainActionCritic
-
-
-@dataclass
-class PPOConfig:
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.01  # ReinFlow's; DPPO: 0.001-0.01
-    clip_initial_noise: float | None = None  # policy.initial_noise=learned: x_0's own ratio and clip, a second
-    # surrogate beside the steps' (each sampling stage its own decision, as DPPO treats denoising steps); null: one
-    # ratio of the whole chain under `clip`
-    epochs: int = 5
-    batch_size: int = 128
-    lr_policy: float = 3e-5
-    lr_value: float = 1e-3
-    lr_initial_noise: float | None = None  # the learned x_0 head's (policy.initial_noise=learned): a new, small head;
-    # null: lr_policy
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    value_hidden: tuple[int, ...] = (256, 256)
-    log_ratio_clamp: float = 5.0  # log-probabilities of long chains are large: their difference is bounded
-    grad_clip_norm: float = 1.0
-    target_kl: float | None = None  # stop the epochs of an iteration once the approximate KL passes this
-    value_warmup_iterations: int = 0  # the first iterations train V(s) only, the policy unchanged (DPPO's and
-    # ReinFlow's critic warm-up: a fresh value function's advantages are noise that would move the policy at random)
-    bootstrap_truncated: bool = True  # an episode cut by the time limit continues in γ·V(s_T); false: it ends there
-    # (its future is 0), as when success must come within the episode: V(s_T) then cannot feed itself
-    advantage: str = "gae"  # gae | critic: Q(s, a) − E_π Q(s, ·) from a TD-trained action critic over all the decisions
-    # collected so far (robo_rl/algos/chain_critic.py); V(s) and GAE's returns are still fitted (logged)
-    critic_updates: int = 500  # TD steps per iteration (advantage=critic)
-    critic_batch_size: int = 256
-    critic_hidden: tuple[int, ...] = (256, 256)
-    critic_ensemble: int = 2
-    lr_critic: float = 3e-4
-    critic_tau: float = 0.005
-    critic_samples: int = 8  # the current chain's chunks per state for the baseline E_π Q(s, ·)
-    critic_buffer: int = 200_000  # decisions kept for TD (oldest dropped first)
-    critic_target_clip: tuple[float, ...] | None = None  # [low, high] for TD targets (a 0/1 task: [0, 1])
-
-
-ADVANTAGES = ("gae", "critic")
+from robo_rl.typed_config import config_from
 
 
 class PPO(Algorithm):
@@ -259,53 +219,26 @@ def surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torc
     return -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
 
 
-def build_ppo(
-    policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), *, rollout_env_steps: int, **keys
-) -> PPO:
-    """`algo=ppo`: needs `policy=reinflow` or `policy=dppo` (a flow/diffusion policy's stochastic chain)."""
+def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), **keys) -> PPO:
+    """`algo=ppo`: needs `policy=reinflow` or `policy=dppo` (a flow/diffusion policy's stochastic chain); keys:
+    PPOConfig's (their ranges are checked there; here only what relates a setting to the policy or another)."""
     if not isinstance(policy, ChainPolicy):
         raise ValueError(
             "algo=ppo fine-tunes a denoising chain: use policy=reinflow (a flow) or policy=dppo (a diffusion policy)"
         )
-    known = PPOConfig.__dataclass_fields__
-    cfg = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
-    if cfg.value_warmup_iterations < 0:
-        raise ValueError(f"algo.value_warmup_iterations must be ≥ 0, got {cfg.value_warmup_iterations}")
-    if cfg.clip_initial_noise is not None and not (
-        0 < cfg.clip_initial_noise < 1 and policy.initial_noise == "learned"
-    ):
+    cfg = config_from(PPOConfig, keys, "algo")
+    if cfg.clip_initial_noise is not None and policy.initial_noise != "learned":
         raise ValueError(
-            f"algo.clip_initial_noise must be in (0, 1) and needs policy.initial_noise=learned (got "
-            f"{cfg.clip_initial_noise}, policy.initial_noise={policy.initial_noise})"
-        )
-    if cfg.advantage not in ADVANTAGES:
-        raise ValueError(f"algo.advantage must be one of {ADVANTAGES}, got '{cfg.advantage}'")
-    if cfg.advantage == "critic" and (
-        cfg.critic_updates < 1
-        or cfg.critic_samples < 1
-        or cfg.critic_buffer < 1
-        or cfg.critic_batch_size < 1
-        or cfg.critic_ensemble < 1
-    ):
-        raise ValueError(
-            f"algo.critic_updates, critic_samples, critic_buffer, critic_batch_size and critic_ensemble "
-            f"must be ≥ 1 (got {cfg.critic_updates}, {cfg.critic_samples}, {cfg.critic_buffer}, "
-            f"{cfg.critic_batch_size}, {cfg.critic_ensemble})"
+            f"algo.clip_initial_noise needs policy.initial_noise=learned (got {cfg.clip_initial_noise}, "
+            f"policy.initial_noise={policy.initial_noise})"
         )
     clip_q = cfg.critic_target_clip
-    if clip_q is not None and (len(clip_q) != 2 or clip_q[0] >= clip_q[1]):
+    if clip_q is not None and clip_q[0] >= clip_q[1]:
         raise ValueError(f"algo.critic_target_clip must be [low, high] with low < high, got {list(clip_q)}")
-    if cfg.lr_initial_noise is not None and not 0 < cfg.lr_initial_noise <= 1:
-        raise ValueError(f"algo.lr_initial_noise must be in (0, 1], got {cfg.lr_initial_noise}")
-    if not 0 < cfg.clip < 1 or cfg.epochs < 1 or rollout_env_steps < 1:
-        raise ValueError(
-            f"algo.clip must be in (0, 1), epochs and rollout_env_steps ≥ 1 (got {cfg.clip}, "
-            f"{cfg.epochs}, {rollout_env_steps})"
-        )
     spec = BatchSpec(
         batch_size=cfg.batch_size,
         gamma=cfg.gamma,
         extras=("chain", "log_prob"),
-        rollout_env_steps=int(rollout_env_steps),
+        rollout_env_steps=int(cfg.rollout_env_steps),
     )
     return PPO(policy, cfg, spec)

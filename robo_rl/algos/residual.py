@@ -12,7 +12,6 @@ residual actor, zero at the start, learns the correction that raises it.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,32 +20,11 @@ from torch.nn import functional as F
 
 from policies.encoders import frozen_backbones, frozen_feature_cache
 from policies.residual import ResidualPolicy, observation_row
+from robo_rl.algo_configs import ResidualConfig, SACConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
-from robo_rl.algos.sac import CriticEnsemble, SACConfig, soft_update
+from robo_rl.algos.sac import CriticEnsemble, soft_update
 from robo_rl.precision import autocast, resolve_precision
-
-
-@dataclass
-class ResidualConfig:
-    gamma: float = 0.99
-    tau: float = 0.005
-    lr_actor: float = 1e-4
-    lr_critic: float = 3e-4
-    num_critics: int = 2
-    critic_subsample: int = 2
-    critic_hidden: tuple[int, ...] = (256, 256)
-    critic_layer_norm: bool = True
-    grad_clip_norm: float = 1.0
-    target_noise_std: float = 0.2  # target smoothing noise, in units of the residual's bound
-    target_noise_clip: float = 0.5
-    actor_start_updates: int = 0  # critic updates before the residual actor moves
-    bound_ramp_updates: int = 0  # > 0: the residual's bound grows linearly from 0 to s over this many actor updates
-    intervention_bc_weight: float = 0.0  # pull the residual towards (executed − base) on human steps
-    residual_l2: float = 0.0  # > 0: actor loss −Q + this · mean((r/s)²), in Q's units: stay at the base unless Q says
-    target_q_clip: tuple[float, float] | None = None
-    image_augmentation: str | None = "random_shift"  # or null; on every batch that has images
-    augment_pad: int = 4  # pixels, for random_shift
-    precision: str = "auto"
+from robo_rl.typed_config import config_from
 
 
 class ResidualAlgorithm(Algorithm):
@@ -210,22 +188,17 @@ class ResidualAlgorithm(Algorithm):
 
 
 def build_residual(
-    policy: ResidualPolicy,
-    observation_space,
-    action_dim: int,
-    state_names: tuple = (),
-    *,
-    batch_size: int,
-    n_step: int = 3,
-    critic_updates_per_actor: int = 4,
-    **keys,
+    policy: ResidualPolicy, observation_space, action_dim: int, state_names: tuple = (), **keys
 ) -> ResidualAlgorithm:
-    """`algo=residual`: needs `policy=residual` (a frozen base and a residual head)."""
+    """`algo=residual`: needs `policy=residual` (a frozen base and a residual head); keys: ResidualConfig's."""
     if not isinstance(policy, ResidualPolicy):
         raise ValueError("algo=residual needs policy=residual (a frozen base and a residual head)")
-    known = ResidualConfig.__dataclass_fields__
-    cfg = ResidualConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
+    cfg = config_from(ResidualConfig, keys, "algo")
     spec = BatchSpec(
-        batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma, extras=("base_action",)
+        batch_size=cfg.batch_size,
+        batches=cfg.critic_updates_per_actor,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        extras=("base_action",),
     )
     return ResidualAlgorithm(policy, observation_space, cfg, spec)

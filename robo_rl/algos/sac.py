@@ -7,7 +7,6 @@ Quantities keep the paper's names: `target_q`, `td_error`, `log_prob`, `alpha`.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -22,32 +21,10 @@ from policies.encoders import (
 )
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
+from robo_rl.algo_configs import SACConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.precision import autocast, resolve_precision
-
-
-@dataclass
-class SACConfig:
-    gamma: float = 0.99
-    tau: float = 0.005
-    lr_actor: float = 3e-4
-    lr_critic: float = 3e-4
-    lr_alpha: float = 3e-4
-    init_temperature: float = 0.1
-    target_entropy: float | None = None  # None → −|A|/2
-    num_critics: int = 2
-    critic_subsample: int = 2  # the TD target is the min over this many randomly chosen critics
-    critic_hidden: tuple[int, ...] = (256, 256)
-    critic_layer_norm: bool = True
-    grad_clip_norm: float = 10.0
-    share_encoder: bool = False  # DrQ/SERL: the policy uses the critic's encoder, trained by the critic loss only
-    image_augmentation: str | None = "random_shift"  # or null; applied to every batch that has images
-    augment_pad: int = 4  # pixels, for random_shift
-    target_q_clip: tuple[float, float] | None = None  # clip TD targets to the return's known range (as HER does)
-    precision: str = "auto"  # matrix products: auto | float32 | bfloat16 (mixed; see robo_rl/precision.py)
-    # > 0: the actor also regresses its mean action on what the human commanded, on intervention rows (HG-DAgger's
-    # corrections inside SAC's actor loss, as RL-with-BC recipes do); 0: interventions teach the critic only
-    intervention_bc_weight: float = 0.0
+from robo_rl.typed_config import config_from
 
 
 @torch.no_grad()
@@ -89,7 +66,9 @@ class SAC(Algorithm):
     ) -> None:
         self.cfg = cfg
         self.policy = policy
-        self.batch_spec = batch_spec or BatchSpec(batch_size=256, gamma=cfg.gamma)
+        self.batch_spec = batch_spec or BatchSpec(
+            batch_size=cfg.batch_size, batches=cfg.critic_updates_per_actor, n_step=cfg.n_step, gamma=cfg.gamma
+        )
         action_dim = policy.action_dim
         check_augmentation(cfg.image_augmentation)
         clip = cfg.target_q_clip
@@ -220,18 +199,8 @@ class SAC(Algorithm):
         self.alpha_optim.load_state_dict(state["alpha_optim"])
 
 
-def build_sac(
-    policy: nn.Module,
-    observation_space,
-    action_dim: int,
-    state_names: tuple = (),
-    *,
-    batch_size: int,
-    n_step: int = 1,
-    critic_updates_per_actor: int = 1,
-    **keys,
-) -> SAC:
-    """`algo=sac`: SAC/RLPD from the YAML's keys (those SACConfig does not know, e.g. `name`, are ignored)."""
+def build_sac(policy: nn.Module, observation_space, action_dim: int, state_names: tuple = (), **keys) -> SAC:
+    """`algo=sac`: SAC/RLPD from the block's keys, each a field of SACConfig (an unknown one is refused by name)."""
     from policies.flow import GenerativePolicy
     from policies.hybrid import HybridGripperPolicy
 
@@ -242,7 +211,4 @@ def build_sac(
         )
     if isinstance(policy, HybridGripperPolicy):
         raise ValueError("policy=hybrid_gripper learns its gripper with a discrete critic: use algo=sac_gripper")
-    known = SACConfig.__dataclass_fields__
-    cfg = SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in keys.items() if k in known})
-    spec = BatchSpec(batch_size=batch_size, batches=critic_updates_per_actor, n_step=n_step, gamma=cfg.gamma)
-    return SAC(policy, observation_space, cfg, spec)
+    return SAC(policy, observation_space, config_from(SACConfig, keys, "algo"))

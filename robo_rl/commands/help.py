@@ -1,13 +1,15 @@
 """`robo-rl <command> --help`: what a command does, its main settings, and the options of every config group.
 
-Settings' meanings and ranges come from `robo_rl.settings`, group options from the YAML files in launch/conf/
-(the first comment line of each is its description), defaults from the composed config.
+Settings' meanings and ranges come from `robo_rl.settings` (a typed block's, e.g. `algo`'s, from the fields of the
+default option's dataclass), group options from the YAML files in launch/conf/ (the first comment line of each is its
+description), defaults from the composed config with its typed blocks completed.
 """
 
 from __future__ import annotations
 
-from robo_rl.config import config_groups, group_options
-from robo_rl.settings import SETTINGS
+from robo_rl.config import complete_typed_blocks, config_groups, group_options
+from robo_rl.settings import SETTINGS, TYPED_BLOCKS, Setting, typed_config
+from robo_rl.typed_config import settings_of
 
 OVERRIDES = "overrides: key=value (e.g. algo.batch_size=128) or group=option (e.g. env=point_reach)"
 
@@ -212,12 +214,12 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
 def command_help(command: str) -> str:
     usage, what, keys, groups = COMMANDS[command]
     lines = [f"usage: {usage}", "", what]
-    defaults, choices = _defaults() if keys or groups else ({}, {})
+    defaults, choices, targets = _defaults() if keys or groups else ({}, {}, {})
     if keys:
         lines += ["", "main settings (key, default: meaning; allowed values):"]
         width = max(len(k) for k in keys)
         for key in keys:
-            s = SETTINGS[key]
+            s = _setting(key, targets)
             default = defaults.get(key, "")
             lines.append(f"  {key:<{width}}  {default}: {s.meaning}; {s.allowed()}")
         lines.append("  every key: robo-rl show [overrides]")
@@ -233,20 +235,31 @@ def command_help(command: str) -> str:
     return "\n".join(lines)
 
 
-def _defaults() -> tuple[dict[str, str], dict[str, str]]:
-    """Default values of the settings as text, and the default option of each group ({} if the tree is broken)."""
+def _setting(key: str, targets: dict[str, str]) -> Setting:
+    """A key's setting: in a typed block, the field of the default option's own dataclass (PPO's batch_size is its
+    minibatch), else the table's."""
+    prefix, _, name = key.partition(".")
+    cls = typed_config(prefix, targets.get(prefix))
+    return (settings_of(cls).get(name) if cls is not None else None) or SETTINGS[key]
+
+
+def _defaults() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Default values of the settings as text, the default option of each group and each typed block's `_target_`
+    ({} if the tree is broken)."""
     try:
         from omegaconf import OmegaConf
 
         cfg = _compose_with_choices()
         choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if "/" not in k}
+        complete_typed_blocks(cfg)
+        targets = {p: OmegaConf.select(cfg, f"{p}._target_", default=None) for p in TYPED_BLOCKS}
         values = {}
         for key in SETTINGS:
             value = OmegaConf.select(cfg, key, default=None)
             values[key] = _text(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-        return values, choices
+        return values, choices, targets
     except Exception:  # help still answers with a broken config tree
-        return {}, {}
+        return {}, {}, {}
 
 
 def _compose_with_choices():
