@@ -18,10 +18,11 @@ def cmd_train(overrides: list[str]) -> int:
     """`robo-rl train`: demonstrations (and a BC base for a residual policy), a learner and an actor process,
     one progress bar, then the evaluation report."""
     from robo_rl.config import load_config
+
+    cfg = load_config(overrides)  # first: a bad setting is refused before numpy and the replay are imported
     from robo_rl.data.demos import load_or_make_demos
     from robo_rl.progress import TrainingBar
 
-    cfg = load_config(overrides)
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
     print(f"run folder: {run_dir}")
