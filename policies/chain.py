@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.acting import ActingPolicy
 from policies.base import copy_sharing, obs_rows
 from policies.bc import BCCheckpointError, feature_mismatch, read_bc_checkpoint
 from policies.flow import GENERATIVE_KIND, ChunkGenerator, build_generator
@@ -47,7 +48,7 @@ INITIAL_STD_OFFSET = 0.01  # the learned x_0's std leaves 1 at the start, where 
 LOG_PROB_MIN, LOG_PROB_MAX = -5.0, 2.0  # per element (DPPO clamps its log-probabilities to these)
 
 
-class ChainPolicy(nn.Module):
+class ChainPolicy(nn.Module, ActingPolicy):
     def __init__(
         self,
         observation_space,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.acting import ActingPolicy
 from policies.base import BasePolicy, copy_sharing
 from policies.gaussian import TanhGaussianPolicy
 from policies.residual import load_base, normalise_state_like_base, observation_row
@@ -34,7 +35,7 @@ class _Chunk:
         self.noise: torch.Tensor | None = None
 
 
-class NoisePolicy(nn.Module):
+class NoisePolicy(nn.Module, ActingPolicy):
     def __init__(
         self,
         observation_space,
@@ -84,7 +85,7 @@ class NoisePolicy(nn.Module):
     def __deepcopy__(self, memo):  # the base is frozen; the episode's chunk goes on whichever weights act
         return copy_sharing(self, memo, self.base, self.chunk)
 
-    def reset(self) -> None:
+    def reset(self, slot: int | None = None) -> None:  # it acts for one env: `slot` is that one
         self.chunk.queue.clear()
         self.chunk.noise = None
         self.base.reset()
@@ -115,7 +116,9 @@ class NoisePolicy(nn.Module):
         return action, {"noise": self.chunk.noise, "decision": torch.tensor([[float(decision)]])}
 
     @torch.no_grad()
-    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
+    def act_with_extras(
+        self, obs: dict, deterministic: bool = False, slots: list[int] | None = None
+    ) -> tuple[torch.Tensor, dict]:  # one env: `slots` is [0] or None
         def choose():
             features = self.encoder(obs)
             return self.mean_noise(features) if deterministic else self.sample_noise(features)[0]

@@ -8,12 +8,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from policies.acting import ActingPolicy
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
 
 
-class TanhGaussianPolicy(nn.Module):
+class TanhGaussianPolicy(nn.Module, ActingPolicy):
     """π(a|s): a = tanh(u), u ~ N(μ(s), σ(s)); actions land in [-1, 1] as the contract wants."""
+
+    vector_slots = True  # no per-episode state: one call acts for several envs
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from policies.acting import ActingPolicy
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
@@ -46,8 +47,10 @@ class GripperQ(nn.Module):
         return self(obs).mean(0).argmax(-1)
 
 
-class HybridGripperPolicy(nn.Module):
+class HybridGripperPolicy(nn.Module, ActingPolicy):
     """`arm`: a TanhGaussianPolicy over all action dimensions but the last; `gripper`: a GripperQ."""
+
+    vector_slots = True  # no per-episode state: one call acts for several envs
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.acting import ActingPolicy
 from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing, state_statistics
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.mlp import mlp
@@ -75,7 +76,7 @@ def observation_row(obs: dict, i: int) -> dict:
     return {"state": obs["state"][i].cpu().numpy(), "images": {k: v[i].cpu().numpy() for k, v in obs["images"].items()}}
 
 
-class ResidualPolicy(nn.Module):
+class ResidualPolicy(nn.Module, ActingPolicy):
     def __init__(
         self,
         observation_space,
@@ -150,8 +151,8 @@ class ResidualPolicy(nn.Module):
         algorithm ramps the bound up while its critic is young."""
         return self.bound_fraction * self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
 
-    def reset(self) -> None:
-        """A new episode: the base's chunk queue starts afresh."""
+    def reset(self, slot: int | None = None) -> None:
+        """A new episode (it acts for one env: `slot` is that one): the base's chunk queue starts afresh."""
         self.base.reset()
 
     def base_action(self, obs: dict) -> torch.Tensor:
@@ -163,8 +164,10 @@ class ResidualPolicy(nn.Module):
         return torch.from_numpy(np.asarray(action, np.float32))[None]
 
     @torch.no_grad()
-    def act_with_extras(self, obs: dict, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
-        base = self.base_action(obs)
+    def act_with_extras(
+        self, obs: dict, deterministic: bool = False, slots: list[int] | None = None
+    ) -> tuple[torch.Tensor, dict]:
+        base = self.base_action(obs)  # one env: `slots` is [0] or None
         res = self.residual(self.encoder(obs), base)
         if not deterministic:
             res = (res + self.exploration_noise_std() * torch.randn_like(res)).clamp(-self.scale, self.scale)

@@ -18,7 +18,7 @@ class MeanReportingPolicy(TanhGaussianPolicy):
         super().__init__(observation_space, action_dim, **kwargs)
         self.extras_spec = {"mean_action": ((action_dim,), np.float32)}
 
-    def act_with_extras(self, obs: dict, deterministic: bool = False):
+    def act_with_extras(self, obs: dict, deterministic: bool = False, slots: list[int] | None = None):
         with torch.no_grad():
             return self.act(obs, deterministic), {"mean_action": self.act(obs, deterministic=True)}
 

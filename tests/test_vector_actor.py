@@ -20,7 +20,9 @@ from tests.test_ppo import chain_policy
 class OneEpisodeStatePolicy(TanhGaussianPolicy):
     """A policy with per-episode state and no per-env slots (like a base's chunk queue)."""
 
-    def reset(self) -> None:
+    vector_slots = False
+
+    def reset(self, slot: int | None = None) -> None:
         pass
 
 
