@@ -61,6 +61,7 @@ class ReachTask:
 
 class ArmEnv(RobotEnv):
     metadata = {"render_modes": ["rgb_array"]}
+    drives_robot = True
 
     def __init__(
         self,

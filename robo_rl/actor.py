@@ -18,13 +18,14 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from policies.acting import acting_policy
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
-from robo_rl.policy_io import acts_for_several_envs, policy_step, policy_steps
+from robo_rl.policy_io import stack_obs
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.transport.actor_link import ActorLink
@@ -75,7 +76,8 @@ class Actor:
                 raise ConfigError(str(e)) from None
             except OSError as e:  # the hello tells the learner the spec too
                 log.warning("could not write the env spec into %s: %s", run_dir, e)
-        self.policy = make_policy(cfg, self.env).eval()
+        self.policy = make_policy(cfg, self.env).eval()  # what new weights replace
+        self.acting = acting_policy(self.policy)  # the same policy, as the loop calls it (policies/acting.py)
         self.envs = [self.env]  # `actor.num_envs` copies of the task's env, stepped together (sim only)
         num_envs = int(cfg.actor.get("num_envs", 1))
         if num_envs != 1:
@@ -84,7 +86,8 @@ class Actor:
                 self.env.close()
                 raise ConfigError(f"actor.num_envs={num_envs}: {problem}")
             self.envs += [make_actor_env(cfg) for _ in range(num_envs - 1)]
-        self.fields = fields_for_env(self.env, self.policy)
+        self.slots = list(range(num_envs))  # row i of a policy call is env i's
+        self.fields = fields_for_env(self.env, self.acting)
         self.policy_version = -1  # -1: still the untrained initial policy
         self.policy_since = time.monotonic()  # when this version arrived
         self.stop_reason: str | None = None
@@ -126,7 +129,7 @@ class Actor:
         cfg = self.cfg
         if num_envs < 1:
             return "must be at least 1"
-        if type(self.env.unwrapped).__module__.startswith("hardware"):
+        if self.env.unwrapped.drives_robot:
             return "a robot is one env: run one actor per arm (several envs in one actor are for simulation)"
         if cfg.actor.realtime:
             return "actor.realtime=true holds one env's control rate: several envs in one actor are for simulation"
@@ -134,7 +137,7 @@ class Actor:
             return "the GUI, a human's interventions and a safety layer act on one env: use one env per actor there"
         if cfg.actor.apply_weights != "step":
             return "the envs' episodes end apart: weights are applied between steps (actor.apply_weights=step)"
-        if not acts_for_several_envs(self.policy):
+        if not self.acting.vector_slots:
             return (
                 f"the policy ({type(self.policy).__name__}) keeps one episode's state (a chunk queue) and acts for "
                 f"one env: run several actor processes instead (policies that act for several: sac, reinflow, "
@@ -187,14 +190,16 @@ class Actor:
             newer = t.take_policy(self.policy)
             if newer is not None:
                 self.policy_version, self.policy = newer
+                self.acting = acting_policy(self.policy)
                 self.policy_since = time.monotonic()
         if t.stop_reason:
             self.stop_reason = t.stop_reason
 
-    def _decide(self, obs: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-        """The action for `obs` (and the policy's extras), timed; FloatingPointError if it is not finite."""
+    def _decide(self, obs: list[dict], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+        """Every env's action for its observation (and the policy's extras, row i env i's), from one policy call,
+        timed; FloatingPointError if the policy itself refuses."""
         start = time.perf_counter()
-        action, extras = self._choose(obs, rng)
+        actions, extras = self._choose(obs, rng)
         elapsed_ms = (time.perf_counter() - start) * 1e3
         self.decide_ms.append(elapsed_ms)
         if elapsed_ms > 1e3 / self.env.control_hz and len(self.decide_ms) > 10 and not self._warned_slow:
@@ -206,23 +211,18 @@ class Actor:
                 1e3 / self.env.control_hz,
                 self.env.control_hz,
             )
-        if not np.all(np.isfinite(action)):
-            raise FloatingPointError("the policy gave a non-finite action")
-        return action, extras
+        return actions, extras
 
-    def _choose(self, obs: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-        if self.sent_steps < self.cfg.train.random_steps and hasattr(self.policy, "explore_step"):
-            action, extras = policy_step(self.policy, obs, deterministic=False, explore=True)
-        elif self.sent_steps < self.cfg.train.random_steps:
-            action, extras = rng.uniform(-1, 1, self.env.action_space.shape).astype(np.float32), {}
+    def _choose(self, obs: list[dict], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+        batch = stack_obs(obs)
+        if self.sent_steps < self.cfg.train.random_steps:
+            explored = self.acting.explore_step(batch)
+            if explored is None:  # no warm-up of its own: uniform random actions
+                return rng.uniform(-1, 1, (len(obs), *self.env.action_space.shape)).astype(np.float32), {}
+            actions, extras = explored
         else:
-            action, extras = policy_step(self.policy, obs, deterministic=False)
-        return action, extras
-
-    def _new_episode(self) -> None:
-        """A policy with per-episode state (a base's chunk queue) starts afresh."""
-        if hasattr(self.policy, "reset"):
-            self.policy.reset()
+            actions, extras = self.acting.act_with_extras(batch, deterministic=False, slots=self.slots)
+        return actions.numpy(), {k: v.numpy() for k, v in extras.items()}
 
     def _holding(self) -> bool:
         """While no learner is there (it stopped before the end of the run, or went silent), take no steps and
@@ -245,35 +245,42 @@ class Actor:
             self.stop_reason = f"no learner for {self.cfg.actor.learner_wait_s:.0f} s ({why})"
         return True
 
-    def _throttled(self, unsent: int = 0) -> bool:
-        """In sim, hold back while the learner's UTD budget is spent (steps in flight, and `unsent` steps still in
-        the actor's hands, count as received; this holds across a learner restart, which starts its counts
-        afresh)."""
+    def _throttled(self, pending: list[list[dict]]) -> bool:
+        """In sim, hold back while the learner's UTD budget is spent (steps in flight, and the steps still
+        `pending` in the actor's hands, count as received; this holds across a learner restart, which starts its
+        counts afresh)."""
         status = self.transport.status
         if not self.cfg.actor.throttle_to_learner:
             return False
         if not status:
             return True
+        unsent = sum(len(records) - 1 for records in pending)  # each env's newest record waits for its decision
         return status["env_steps"] + self.transport.in_flight_steps + unsent >= status["allowed_env_steps"]
 
     def run(self) -> str:
-        cfg = self.cfg
+        """Steps the env (or `actor.num_envs` simulated ones together: one batched policy call a tick) until
+        stopped; each env's episode is recorded and sent on its own, episode ids unique across them, env i seeded
+        `seed + i * ENV_SEED_STRIDE`."""
+        cfg, envs = self.cfg, self.envs
         self.transport.start(config_hash(cfg), cfg.actor.hello_timeout_s)
         self._sync(episode_boundary=True)
-        if len(self.envs) > 1:
-            return self._run_envs()
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
-        recorder = EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields))
-        episode = 0
-        obs, _ = self.env.reset(seed=cfg.seed)
-        pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
+        episode_ids = itertools.count(session * 1_000_000)
+        recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields)) for _ in envs]
+        obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
+        pending = [
+            [r.reset(o, next(episode_ids), self.policy_version, time.time())]
+            for r, o in zip(recorders, obs, strict=True)
+        ]
+        episodes = 0  # ended, over all envs
         period = 1.0 / self.env.control_hz
         next_tick = time.monotonic()
-        bar = tqdm(desc=f"{cfg.actor.id} env steps", unit="step", disable=not self.progress)
+        several = f" ({len(envs)} envs)" if len(envs) > 1 else ""
+        bar = tqdm(desc=f"{cfg.actor.id} env steps{several}", unit="step", disable=not self.progress)
         try:
             while self.stop_reason is None:
-                self._sync(episode_boundary=recorder.step == 0)
+                self._sync(episode_boundary=all(r.step == 0 for r in recorders))
                 if self._holding():
                     time.sleep(0.05)
                     next_tick = time.monotonic()
@@ -282,46 +289,66 @@ class Actor:
                     if self.human.estopped:
                         self.stop_reason = f"e-stop from {self.human.estopped}"
                     if self.gui is not None:
-                        self.gui.tick(obs)
+                        self.gui.tick(obs[0])
                     time.sleep(1.0 / self.env.control_hz)
                     next_tick = time.monotonic()
-                elif self._throttled():
+                elif self._throttled(pending):
+                    for i, records in enumerate(pending):  # what the learner waits for goes now, not a message later
+                        if len(records) > 1:
+                            self._send(records[:-1])
+                            pending[i] = records[-1:]
                     time.sleep(0.002)
                 else:
                     self.step_starts.append(time.monotonic())
                     try:
-                        action, extras = self._decide(obs, rng)
-                    except FloatingPointError as e:  # refused: the episode ends here, by the safety rule
-                        self.refused_steps += 1
-                        log.warning("refused a step (%s); the episode ends (ended_by=safety)", e)
-                        pending[-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
-                        terminated, truncated = False, True
-                    else:
-                        obs, reward, terminated, truncated, info = self.env.step(action)
-                        pending.append(
-                            recorder.record_step(
-                                obs, reward, terminated, truncated, info, self.policy_version, time.time(), extras
+                        actions, extras = self._decide(obs, rng)
+                        refused = ~np.isfinite(actions).reshape(len(envs), -1).all(axis=1)
+                        why = "the policy gave a non-finite action"
+                    except FloatingPointError as e:  # the policy refused to act (a base's non-finite action)
+                        actions, extras, refused, why = None, {}, np.ones(len(envs), bool), str(e)
+                    for i, env in enumerate(envs):
+                        if refused[i]:  # refused: env i's episode ends here, by the safety rule
+                            self.refused_steps += 1
+                            log.warning("refused a step of env %d (%s); its episode ends (ended_by=safety)", i, why)
+                            pending[i][-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
+                            done = True
+                        else:
+                            obs[i], reward, terminated, truncated, info = env.step(actions[i])
+                            step_extras = {k: v[i] for k, v in extras.items()}
+                            pending[i].append(
+                                recorders[i].record_step(
+                                    obs[i],
+                                    reward,
+                                    terminated,
+                                    truncated,
+                                    info,
+                                    self.policy_version,
+                                    time.time(),
+                                    step_extras,
+                                )
                             )
-                        )
-                        self.sent_steps += 1
-                        bar.update(1)
-                        if self.gui is not None:
-                            self.gui.step(obs, reward, terminated, truncated, info)
-                    if self.human is not None and self.human.estopped:
-                        self.stop_reason = f"e-stop from {self.human.estopped}"
-                    if terminated or truncated:
-                        episode += 1
-                        self._send(pending)
-                        self.transport.beat_soon()
-                        self._obs = obs
-                        obs, _ = self.env.reset()  # after a safety stop: waits for a human's acknowledgement
-                        self._new_episode()
-                        pending = [recorder.reset(obs, session * 1_000_000 + episode, self.policy_version, time.time())]
-                        if self.gui is not None:
-                            self.gui.new_episode(episode, obs)
-                    elif len(pending) > cfg.actor.steps_per_message:
-                        self._send(pending[:-1])  # the newest stays until its decision is made: a refused one
-                        pending = pending[-1:]  # ends the episode in that record
+                            self.sent_steps += 1
+                            bar.update(1)
+                            if self.gui is not None:
+                                self.gui.step(obs[i], reward, terminated, truncated, info)
+                            done = terminated or truncated
+                        if self.human is not None and self.human.estopped:
+                            self.stop_reason = f"e-stop from {self.human.estopped}"
+                        if done:
+                            episodes += 1
+                            self._send(pending[i])
+                            self.transport.beat_soon()
+                            self._obs = obs[i]
+                            obs[i], _ = env.reset()  # after a safety stop: waits for a human's acknowledgement
+                            self.acting.reset(i)  # a policy with per-episode state (a chunk queue) starts afresh
+                            pending[i] = [
+                                recorders[i].reset(obs[i], next(episode_ids), self.policy_version, time.time())
+                            ]
+                            if self.gui is not None:
+                                self.gui.new_episode(episodes, obs[i])
+                        elif len(pending[i]) > cfg.actor.steps_per_message:
+                            self._send(pending[i][:-1])  # the newest stays until its decision is made: a refused
+                            pending[i] = pending[i][-1:]  # one ends the episode in that record
                     if cfg.actor.realtime:
                         next_tick += period
                         time.sleep(max(0.0, next_tick - time.monotonic()))
@@ -332,97 +359,12 @@ class Actor:
             log.error("the actor stops: %s", e)
         finally:
             ignore_further_interrupts()
-            if pending:
-                self._send(pending)
-            bar.close()
-            if self.gui is not None:
-                self.gui.close(obs)
-            self.transport.close(self.stop_reason or "error")
-            self.env.close()
-        return self.stop_reason
-
-    def _run_envs(self) -> str:
-        """Several simulated envs stepped together: one batched policy call a tick, each env's episode recorded and
-        sent on its own (episode ids unique across them), env i seeded `seed + i * ENV_SEED_STRIDE`."""
-        cfg, envs = self.cfg, self.envs
-        n = len(envs)
-        rng = np.random.default_rng(cfg.seed + 7919)
-        session = int(time.time()) % 100000
-        episode_ids = itertools.count(session * 1_000_000)
-        recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields)) for _ in envs]
-        obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
-        pending = [
-            [r.reset(o, next(episode_ids), self.policy_version, time.time())]
-            for r, o in zip(recorders, obs, strict=True)
-        ]
-        slots = list(range(n))
-        bar = tqdm(desc=f"{cfg.actor.id} env steps ({n} envs)", unit="step", disable=not self.progress)
-        try:
-            while self.stop_reason is None:
-                self._sync(episode_boundary=False)
-                if self._holding():
-                    time.sleep(0.05)
-                    continue
-                if self._throttled(unsent=sum(len(records) - 1 for records in pending)):
-                    for i, records in enumerate(pending):  # what the learner waits for goes now, not a message later
-                        if len(records) > 1:
-                            self._send(records[:-1])
-                            pending[i] = records[-1:]
-                    time.sleep(0.002)
-                    continue
-                self.step_starts.append(time.monotonic())
-                start = time.perf_counter()
-                if self.sent_steps < cfg.train.random_steps:
-                    actions = rng.uniform(-1, 1, (n, *self.env.action_space.shape)).astype(np.float32)
-                    extras = {}
-                else:
-                    actions, extras = policy_steps(self.policy, obs, deterministic=False, slots=slots)
-                self.decide_ms.append((time.perf_counter() - start) * 1e3)
-                for i, env in enumerate(envs):
-                    if not np.all(np.isfinite(actions[i])):  # refused: env i's episode ends here (safety)
-                        self.refused_steps += 1
-                        log.warning(
-                            "refused a step of env %d (the policy gave a non-finite action); its episode "
-                            "ends (ended_by=safety)",
-                            i,
-                        )
-                        pending[i][-1].update(truncated=True, ended_by=ENDED_BY_CODES["safety"])
-                        done = True
-                    else:
-                        obs[i], reward, terminated, truncated, info = env.step(actions[i])
-                        pending[i].append(
-                            recorders[i].record_step(
-                                obs[i],
-                                reward,
-                                terminated,
-                                truncated,
-                                info,
-                                self.policy_version,
-                                time.time(),
-                                {k: v[i] for k, v in extras.items()},
-                            )
-                        )
-                        self.sent_steps += 1
-                        bar.update(1)
-                        done = terminated or truncated
-                    if done:
-                        self._send(pending[i])
-                        self.transport.beat_soon()
-                        obs[i], _ = env.reset()
-                        if hasattr(self.policy, "reset"):
-                            self.policy.reset(i)
-                        pending[i] = [recorders[i].reset(obs[i], next(episode_ids), self.policy_version, time.time())]
-                    elif len(pending[i]) > cfg.actor.steps_per_message:
-                        self._send(pending[i][:-1])
-                        pending[i] = pending[i][-1:]
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted (Ctrl-C)"
-        finally:
-            ignore_further_interrupts()
             for records in pending:
                 if records:
                     self._send(records)
             bar.close()
+            if self.gui is not None:
+                self.gui.close(obs[0])
             self.transport.close(self.stop_reason or "error")
             for env in envs:
                 env.close()

@@ -50,12 +50,6 @@ def stack_obs(observations: list[dict]) -> dict:
     }
 
 
-def acts_for_several_envs(policy) -> bool:
-    """Whether one call of `policy` can act for several envs at once: it keeps no per-episode state (no `reset`),
-    or keeps it per env (`vector_slots`: its `act`/`act_with_extras` take the envs' `slots`)."""
-    return getattr(policy, "vector_slots", False) or not hasattr(policy, "reset")
-
-
 def policy_steps(policy, observations: list[dict], deterministic: bool, slots: list[int]) -> tuple[np.ndarray, dict]:
     """(actions [N, A], extras {name: [N, ...]}) for N envs' observations in one batched call (`slots`: which env
     each row is, for a policy that keeps each env's chunk)."""

@@ -216,3 +216,14 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
     stats = Actor.loop_stats(actor)
     assert abs(stats["period_ms_p50"] - 100.0) < 1e-6 and stats["inference_ms_p99"] > 1.0
     assert stats["safety_steps"] == 120
+
+
+def test_several_envs_in_one_actor_are_refused_for_a_robot_even_on_its_twin(tmp_path):
+    from robo_rl.actor import Actor
+    from robo_rl.config import ConfigError
+    from tests.test_pipeline import toy_config
+
+    assert ArmEnv.drives_robot, "the env says it drives a robot: the core never looks at where a class is defined"
+    cfg = toy_config(tmp_path, "env=so101", "hardware.dry_run=true", "env.twin_clock=virtual", "actor.num_envs=2")
+    with pytest.raises(ConfigError, match="run one actor per arm"):
+        Actor(cfg, progress=False)

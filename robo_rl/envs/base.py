@@ -53,6 +53,9 @@ class RobotEnv(gym.Env):
     action_names: tuple[str, ...] = ()  # per action dimension: x y z roll pitch yaw gripper (teleop maps onto these)
     camera_names: tuple[str, ...] = ()
     max_episode_steps: int = 100
+    # steps a robot through its driver (the arm, or its digital twin standing in for it) rather than simulating a
+    # task: a robot is one env, run by one actor
+    drives_robot: bool = False
 
     def __init__(self) -> None:
         self._elapsed_steps = 0
