@@ -58,8 +58,27 @@ def load_config(overrides: list[str]) -> DictConfig:
         raise ConfigError(_one_line(e, overrides)) from None
     cfg = _apply_calibration(cfg, overrides)
     OmegaConf.set_struct(cfg, True)
-    _check(cfg)
+    try:
+        _check(cfg)
+    except ConfigError as e:
+        raise ConfigError(_where_an_unknown_key_came_from(str(e), overrides)) from None
     return cfg
+
+
+def _where_an_unknown_key_came_from(text: str, overrides: list[str]) -> str:
+    """An unknown key the command line did not set came from the experiment: say so, since the user never typed it
+    (an experiment's algorithm settings do not fit another algorithm, e.g. `algo=sac` under a residual experiment)."""
+    import re
+
+    found = re.match(r"unknown config key '([\w.]+)'", text)
+    if not found or any(o.partition("=")[0].lstrip("+~") == found.group(1) for o in overrides):
+        return text
+    default = re.search(r"^\s*- experiment: (\w+)", (CONF_DIR / "config.yaml").read_text(), re.M)
+    experiment = override_value(overrides, "experiment") or (default.group(1) if default else "?")
+    return (
+        f"{text}; it is set by experiment={experiment}, which was written for another algorithm: give an experiment "
+        "for this one too (robo-rl train --help lists them, e.g. experiment=rlpd for algo=sac)"
+    )
 
 
 CALIBRATED_KEYS = ("safety.workspace", "env.driver.home")  # what a `robo-rl calibrate` file sets

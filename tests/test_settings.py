@@ -210,3 +210,15 @@ def test_a_run_saved_with_algo_sacs_unread_gripper_penalty_still_resumes(tmp_pat
     resumed = load_saved_config(tmp_path / "config.yaml", ["algo.batch_size=64"])
     assert "gripper_penalty" not in resumed.algo and resumed.algo.share_encoder is False
     assert resumed.algo.batch_size == 64
+
+
+def test_an_experiments_key_that_does_not_fit_the_chosen_algorithm_is_refused_naming_the_experiment():
+    """`algo=sac` under the default (residual) experiment: its residual-only settings are refused, and the message
+    says they came from the experiment (the user never typed them) and how to pick a matching one."""
+    import pytest
+
+    from robo_rl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"unknown config key 'algo\.\w+'.*set by experiment=residual_pick_cube"):
+        load_config(["algo=sac"])
+    assert load_config(["experiment=rlpd", "algo=sac"]).algo._target_.endswith("build_sac")
