@@ -248,7 +248,7 @@ def main() -> None:
 
 
 def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, samples) -> tuple[dict, dict]:
-    from robo_rl.rewards.classifier import evaluate_classifier, train_classifier
+    from robo_rl.rewards.classifier_fit import evaluate_classifier, train_classifier
 
     t = time.monotonic()
     clf, trained = train_classifier(

@@ -14,6 +14,7 @@ backwards (the noise a chunk of actions came from), for demonstrations a noise-s
 
 A checkpoint (`<run>/bc/policy.pt`, written by `robo-rl bc policy=flow|diffusion`) holds only tensors and plain
 containers, like the MLP's (`policies/bc.py`), with `kind: generative_policy`.
+One idea in one file (about 450 lines): the chunk generator, its sampler and inversion, and the policy built on it.
 """
 
 from __future__ import annotations

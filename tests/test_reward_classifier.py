@@ -11,13 +11,8 @@ import torch
 
 from robo_rl.data.datasets import Episode
 from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model, model_class
-from robo_rl.rewards.classifier import (
-    SuccessClassifier,
-    auroc,
-    evaluate_classifier,
-    label_frames,
-    train_classifier,
-)
+from robo_rl.rewards.classifier import SuccessClassifier
+from robo_rl.rewards.classifier_fit import auroc, evaluate_classifier, label_frames, train_classifier
 
 CLASSIFIER, PROGRESS = "robo_rl.rewards.classifier.SuccessClassifier", "robo_rl.rewards.progress.ProgressCritic"
 SIZE, T = 16, 15  # 16×16 frames; T steps → T + 1 records

@@ -122,7 +122,7 @@ def _train(args: list[str]) -> int:
     cams = _cameras(episodes, o.get("cameras"))
     instruction = o.get("instruction", "")
     if o["kind"] == "classifier":
-        from robo_rl.rewards.classifier import train_classifier
+        from robo_rl.rewards.classifier_fit import train_classifier
 
         quantile = o.get("gate_quantile", "0.99")
         try:
@@ -167,7 +167,8 @@ def _eval(args: list[str]) -> int:
     model = load_model(o["model"])
     episodes = _episodes(o["data"])
     instruction = model.instructions[0] if model.instructions else ""
-    from robo_rl.rewards.classifier import SuccessClassifier, evaluate_classifier
+    from robo_rl.rewards.classifier import SuccessClassifier
+    from robo_rl.rewards.classifier_fit import evaluate_classifier
 
     if isinstance(model, SuccessClassifier):
         report = evaluate_classifier(model, episodes)

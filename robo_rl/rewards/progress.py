@@ -310,7 +310,7 @@ def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instr
     successful episode (≥ 0.9 wanted) and along it reversed (≤ −0.8), the progress a wrong instruction gets against
     the right one, and the progress of stalled clips (a frame against itself); and the done head as a success
     detector on all of them (frame AUROC, and true/false-positive rates at 0.5, the shaper's default threshold)."""
-    from robo_rl.rewards.classifier import auroc
+    from robo_rl.rewards.classifier_fit import auroc
 
     forward, backward, right, wrong, stalled = [], [], [], [], []
     done_p, done_y = [], []
