@@ -164,7 +164,10 @@ def ours_actor(i, cfg, stop, ready) -> dict:
             received += len(weights)
             if weights and policy is not None:
                 kind, meta, arrays = weights[-1]  # latest wins
-                arrays = shm.arrays(meta) if kind == "weights_shm" else arrays
+                try:
+                    arrays = shm.arrays(meta) if kind == "weights_shm" else arrays
+                except ValueError:  # the slot is gone (a learner stopping first on a loaded machine): as the actor
+                    arrays = None
                 if arrays is not None:
                     policy.load_state_dict(arrays_to_state_dict(arrays))
                     if kind == "weights" or shm.still_valid(meta):
