@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from policies.acting import ActingPolicy
 from policies.base import copy_sharing
 from policies.checkpoint import (
     GENERATIVE_FORMAT,
@@ -392,7 +393,7 @@ def load_generative_base(
     )
 
 
-class GenerativePolicy(nn.Module):
+class GenerativePolicy(nn.Module, ActingPolicy):
     """`policy=flow | diffusion` as the acting policy: a generative checkpoint run in chunks, each sampled from
     fresh noise (what `robo-rl eval` and `robo-rl bc` evaluate). Its architecture keys are what `robo-rl bc
     policy=flow` trains; `path` is the trained checkpoint."""
@@ -441,7 +442,7 @@ class GenerativePolicy(nn.Module):
     def __deepcopy__(self, memo):  # the episode's chunk queue is one, whichever weights act
         return copy_sharing(self, memo, self.queue)
 
-    def reset(self) -> None:
+    def reset(self, slot: int | None = None) -> None:
         self.queue.clear()
 
     @torch.no_grad()

@@ -14,6 +14,7 @@ import logging
 import time
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.percentile imports it lazily: on the link thread, under the GIL, it stalled a tick
 import torch
 from omegaconf import DictConfig
 from tqdm import tqdm

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from policies.acting import acting_policy
+
 
 def obs_to_torch(obs: dict, batch: bool = True) -> dict:
     """A contract observation (numpy) → tensors; images stay uint8."""
@@ -28,15 +30,17 @@ def policy_action(policy, obs: dict, deterministic: bool) -> np.ndarray:
 
 
 def policy_step(policy, obs: dict, deterministic: bool, explore: bool = False) -> tuple[np.ndarray, dict]:
-    """(action, extras) for one observation: a policy that declares `extras_spec` says, in `act_with_extras`,
-    what else it decided (its base action, its noise...); the record carries them as `extra/<name>`. With
-    `explore`, the policy's own warm-up exploration (`explore_step`) instead."""
+    """(action, extras) for one observation, through the `ActingPolicy` protocol: the extras are what else the
+    policy decided (its base action, its noise...), carried by the record as `extra/<name>`. With `explore`, the
+    policy's own warm-up exploration (`explore_step`) instead."""
+    acting = acting_policy(policy)
     if explore:
-        action, extras = policy.explore_step(obs_to_torch(obs))
-    elif not getattr(policy, "extras_spec", None):
-        return policy_action(policy, obs, deterministic), {}
+        explored = acting.explore_step(obs_to_torch(obs))
+        if explored is None:
+            raise ValueError(f"{type(policy).__name__} has no exploration of its own (explore_step)")
+        action, extras = explored
     else:
-        action, extras = policy.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
+        action, extras = acting.act_with_extras(obs_to_torch(obs), deterministic=deterministic)
     return action[0].numpy(), {k: v[0].numpy() for k, v in extras.items()}
 
 
@@ -53,9 +57,5 @@ def stack_obs(observations: list[dict]) -> dict:
 def policy_steps(policy, observations: list[dict], deterministic: bool, slots: list[int]) -> tuple[np.ndarray, dict]:
     """(actions [N, A], extras {name: [N, ...]}) for N envs' observations in one batched call (`slots`: which env
     each row is, for a policy that keeps each env's chunk)."""
-    obs = stack_obs(observations)
-    kw = {"slots": slots} if getattr(policy, "vector_slots", False) else {}
-    if getattr(policy, "extras_spec", None):
-        action, extras = policy.act_with_extras(obs, deterministic=deterministic, **kw)
-        return action.numpy(), {k: v.numpy() for k, v in extras.items()}
-    return policy.act(obs, deterministic=deterministic, **kw).numpy(), {}
+    action, extras = acting_policy(policy).act_with_extras(stack_obs(observations), deterministic, slots)
+    return action.numpy(), {k: v.numpy() for k, v in extras.items()}

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 from omegaconf import DictConfig
 
+from policies.acting import acting_policy
 from robo_rl.algos.base import BatchSpec
 from robo_rl.data.rollout import Rollout
 
@@ -148,5 +149,5 @@ class RolloutThenUpdate:
 def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Generator, policy) -> Schedule:
     """The schedule the algorithm's batch spec asks for."""
     if spec.rollout_env_steps:
-        return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, getattr(policy, "execute_steps", 1))
+        return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, acting_policy(policy).execute_steps)
     return UpdateToData(spec, cfg, replay, rng)
