@@ -123,7 +123,10 @@ SETTINGS: dict[str, Setting] = {
     # reward (a learned reward on the actor, robo_rl/rewards)
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
     "reward.kind": _choice(
-        "the reward model's kind, checked against the folder", "classifier", "progress", nullable=True
+        "a saved run's older spelling of reward.model_target", "classifier", "progress", nullable=True
+    ),
+    "reward.model_target": Setting(
+        "str", "the reward model's class (a dotted path), checked against the saved folder's _target_", nullable=True
     ),
     "reward.where": _choice(
         "where the model scores: the actor (rewards and dones) or the learner (rewards)", "actor", "learner"
