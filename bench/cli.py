@@ -1,6 +1,6 @@
 """How long `robo-rl` takes to answer `--help`, `show`, a config error and `keys`, each in a fresh process.
 
-The target is 2 s. The baseline is the same commands on the commit before the settings check (robo_rl/settings.py)
+The target is 2 s. The baseline is the same commands on the commit before the settings check (robo_rl/configs/settings.py)
 was added, run from a temporary `git worktree` with the same interpreter.
 
     uv run python bench/cli.py            # 3 runs per command (median), with the baseline
@@ -46,23 +46,23 @@ def time_command(argv: list[str], cwd: Path, runs: int) -> tuple[float, int, str
 
 
 def baseline_commit() -> str:
-    """The commit before robo_rl/settings.py was added."""
+    """The commit before robo_rl/configs/settings.py was added."""
     added = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%H", "--", "robo_rl/settings.py"],
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "robo_rl/configs/settings.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
     if not added:
-        raise SystemExit("bench/cli.py: robo_rl/settings.py is not in the git history; pass --baseline <commit>")
+        raise SystemExit("bench/cli.py: robo_rl/configs/settings.py is not in the git history; pass --baseline <commit>")
     return added[-1] + "^"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run per command, no baseline")
-    parser.add_argument("--baseline", help="commit to compare with (default: the one before robo_rl/settings.py)")
+    parser.add_argument("--baseline", help="commit to compare with (default: the one before robo_rl/configs/settings.py)")
     args = parser.parse_args()
     runs = 1 if args.quick else 3
     results = {}

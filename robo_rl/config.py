@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from robo_rl.configs.settings import MISSING, TYPED_BLOCKS, check_settings, typed_config, typed_prefix
+from robo_rl.configs.typed import FIXED, LABEL_KEYS, defaults_of
 from robo_rl.errors import UserError
-from robo_rl.settings import MISSING, TYPED_BLOCKS, check_settings, typed_config
-from robo_rl.typed_config import LABEL_KEYS, defaults_of
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -113,7 +113,7 @@ def _typed_block_key(override: str) -> bool:
     """`algo.<key>=<value>`: a setting of a block whose keys a typed config may default (applied after composing, so
     a setting the YAML leaves to its dataclass can be set without `+`)."""
     key = override.partition("=")[0].lstrip("+")
-    return "=" in override and not override.startswith("~") and key.split(".", 1)[0] in TYPED_BLOCKS and "." in key
+    return "=" in override and not override.startswith("~") and typed_prefix(key) is not None
 
 
 def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
@@ -126,7 +126,7 @@ def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
     complete_typed_blocks(cfg)
     for o in OverridesParser.create().parse_overrides(overrides):
         key = o.key_or_group
-        prefix = key.split(".", 1)[0]
+        prefix = typed_prefix(key)
         typed = typed_config(prefix, OmegaConf.select(cfg, f"{prefix}._target_", default=None)) is not None
         if not (typed or o.is_add() or o.is_force_add()) and OmegaConf.select(cfg, key, default=MISSING) is MISSING:
             known = _dotted_keys(OmegaConf.to_container(cfg))
@@ -139,21 +139,24 @@ def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 def complete_typed_blocks(cfg: DictConfig) -> None:
-    """Each typed block (`algo`) holds every setting of its dataclass: the YAML's values, then the defaults it left
-    out, in the dataclass's order (`robo-rl show` and a run's config.yaml list them all)."""
+    """Each typed block (`algo`, `train`) holds every setting of its dataclass: the YAML's values, then the defaults it
+    left out, in the dataclass's order (`robo-rl show` and a run's config.yaml list them all). A top-level block
+    without a `_target_` that no YAML writes is made from its dataclass alone; parents before their sub-blocks."""
     from omegaconf import OmegaConf, open_dict
 
-    for prefix in TYPED_BLOCKS:
+    for prefix in sorted(TYPED_BLOCKS, key=lambda p: p.count(".")):
         block = OmegaConf.select(cfg, prefix, default=None)
+        if block is None and "." not in prefix and FIXED in TYPED_BLOCKS[prefix]:
+            block = OmegaConf.create({})
         cls = typed_config(prefix, block.get("_target_")) if OmegaConf.is_dict(block) else None
         if cls is None:
             continue
-        given = OmegaConf.to_container(block)
+        given = OmegaConf.to_container(block)  # interpolations stay as written (`${algo.gamma}`)
         ordered = {k: given[k] for k in LABEL_KEYS if k in given}
         ordered.update({k: given.get(k, v) for k, v in defaults_of(cls).items()})
-        ordered.update({k: v for k, v in given.items() if k not in ordered})  # unknown: refused by name in _check
+        ordered.update({k: v for k, v in given.items() if k not in ordered})  # sub-blocks; unknown: refused in _check
         with open_dict(cfg):
-            cfg[prefix] = OmegaConf.create(ordered)
+            OmegaConf.update(cfg, prefix, OmegaConf.create(ordered), merge=False, force_add=True)
 
 
 def _drop_retired_keys(cfg: DictConfig) -> None:

@@ -13,11 +13,11 @@ import pytest
 from omegaconf import OmegaConf
 
 import robo_rl.config
-from robo_rl.algo_configs import ALGO_CONFIGS, PPOConfig, SACConfig
+from robo_rl.configs.algo import ALGO_CONFIGS, PPOConfig, SACConfig
 from robo_rl.cli import main
 from robo_rl.config import CONF_DIR, ConfigError, group_options, load_config, load_saved_config, make_env, save_config
-from robo_rl.settings import SETTINGS
-from robo_rl.typed_config import config_from, defaults_of, settings_of
+from robo_rl.configs.settings import SETTINGS
+from robo_rl.configs.typed import config_from, defaults_of, settings_of
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_every_numeric_setting_has_a_range_and_the_defaults_are_in_it(group, opt
     base = ["experiment=rlpd"] if group == "algo" else []
     cfg = load_config([*base, f"{group}={option}"])  # the defaults pass the check
     leaves = set(_numeric_leaves(OmegaConf.to_container(cfg, resolve=True)))
-    assert leaves - set(SETTINGS) == set(), "give these settings a range in robo_rl/settings.py"
+    assert leaves - set(SETTINGS) == set(), "give these settings a range in robo_rl/configs/settings.py"
 
 
 ENV_OPTIONS = sorted(group_options("env"))

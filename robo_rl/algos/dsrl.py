@@ -24,11 +24,11 @@ from torch.nn import functional as F
 
 from policies.dsrl import NoisePolicy
 from policies.encoders import frozen_backbones, frozen_feature_cache
-from robo_rl.algo_configs import DSRLConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, soft_update
+from robo_rl.configs.algo import DSRLConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
-from robo_rl.typed_config import config_from
 
 
 class DSRL(Algorithm):

@@ -10,11 +10,11 @@ import torch
 from torch.nn import functional as F
 
 from policies.hybrid import GripperQ, HybridGripperPolicy, gripper_choice
-from robo_rl.algo_configs import SACGripperConfig
 from robo_rl.algos.base import Algorithm
 from robo_rl.algos.sac import SAC, soft_update
+from robo_rl.configs.algo import SACGripperConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
-from robo_rl.typed_config import config_from
 
 _SAC = SACGripperConfig()  # the user's settings are SACGripperConfig's; the gripper learner's defaults follow them
 

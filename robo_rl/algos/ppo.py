@@ -27,10 +27,10 @@ from torch import nn
 from policies.base import obs_rows
 from policies.chain import ChainPolicy
 from policies.mlp import mlp
-from robo_rl.algo_configs import PPOConfig
 from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.chain_critic import ChainActionCritic
-from robo_rl.typed_config import config_from
+from robo_rl.configs.algo import PPOConfig
+from robo_rl.configs.typed import config_from
 
 
 class PPO(Algorithm):

@@ -20,11 +20,11 @@ from torch.nn import functional as F
 
 from policies.encoders import frozen_backbones, frozen_feature_cache
 from policies.residual import ResidualPolicy, observation_row
-from robo_rl.algo_configs import ResidualConfig, SACConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, soft_update
+from robo_rl.configs.algo import ResidualConfig, SACConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
-from robo_rl.typed_config import config_from
 
 
 class ResidualAlgorithm(Algorithm):

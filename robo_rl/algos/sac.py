@@ -21,10 +21,10 @@ from policies.encoders import (
 )
 from policies.gaussian import TanhGaussianPolicy
 from policies.mlp import EnsembleMLP
-from robo_rl.algo_configs import SACConfig
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
+from robo_rl.configs.algo import SACConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
-from robo_rl.typed_config import config_from
 
 
 @torch.no_grad()

@@ -121,7 +121,7 @@ def parse_request(overrides: list[str]) -> EvalRequest:
     here rather than from the run's config: a run folder saved before a setting existed does not have it."""
     import yaml
 
-    from robo_rl.settings import SETTINGS, problem
+    from robo_rl.configs.settings import SETTINGS, problem
 
     given: dict[str, object] = {}
     rest = []

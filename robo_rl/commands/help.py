@@ -1,15 +1,15 @@
 """`robo-rl <command> --help`: what a command does, its main settings, and the options of every config group.
 
-Settings' meanings and ranges come from `robo_rl.settings` (a typed block's, e.g. `algo`'s, from the fields of the
-default option's dataclass), group options from the YAML files in launch/conf/ (the first comment line of each is its
-description), defaults from the composed config with its typed blocks completed.
+Settings' meanings and ranges come from `robo_rl.configs.settings` (a typed block's, e.g. `algo`'s, from the fields
+of the default option's dataclass), group options from the YAML files in launch/conf/ (the first comment line of each
+is its description), defaults from the composed config with its typed blocks completed.
 """
 
 from __future__ import annotations
 
 from robo_rl.config import complete_typed_blocks, config_groups, group_options
-from robo_rl.settings import SETTINGS, TYPED_BLOCKS, Setting, typed_config
-from robo_rl.typed_config import settings_of
+from robo_rl.configs.settings import SETTINGS, TYPED_BLOCKS, Setting, typed_config, typed_prefix
+from robo_rl.configs.typed import settings_of
 
 OVERRIDES = "overrides: key=value (e.g. algo.batch_size=128) or group=option (e.g. env=point_reach)"
 
@@ -238,7 +238,8 @@ def command_help(command: str) -> str:
 def _setting(key: str, targets: dict[str, str]) -> Setting:
     """A key's setting: in a typed block, the field of the default option's own dataclass (PPO's batch_size is its
     minibatch), else the table's."""
-    prefix, _, name = key.partition(".")
+    prefix = typed_prefix(key) or ""
+    name = key[len(prefix) + 1 :]
     cls = typed_config(prefix, targets.get(prefix))
     return (settings_of(cls).get(name) if cls is not None else None) or SETTINGS[key]
 

@@ -1,7 +1,7 @@
 """The allowed range of every setting, checked on the composed config before any process starts.
 
-A component with a typed config (the algorithms: `robo_rl/algo_configs.py`) declares each setting once, as a field
-with its default, range and meaning (`robo_rl/typed_config.py`); its block is checked against that dataclass, an
+A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
+with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
 unknown key refused by name. The components without one yet (the run, train, replay, demos, actor, human, safety and
 hardware, reward, gui, eval, bc, logger, transport, policy, distill and env blocks) keep their ranges in the table
 below. `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
@@ -13,13 +13,27 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from robo_rl.algo_configs import ALGO_CONFIGS
-from robo_rl.typed_config import INF, Setting, block_problem, settings_of, show
+from robo_rl.configs.algo import ALGO_CONFIGS
+from robo_rl.configs.env import BLOCKS as ENV_BLOCKS
+from robo_rl.configs.eval import BLOCKS as EVAL_BLOCKS
+from robo_rl.configs.gui import BLOCKS as GUI_BLOCKS
+from robo_rl.configs.policy import BLOCKS as POLICY_BLOCKS
+from robo_rl.configs.run import BLOCKS as RUN_BLOCKS
+from robo_rl.configs.typed import INF, Setting, block_problem, settings_of, show
+from robo_rl.configs.wrappers import BLOCKS as WRAPPER_BLOCKS
 
-__all__ = ["INF", "MISSING", "RELATIONS", "SETTINGS", "Setting", "check_settings", "problem", "typed_config"]
-
-# Blocks checked against a typed config, chosen by the block's `_target_`.
-TYPED_BLOCKS: dict[str, dict[str, type]] = {"algo": ALGO_CONFIGS}
+# Blocks checked against a typed config: prefix -> the block's `_target_` -> its dataclass. `FIXED` (None) is the
+# dataclass of a block without a `_target_` (`train`, `replay`): a top-level one that no YAML writes is made from its
+# defaults. A dotted prefix (`reward.shaper`) is a sub-block, completed where its parent's YAML has it.
+TYPED_BLOCKS: dict[str, dict[str | None, type]] = {
+    "algo": ALGO_CONFIGS,
+    **RUN_BLOCKS,
+    **EVAL_BLOCKS,
+    **GUI_BLOCKS,
+    **WRAPPER_BLOCKS,
+    **POLICY_BLOCKS,
+    **ENV_BLOCKS,
+}
 
 
 def _int(meaning, low=-INF, high=INF, **kw):
@@ -59,13 +73,6 @@ SETTINGS: dict[str, Setting] = {
     "run_dir": Setting("str", "use this run folder instead of a new one", nullable=True),
     "resume": Setting("str", "a run folder to continue from (its latest checkpoint)", nullable=True),
     "checkpoint": Setting("str", "eval: a checkpoint file or a run folder", nullable=True),
-    # train
-    "train.total_env_steps": _int("online env steps after which the learner stops the run", 1),
-    "train.learning_starts": _int("online steps collected before the first update", 0),
-    "train.random_steps": _int("first online steps taken with uniform random actions", 0),
-    "train.utd": _pos("critic updates per received env step (update-to-data ratio)", high=1000.0),
-    "train.weights_every_updates": _int("publish the policy to actors every this many updates", 1),
-    "train.checkpoint_every_env_steps": _int("write a checkpoint every this many env steps", 1),
     # replay
     "replay.storage": _choice("where batches are sampled from", "ram", "disk"),
     "replay.capacity": _int("records in the RAM replay ring", 1),
@@ -277,7 +284,6 @@ SETTINGS: dict[str, Setting] = {
     "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),
     "policy.model.steps": _int("the trained policy's sampling steps", 1, 1000),
     "policy.model.hidden": _ints("the trained policy's network widths"),
-    "train.actors": _int("sim actor processes robo-rl train starts", 1, 64),
     "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),
     "policy.encoder.features": _int("encoder features per camera", 1),
     "policy.encoder.pretrained": Setting("str", "resnet10 weights: a local path or a hub id", nullable=True),
@@ -380,6 +386,12 @@ def typed_config(prefix: str, target: Any) -> type | None:
     return TYPED_BLOCKS.get(prefix, {}).get(target)
 
 
+def typed_prefix(key: str) -> str | None:
+    """The longest typed block `key` lies in (`reward.shaper.clip` -> `reward.shaper`; None: in none)."""
+    found = [p for p in TYPED_BLOCKS if key.startswith(p + ".")]
+    return max(found, key=len) if found else None
+
+
 def problem(key: str, value: Any) -> str | None:
     """What is wrong with `value` for `key` (None: fine, or a key without a known range)."""
     s = SETTINGS.get(key)
@@ -399,7 +411,7 @@ def check_settings(get) -> None:
                 raise ValueError(text)
             typed.add(prefix)
     for key in SETTINGS:
-        if key.split(".", 1)[0] in typed:  # checked against its own dataclass above
+        if typed_prefix(key) in typed:  # checked against its own dataclass above
             continue
         value = get(key)
         if value is MISSING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from robo_rl.typed_config import setting
+from robo_rl.configs.typed import setting
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 SAC_LR = 3e-4

@@ -3,7 +3,7 @@
     clip: float = setting(0.01, "the ratio clip", above=0, below=1)
 
 The field's annotation gives the kind (int, float, bool, str, a tuple for a list) and whether null is allowed
-(`X | None`); `setting` gives the rest. From the fields come the range table's entries (`robo_rl/settings.py`),
+(`X | None`); `setting` gives the rest. From the fields come the range table's entries (`robo_rl/configs/settings.py`),
 `--help`, the check of a composed config block (`check_block`) and the builder's instance (`config_from`), which
 refuses a key the dataclass does not have by name. No torch here: the CLI reads this before any model exists.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 INF = math.inf
 LABEL_KEYS = ("_target_", "name")  # a block's plugin and its label: not settings, never passed on as one
+FIXED = None  # the `_target_` key under which a block without one (`train`, `replay`) names its dataclass
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,9 @@ def defaults_of(cls: type) -> dict[str, Any]:
 def unknown_keys_problem(prefix: str, cls: type, keys) -> str | None:
     """A one-line refusal of the first key `cls` has no field for, with the closest one (None: all known)."""
     fields = [f.name for f in dataclasses.fields(cls)]
+    blocks = getattr(cls, "blocks", ())  # keys holding a sub-block (checked as a block of its own) or plugin specs
     for key in keys:
-        if key not in fields and key not in LABEL_KEYS:
+        if key not in fields and key not in LABEL_KEYS and key not in blocks:
             dotted = [f"{prefix}.{f}" for f in fields]  # whole keys, as hydra's own suggestions compare them
             close = difflib.get_close_matches(f"{prefix}.{key}", dotted, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -166,7 +168,7 @@ def block_problem(prefix: str, cls: type, block: dict) -> str | None:
 
 def config_from(cls: type, keys: dict, prefix: str):
     """`cls` built from a config block's keys (lists become tuples), every key known and in range, else ValueError."""
-    block = {k: v for k, v in keys.items() if k not in LABEL_KEYS}
+    block = {k: v for k, v in keys.items() if k not in LABEL_KEYS and k not in getattr(cls, "blocks", ())}
     text = block_problem(prefix, cls, block)
     if text:
         raise ValueError(text)
