@@ -61,7 +61,6 @@ def _choice(meaning, *choices, **kw):
 
 
 _BOOL = Setting("bool", "")
-PORT = (1, 65535)
 
 SETTINGS: dict[str, Setting] = {
     "name": Setting("str", "run name, the suffix of the run folder"),
@@ -73,32 +72,6 @@ SETTINGS: dict[str, Setting] = {
     "run_dir": Setting("str", "use this run folder instead of a new one", nullable=True),
     "resume": Setting("str", "a run folder to continue from (its latest checkpoint)", nullable=True),
     "checkpoint": Setting("str", "eval: a checkpoint file or a run folder", nullable=True),
-    # replay
-    "replay.storage": _choice("where batches are sampled from", "ram", "disk"),
-    "replay.capacity": _int("records in the RAM replay ring", 1),
-    "replay.disk_capacity": _int("records sampled from disk (storage=disk)", 1),
-    "replay.persist": Setting("bool", "write every online record to <run>/replay/online/"),
-    "replay.flush_every_s": _pos("how often received records are written to disk, seconds"),
-    "replay.segment_max_mb": _pos("write a segment sooner when this many MB are waiting"),
-    "replay.online_fraction": _float("share of each batch from online data (the rest: prior data)", 0.0, 1.0),
-    "replay.interventions_in_prior": Setting("bool", "human interventions join the prior data"),
-    "replay.verify_on_load": Setting("bool", "check segment checksums when resuming"),
-    # demos
-    "demos.path": Setting("str", "prior data from a dataset instead of the scripted expert", nullable=True),
-    "demos.num_episodes": _int("scripted-expert demonstrations mixed into each batch", 0),
-    "demos.noise_std": _float("std of the Gaussian noise on the expert's actions", 0.0),
-    "demos.seed": _int("first env seed of the demonstrations", 0),
-    # actor
-    "actor.id": Setting("str", "this actor's name (and its CURVE key's)"),
-    "actor.steps_per_message": _int("records batched into one data message", 1),
-    "actor.throttle_to_learner": Setting("bool", "in sim, wait for the learner to keep the UTD"),
-    "actor.max_lead_steps": _int("how far the actor may run ahead of the learner's UTD budget", 0),
-    "actor.heartbeat_every_s": _pos("actor heartbeat period, seconds"),
-    "actor.apply_weights": _choice("when new weights are taken", "step", "episode"),
-    "actor.hello_timeout_s": _pos("how long the actor waits for the learner's reply, seconds"),
-    "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
-    "actor.num_envs": _int("simulated envs one actor steps together, one batched policy call a step", 1, 256),
-    "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
     "env_spec": Setting(
         "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
     ),
@@ -106,7 +79,7 @@ SETTINGS: dict[str, Setting] = {
     "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
     "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
     "human.success_reward": _float("reward of a step the human labels a success", nullable=True),
-    # safety (hardware/safety.py) and hardware
+    # safety (hardware/safety.py)
     "safety.max_step_m": _pos("end-effector translation per step, m", nullable=True),
     "safety.max_ee_speed_m_s": _pos("end-effector speed limit, m/s", nullable=True),
     "safety.max_rot_step_rad": _pos("rotation per step, rad", nullable=True),
@@ -125,8 +98,6 @@ SETTINGS: dict[str, Setting] = {
     "env.reach.tolerance_m": _pos("the reach target counts as reached within this, m"),
     "safety.workspace.low": _floats("the workspace box's low corner, m (the arm's base frame)", length=3),
     "safety.workspace.high": _floats("the workspace box's high corner, m", length=3),
-    "hardware.dry_run": Setting("bool", "a robot env's commands go to the arm's MuJoCo twin"),
-    "hardware.calibration": Setting("str", "a robo-rl calibrate file (workspace box, home pose)", nullable=True),
     # reward (a learned reward on the actor, robo_rl/rewards)
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
     "reward.kind": _choice(
@@ -160,68 +131,6 @@ SETTINGS: dict[str, Setting] = {
     "reward.shaper.clip": _pos("bound of one step's shaping term"),
     "reward.shaper.terminate_on_success": Setting("bool", "a declared success ends the episode"),
     "reward.shaper.use_sim_success": Setting("bool", "the simulator's success decides (ground truth), not the model"),
-    # gui (the intervention page, robo_rl/gui)
-    "gui.enabled": Setting("bool", "actors talk to the GUI process; `gui=true` for short"),
-    "gui.host": Setting("str", "the page's bind address (off loopback a token is required)"),
-    "gui.port": _int("the page's HTTP port", 1, 65535),
-    "gui.token": Setting("str", "the page's access token (?token=...)", nullable=True),
-    "gui.zmq_host": Setting("str", "the GUI's socket for actors (off loopback: CURVE keys)"),
-    "gui.zmq_port": _int("the GUI's port for actors", 1, 65535),
-    "gui.frame_hz": _float("camera frames sent per second per actor (0: none)", 0.0, 120.0),
-    "gui.view_size": _int("pixels of a larger rendered view (0: none)", 0, 2048),
-    "gui.state_hz": _float("page updates per second", 0.5, 60.0),
-    "gui.jpeg_quality": _int("JPEG quality of the camera tiles", 10, 100),
-    "gui.deadman": _choice("when the watching or controlling page goes away", "pause", "continue"),
-    "gui.deadman_timeout_s": _pos("the GUI's silence that counts as gone, seconds"),
-    "gui.deadman_grace_s": _float("how long the last page may be gone (a reload) before the dead man, seconds", 0.0),
-    # eval
-    "eval.episodes": _int("evaluation episodes", 1),
-    "eval.seed": _int("first evaluation seed (seeds are seed, seed+1, ...)", 0),
-    "eval.video": Setting("bool", "film evaluation episodes to MP4 files"),
-    "eval.video_episodes": _int("episodes filmed (plus the first success and failure)", 0),
-    "eval.suite": Setting(
-        "str", "a suite of conditions to evaluate on (launch/conf/suite/<name> or a .yaml)", nullable=True
-    ),
-    "eval.workers": _int("env processes a suite's episodes run in (a real robot or a person scoring: 1)", 1, 64),
-    "eval.score": _choice(
-        "who judges success: the env's own check or a person's labels (never the reward model)", "env", "human"
-    ),
-    # bc (behaviour cloning of a base policy)
-    "bc.chunk_size": _int("actions the BC policy predicts per inference", 1, 1000),
-    "bc.execute_steps": _int("actions of each BC chunk run open-loop (null: the whole chunk)", 1, nullable=True),
-    "bc.hidden": _ints("BC policy MLP widths"),
-    "bc.epochs": _int("BC passes over the training episodes", 1),
-    "bc.patience": _int("BC stops after this many epochs without a better validation loss", 1),
-    "bc.flow_updates": _int("a flow policy's BC gradient steps at least (epochs and patience aside)", 0),
-    "bc.diffusion_updates": _int("a diffusion policy's BC gradient steps at least (epochs and patience aside)", 0),
-    "bc.batch_size": _int("BC samples per gradient step", 1),
-    "bc.lr": _pos("BC Adam learning rate", high=1.0),
-    "bc.weight_decay": _float("BC Adam weight decay", 0.0),
-    "bc.val_fraction": _float("share of demonstration episodes held out for validation", 0.0, 1.0),
-    "bc.images": Setting("bool", "BC uses camera features (policy.encoder) besides the state"),
-    "bc.eval_episodes": _int("sim episodes that evaluate the BC policy after training", 0),
-    # logger
-    "logger.progress": Setting("bool", "live progress bars"),
-    "logger.log_every_s": _pos("learner metrics are logged this often, seconds"),
-    "logger.level": _choice("log level", "DEBUG", "INFO", "WARNING", "ERROR"),
-    "logger.backend": Setting("str", "where metrics go besides metrics.jsonl: jsonl | tensorboard | wandb"),
-    "logger.flush_every_s": _pos("TensorBoard event files are written this often, seconds"),
-    "logger.project": Setting("str", "W&B project"),
-    "logger.entity": Setting("str", "W&B user or team", nullable=True),
-    "logger.group": Setting("str", "W&B group", nullable=True),
-    "logger.mode": Setting("str", "W&B mode: online | offline | disabled", nullable=True),
-    # transport
-    "transport.host": Setting("str", "the learner's address, as actors reach it"),
-    "transport.data_port": _int("actor → learner transitions (PUSH/PULL)", *PORT),
-    "transport.weights_port": _int("learner → actor weights (PUB/SUB)", *PORT),
-    "transport.ctrl_port": _int("hello, heartbeat and stats (DEALER/ROUTER)", *PORT),
-    "transport.curve_keys_dir": Setting(
-        "str", "a `robo-rl keys generate` folder (required off loopback)", nullable=True
-    ),
-    "transport.actor_timeout_s": _pos("the learner marks an actor lost after this long without a heartbeat, s"),
-    "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
-    "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
-    "transport.shared_memory_weights": Setting("bool", "actors on the learner's machine read weights from /dev/shm"),
     # policy
     "policy.hidden": _ints("policy MLP widths"),
     "policy.log_std_min": _float("lower bound of the policy's log std"),
@@ -245,11 +154,6 @@ SETTINGS: dict[str, Setting] = {
     "policy.base.path": Setting("str", "residual: a robo-rl bc checkpoint or a LeRobot policy", nullable=True),
     "policy.base.execute_steps": _int("residual: actions run from each base chunk (null: all)", 1, nullable=True),
     "policy.base.task": Setting("str", "residual: task text for a language-conditioned base", nullable=True),
-    "distill.iterations": _int("distill: regression steps of the student (null: 10000)", 1, nullable=True),
-    "distill.batch_size": _int("distill: states per step", 1),
-    "distill.lr": _pos("distill: Adam learning rate", high=1.0),
-    "distill.rollout_episodes": _int("distill: teacher rollouts whose states are distilled on", 0),
-    "distill.eval_episodes": _int("distill: evaluation episodes of teacher and student", 0),
     "policy.kind": _choice("flow/diffusion policy: its kind", "flow", "diffusion"),
     "policy.path": Setting(
         "str",
