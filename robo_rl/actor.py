@@ -80,7 +80,7 @@ class Actor:
         self.policy = make_policy(cfg, self.env).eval()  # what new weights replace
         self.acting = acting_policy(self.policy)  # the same policy, as the loop calls it (policies/acting.py)
         self.envs = [self.env]  # `actor.num_envs` copies of the task's env, stepped together (sim only)
-        num_envs = int(cfg.actor.get("num_envs", 1))
+        num_envs = cfg.actor.num_envs
         if num_envs != 1:
             problem = self._why_not_several_envs(num_envs)
             if problem:
@@ -348,8 +348,9 @@ class Actor:
                             if self.gui is not None:
                                 self.gui.new_episode(episodes, obs[i])
                         elif len(pending[i]) > cfg.actor.steps_per_message:
-                            self._send(pending[i][:-1])  # the newest stays until its decision is made: a refused
-                            pending[i] = pending[i][-1:]  # one ends the episode in that record
+                            # the newest record waits for its decision: a refused one ends the episode in that record
+                            self._send(pending[i][:-1])
+                            pending[i] = pending[i][-1:]
                     if cfg.actor.realtime:
                         next_tick += period
                         time.sleep(max(0.0, next_tick - time.monotonic()))

@@ -32,9 +32,7 @@ class BatchSpec:
     chunk: int = 1  # action chunks of this length (an algorithm for chunked policies)
     extras: tuple[str, ...] = field(default=())  # policy extras gathered with obs and next_obs (`obs["extras"]`)
     where: str | None = None  # only transitions whose policy extra of this name is nonzero (a chunk's decisions)
-    rollout_env_steps: int = 0  # > 0: on-policy; each update gets the decisions of this many env steps of the
-    # current policy version (`robo_rl/data/rollout.py`) as its one batch, and new weights are published after it;
-    # 0: off-policy, an update-to-data budget over the replay (the learner's schedule: `robo_rl/schedule.py`)
+    rollout_env_steps: int = 0  # > 0: on-policy, an update per this many env steps of one version; 0: off-policy
 
 
 class Algorithm(ABC):
