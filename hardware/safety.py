@@ -170,8 +170,8 @@ class SafetyWrapper(RobotWrapper):
             info["ended_by"] = "safety"
         self._finish(report)
         info["safety"] = report
-        info["action_policy"] = np.asarray(action, np.float32)  # what was asked of the arm (a human wrapper outside
-        # this one puts the policy's own proposal here)
+        # what was asked of the arm: a human wrapper outside this one puts the policy's own proposal here
+        info["action_policy"] = np.asarray(action, np.float32)
         return obs, reward, terminated, truncated, info
 
     def _end(self, report: dict, action) -> tuple:
