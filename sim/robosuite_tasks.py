@@ -102,8 +102,7 @@ class RobosuiteEnv(RobotEnv):
         self,
         task: str = "Lift",
         observation: str = "low_dim",  # "low_dim" | "image"
-        reward_type: str | None = None,  # "sparse" | "dense" (robosuite's shaping) | "potential" (sparse + potential-
-        # based shaping of robosuite's staged progress); None: the task default
+        reward_type: str | None = None,  # "sparse" | "dense" (robosuite's) | "potential" (see above); None: default
         shaping_gamma: float = 0.99,  # reward_type="potential": the learner's discount per env step
         shaping_scale: float = 1.0,  # reward_type="potential": the weight of the shaping term (success pays 1)
         max_episode_steps: int | None = None,  # None: the task default (Lift 100, PickPlaceCan 250)
