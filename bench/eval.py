@@ -115,8 +115,8 @@ def launcher_throughput(layout: str, actors: int | None, steps: int, out: Path) 
         raise RuntimeError(f"robo-rl launch {layout} failed ({proc.returncode}): {proc.stderr[-600:]}")
     metrics = sorted(out.glob("*/*/metrics.jsonl"), key=lambda p: p.stat().st_mtime)[-1]
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    counted = [m for m in lines if m.get("kind") in ("learner", "episode") and m.get("env_steps")]  # the episodes
-    # say when each step arrived, between the learner's periodic lines
+    # episode lines too say when each step arrived, between the learner's periodic lines
+    counted = [m for m in lines if m.get("kind") in ("learner", "episode") and m.get("env_steps")]
     span = counted[-1]["time"] - counted[0]["time"]
     received = counted[-1]["env_steps"] - counted[0]["env_steps"]
     return {

@@ -139,8 +139,8 @@ def safety_overhead(arm: str, steps: int) -> dict:
             t_bare.append((time.perf_counter() - start) * 1e3)
             start = time.perf_counter()
             safe.step(action)
-            own.append((time.perf_counter() - start) * 1e3 - inner_ms[-1] + guard_ms[-1])  # the guard ran inside
-            # the env's step: the layer's own work all the same
+            # the guard ran inside the env's step, yet its time is the layer's own work
+            own.append((time.perf_counter() - start) * 1e3 - inner_ms[-1] + guard_ms[-1])
     finally:
         bare.close()
         safe.close()

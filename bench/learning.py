@@ -653,8 +653,8 @@ def base_on_training_stream(run: Path, episodes: int, explore: bool = False) -> 
     cfg = load_saved_config(run / "config.yaml")
     env = make_env(cfg)
     policy = make_policy(cfg, env)  # a fresh residual policy: zero correction, the base alone
-    if explore and int(cfg.algo.get("bound_ramp_updates", 0) or 0) > 0:  # the bound shut, as the run's start
-        policy.bound_fraction.fill_(0.0)  # (its noise at policy.exploration_floor's share)
+    if explore and int(cfg.algo.get("bound_ramp_updates", 0) or 0) > 0:
+        policy.bound_fraction.fill_(0.0)  # shut, as at the run's start: its noise at policy.exploration_floor's share
     # DSRL: the base alone is its own sampler, noise ~ N(0, I) (the warm-up); a residual's is its zero correction
     alone = "base" if getattr(policy, "warmup", None) == "base" else None
     torch.manual_seed(int(cfg.seed))
