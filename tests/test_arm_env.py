@@ -180,8 +180,8 @@ def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_saf
     episodes = [m for m in metrics if m["kind"] == "episode"]
     assert len(episodes) >= 5 and all(e["length"] <= 50 for e in episodes)
     stats = [m["actor_stats"]["actor-0"] for m in metrics if m.get("actor_stats", {}).get("actor-0")]
-    assert metrics[-1]["kind"] == "end" and stats[-1] is metrics[-1]["actor_stats"]["actor-0"]  # the final figures
-    # a heartbeat follows each episode's steps, so the counts reach the learner however fast the run goes
+    # the end carries the final figures: a heartbeat follows each episode's steps, however fast the run goes
+    assert metrics[-1]["kind"] == "end" and stats[-1] is metrics[-1]["actor_stats"]["actor-0"]
     assert stats[-1]["safety_steps"] > 100  # the safety layer's counts reach the learner's metrics
     assert stats[-1]["safety_workspace"] > 0  # a random policy hits the box
 

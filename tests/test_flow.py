@@ -164,11 +164,10 @@ def bc_run(request, tmp_path_factory):
             f"cache_dir={tmp / 'cache'}",
             "logger.progress=false",
             "bc.eval_episodes=20",
-            "bc.epochs=500",
+            "bc.epochs=500",  # enough here: test_bc.py tests the floors
             "bc.patience=500",
             "bc.flow_updates=0",
-            "bc.diffusion_updates=0",  # 500 epochs are enough here (test_bc.py
-            # tests the floors)
+            "bc.diffusion_updates=0",
             "policy.chunk_size=2",
             "policy.steps=4",
             "policy.hidden=[64,64]",

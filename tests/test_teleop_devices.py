@@ -656,8 +656,8 @@ def keyboard_scenario() -> None:
         device.close()
     assert time.monotonic() - closing < 10.0  # close() never hangs on the listener
     listener.join(2.0)
-    if listener.is_alive():  # the wake raced the listener's RECORD loop (seen once on CI): pynput's own stop then
-        subprocess.run(["xdotool", "key", "shift"], check=True, timeout=10)  # takes effect at the next key event
+    if listener.is_alive():  # the wake raced the listener's RECORD loop (seen once on CI)
+        subprocess.run(["xdotool", "key", "shift"], check=True, timeout=10)  # pynput's own stop acts on the next key
         listener.join(5.0)
     assert not listener.is_alive()  # close() ends the listener thread: at once, or at the latest at the next key
 

@@ -282,7 +282,7 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
             learner.kill()
         assert learner.wait(timeout=30) != 0
         time.sleep(3)  # past transport.actor_timeout_s: the actor notices, and holds
-        if how == "ctrl-c":  # (on a loaded machine it may take longer to say so)
+        if how == "ctrl-c":  # its log says so, later on a loaded machine
             wait_for(lambda: "holding" in (tmp_path / "actor.log").read_text(), 60, "the actor to log 'holding'")
         assert actor.poll() is None, (tmp_path / "actor.log").read_text()[-2000:]
         learner = start("learner", f"resume={tmp_path / 'run'}", "logger.progress=false")
