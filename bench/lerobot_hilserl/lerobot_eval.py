@@ -10,6 +10,7 @@ from robo_rl.eval.episodes import wilson_interval
 
 def evaluate(ckpt_model_dir: Path, cfg_path: Path, n_episodes: int, seed0: int, overrides: dict) -> dict:
     import draccus
+    import hilserl_launch
     import numpy as np
     import torch
     from lerobot.policies import make_pre_post_processors
@@ -23,10 +24,8 @@ def evaluate(ckpt_model_dir: Path, cfg_path: Path, n_episodes: int, seed0: int, 
     )
     from lerobot.rl.train_rl import TrainRLServerPipelineConfig
 
-    import launch
-
     if overrides:
-        launch._patch_gym_hil_make(overrides)
+        hilserl_launch._patch_gym_hil_make(overrides)
     cfg = draccus.parse(TrainRLServerPipelineConfig, config_path=str(cfg_path), args=[])  # only cfg.env is used
 
     policy = GaussianActorPolicy.from_pretrained(str(ckpt_model_dir))

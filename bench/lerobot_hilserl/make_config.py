@@ -76,7 +76,7 @@ def make_config(
     online_ratio: float = 0.5,
 ) -> dict:
     """env_state: also feed observation.environment_state (the block position) to the policy; needs the env built
-    with image_obs=False (launch.py's override), since LeRobot's stock gym_hil env has image_obs=True.
+    with image_obs=False (hilserl_launch.py's override), since LeRobot's stock gym_hil env has image_obs=True.
     demos_root: a local LeRobot dataset (record_demos.py) for the learner's offline buffer; `online_ratio` of each
     batch then comes from the online buffer and the rest from it. None: online only (`dataset: null`,
     online_ratio 1.0)."""

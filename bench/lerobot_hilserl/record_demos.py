@@ -4,7 +4,7 @@
 
 The episodes are taken in LeRobot's own env, built as its actor builds it: `make_robot_env` / `make_processors` /
 `step_env_and_process_transition` from `lerobot.rl.gym_manipulator`, the env block of the run's config
-(make_config.py) and the same `gym.make` overrides as the run (launch.py, $LEROBOT_GYM_HIL_OVERRIDES; default:
+(make_config.py) and the same `gym.make` overrides as the run (hilserl_launch.py, $LEROBOT_GYM_HIL_OVERRIDES; default:
 task_overrides.py's TASK_OVERRIDES). So every frame holds exactly what the actor would send to the learner:
 
     observation.state              float32 [18]  gym-hil agent_pos (raw; the policy's preprocessor normalises it)
@@ -108,6 +108,7 @@ def record_demos(
     (default: make_config.py's). overrides: gym.make kwargs for gym_hil/* (default: task_overrides.py's TASK_OVERRIDES;
     {} = LeRobot's stock env). Returns a summary dict (also written to root/recording.json)."""
     import draccus
+    import hilserl_launch
     import numpy as np
     import torch
     from gym_hil.wrappers.hil_wrappers import DEFAULT_EE_STEP_SIZE
@@ -121,13 +122,12 @@ def record_demos(
     )
     from lerobot.rl.train_rl import TrainRLServerPipelineConfig
 
-    import launch
     from sim.gym_hil_task import GymHilPickCubeExpert
 
     if overrides is None:
         overrides = dict(TASK_OVERRIDES)
     if overrides:
-        launch._patch_gym_hil_make(overrides)
+        hilserl_launch._patch_gym_hil_make(overrides)
     root = Path(root)
     if root.exists():
         raise FileExistsError(f"{root} exists; LeRobotDataset.create needs a fresh folder")

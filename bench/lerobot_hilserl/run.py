@@ -10,10 +10,10 @@
 
 1. Writes the learner and actor configs (make_config.py; the actor gets its own output_dir because the config's
    validate() refuses an existing one) with a free loopback port, online only, wandb off.
-2. Starts `launch.py learner` (LeRobot's `lerobot.rl.learner.train_cli`), waits for its gRPC server, then
-   `launch.py actor` (`lerobot.rl.actor.actor_cli`). The actor's loop runs `policy.online_steps` = N env steps and
-   returns; the runner then stops both with SIGINT (LeRobot's own shutdown handler). A wall-clock cap stops them
-   early (partial run) and the report says so.
+2. Starts `hilserl_launch.py learner` (LeRobot's `lerobot.rl.learner.train_cli`), waits for its gRPC server,
+   then `hilserl_launch.py actor` (`lerobot.rl.actor.actor_cli`). The actor's loop runs `policy.online_steps` = N env
+   steps and returns; the runner then stops both with SIGINT (LeRobot's own shutdown handler). A wall-clock cap stops
+   them early (partial run) and the report says so.
 3. Progress comes from the logs: the actor's "Global step S: Episode reward: R" lines (sparse reward, the episode
    ends on success, so R == 1 means success) and the learner's "Number of optimization step: K" lines, each stamped
    with the wall time at which the runner saw it.
@@ -153,9 +153,9 @@ def train(args, out: Path, demos: dict | None = None) -> dict:
     write_config(out / "actor_config.json", actor_cfg)
 
     env = child_env(args.overrides)
-    launch = str(HERE / "launch.py")
-    learner_cmd = [sys.executable, launch, "learner", "--config_path", str(out / "learner_config.json")]
-    actor_cmd = [sys.executable, launch, "actor", "--config_path", str(out / "actor_config.json")]
+    hilserl_launch = str(HERE / "hilserl_launch.py")
+    learner_cmd = [sys.executable, hilserl_launch, "learner", "--config_path", str(out / "learner_config.json")]
+    actor_cmd = [sys.executable, hilserl_launch, "actor", "--config_path", str(out / "actor_config.json")]
     print("[run] learner:", " ".join(learner_cmd), flush=True)
     print("[run] actor:  ", " ".join(actor_cmd), flush=True)
 

@@ -1,7 +1,7 @@
 """Start LeRobot 0.6.1's own HIL-SERL learner or actor, unchanged, with one workaround for a config bug.
 
-    python bench/lerobot_hilserl/launch.py learner --config_path CFG.json   # == python -m lerobot.rl.learner ...
-    python bench/lerobot_hilserl/launch.py actor   --config_path CFG.json   # == python -m lerobot.rl.actor ...
+    python bench/lerobot_hilserl/hilserl_launch.py learner --config_path CFG.json  # == python -m lerobot.rl.learner ...
+    python bench/lerobot_hilserl/hilserl_launch.py actor   --config_path CFG.json  # == python -m lerobot.rl.actor ...
 
 The workaround: `TrainRLServerPipelineConfig` declares `dataset: DatasetConfig | None = None` ("In RL, we don't need
 an offline dataset") and the learner handles `cfg.dataset is None`, but its `validate()` calls
@@ -67,7 +67,7 @@ def gym_hil_overrides_from_env() -> dict:
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("learner", "actor"):
-        raise SystemExit("usage: launch.py {learner,actor} --config_path CFG.json")
+        raise SystemExit("usage: hilserl_launch.py {learner,actor} --config_path CFG.json")
     role = sys.argv.pop(1)
     _patch_validate()
     overrides = gym_hil_overrides_from_env()
