@@ -75,6 +75,20 @@ def test_bad_data_commands_get_one_line_errors(capsys, args, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_recording_on_a_robot_env_with_no_scripted_expert_is_refused_before_the_robot_is_opened(
+    tmp_path, capsys, monkeypatch
+):
+    from hardware.env import ArmEnv
+
+    def refuse(*args, **kwargs):
+        pytest.fail("the robot env was built: that opens the hardware (here: a serial port)")
+
+    monkeypatch.setattr(ArmEnv, "__init__", refuse)
+    code, _, err = run(capsys, "data", "record", str(tmp_path / "demos"), "env=so101", f"cache_dir={tmp_path}")
+    assert code == 2 and "no scripted expert" in err and "robo-rl record" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "demos").exists()
+
+
 def test_training_takes_demonstrations_from_a_dataset_and_refuses_one_of_another_layout(tmp_path, capsys):
     store = tmp_path / "demos"
     run(

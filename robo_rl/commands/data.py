@@ -128,7 +128,7 @@ def _convert(args: list[str]) -> int:
 def _record(args: list[str]) -> int:
     from tqdm import tqdm
 
-    from robo_rl.config import load_config, make_env, make_expert
+    from robo_rl.config import ConfigError, load_config, make_env, make_expert
     from robo_rl.data.datasets import Episode
     from robo_rl.data.datasets.io import save_store
     from robo_rl.data.demos import rollout_episode
@@ -138,6 +138,11 @@ def _record(args: list[str]) -> int:
     if len(positional) != 1:
         raise DataUsageError("usage: robo-rl data record <dst> [config overrides]")
     cfg = load_config([a for a in args if "=" in a])
+    if "expert" not in cfg.env:  # decided from the config: building a robot env would open the robot only to refuse it
+        raise ConfigError(
+            f"env {cfg.env._target_} has no scripted expert (env.expert) to record demonstrations with, as on a "
+            "robot: record them with a device instead (robo-rl record <dst> human=keyboard episodes=20)"
+        )
     env = make_env(cfg)
     expert = make_expert(cfg, env, noise_std=cfg.demos.noise_std, seed=cfg.demos.seed)
     fields = fields_for_env(env)
