@@ -22,12 +22,6 @@ OPEN_ENDS = frozenset(
     "a an the of by and or but nor than which whose its their each every these those per via between inside outside "
     "when where while if because unless whether then".split()
 )
-# Split comments in files another change is editing now, by (file, first line's comment): remove each once it is fixed.
-SPLIT_COMMENTS_TO_FIX = {
-    ("robo_rl/config.py", "# a typed block's unknown key: refused by"),
-    ("robo_rl/config.py", "# a robot's driver spec stays a"),
-    ("robo_rl/config.py", "# in order: a mapping given for an existing key replaces it (as on a fresh"),
-}
 
 
 def import_cycles(graph) -> list[list[str]]:
@@ -130,14 +124,8 @@ def test_a_comment_says_its_why_in_one_line():
         for path in (ROOT / folder).rglob("*.py"):
             for line, comment in split_comments(path.read_text()):
                 found[(str(path.relative_to(ROOT)), comment)] = line
-    new = sorted(
-        f"{file}:{line}: {comment}"
-        for (file, comment), line in found.items()
-        if (file, comment) not in SPLIT_COMMENTS_TO_FIX
-    )
-    assert not new, "a comment split over lines: make it one line (above its statement if long)\n" + "\n".join(new)
-    fixed = SPLIT_COMMENTS_TO_FIX - set(found)
-    assert not fixed, f"fixed now: remove from SPLIT_COMMENTS_TO_FIX {sorted(fixed)}"
+    split = sorted(f"{file}:{line}: {comment}" for (file, comment), line in found.items())
+    assert not split, "a comment split over lines: make it one line (above its statement if long)\n" + "\n".join(split)
 
 
 def test_the_split_comment_finder_finds_the_ruff_split_cases():
