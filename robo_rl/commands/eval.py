@@ -10,6 +10,8 @@ from pathlib import Path
 
 from robo_rl.commands.common import UsageError
 from robo_rl.config import ConfigError
+from robo_rl.configs.eval import EvalConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.eval.conditions import Suite, SuiteError, is_real_robot_config, load_suite, nominal_suite, suite_names
 from robo_rl.eval.report import (
     ci_text,
@@ -29,6 +31,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         return cmd_eval_compare(overrides[0], overrides[1:])
     if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
         return cmd_eval_suite(overrides)
+    from omegaconf import OmegaConf
+
     from robo_rl.config import load_config, load_saved_config, make_policy, override_value
 
     ckpt_arg = override_value(overrides, "checkpoint")
@@ -70,15 +74,15 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
             policy.load_state_dict(payload["algo"]["policy"])
         except (KeyError, RuntimeError) as e:
             raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
-        video = bool(cfg.eval.get("video", False))
+        settings = config_from(EvalConfig, OmegaConf.to_container(cfg.eval, resolve=True), "eval")
         result = evaluate_policy(
             env,
             policy.eval(),
-            cfg.eval.episodes,
-            cfg.eval.seed,
+            settings.episodes,
+            settings.seed,
             progress=cfg.logger.progress,
-            video_dir=out_dir / "videos" if video else None,
-            video_episodes=int(cfg.eval.get("video_episodes", 0)),
+            video_dir=out_dir / "videos" if settings.video else None,
+            video_episodes=settings.video_episodes,
         )
     finally:
         env.close()
@@ -166,8 +170,6 @@ def wants_suite_runner(overrides: list[str]) -> bool:
 def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> tuple[dict, Path]:
     """Evaluate a checkpoint (`checkpoint=`) on a suite; with `reuse`, an existing report of the same checkpoint,
     suite, seeds, scoring and overrides is returned instead. Returns (report, its folder)."""
-    from omegaconf import OmegaConf
-
     from robo_rl.config import load_config, load_saved_config
 
     req = parse_request(overrides)
@@ -214,8 +216,8 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     if run_dir != guessed:
         base, suite, cfgs = configs(run_dir)
-    score = req.score or OmegaConf.select(base, "eval.score", default="env")
-    workers = req.workers or int(OmegaConf.select(base, "eval.workers", default=1))
+    score = req.score or base.eval.score  # a saved run's config holds every eval setting (complete_typed_blocks)
+    workers = req.workers or int(base.eval.workers)
     real = any(is_real_robot_config(c) for c in cfgs)
     if real or score == "human":
         workers = 1

@@ -13,7 +13,6 @@ from robo_rl.config import CONF_DIR
 from robo_rl.errors import UserError
 
 SUITE_DIR = CONF_DIR / "suite"
-SCORES = ("env", "human")
 SAFETY_ENDINGS = ("safety", "estop")  # ended_by values that mean the robot was stopped
 HUMAN_LABELS = {"human_success": True, "human_failure": False}
 

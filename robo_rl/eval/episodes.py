@@ -285,7 +285,7 @@ def build_env(cfg, score: str = "env"):
     node = OmegaConf.select(cfg, "human", default=None)
     if (score == "human" or is_real_robot_config(cfg)) and node and "_target_" in node:
         env = wrap(env, node, "the human's devices")
-    if (score == "human" or is_real_robot_config(cfg)) and OmegaConf.select(cfg, "gui.enabled", default=False):
+    if (score == "human" or is_real_robot_config(cfg)) and cfg.gui.enabled:
         from robo_rl.gui.eval_view import EvalView
 
         view = EvalView(cfg, env)  # the page's web device joins the person's devices; its Success answers prompts

@@ -20,6 +20,7 @@ import time
 import numpy as np
 import zmq
 
+from robo_rl.configs.gui import DEADMAN, GuiConfig
 from robo_rl.envs.wrappers import find_wrapper
 from robo_rl.gui import messages
 from robo_rl.gui.web_device import WebDevice
@@ -28,8 +29,6 @@ from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint
 
 log = logging.getLogger(__name__)
-
-DEADMAN = ("pause", "continue")
 
 
 def attach_web_device(env, **web_kwargs):
@@ -53,9 +52,9 @@ class GuiBridge:
         port: int,
         web: WebDevice,
         human: InterventionWrapper,
-        frame_hz: float = 10.0,
-        deadman: str = "pause",
-        deadman_timeout_s: float = 2.0,
+        frame_hz: float = GuiConfig.frame_hz,  # the gui block's defaults: tests and bench/gui.py build bridges directly
+        deadman: str = GuiConfig.deadman,
+        deadman_timeout_s: float = GuiConfig.deadman_timeout_s,
         curve=None,
         clock=time.monotonic,
     ) -> None:

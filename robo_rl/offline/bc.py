@@ -24,6 +24,8 @@ from policies.base import ChunkedBase
 from policies.bc import BCBase, BCPolicy
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.config import ConfigError, make_env
+from robo_rl.configs.eval import BCConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.data.demos import load_or_make_demos, rollout_episode
 from robo_rl.data.replay import ReplayBuffer
 from robo_rl.data.schema import step_fields
@@ -176,7 +178,7 @@ def train_policy(
     rng = np.random.default_rng(seed)
     chunk, batch_size = int(policy.chunk_size), int(bc_cfg.batch_size)
     kind = getattr(policy, "kind", None)  # "flow" | "diffusion" for a generative policy, None for an MLP
-    least = int(bc_cfg.get(f"{kind}_updates") or 0) if kind in ("flow", "diffusion") else 0
+    least = int(getattr(bc_cfg, f"{kind}_updates")) if kind in ("flow", "diffusion") else 0
     least_epochs = math.ceil(least / max(1, math.ceil(len(data.train_rows) / batch_size)))
     policy.set_normalisation(data.buffer.data["state"][data.buffer.prev[data.train_rows]])
     policy.to(device).train()
@@ -284,7 +286,14 @@ def load_bc_data(cfg, progress: bool = True) -> BCData:
     batch, path, cached = load_or_make_demos(cfg, progress=progress)
     if batch is None:
         raise ConfigError("behaviour cloning needs demonstrations: demos.num_episodes > 0 or demos.path")
-    return demos_dataset(batch, float(cfg.bc.val_fraction), int(cfg.seed), str(path))
+    return demos_dataset(batch, bc_settings(cfg).val_fraction, int(cfg.seed), str(path))
+
+
+def bc_settings(cfg) -> BCConfig:
+    """The config's `bc` block as its dataclass."""
+    from omegaconf import OmegaConf
+
+    return config_from(BCConfig, OmegaConf.to_container(cfg.bc, resolve=True), "bc")
 
 
 def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: bool = True) -> dict:
@@ -299,12 +308,13 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(str(cfg.device))
     data = data if data is not None else load_bc_data(cfg, progress)
-    encoder = OmegaConf.to_container(cfg.policy.encoder, resolve=True) if cfg.bc.images else None
+    bc = bc_settings(cfg)
+    encoder = OmegaConf.to_container(cfg.policy.encoder, resolve=True) if bc.images else None
     env = make_env(cfg)
     try:
         torch.manual_seed(int(cfg.seed))  # the initial weights too: one config, one policy
         generative = generative_spec(cfg)
-        policy = build_policy(cfg.bc, env, encoder, generative)
+        policy = build_policy(bc, env, encoder, generative)
         if policy.state_dim != data.buffer.fields["state"][0][0] or (
             policy.action_dim != data.buffer.fields["action_executed"][0][0]
         ):
@@ -315,10 +325,10 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
             )
         log = MetricsWriter(out / "metrics.jsonl")
         try:
-            summary = train_policy(policy, data, cfg.bc, int(cfg.seed), device, progress, log)
+            summary = train_policy(policy, data, bc, int(cfg.seed), device, progress, log)
         finally:
             log.close()
-        execute_steps = (generative or {}).get("execute_steps", cfg.bc.execute_steps)
+        execute_steps = (generative or {}).get("execute_steps", bc.execute_steps)
         summary["demonstrations"] = data.source
         actions = data.buffer.data["action_executed"][data.train_rows]
         action_range = {"low": actions.min(0).tolist(), "high": actions.max(0).tolist()}  # a residual's units
@@ -326,9 +336,9 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
             policy.cpu().checkpoint(execute_steps=execute_steps, action_range=action_range, train=summary),
             out / "policy.pt",
         )
-        if int(cfg.bc.eval_episodes) > 0:
+        if bc.eval_episodes > 0:
             base = GenerativeBase(policy) if generative else BCBase(policy)
-            result = evaluate_base(env, base, int(cfg.bc.eval_episodes), int(cfg.eval.seed), execute_steps, progress)
+            result = evaluate_base(env, base, bc.eval_episodes, int(cfg.eval.seed), execute_steps, progress)
             (out / "eval.json").write_text(json.dumps(result, indent=2))
             summary["eval"] = {k: v for k, v in result.items() if k != "per_episode"}
     finally:

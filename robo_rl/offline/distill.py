@@ -27,6 +27,8 @@ from tqdm import tqdm
 
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.config import ConfigError
+from robo_rl.configs.eval import DistillConfig
+from robo_rl.configs.typed import config_from
 from robo_rl.offline.bc import evaluate_base, save_atomic
 
 
@@ -123,7 +125,7 @@ def collect_states(cfg, env, teacher: GenerativeBase, episodes: int, progress: b
     return {"state": np.concatenate(states), "images": {k: np.concatenate(v) for k, v in images.items()}}
 
 
-DEFAULT_ITERATIONS = 10000  # distill.iterations: null
+DEFAULT_ITERATIONS = DistillConfig.iterations  # what distill.iterations: null (an older run's config) means
 
 
 def make_student(teacher: GenerativeBase) -> ChunkGenerator:
@@ -180,6 +182,8 @@ def train_student(
 
 def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
     """`robo-rl distill checkpoint=<teacher>`: train the one-step student, evaluate both, write the report."""
+    from omegaconf import OmegaConf
+
     from robo_rl.config import make_env
 
     if not cfg.checkpoint:
@@ -187,11 +191,11 @@ def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
     torch.set_num_threads(int(cfg.torch_threads))
     out = Path(run_dir) / "distill"
     out.mkdir(parents=True, exist_ok=True)
-    dcfg = cfg.distill
+    dcfg = config_from(DistillConfig, OmegaConf.to_container(cfg.distill, resolve=True), "distill")
     env = make_env(cfg)
     try:
         teacher, about = load_teacher(cfg.checkpoint, env)
-        data = collect_states(cfg, env, teacher, int(dcfg.rollout_episodes), progress)
+        data = collect_states(cfg, env, teacher, dcfg.rollout_episodes, progress)
         student = make_student(teacher)
         trained = train_student(student, teacher, data, dcfg, int(cfg.seed), progress)
         summary = {"distilled_from": about, "train": trained}
@@ -199,7 +203,7 @@ def distill(cfg, run_dir: str | Path, progress: bool = True) -> dict:
             execute_steps=teacher.execute_steps, distilled_from=about, action_range=_range_dict(teacher.action_range)
         )
         save_atomic(payload, out / "policy.pt")
-        episodes = int(dcfg.eval_episodes)
+        episodes = dcfg.eval_episodes
         if episodes > 0:
             one_step = GenerativeBase(copy.deepcopy(student), execute_steps=teacher.execute_steps)
             for name, base in (("teacher", teacher), ("student", one_step)):
