@@ -25,11 +25,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from policies.encoder_config import POOLS
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 WIDTHS = (64, 128, 256, 512)
 WEIGHTS_FILE = "model.safetensors"
-POOLS = ("spatial_embedding", "spatial_softmax", "avg")
 
 
 def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
