@@ -1,4 +1,4 @@
-"""`OpenCVCamera`: a USB (UVC) camera through OpenCV, V4L2 on Linux."""
+"""`OpenCVCamera`: a USB (UVC) camera through OpenCV, V4L2 on Linux, or a recorded video file played as one."""
 
 from __future__ import annotations
 
@@ -34,7 +34,11 @@ def _backend_id(backend: str) -> int:
 class OpenCVCamera(Camera):
     """A USB (UVC) camera through OpenCV's V4L2 backend on Linux; `device` is an index or a /dev/videoN path (or, with
     backend="any", anything cv2.VideoCapture opens: a stream URL). MJPG by default, since most USB cameras give
-    their larger sizes at full rate only compressed."""
+    their larger sizes at full rate only compressed.
+
+    `device` may also be a video file (a recorded session replayed as the camera): its frames are played at `fps`, in
+    real time, each stamped when it is shown; at its end the camera fails as an unplugged one does, naming the end.
+    """
 
     bgr = True
 
@@ -64,6 +68,9 @@ class OpenCVCamera(Camera):
         self.backend = backend
         self._api = _backend_id(backend)
         self._cap: cv2.VideoCapture | None = None
+        self.video_file = False  # set by _open: the device is a file on disk
+        self._replay_start = 0.0  # time.monotonic() at which a video file's first frame was due
+        self._replayed = 0  # frames of the video file shown so far
 
     def _open(self) -> None:
         if self.device.startswith("/dev/") and not os.path.exists(self.device):
@@ -71,6 +78,10 @@ class OpenCVCamera(Camera):
                 f"camera '{self.name}': cannot open {self.device} (not found): is it plugged in? "
                 f"`ls /dev/video*` lists the cameras there are"
             )
+        self.video_file = not self.device.startswith("/dev/") and os.path.isfile(self.device)
+        if self.video_file:
+            self._open_video_file()
+            return
         cap = cv2.VideoCapture(self.index, self._api)
         if not cap.isOpened():
             cap.release()
@@ -98,7 +109,28 @@ class OpenCVCamera(Camera):
             )
         self._cap = cap
 
+    def _open_video_file(self) -> None:
+        cap = cv2.VideoCapture(self.device, self._api)
+        if not cap.isOpened():
+            cap.release()
+            raise CameraError(f"camera '{self.name}': OpenCV cannot read {self.device} as a video (codec or format)")
+        self._cap, self._replayed, self._replay_start = cap, 0, time.monotonic()
+
+    def _grab_video_frame(self) -> tuple[np.ndarray, None]:
+        ok, image = self._cap.read()
+        if not ok or image is None:
+            raise CameraError(f"end of the video {self.device} after {self._replayed} frames")
+        period = 1.0 / self.fps
+        now = time.monotonic()
+        if now > self._replay_start + (self._replayed + 1) * period:  # fell behind by a frame: no burst to catch up
+            self._replay_start = now - self._replayed * period
+        self._stopping.wait(max(0.0, self._replay_start + self._replayed * period - now))
+        self._replayed += 1
+        return image, None  # stamped by the capture thread when it is shown
+
     def _grab(self) -> tuple[np.ndarray, float | None] | None:
+        if self.video_file:
+            return self._grab_video_frame()
         ok, image = self._cap.read()
         if not ok or image is None:
             return None
