@@ -1,6 +1,7 @@
 """Transport faults with real processes on loopback: learner restart, actor death, garbage, no key."""
 
 import collections
+import ipaddress
 import subprocess
 import sys
 import time
@@ -185,11 +186,48 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
         learner.close()
 
 
-def test_non_loopback_bind_is_allowed_with_curve_keys(tmp_path):
+def non_loopback_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback (`hostname -I`), or None."""
+    try:
+        listed = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return next(
+        (a for a in listed if ipaddress.ip_address(a).version == 4 and not ipaddress.ip_address(a).is_loopback), None
+    )
+
+
+def test_an_actor_with_curve_keys_is_served_by_a_learner_bound_to_a_non_loopback_address(tmp_path):
+    address = non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address (`hostname -I` lists none) to bind the learner to")
     generate_keys(tmp_path / "keys", ["actor-0"])
-    keys = CurveKeys.load(tmp_path / "keys", "learner")
-    learner = LearnerLink("0.0.0.0", *free_ports(3), config_hash="t", curve=keys)
-    learner.close()
+    ports = free_ports(3)
+    with pytest.raises(TransportError, match=f"refusing to bind {address} without authentication"):
+        LearnerLink(address, *ports, config_hash="t")
+    learner = LearnerLink(address, *ports, config_hash="t", curve=CurveKeys.load(tmp_path / "keys", "learner"))
+    actor = ActorLink(address, *ports, "actor-0", curve=CurveKeys.load(tmp_path / "keys", "actor-0"))
+    plain = ActorLink(address, *ports, "plain")  # no CURVE: the off-loopback learner must not hear it
+    try:
+        t, received = serve(learner, 3.0)
+        actor.hello("t", timeout_s=2)
+        with pytest.raises(TransportError, match="no learner answered"):
+            plain.hello("t", timeout_s=1)
+        actor.send_steps({}, {"payload": np.array([7], np.int64)})
+        learner.publish_weights(1, {"w": np.full(3, 2.0, np.float32)})
+        deadline = time.monotonic() + 2.0
+        weights = []
+        while not weights and time.monotonic() < deadline:
+            weights = [(meta, arrays) for kind, meta, arrays in actor.poll(100) if kind == "weights"]
+        t.join()
+        assert [(a, arrays["payload"].tolist()) for a, arrays, *_ in received] == [("actor-0", [7])]
+        assert weights and weights[0][0]["version"] == 1, "weights over TCP (no shared memory off loopback)"
+        np.testing.assert_array_equal(weights[0][1]["w"], np.full(3, 2.0, np.float32))
+        assert set(learner.actors) == {"actor-0"} and learner.unannounced == 0
+    finally:
+        for client in (actor, plain):
+            client.close(0)
+        learner.close()
 
 
 def test_a_stalled_learner_never_blocks_the_control_loop_and_the_backlog_is_reported():
