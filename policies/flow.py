@@ -402,14 +402,14 @@ class GenerativePolicy(nn.Module, ActingPolicy):
         self,
         observation_space,
         action_dim: int,
-        path: str | None = None,
-        kind: str = "flow",
-        chunk_size: int = 8,
-        execute_steps: int | None = None,
-        steps: int = 10,
-        hidden: list[int] = (256, 256, 256),
-        time_features: int = 32,
-        diffusion_timesteps: int = 100,
+        path: str | None,  # no defaults: built from `policy=flow|diffusion`, whose typed config holds them
+        kind: str,
+        chunk_size: int,
+        execute_steps: int | None,
+        steps: int,
+        hidden: list[int],
+        time_features: int,
+        diffusion_timesteps: int,
         encoder: dict | None = None,
     ) -> None:
         super().__init__()

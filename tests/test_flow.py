@@ -207,7 +207,7 @@ def test_a_generative_checkpoint_for_another_task_is_refused_naming_the_mismatch
 
 def test_an_out_of_range_step_count_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="policy.steps=0 is not allowed"):
-        load_config(["env=point_reach", "policy=flow", "policy.steps=0"])
+        load_config(["env=point_reach", "experiment=rlpd", "policy=flow", "policy.steps=0"])
     cfg = load_config(
         [
             "env=point_reach",

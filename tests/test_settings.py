@@ -98,8 +98,8 @@ GROUP_OPTIONS = [(group, option) for group in GROUPS for option in group_options
 
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
 def test_every_numeric_setting_has_a_range_and_the_defaults_are_in_it(group, option):
-    # the default experiment sets residual's algo keys, which another algorithm refuses: an experiment that sets none
-    base = ["experiment=rlpd"] if group == "algo" else []
+    # the default experiment sets residual's algo and policy keys, which another refuses: an experiment setting none
+    base = ["experiment=rlpd"] if group in ("algo", "policy") else []
     cfg = load_config([*base, f"{group}={option}"])  # the defaults pass the check
     leaves = set(_numeric_leaves(OmegaConf.to_container(cfg, resolve=True)))
     assert leaves - set(SETTINGS) == set(), "give these settings a range in robo_rl/configs/settings.py"

@@ -3,7 +3,7 @@
 A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
 with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
 unknown key refused by name. The components without one yet (the run, train, replay, demos, actor, human, safety and
-hardware, reward, logger, transport, policy and env blocks) keep their ranges in the table
+hardware, reward, gui, eval, bc, logger, transport, policy, distill and env blocks) keep their ranges in the table
 below. `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
 and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
 """
@@ -182,72 +182,6 @@ SETTINGS: dict[str, Setting] = {
     "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
     "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
     "transport.shared_memory_weights": Setting("bool", "actors on the learner's machine read weights from /dev/shm"),
-    # policy
-    "policy.hidden": _ints("policy MLP widths"),
-    "policy.log_std_min": _float("lower bound of the policy's log std"),
-    "policy.log_std_max": _float("upper bound of the policy's log std"),
-    "policy.gripper_hidden": _ints("gripper critic MLP widths"),
-    "policy.gripper_heads": _int("gripper critic ensemble size", 1),
-    "policy.epsilon": _float("random gripper choice this often while training", 0.0, 1.0),
-    "policy.scale": _pos("residual: the bound s of the residual correction", high=2.0),
-    "policy.exploration_std": _float("residual: Gaussian noise on the residual while training", 0.0),
-    "policy.exploration_floor": _float(
-        "residual: the exploration noise's least share while the bound ramps up (1: whole from the start)", 0.0, 1.0
-    ),
-    "policy.warmup_noise": _float("residual: uniform noise on the base during train.random_steps", 0.0, 2.0),
-    "policy.action_range": _choice(
-        "residual: normalise the correction by the base's data range or [-1, 1]", "data", "full"
-    ),
-    "policy.state_norm": _choice(
-        "residual, dsrl: read the state normalised by the base's statistics (base) or raw", "none", "base"
-    ),
-    "policy.base.kind": _choice("residual: the base policy's kind", "bc", "lerobot"),
-    "policy.base.path": Setting("str", "residual: a robo-rl bc checkpoint or a LeRobot policy", nullable=True),
-    "policy.base.execute_steps": _int("residual: actions run from each base chunk (null: all)", 1, nullable=True),
-    "policy.base.task": Setting("str", "residual: task text for a language-conditioned base", nullable=True),
-    "policy.kind": _choice("flow/diffusion policy: its kind", "flow", "diffusion"),
-    "policy.path": Setting(
-        "str",
-        "flow/diffusion policy: a robo-rl bc checkpoint to act with (reinflow: or a LeRobot SmolVLA folder or hub id)",
-        nullable=True,
-    ),
-    "policy.task": Setting("str", "reinflow on a VLA: its instruction", nullable=True),
-    "policy.chunk_size": _int("flow/diffusion policy: actions per sampled chunk", 1, 1000),
-    "policy.steps": _int("flow/diffusion policy: integration (flow) or DDIM (diffusion) steps", 1, 1000),
-    "policy.time_features": _int("flow/diffusion policy: sinusoidal time features", 2),
-    "policy.diffusion_timesteps": _int("diffusion policy: DDPM training timesteps", 1, 10000),
-    "policy.execute_steps": _int("actions run from each chunk (null: all)", 1, nullable=True),
-    "policy.noise_bound": _pos("dsrl: the noise actor's box [-b, b]", high=5.0),
-    "policy.warmup": _choice("dsrl: warm-up noise", "base", "uniform"),
-    "policy.base.model.kind": _choice("dsrl: the kind of base trained when no path is given", "flow", "diffusion"),
-    "policy.base.model.chunk_size": _int("dsrl: the trained base's chunk", 1, 1000),
-    "policy.base.model.steps": _int("dsrl: the trained base's sampling steps", 1, 1000),
-    "policy.base.model.execute_steps": _int("dsrl: the trained base's actions per chunk run", 1, nullable=True),
-    "policy.base.model.hidden": _ints("dsrl: the trained base's network widths"),
-    "policy.method": _choice("reinflow/dppo: the chain", "reinflow", "dppo"),
-    "policy.stochastic_steps": _int("dppo: the last K' steps, stochastic and fine-tuned", 1, 1000, nullable=True),
-    "policy.sigma_min": _pos("reinflow/dppo: the smallest std of a chain step", high=1.0),
-    "policy.sigma_max": _pos("reinflow/dppo: the largest std of a chain step", high=1.0),
-    "policy.sigma_max_first": _pos(
-        "reinflow: the largest std of the first step (null: sigma_max)", high=1.0, nullable=True
-    ),
-    "policy.noise_hidden": _ints("reinflow: the noise network's widths"),
-    "policy.initial_noise": _choice("reinflow: x_0 from N(0, I) or a learned N(mu(s), sigma(s)^2)", "prior", "learned"),
-    "policy.initial_sigma_min": _pos("reinflow: the learned x_0's smallest std", high=1.0),
-    "policy.model.kind": _choice("the kind of policy trained when no path is given", "flow", "diffusion"),
-    "policy.model.chunk_size": _int("the trained policy's chunk", 1, 1000),
-    "policy.model.execute_steps": _int("the trained policy's actions per chunk run", 1, nullable=True),
-    "policy.model.steps": _int("the trained policy's sampling steps", 1, 1000),
-    "policy.model.hidden": _ints("the trained policy's network widths"),
-    "policy.encoder.kind": _choice("image encoder", "cnn", "resnet10"),
-    "policy.encoder.features": _int("encoder features per camera", 1),
-    "policy.encoder.pretrained": Setting("str", "resnet10 weights: a local path or a hub id", nullable=True),
-    "policy.encoder.freeze": Setting("bool", "keep the backbone's weights fixed"),
-    "policy.encoder.resize": _ints("[height, width] after the crop", length=2, nullable=True),
-    "policy.encoder.pool": _choice("resnet10 head", "spatial_embedding", "spatial_softmax", "avg", nullable=True),
-    "policy.encoder.channels": _int("cnn: channels of each convolution", 1),
-    "policy.encoder.kernels": _ints("cnn: kernel size of each convolution"),
-    "policy.encoder.strides": _ints("cnn: stride of each convolution"),
     # env (each env has some of these)
     "env.task": Setting("str", "the env's task variant"),
     "env.reward_type": _choice("reward", "dense", "sparse", "potential", nullable=True),
