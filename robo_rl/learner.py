@@ -6,6 +6,7 @@ checkpoints."""
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import time
@@ -21,7 +22,7 @@ from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.data.demos import load_or_make_demos
 from robo_rl.data.learner_replay import LearnerReplay
 from robo_rl.data.schema import EXTRA, fields_for_env
-from robo_rl.envs.spec import learner_spec, spec_check
+from robo_rl.envs.spec import EnvSpec, learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
@@ -56,6 +57,7 @@ class Learner:
         )
         self.link.auto_ack = not cfg.replay.persist  # with a persisted replay, ack only what is on disk
         self._early: list = []  # data that came while the learner waited for an actor's env spec
+        self.link.spec_check = _readable_spec  # until the spaces are known, a hello's spec must at least be one
         try:  # the task's spaces, never by opening the env (on a robot that would open the hardware)
             spec = learner_spec(
                 cfg,
@@ -132,10 +134,8 @@ class Learner:
                 arrays = self.relabel(actor, arrays)
             self.replay.add(actor, arrays, session, seq, token_hash)
             self.schedule.add(actor, arrays)
-        except Exception as e:
-            if not isinstance(e, ValueError):  # not a shape or value problem: a bug, worth its traceback
-                log.exception("storing message %s of %s failed", seq, actor)
-            self.link.reject(f"invalid step batch: {e}", actor)
+        except Exception as e:  # not a shape or value problem: a bug, worth its traceback (the link thins the log)
+            self.link.reject(f"invalid step batch: {e}", actor, exc_info=None if isinstance(e, ValueError) else e)
             if seq is not None:
                 self.link.report_rejected(actor, seq, f"invalid step batch: {e}")
             return
@@ -413,6 +413,15 @@ class Learner:
         self.recent.extend(payload.get("recent", []))
         self._returns = {(a, int(e)): float(r) for a, e, r in payload.get("returns", [])}
         log.info("resumed from %s at %d env steps", payload["path"], self.env_steps)
+
+
+def _readable_spec(text: str) -> str | None:
+    """Why an env spec from a hello cannot be the run's (the actor is refused, the learner waits on), or None."""
+    try:
+        EnvSpec.from_json(json.loads(text), "the env spec in the hello")
+    except ValueError as e:  # json's decode error is one too
+        return str(e)
+    return None
 
 
 def _count_or_zero(rows) -> int:

@@ -240,7 +240,7 @@ def test_free_ports_come_from_below_the_ephemeral_range_where_no_outgoing_connec
     and bindable, and the kernel's own choice is the fallback where the range cannot be read."""
     import socket
 
-    from robo_rl.transport import link
+    from robo_rl.transport import ports as link  # where free_ports reads the kernel's range
 
     fake = tmp_path / "range"
     fake.write_text("40000\t60999\n")

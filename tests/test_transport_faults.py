@@ -49,7 +49,7 @@ def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
         for s in sources:
             s.kill()
     rows = [line.split() for line in out.read_text().splitlines()]
-    got = collections.Counter((r[0], int(r[1])) for r in rows if len(r) == 4)
+    got = collections.Counter((r[0], int(r[1])) for r in rows if len(r) == 5)
     expected = {(f"actor-{i}", k) for i in range(2) for k in range(300)}
     assert set(got) == expected, f"missing {sorted(expected - set(got))[:5]}"
     assert max(got.values()) == 1, "a message was stored twice"
@@ -77,6 +77,11 @@ def test_an_actor_killed_is_noticed_within_3_s_and_the_others_are_still_served(t
             survivor.poll()
         noticed_after = time.monotonic() - killed_at
         assert "doomed" not in learner.alive_actors and noticed_after < 3.0 + 0.5, noticed_after
+        while len(received) <= 10 and time.monotonic() - killed_at < 10:  # noticed at once (its connection closed)
+            survivor.send_steps({}, {"payload": np.array([len(received)], np.int64)})
+            survivor.heartbeat()
+            received += [a for a, *_ in learner.poll(20) if a == "survivor"]
+            survivor.poll()
         assert "survivor" in learner.alive_actors and len(received) > 10
     finally:
         doomed.kill()

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import hmac
 import logging
 import os
-import socket
 import time
 
 import numpy as np
 import zmq
 
 from robo_rl.transport.codec import decode, encode
+from robo_rl.transport.connections import ConnectionWatch, source_fd
 from robo_rl.transport.errors import MessageError, TransportError
+from robo_rl.transport.log_gate import LogGate, held_note
 from robo_rl.transport.messages import CTRL_KINDS, DATA_KINDS, MAX_TEXT, InvalidMessage
+from robo_rl.transport.ports import endpoint
+from robo_rl.transport.ports import free_ports as free_ports  # where callers have always imported it from
 from robo_rl.transport.security import CurveKeys, check_bind_allowed, key_speaks_for
 from robo_rl.transport.shm_weights import SharedWeightsWriter, shm_available
 
@@ -36,56 +40,6 @@ TOPIC_WEIGHTS, TOPIC_WEIGHTS_SHM, TOPIC_STATUS, TOPIC_STOP = b"w", b"m", b"s", b
 LEARNER_KINDS = ("ack", "status", "weights", "weights_shm")  # messages stamped with the learner's incarnation
 
 log = logging.getLogger(__name__)
-
-
-def endpoint(host: str, port: int) -> str:
-    return f"tcp://{host}:{port}"
-
-
-EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-FREE_PORT_SPAN = 10_000  # free ports are drawn from this many ports just below the kernel's ephemeral range
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` TCP ports free on `host` right now (for the launcher, tests, benchmarks and side-by-side runs).
-
-    Drawn at random from just below the kernel's ephemeral range where Linux says where that is: a port the kernel
-    hands out itself (bind to port 0) is one an outgoing connection of any process can take between this choice and
-    the learner's bind, and on a busy machine one did; outside that range only another listener can. Elsewhere, or
-    if too few are free there, the kernel's own choice."""
-    low = _ephemeral_low()
-    socks: list[socket.socket] = []
-    try:
-        if low is not None:
-            candidates = np.random.default_rng().permutation(np.arange(max(1024, low - FREE_PORT_SPAN), low))
-            for port in candidates[: 50 * n]:
-                s = socket.socket()
-                try:
-                    s.bind((host, int(port)))
-                except OSError:
-                    s.close()
-                    continue
-                socks.append(s)
-                if len(socks) == n:
-                    break
-        while len(socks) < n:
-            s = socket.socket()
-            socks.append(s)
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _ephemeral_low() -> int | None:
-    """The first port of the kernel's ephemeral range, or None where it cannot be read."""
-    try:
-        with open(EPHEMERAL_RANGE_FILE) as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return low if low > 1024 else None
 
 
 def new_id() -> int:
@@ -115,6 +69,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
+def _proves_session(info: dict, token: str) -> bool:
+    """Whether a hello's token is the one that opened this session: the token itself while this learner knows it;
+    after a restart, a token whose hash is the stored one. What was read from disk is never a token: a session
+    stored without its hash cannot be continued, and a hello carrying the stored hash as its token fails."""
+    if info["token"] is not None:
+        return hmac.compare_digest(token.encode(), info["token"].encode())
+    return info["token_hash"] is not None and hmac.compare_digest(token_hash(token), info["token_hash"])
+
+
 class LearnerLink:
     """The learner's side: binds all three channels.
 
@@ -122,9 +85,10 @@ class LearnerLink:
     for that session only with that token, and only from the connection (and with CURVE, the key) that said
     hello. A second live process under the same actor id is refused by name. A message number that comes again
     before its first copy is on disk is compared byte for byte with that copy (held until then, the same buffers
-    the replay holds): if they differ, the conflict is reported and the session refused, so an actor never
-    forgets data that was not stored. (One that comes again after it is on disk carries the session's token:
-    it is the same process's resend of bytes already stored.)
+    the replay holds; released when the replay rejects it, and the oldest past `max_held_mb` per actor): if they
+    differ, the conflict is reported and the session refused, so an actor never forgets data that was not stored.
+    (One that comes again after it is on disk carries the session's token: it is the same process's resend of bytes
+    already stored.) A session whose connection has closed (its process died) no longer holds its actor id.
     """
 
     def __init__(
@@ -140,6 +104,7 @@ class LearnerLink:
         receive_queue_messages: int = 16,
         curve: CurveKeys | None = None,
         shared_memory_weights: bool = True,
+        max_held_mb: float = 1024.0,
     ) -> None:
         check_bind_allowed(host, curve)
         self.config_hash = config_hash
@@ -152,6 +117,7 @@ class LearnerLink:
         self._shm: SharedWeightsWriter | None = None
         self._auth = curve.start_authenticator(self.ctx) if curve else None
         self.max_message_bytes = int(max_message_mb * 2**20)
+        self.max_held_bytes = int(max_held_mb * 2**20)  # per actor: copies of received, not yet durable messages
         # Memory held by queued messages is at most peers × receive_queue_messages × the frame cap: ZeroMQ stops
         # reading a peer whose queue is full. Frames between the limit and the cap are counted and dropped by us;
         # beyond the cap ZeroMQ drops the connection before we see the message.
@@ -159,15 +125,18 @@ class LearnerLink:
         self.pull = self._bind(zmq.PULL, host, data_port, "transport.data_port", frame_cap, receive_queue_messages)
         self.pub = self._bind(zmq.PUB, host, weights_port, "transport.weights_port", frame_cap, 0)
         self.router = self._bind(zmq.ROUTER, host, ctrl_port, "transport.ctrl_port", 1 << 20, 256)
+        self.connections = ConnectionWatch(self.router)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
+        self.poller.register(self.connections.monitor, zmq.POLLIN)
         # actor id → its session: token, acked/durable seq, held frames, connection, liveness, last stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
         self.duplicates = self.unannounced = self.internal_errors = 0
+        self._log_gate = LogGate()  # drops are counted each; their log lines are thinned per reason
         self.auto_ack = True
-        self.first_spec: str | None = None  # the env spec of the first actor that told one in its hello
+        self.first_spec: str | None = None  # the env spec of the first welcomed actor that told one in its hello
         self.spec_check = None  # (spec text) -> why it does not fit this learner, or None; refuses such an actor
         self._weights: list | None = None
         self._last_ack_sent: dict[str, tuple] = {}
@@ -200,6 +169,8 @@ class LearnerLink:
         as (actor, arrays, session, seq, session token hash). No message, however malformed, raises out of here."""
         received = []
         events = dict(self.poller.poll(timeout_ms))
+        if self.connections.monitor in events:  # before the hellos: a dead process's id is free for its successor
+            self._note_closed()
         if self.router in events:
             self._drain(self.router, self._handle_ctrl)
         if self.pull in events:
@@ -221,12 +192,22 @@ class LearnerLink:
                 handle(frames)
             except Exception as e:  # the last line of defence: one bad message never stops the learner
                 self.internal_errors += 1
-                sender = _printable(frames[0].bytes) if sock is self.router and frames else SENDER_UNKNOWN
-                log.exception("error handling a message from %s (dropped, learner serving on): %s", sender, e)
+                if (held := self._log_gate.admit(f"internal error {type(e).__name__}")) is not None:
+                    sender = _printable(frames[0].bytes) if sock is self.router and frames else SENDER_UNKNOWN
+                    log.exception(
+                        "error handling a message from %s (dropped, learner serving on): %s%s",
+                        sender,
+                        e,
+                        held_note(held),
+                    )
 
-    def reject(self, reason: str, sender: str = SENDER_UNKNOWN) -> None:
-        self.bad_messages[reason.split(":")[0]] += 1
-        log.warning("dropped a message from %s: %s", sender, reason)
+    def reject(self, reason: str, sender: str = SENDER_UNKNOWN, exc_info: BaseException | None = None) -> None:
+        """Count a dropped message by its reason's first words and log it (with `exc_info`'s traceback), at most a
+        few lines per reason a minute whatever rate the drops come at."""
+        kind = reason.split(":")[0]
+        self.bad_messages[kind] += 1
+        if (held := self._log_gate.admit(kind)) is not None:
+            log.warning("dropped a message from %s: %s%s", sender, reason, held_note(held), exc_info=exc_info)
 
     def _accept_data(self, frames: list[zmq.Frame]) -> tuple[str, dict, int, int, str] | None:
         size = sum(f.buffer.nbytes for f in frames)
@@ -265,8 +246,29 @@ class LearnerLink:
         info["acked"] = seq
         info["last_seen"] = time.monotonic()
         if not self.auto_ack:  # kept (no copy) until durable, to compare a resend with
-            info["held"][seq] = [f.buffer for f in frames]
+            self._hold(actor, info, seq, [f.buffer for f in frames], size)
         return actor, arrays, session, seq, info["token_hash"]
+
+    def _hold(self, actor: str, info: dict, seq: int, buffers: list, size: int) -> None:
+        """Keep a received message's buffers until it is durable; past `max_held_bytes` the oldest are let go (a
+        resend of one of those is then taken as a duplicate, uncompared)."""
+        while info["held"] and info["held_bytes"] + size > self.max_held_bytes:
+            self._release(info, next(iter(info["held"])))
+            if (held := self._log_gate.admit("held copies over the limit")) is not None:
+                log.warning(
+                    "actor %s: over %.0f MB of messages received and not yet stored; the oldest copy let go%s",
+                    actor,
+                    self.max_held_bytes / 2**20,
+                    held_note(held),
+                )
+        info["held"][seq] = buffers
+        info["held_bytes"] += size
+
+    @staticmethod
+    def _release(info: dict, seq: int) -> None:
+        buffers = info["held"].pop(seq, None)
+        if buffers is not None:
+            info["held_bytes"] -= sum(b.nbytes for b in buffers)
 
     def _handle_ctrl(self, frames: list[zmq.Frame]) -> None:
         ident, body = frames[0].bytes, frames[1:]
@@ -279,7 +281,7 @@ class LearnerLink:
                 self._refuse(ident, str(e))
             return
         if kind == "hello":
-            self._welcome(ident, meta, body[0].get("User-Id") if self.curve else None)
+            self._welcome(ident, meta, body[0].get("User-Id") if self.curve else None, source_fd(body[0]))
             return
         info = self.actors.get(meta["actor"])
         if info is None or info["ident"] != ident:
@@ -288,7 +290,7 @@ class LearnerLink:
             )
             return
         if kind == "heartbeat":
-            info["last_seen"] = time.monotonic()
+            info["last_seen"], info["fd"] = time.monotonic(), source_fd(body[0])  # ZeroMQ may have reconnected
             info["stats"] = meta.get("stats", {})
             if not info["alive"]:
                 info["alive"] = True
@@ -298,7 +300,7 @@ class LearnerLink:
             info["alive"] = False
             log.info("actor %s left: %s", meta["actor"], meta.get("reason", ""))
 
-    def _welcome(self, ident: bytes, meta: dict, user_id: str | None) -> None:
+    def _welcome(self, ident: bytes, meta: dict, user_id: str | None, fd: int | None) -> None:
         actor, session, token = meta["actor"], meta["session"], meta["token"]
         if meta["config_hash"] != self.config_hash:
             return self._refuse(
@@ -311,8 +313,6 @@ class LearnerLink:
         spec = meta.get("env_spec")
         if spec is not None and self.spec_check is not None and (why := self.spec_check(spec)):
             return self._refuse(ident, why)
-        if spec is not None and self.first_spec is None:
-            self.first_spec = spec
         if self.curve and not key_speaks_for(self._key_names.get(user_id), actor):
             return self._refuse(
                 ident,
@@ -323,9 +323,16 @@ class LearnerLink:
                 ),
             )
         info = self.actors.get(actor)
+        if info is not None and info["session"] != session and info["alive"]:
+            self._note_closed()  # a crashed process's connection may have closed just before this hello came
         if info is not None and info["session"] == session:
-            claimed = info["token"] or info["token_hash"]
-            if claimed is not None and claimed not in (token, token_hash(token)):
+            if info["token"] is None and info["token_hash"] is None:
+                return self._refuse(
+                    ident,
+                    f"session {session:x} of actor id '{actor}' was stored without its token's hash, so no process "
+                    "can prove it opened it: start the actor again (a new session)",
+                )
+            if not _proves_session(info, token):
                 return self._refuse(ident, f"session {session:x} of actor id '{actor}' belongs to another process")
             if info["refused"]:
                 return self._refuse(ident, info["refused"])
@@ -347,10 +354,13 @@ class LearnerLink:
             token=token,
             token_hash=token_hash(token),
             ident=ident,
+            fd=fd,
             user_id=user_id,
             last_seen=time.monotonic(),
             alive=True,
         )
+        if spec is not None and self.first_spec is None:  # the run's spaces, told by a welcomed actor only
+            self.first_spec = spec
         self._send(ident, encode("welcome", self._ack_meta(actor)))
         if self._weights is not None:
             self._send(ident, self._weights)  # a late joiner gets weights at once
@@ -364,8 +374,10 @@ class LearnerLink:
             "acked": acked,
             "durable": acked,
             "held": {},
+            "held_bytes": 0,
             "stats": {},
             "ident": None,
+            "fd": None,
             "user_id": None,
             "alive": False,
             "refused": None,
@@ -374,7 +386,7 @@ class LearnerLink:
 
     def _refuse_session(self, actor: str, reason: str) -> None:
         info = self.actors[actor]
-        info["refused"], info["held"] = reason, {}
+        info["refused"], info["held"], info["held_bytes"] = reason, {}, 0
         self.bad_messages["conflict"] += 1
         log.error("refused actor %s: %s", actor, reason)
         self._refuse(info["ident"], reason)
@@ -401,7 +413,7 @@ class LearnerLink:
         info["durable"] = max(info["durable"], seq)
         held = info["held"]
         while held and next(iter(held)) <= info["durable"]:  # on disk now: a resend needs no comparison
-            del held[next(iter(held))]
+            self._release(info, next(iter(held)))
         key = (info["acked"], info["durable"])
         if self._last_ack_sent.get(actor) != key and info["ident"] is not None:
             self._last_ack_sent[actor] = key
@@ -413,9 +425,11 @@ class LearnerLink:
                 self.ack(actor, info["acked"] if self.auto_ack else info["durable"])
 
     def report_rejected(self, actor: str, seq: int, reason: str) -> None:
-        """Tell an actor that message `seq` reached the learner but could not be stored (and why)."""
+        """Tell an actor that message `seq` reached the learner but could not be stored (and why); its held copy is
+        let go (never stored, it will never be durable)."""
         info = self.actors.get(actor)
         if info is not None:
+            self._release(info, seq)
             self._send(
                 info["ident"], encode("rejected", {"session": info["session"], "seq": seq, "reason": reason[:MAX_TEXT]})
             )
@@ -426,6 +440,17 @@ class LearnerLink:
         stream continues after `seq`."""
         session, seq = int(session), int(seq)  # as the actor sends them: a str or numpy session would never match
         self.actors[actor] = self._new_session(session, seq, token_hash)
+
+    def _note_closed(self) -> None:
+        """Sessions whose ctrl connection has closed: their actor is lost now (a live process's ZeroMQ reconnects
+        and its next heartbeat brings it back), so its id is free for the process that replaces it."""
+        for fd in self.connections.closed():
+            for actor, info in self.actors.items():
+                if info["fd"] == fd:
+                    info["fd"] = None
+                    if info["alive"]:
+                        info["alive"] = False
+                        log.warning("actor %s lost: its connection closed", actor)
 
     def _check_liveness(self) -> None:
         now = time.monotonic()

@@ -9,7 +9,9 @@ wrong type, makes the message a counted drop with the reason.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 from robo_rl.transport.errors import MessageError
 
@@ -23,6 +25,11 @@ MAX_ID = 128  # characters in an actor id
 MAX_STATS = 64  # entries in a heartbeat's stats
 MAX_LAYOUT = 10_000  # arrays in a shared-memory weights notice
 MAX_SPEC = 20_000  # characters of an env spec in a hello
+MAX_SPEC_DEPTH = 4  # nesting of an env spec's JSON: its map, extras, an extra, the extra's shape
+MAX_SPEC_SIZE = 2**20  # a spec's dimensions (state, action, an extra's axis) and image sides
+SPEC_DTYPES = frozenset(
+    ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+)
 INT64 = 2**63
 
 
@@ -91,6 +98,84 @@ def _layout(v):
     return None
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _json_depth(text: str) -> int:
+    """How deep a JSON text's arrays and maps nest, counted before parsing (json.loads recurses per level)."""
+    depth = deepest = 0
+    for ch in re.sub(r"[^\[\]{}]", "", _JSON_STRING.sub('""', text)):
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_SPEC_DEPTH:
+            break
+    return deepest
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return value
+
+
+def _size(v, low: int = 0) -> bool:
+    return not _int(low)(v) and v <= MAX_SPEC_SIZE
+
+
+def _image_size(hw) -> bool:
+    return isinstance(hw, list) and len(hw) == 2 and all(_size(n, 1) for n in hw)
+
+
+def _extra(entry) -> bool:
+    """An extra's [shape, dtype name], as `EnvSpec.to_json` writes it."""
+    if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], list) or len(entry[0]) > 8:
+        return False
+    return isinstance(entry[1], str) and entry[1] in SPEC_DTYPES and all(_size(n) for n in entry[0])
+
+
+def _env_spec(v):
+    """An actor's env spec (`robo_rl.envs.spec.EnvSpec.to_json` as JSON text): parsed only when shallow, with finite
+    numbers, and each field of the type and range the learner builds its networks from."""
+    if not isinstance(v, str) or len(v) > MAX_SPEC:
+        return f"a JSON text of at most {MAX_SPEC} characters"
+    if _json_depth(v) > MAX_SPEC_DEPTH:
+        return f"an env spec nested at most {MAX_SPEC_DEPTH} levels deep"
+    try:
+        spec = json.loads(v, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError) as e:  # a JSONDecodeError is a ValueError
+        return f"an env spec in JSON with finite numbers ({str(e)[:80]})"
+    if not isinstance(spec, dict):
+        return "an env spec: a JSON map"
+    problem = _spec_problem(spec)
+    return f"an env spec whose {problem}" if problem else None
+
+
+def _spec_problem(spec: dict) -> str | None:
+    """The first field of an env spec map with the wrong type or range, named, or None."""
+    if any(not _size(spec[k]) for k in ("state_dim", "action_dim") if k in spec):
+        return f"state_dim and action_dim are integers in [0, {MAX_SPEC_SIZE}]"
+    if "version" in spec and _int()(spec["version"]):
+        return "version is an integer"
+    if "control_hz" in spec and (_number(spec["control_hz"]) or spec["control_hz"] <= 0):
+        return "control_hz is a positive number"
+    cameras = spec.get("cameras", {})
+    if not isinstance(cameras, dict) or not all(_image_size(hw) for hw in cameras.values()):
+        return f"cameras map names to [height, width] in [1, {MAX_SPEC_SIZE}]"
+    for key in ("state_names", "action_names"):
+        names = spec.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return f"{key} is a list of strings"
+    extras = spec.get("extras", {})
+    if not isinstance(extras, dict) or not all(_extra(e) for e in extras.values()):
+        return "extras map names to [shape, a plain numeric dtype]"
+    return None
+
+
 # kind → {field: (check, required)}
 _ACK = {
     "incarnation": (_int(), True),
@@ -114,7 +199,7 @@ SCHEMAS: dict[str, dict[str, tuple]] = {
         "token": (_text(64), True),
         "first_unacked": (_int(1), True),
         "config_hash": (_text(), True),
-        "env_spec": (_text(MAX_SPEC), False),
+        "env_spec": (_env_spec, False),
     },  # the actor env's spaces (robo_rl.envs.spec), JSON
     "heartbeat": {"actor": (_actor_id, True), "stats": (_stats, False)},
     "bye": {"actor": (_actor_id, True), "reason": (_text(), False)},
