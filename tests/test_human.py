@@ -430,14 +430,27 @@ def test_robo_rl_record_with_the_simulated_human_writes_a_store_training_can_use
 
 
 def test_device_latency_is_measured_from_the_input_to_the_step_that_executes_it():
+    """Each figure lies between the time from the input's end to the step's start and the time from the input's start
+    to the step's end; a wrong origin (the reset, the previous step, the device's start) falls outside."""
     pad = FakeDevice("pad")
     env = wrapped(pad, takeover="explicit")
-    pad.push(["intervention_toggle"], motion=[1, 0, 0, 0, 0, 0])
-    time.sleep(0.02)
-    env.step(POLICY)
-    env.step(POLICY)  # the same input: not counted twice
-    stats = env.stats()
-    assert 20 <= stats["device_latency_ms_p50"] < 1000 and len(env.latency_ms) == 1
+    env.step(POLICY)  # no input yet: nothing to measure
+    assert not env.latency_ms
+    bounds = []
+    for events, motion, wait_s in ((["intervention_toggle"], [1, 0, 0, 0, 0, 0], 0.0), ([], [0, 1, 0, 0, 0, 0], 0.06)):
+        time.sleep(0.08)  # the origin a wrong measure would take is this far before the input
+        before = time.monotonic()
+        pad.push(events, motion=motion)
+        pushed = time.monotonic()
+        time.sleep(wait_s)
+        stepping = time.monotonic()
+        env.step(POLICY)
+        bounds.append(((stepping - pushed) * 1e3, (time.monotonic() - before) * 1e3))
+        env.step(POLICY)  # the same input: not counted twice
+    assert len(env.latency_ms) == 2
+    for measured, (low, high) in zip(env.latency_ms, bounds, strict=True):
+        assert low <= measured <= high, (measured, low, high)
+    assert env.stats()["device_latency_ms_p50"] == pytest.approx(np.median(env.latency_ms))
 
 
 def test_pause_holds_the_actor_until_pressed_again_and_e_stop_stops_it():
