@@ -263,7 +263,9 @@ def test_sim_one_runs_to_the_end_and_a_killed_actor_is_restarted(tmp_path):
     assert len(set(pids(out, "actor-0"))) == 2 and re.search(r"actor-0\s+pid\s+\d+\s+exited\(0\)\s+restarts 1", text)
     assert re.search(r"learner\s+pid\s+\d+\s+exited\(0\)\s+restarts 0\s+env steps \d+/800", text)
     assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["actor-0.log", "learner.log"]
-    assert "--- launch: restart 1" in (run_dir / "logs" / "actor-0.log").read_text()
+    actor_log = (run_dir / "logs" / "actor-0.log").read_text()
+    assert "--- launch: restart 1" in actor_log
+    assert "is in use by another running actor" not in actor_log, "the replacement was refused: the dead one's id held"
     end = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
     assert end["kind"] == "end" and end["reason"] == "done" and end["env_steps"] >= 800
     assert (run_dir / "eval" / "report.md").exists() and "launch: done" in text
