@@ -21,14 +21,14 @@ BACKENDS = ("jsonl", "tensorboard", "wandb")
 def metrics_writer(cfg: DictConfig, run_dir: Path) -> MetricsWriter:
     """The run's metrics writer: <run_dir>/metrics.jsonl fanned out to `cfg.logger.backend`."""
     run_dir = Path(run_dir)
-    backend = cfg.logger.get("backend", "jsonl")
+    backend = cfg.logger.backend
     if backend not in BACKENDS:
         from robo_rl.config import ConfigError
 
         raise ConfigError(f"logger.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     sinks = []
     if backend == "tensorboard":
-        sinks.append(TensorBoardSink(run_dir / "tensorboard", flush_every_s=cfg.logger.get("flush_every_s", 10.0)))
+        sinks.append(TensorBoardSink(run_dir / "tensorboard", flush_every_s=cfg.logger.flush_every_s))
     elif backend == "wandb":
         sinks.append(WandbSink(cfg, run_dir))
     return MetricsWriter(run_dir / "metrics.jsonl", sinks)
@@ -57,7 +57,7 @@ def _tagged(record: dict) -> tuple[int | None, dict[str, float]]:
 class TensorBoardSink:
     """Scalars to TensorBoard event files in <run>/tensorboard/, against env steps (`tensorboard --logdir`)."""
 
-    def __init__(self, log_dir: Path, flush_every_s: float = 10.0) -> None:
+    def __init__(self, log_dir: Path, flush_every_s: float) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir), flush_secs=max(1, round(flush_every_s)))
@@ -83,13 +83,13 @@ class WandbSink:
         self.wandb = wandb
         self.run = wandb.init(
             dir=str(run_dir),
-            project=logger.get("project") or "robo_rl",
-            entity=logger.get("entity"),
-            group=logger.get("group"),
+            project=logger.project,
+            entity=logger.entity,
+            group=logger.group,
             name=f"{run_dir.parent.name}/{run_dir.name}",
             id=hashlib.sha256(str(run_dir).encode()).hexdigest()[:16],  # one run folder, one W&B run
             resume="allow",
-            mode=logger.get("mode"),
+            mode=logger.mode,
             config=OmegaConf.to_container(cfg, resolve=True),
             settings=wandb.Settings(console="off", silent=True),
         )

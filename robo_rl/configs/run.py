@@ -1,5 +1,6 @@
-"""The run's own blocks (`train`, ...): one typed field per setting, with its default, range and meaning, the only
-place they are written. `launch/conf/config.yaml` does not repeat them; an experiment's YAML sets what differs.
+"""The run's own blocks (`train`, `replay`, `demos`, `actor`, `hardware`, and the groups `transport` and `logger`):
+one typed field per setting, with its default, range and meaning, the only place they are written.
+`launch/conf/config.yaml` does not repeat them; an experiment's YAML, or a group's option, sets what differs.
 """
 
 from __future__ import annotations
@@ -26,4 +27,145 @@ class TrainConfig:
     )
 
 
-BLOCKS: dict[str, dict[str | None, type]] = {"train": {FIXED: TrainConfig}}
+@dataclass
+class ReplayConfig:
+    """The learner's replay: where batches come from, how received records reach disk, the online/prior mix."""
+
+    storage: str = setting(
+        "ram",
+        "where batches are sampled from: ram (a RAM ring of `capacity` records) | disk (the segment files)",
+        choices=("ram", "disk"),
+    )
+    capacity: int = setting(200000, "records in the RAM ring (storage=ram)", low=1)
+    disk_capacity: int = setting(
+        10000000, "records sampled from disk (storage=disk); frames stay on disk, links in RAM", low=1
+    )
+    persist: bool = setting(True, "write every online record to <run>/replay/online/, ack actors only once it is there")
+    flush_every_s: float = setting(2.0, "how often received records are written (a segment file each time), s", above=0)
+    segment_max_mb: float = setting(256, "write a segment sooner when this many MB are waiting", above=0)
+    online_fraction: float = setting(
+        0.5, "share of each batch from online data; the rest from demos + interventions", low=0, high=1
+    )
+    interventions_in_prior: bool = setting(True, "human-intervention transitions join the demonstrations as prior data")
+    verify_on_load: bool = setting(True, "check every segment's checksums when resuming")
+
+
+@dataclass
+class DemosConfig:
+    """The prior data mixed into each batch (RLPD) and a BC base's demonstrations."""
+
+    path: str | None = setting(
+        None,
+        "prior data from a dataset (replay store, LeRobot dataset, robomimic .hdf5) instead of the scripted expert; "
+        "see robo-rl data",
+    )
+    num_episodes: int = setting(20, "scripted-expert demonstrations, mixed into each batch (RLPD)", low=0)
+    noise_std: float = setting(0.1, "std of the Gaussian noise on the scripted expert's actions", low=0)
+    seed: int = setting(100000, "env seed of the first demonstration (then +1, ...)", low=0)
+
+
+@dataclass
+class ActorConfig:
+    """One actor process: its name, how it talks to the learner, when it takes weights, what wraps its env."""
+
+    id: str = setting("actor-0", "this actor's name (and its CURVE key's)")
+    steps_per_message: int = setting(10, "records batched into one data message", low=1)
+    throttle_to_learner: bool = setting(
+        True, "in sim, wait for the learner to keep the realised UTD (off on a real robot)"
+    )
+    max_lead_steps: int = setting(100, "how far the actor may run ahead of the learner's UTD budget, steps", low=0)
+    heartbeat_every_s: float = setting(0.5, "actor heartbeat period, s", above=0)
+    apply_weights: str = setting(
+        "step",
+        "when new weights are taken: step (between steps) | episode (only at episode boundaries)",
+        choices=("step", "episode"),
+    )
+    hello_timeout_s: float = setting(15, "how long the actor waits for the learner's reply to its hello, s", above=0)
+    learner_wait_s: float = setting(
+        600, "when the learner stops before the run is done, hold this long for it to come back, s", low=0
+    )
+    realtime: bool = setting(False, "sleep to hold env.control_hz (true on hardware)")
+    num_envs: int = setting(
+        1,
+        "simulated envs stepped together by this actor, one batched policy call a step (on-policy runs: reinflow, "
+        "dppo; also sac); a robot is one env per actor",
+        low=1,
+        high=256,
+    )
+    wrappers: tuple[str, ...] = setting(
+        ("safety", "human", "reward"),
+        "config nodes wrapped around the env, innermost first (an empty node is skipped): the safety layer checks "
+        "the human's commands too",
+    )
+
+
+@dataclass
+class HardwareConfig:
+    """A robot env's run-time switches."""
+
+    dry_run: bool = setting(
+        False, "a robot env's config with its commands sent to the arm's MuJoCo twin (no metal moves)"
+    )
+    calibration: str | None = setting(
+        None, "a file from robo-rl calibrate: its workspace box and home pose join this config"
+    )
+
+
+PORT = {"low": 1, "high": 65535}
+
+
+@dataclass
+class TransportConfig:
+    """Actor <-> learner sockets (launch/conf/transport/local.yaml: both on one machine, loopback binds)."""
+
+    host: str = setting("127.0.0.1", "the learner's address, as actors reach it (off loopback: CURVE keys)")
+    data_port: int = setting(5555, "actor -> learner transitions (PUSH/PULL)", **PORT)
+    weights_port: int = setting(5556, "learner -> actor weights (PUB/SUB)", **PORT)
+    ctrl_port: int = setting(5557, "hello, heartbeat and stats (DEALER/ROUTER)", **PORT)
+    curve_keys_dir: str | None = setting(
+        None, "a `robo-rl keys generate` folder to authenticate with (required off loopback)"
+    )
+    actor_timeout_s: float = setting(
+        3.0, "the learner marks an actor lost after this long without a heartbeat, s", above=0
+    )
+    shared_memory_weights: bool = setting(
+        True, "actors on the learner's machine read new weights from /dev/shm instead of TCP"
+    )
+    max_message_mb: float = setting(64, "the learner drops (and counts) larger data messages, MB", above=0)
+    receive_queue_messages: int = setting(
+        16, "data messages queued per connected actor: the learner's memory for them is this x the size", low=1
+    )
+
+
+@dataclass
+class LoggerConfig:
+    """Logs and metrics: metrics.jsonl always, plus a dashboard backend (logger=tensorboard | logger=wandb); the
+    backends' own settings are read only when that backend is chosen."""
+
+    backend: str = setting(
+        "jsonl", "where metrics go besides metrics.jsonl: jsonl (nowhere) | tensorboard | wandb (robo_rl/loggers.py)"
+    )
+    progress: bool = setting(True, "live progress bars (off for processes started by `train`, which shows its own)")
+    log_every_s: float = setting(2.0, "learner metrics are logged this often, s", above=0)
+    level: str = setting("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    flush_every_s: float = setting(10.0, "tensorboard: event files are written to disk this often, s", above=0)
+    project: str = setting("robo_rl", "wandb: the W&B project")
+    entity: str | None = setting(None, "wandb: your W&B user or team (null: your default entity)")
+    group: str | None = setting(None, "wandb: the W&B group, e.g. the experiment name, to group seeds")
+    mode: str | None = setting(
+        None, "wandb: online | offline | disabled (null: the WANDB_MODE environment variable, else online)"
+    )
+
+
+BLOCKS: dict[str, dict[str | None, type]] = {
+    prefix: {FIXED: cls}
+    for prefix, cls in (
+        ("train", TrainConfig),
+        ("replay", ReplayConfig),
+        ("demos", DemosConfig),
+        ("actor", ActorConfig),
+        ("hardware", HardwareConfig),
+        ("transport", TransportConfig),
+        ("logger", LoggerConfig),
+    )
+}

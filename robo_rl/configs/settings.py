@@ -61,7 +61,6 @@ def _choice(meaning, *choices, **kw):
 
 
 _BOOL = Setting("bool", "")
-PORT = (1, 65535)
 
 SETTINGS: dict[str, Setting] = {
     "name": Setting("str", "run name, the suffix of the run folder"),
@@ -73,32 +72,6 @@ SETTINGS: dict[str, Setting] = {
     "run_dir": Setting("str", "use this run folder instead of a new one", nullable=True),
     "resume": Setting("str", "a run folder to continue from (its latest checkpoint)", nullable=True),
     "checkpoint": Setting("str", "eval: a checkpoint file or a run folder", nullable=True),
-    # replay
-    "replay.storage": _choice("where batches are sampled from", "ram", "disk"),
-    "replay.capacity": _int("records in the RAM replay ring", 1),
-    "replay.disk_capacity": _int("records sampled from disk (storage=disk)", 1),
-    "replay.persist": Setting("bool", "write every online record to <run>/replay/online/"),
-    "replay.flush_every_s": _pos("how often received records are written to disk, seconds"),
-    "replay.segment_max_mb": _pos("write a segment sooner when this many MB are waiting"),
-    "replay.online_fraction": _float("share of each batch from online data (the rest: prior data)", 0.0, 1.0),
-    "replay.interventions_in_prior": Setting("bool", "human interventions join the prior data"),
-    "replay.verify_on_load": Setting("bool", "check segment checksums when resuming"),
-    # demos
-    "demos.path": Setting("str", "prior data from a dataset instead of the scripted expert", nullable=True),
-    "demos.num_episodes": _int("scripted-expert demonstrations mixed into each batch", 0),
-    "demos.noise_std": _float("std of the Gaussian noise on the expert's actions", 0.0),
-    "demos.seed": _int("first env seed of the demonstrations", 0),
-    # actor
-    "actor.id": Setting("str", "this actor's name (and its CURVE key's)"),
-    "actor.steps_per_message": _int("records batched into one data message", 1),
-    "actor.throttle_to_learner": Setting("bool", "in sim, wait for the learner to keep the UTD"),
-    "actor.max_lead_steps": _int("how far the actor may run ahead of the learner's UTD budget", 0),
-    "actor.heartbeat_every_s": _pos("actor heartbeat period, seconds"),
-    "actor.apply_weights": _choice("when new weights are taken", "step", "episode"),
-    "actor.hello_timeout_s": _pos("how long the actor waits for the learner's reply, seconds"),
-    "actor.realtime": Setting("bool", "sleep to hold env.control_hz (true on hardware)"),
-    "actor.num_envs": _int("simulated envs one actor steps together, one batched policy call a step", 1, 256),
-    "actor.learner_wait_s": _float("how long the actor waits for a stopped learner to come back, seconds", 0.0),
     "env_spec": Setting(
         "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
     ),
@@ -106,7 +79,7 @@ SETTINGS: dict[str, Setting] = {
     "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
     "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
     "human.success_reward": _float("reward of a step the human labels a success", nullable=True),
-    # safety (hardware/safety.py) and hardware
+    # safety (hardware/safety.py)
     "safety.max_step_m": _pos("end-effector translation per step, m", nullable=True),
     "safety.max_ee_speed_m_s": _pos("end-effector speed limit, m/s", nullable=True),
     "safety.max_rot_step_rad": _pos("rotation per step, rad", nullable=True),
@@ -125,8 +98,6 @@ SETTINGS: dict[str, Setting] = {
     "env.reach.tolerance_m": _pos("the reach target counts as reached within this, m"),
     "safety.workspace.low": _floats("the workspace box's low corner, m (the arm's base frame)", length=3),
     "safety.workspace.high": _floats("the workspace box's high corner, m", length=3),
-    "hardware.dry_run": Setting("bool", "a robot env's commands go to the arm's MuJoCo twin"),
-    "hardware.calibration": Setting("str", "a robo-rl calibrate file (workspace box, home pose)", nullable=True),
     # reward (a learned reward on the actor, robo_rl/rewards)
     "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
     "reward.kind": _choice(
@@ -160,28 +131,6 @@ SETTINGS: dict[str, Setting] = {
     "reward.shaper.clip": _pos("bound of one step's shaping term"),
     "reward.shaper.terminate_on_success": Setting("bool", "a declared success ends the episode"),
     "reward.shaper.use_sim_success": Setting("bool", "the simulator's success decides (ground truth), not the model"),
-    # logger
-    "logger.progress": Setting("bool", "live progress bars"),
-    "logger.log_every_s": _pos("learner metrics are logged this often, seconds"),
-    "logger.level": _choice("log level", "DEBUG", "INFO", "WARNING", "ERROR"),
-    "logger.backend": Setting("str", "where metrics go besides metrics.jsonl: jsonl | tensorboard | wandb"),
-    "logger.flush_every_s": _pos("TensorBoard event files are written this often, seconds"),
-    "logger.project": Setting("str", "W&B project"),
-    "logger.entity": Setting("str", "W&B user or team", nullable=True),
-    "logger.group": Setting("str", "W&B group", nullable=True),
-    "logger.mode": Setting("str", "W&B mode: online | offline | disabled", nullable=True),
-    # transport
-    "transport.host": Setting("str", "the learner's address, as actors reach it"),
-    "transport.data_port": _int("actor → learner transitions (PUSH/PULL)", *PORT),
-    "transport.weights_port": _int("learner → actor weights (PUB/SUB)", *PORT),
-    "transport.ctrl_port": _int("hello, heartbeat and stats (DEALER/ROUTER)", *PORT),
-    "transport.curve_keys_dir": Setting(
-        "str", "a `robo-rl keys generate` folder (required off loopback)", nullable=True
-    ),
-    "transport.actor_timeout_s": _pos("the learner marks an actor lost after this long without a heartbeat, s"),
-    "transport.max_message_mb": _pos("the learner drops data messages larger than this, MB"),
-    "transport.receive_queue_messages": _int("data messages queued per connected actor", 1),
-    "transport.shared_memory_weights": Setting("bool", "actors on the learner's machine read weights from /dev/shm"),
     # env (each env has some of these)
     "env.task": Setting("str", "the env's task variant"),
     "env.reward_type": _choice("reward", "dense", "sparse", "potential", nullable=True),

@@ -65,7 +65,7 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
     `demos.num_episodes=0` and no `demos.path` (learning from online data and interventions alone). Only successful
     episodes are kept.
     """
-    if cfg.demos.get("path"):
+    if cfg.demos.path:
         return load_demo_dataset(cfg), Path(cfg.demos.path), True
     if cfg.demos.num_episodes == 0:
         return None, None, False

@@ -16,7 +16,7 @@ def actor_wrapper_nodes(cfg):
     learner applies itself (`where: learner`) are skipped; an entry naming no config node is a ConfigError."""
     from omegaconf import DictConfig, OmegaConf
 
-    for entry in OmegaConf.select(cfg, "actor.wrappers", default=None) or []:
+    for entry in cfg.actor.wrappers:
         node = entry if isinstance(entry, DictConfig) else OmegaConf.select(cfg, str(entry), default=None)
         if node is None and isinstance(entry, str):
             raise ConfigError(f"actor.wrappers names '{entry}', which is not a config node")

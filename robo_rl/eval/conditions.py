@@ -145,8 +145,4 @@ def is_real_robot_config(cfg) -> bool:
     driver = OmegaConf.select(cfg, "env.driver", default=None)
     if not driver or "_target_" not in driver:
         return False
-    return not (
-        driver.get("twin")
-        or OmegaConf.select(cfg, "env.dry_run", default=False)
-        or OmegaConf.select(cfg, "hardware.dry_run", default=False)
-    )
+    return not (driver.get("twin") or OmegaConf.select(cfg, "env.dry_run", default=False) or cfg.hardware.dry_run)

@@ -105,5 +105,5 @@ class CurveKeys:
 
 def curve_keys(cfg, name: str) -> CurveKeys | None:
     """The CURVE keys of process `name` when `transport.curve_keys_dir` is set, else None (loopback only)."""
-    keys_dir = cfg.transport.get("curve_keys_dir")
+    keys_dir = cfg.transport.curve_keys_dir
     return CurveKeys.load(keys_dir, name) if keys_dir else None
