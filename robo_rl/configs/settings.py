@@ -2,9 +2,9 @@
 
 A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
 with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
-unknown key refused by name. The components without one yet (the run, train, replay, demos, actor, human, safety and
-hardware, reward, gui, eval, bc, logger, transport, policy, distill and env blocks) keep their ranges in the table
-below. `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
+unknown key refused by name. The components without one yet (the run's root keys, human, safety, reward and env
+blocks) keep their ranges in the table below.
+`SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
 and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
 """
 
