@@ -128,6 +128,7 @@ def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
         key = o.key_or_group
         prefix = typed_prefix(key)
         typed = typed_config(prefix, OmegaConf.select(cfg, f"{prefix}._target_", default=None)) is not None
+        typed = typed and "." not in key[len(prefix) + 1 :]  # inside a plugin spec (env.driver.port): not a setting
         if not (typed or o.is_add() or o.is_force_add()) and OmegaConf.select(cfg, key, default=MISSING) is MISSING:
             known = _dotted_keys(OmegaConf.to_container(cfg))
             raise ConfigError(

@@ -249,7 +249,8 @@ def check_settings(get) -> None:
                 raise ValueError(text)
             typed.add(prefix)
     for key in SETTINGS:
-        if typed_prefix(key) in typed:  # checked against its own dataclass above
+        prefix = typed_prefix(key)
+        if prefix in typed and "." not in key[len(prefix) + 1 :]:  # checked against its own dataclass above
             continue
         value = get(key)
         if value is MISSING:
