@@ -41,7 +41,7 @@ def test_the_pick_task_tells_its_spec_from_its_config_exactly_as_the_built_env_h
 
 
 def test_the_learner_takes_the_spec_from_the_run_folder_a_file_or_an_actor_that_writes_it_later(tmp_path):
-    cfg = load_config(["env=point_reach", "env._target_=sim.robosuite_tasks.RobosuiteEnv"])  # no spec_from_config
+    cfg = load_config(["env=robosuite_lift"])  # RobosuiteEnv has no spec_from_config
     assert static_spec({"_target_": "sim.robosuite_tasks.RobosuiteEnv"}) is None
     with pytest.raises(FileNotFoundError, match="start an actor for this run"):
         learner_spec(cfg, tmp_path, wait_s=0.2)
@@ -52,9 +52,7 @@ def test_the_learner_takes_the_spec_from_the_run_folder_a_file_or_an_actor_that_
     other = tmp_path / "elsewhere"
     other.mkdir()
     (other / "mine.json").write_text(json.dumps(spec.to_json()))
-    cfg2 = load_config(
-        ["env=point_reach", "env._target_=sim.robosuite_tasks.RobosuiteEnv", f"env_spec={other / 'mine.json'}"]
-    )
+    cfg2 = load_config(["env=robosuite_lift", f"env_spec={other / 'mine.json'}"])
     assert learner_spec(cfg2, None) == spec
     # a spec file that is not one is refused by name
     (other / "bad.json").write_text('{"version": 1, "state_dim": "x"}')

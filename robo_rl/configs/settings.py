@@ -2,15 +2,14 @@
 
 A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
 with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
-unknown key refused by name. The components without one yet (the run's root keys, human, safety, reward and env
-blocks) keep their ranges in the table below.
+unknown key refused by name. The components without one yet (the run's root keys, human, safety and reward blocks,
+a plugin spec's keys such as env.driver.control_hz) keep their ranges in the table below.
 `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
 and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from robo_rl.configs.algo import ALGO_CONFIGS
@@ -75,6 +74,7 @@ SETTINGS: dict[str, Setting] = {
     "env_spec": Setting(
         "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
     ),
+    "env.driver.control_hz": _pos("the driver's command period (UR servoJ), Hz"),  # a plugin spec's: no dataclass
     "human.takeover": _choice("how a device takes control", "explicit", "implicit", "both"),
     "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
     "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
@@ -88,14 +88,6 @@ SETTINGS: dict[str, Setting] = {
     "safety.effort_limit": _pos("external force (N) or motor load (fraction) that stops the arm", nullable=True),
     "safety.watchdog_s": _pos("no command for this long: the arm holds, seconds", nullable=True),
     "safety.ack_timeout_s": _pos("a stop not acknowledged within this ends the actor, seconds", nullable=True),
-    "env.driver.control_hz": _pos("the driver's command period (UR servoJ), Hz"),
-    "env.max_rot_step_rad": _pos("end-effector rotation per step at action 1, rad"),
-    "env.ik_recovery_after": _int("IK failures in a row before a joint-space step toward home", 1),
-    "env.recovery_step_rad": _pos("the joint-space recovery step per joint, rad"),
-    "env.reset_timeout_s": _pos("the move home must finish within this, seconds"),
-    "env.reach.low": _floats("the reach target box's low corner, m", length=3),
-    "env.reach.high": _floats("the reach target box's high corner, m", length=3),
-    "env.reach.tolerance_m": _pos("the reach target counts as reached within this, m"),
     "safety.workspace.low": _floats("the workspace box's low corner, m (the arm's base frame)", length=3),
     "safety.workspace.high": _floats("the workspace box's high corner, m", length=3),
     # reward (a learned reward on the actor, robo_rl/rewards)
@@ -131,70 +123,6 @@ SETTINGS: dict[str, Setting] = {
     "reward.shaper.clip": _pos("bound of one step's shaping term"),
     "reward.shaper.terminate_on_success": Setting("bool", "a declared success ends the episode"),
     "reward.shaper.use_sim_success": Setting("bool", "the simulator's success decides (ground truth), not the model"),
-    # env (each env has some of these)
-    "env.task": Setting("str", "the env's task variant"),
-    "env.reward_type": _choice("reward", "dense", "sparse", "potential", nullable=True),
-    "env.shaping_gamma": _float("reward_type=potential: the learner's discount per env step", 0.0, 1.0, low_open=True),
-    "env.shaping_scale": _float("reward_type=potential: the shaping term's weight (success pays 1)", 0.0, 1.0),
-    "env.max_episode_steps": _int("steps before the time limit", 1, nullable=True),
-    "env.terminate_on_success": Setting("bool", "end the episode on success"),
-    "env.control_hz": _pos("control rate, Hz", high=1000.0),
-    "env.physics_dt_s": _pos("physics timestep, seconds", high=0.1),
-    "env.max_ee_step_m": _pos("largest end-effector move per step, metres"),
-    "env.max_ee_rot_rad": _pos("largest end-effector rotation per step, radians"),
-    "env.ee_step_m": _pos("end-effector move per step at action 1, metres"),
-    "env.workspace_low_m": _floats("lower corner of the end-effector workspace box, metres", length=3),
-    "env.workspace_high_m": _floats("upper corner of the end-effector workspace box, metres", length=3),
-    "env.cube_center_xy_m": _floats("centre of the cube's spawn area, metres", length=2),
-    "env.cube_xy_range_m": _floats("half-widths of the cube's uniform spawn box, metres", 0.0, 0.3, length=2),
-    "env.cube_yaw_range_rad": _float("cube yaw uniform in [-r, r], radians", 0.0, math.pi),
-    "env.cube_half_size_m": _float("half the cube's edge, metres (the gripper opens 85 mm)", 0.005, 0.04),
-    "env.cube_mass_kg": _pos("cube mass, kg", high=2.0),
-    "env.ee_start_m": _floats("gripper start position, metres", length=3),
-    "env.ee_start_noise_m": _float("half-width of the uniform gripper start noise, metres", 0.0, 0.2),
-    "env.lift_height_m": _pos("lift success height, metres"),
-    "env.reach_height_m": _float("reach target height above the cube, metres", 0.0),
-    "env.reach_tolerance_m": _pos("reach success distance, metres"),
-    "env.cameras": Setting(
-        "str list", "cameras in the observation (a robot env: camera name → its device)", or_mapping=True, nullable=True
-    ),
-    "env.image_size": _int("camera image height and width, pixels", 1, 1024),
-    "env.gripper": _choice("gripper action", "absolute", "discrete", "none"),
-    "env.state": _choice("state: full, or proprio (no object pose)", "full", "proprio"),
-    "env.step_size": _pos("point move per step at action 1"),
-    "env.camera": Setting("bool", "add an 8x8 top camera"),
-    "env.image_obs": Setting("bool", "front and wrist cameras instead of the block position"),
-    "env.random_block_position": Setting("bool", "random block position at reset"),
-    "env.fast_render": Setting("bool", "render without shadows, reflections and anti-aliasing"),
-    "env.scale_state": Setting("bool", "scale every state entry to about [-1, 1]"),
-    "env.observation": _choice("observation", "low_dim", "image"),
-    "env.state_keys": Setting("str list", "robosuite observation keys in the state (null: the task's)", nullable=True),
-    "env.model_seed": _int("seeds what robosuite draws once, at build time", 0),
-    # env.randomize (sim/randomize.py): [low, high] drawn once per episode; a single number is a std or half-width
-    "env.randomize.object_size_scale": _floats(
-        "randomize: the object's size factor", 0.0, 2.0, length=2, low_open=True
-    ),
-    "env.randomize.object_mass_scale": _floats(
-        "randomize: the object's mass factor", 0.0, 100.0, length=2, low_open=True
-    ),
-    "env.randomize.friction_scale": _floats(
-        "randomize: the object's and fingers' friction factor", 0.0, 10.0, length=2, low_open=True
-    ),
-    "env.randomize.object_xy_offset_m": _floats(
-        "randomize: half-widths of the object's extra start shift, m", 0.0, 0.3, length=2
-    ),
-    "env.randomize.light_scale": _floats("randomize: the lights' intensity factor", 0.0, 10.0, length=2, low_open=True),
-    "env.randomize.camera_pos_noise_m": _float("randomize: half-width of each camera's position noise, m", 0.0, 0.5),
-    "env.randomize.camera_fovy_deg": _floats(
-        "randomize: each camera's vertical field of view, degrees", 0.0, 179.0, length=2, low_open=True
-    ),
-    "env.randomize.camera_fovy_scale": _floats(
-        "randomize: each camera's field-of-view factor", 0.0, 3.0, length=2, low_open=True
-    ),
-    "env.randomize.image_noise_std": _float("randomize: std of the pixel noise, uint8 units", 0.0, 255.0),
-    "env.randomize.action_latency_steps": _ints("randomize: steps a command waits before it is applied", 0, length=2),
-    "env.randomize.action_noise_std": _float("randomize: std of the noise on the normalised action", 0.0, 2.0),
-    "env.randomize.control_jitter": _float("randomize: half-width of a step's relative duration change", 0.0, 0.9),
 }
 
 
