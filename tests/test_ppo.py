@@ -194,7 +194,29 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
     assert 0.3 < before < 0.7 and after > before + 0.25, (before, after)
     assert float(mean0.abs().mean()) > 0.1  # it is x_0 that moved
     if "clip_initial_noise" in clips:
-        assert 0 <= metrics["clip_frac_initial"] <= 1 and np.isfinite(metrics["approx_kl_initial"])
+        assert np.isfinite(metrics["approx_kl_initial"])  # its clip fraction: the constructed batch below
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_clip_fraction_is_the_share_of_decisions_whose_ratio_left_the_clip_band(split):
+    """Stored log-probabilities set by hand against what the weights give now: 16 of 64 decisions 0.5 nats lower
+    (ratio e^0.5), 8 higher (e^-0.5), the rest equal. One epoch of one minibatch measures before any step: 24 of 64
+    leave the band of 0.2. x_0's own ratio (algo.clip_initial_noise) is scored from the acting weights: 1, none out."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = chain_policy("reinflow", **({"initial_noise": "learned"} if split else {})).to(DEVICE)
+    kw = {"clip_initial_noise": 0.1} if split else {}
+    algo = build_ppo(policy, SPACE, 2, rollout_env_steps=64, batch_size=64, epochs=1, value_hidden=[8], clip=0.2, **kw)
+    obs = {"state": (torch.rand(64, 2) * 2 - 1).to(DEVICE), "images": {}}
+    with torch.no_grad():
+        chain, _ = policy.sample_chain(obs)
+        now, _ = policy.chain_log_prob(obs, chain)
+    shift = torch.tensor([0.5] * 16 + [-0.5] * 8 + [0.0] * 40, device=DEVICE)
+    metrics = algo.update([bandit_batch(obs, torch.rand(64, device=DEVICE), chain, now - shift, steps=3)])
+    assert metrics["clip_frac"] == 24 / 64, metrics
+    assert metrics["approx_kl"] == pytest.approx(((shift.exp() - 1) - shift).mean().item(), abs=1e-4)
+    if split:
+        assert metrics["clip_frac_initial"] == 0.0 and metrics["approx_kl_initial"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_dppo_scores_and_fine_tunes_only_its_last_steps():
