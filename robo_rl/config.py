@@ -71,7 +71,9 @@ def _where_an_unknown_key_came_from(text: str, overrides: list[str]) -> str:
     import re
 
     found = re.match(r"unknown config key '([\w.]+)'", text)
-    if not found or any(o.partition("=")[0].lstrip("+~") == found.group(1) for o in overrides):
+    given = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
+    mappings = [k for k, v in given.items() if v.startswith("{")]  # a mapping given whole holds its own keys
+    if not found or found.group(1) in given or any(found.group(1).startswith(k + ".") for k in mappings):
         return text
     default = re.search(r"^\s*- experiment: (\w+)", (CONF_DIR / "config.yaml").read_text(), re.M)
     experiment = override_value(overrides, "experiment") or (default.group(1) if default else "?")
