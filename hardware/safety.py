@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from robo_rl.configs.wrappers import SafetyConfig
 from robo_rl.envs.base import RobotWrapper, SafetyStop
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 WAIT_POLL_S = 0.05  # while stopped: how often devices and the GUI are read for an acknowledgement
 WATCHDOG_POLL_S = 0.02  # the watchdog looks this often: it holds the arm at most this long after `watchdog_s`
 AXES = ("x", "y", "z")
+SAFETY = SafetyConfig()  # the `safety` block's defaults (robo_rl/configs/wrappers.py), for layers built in Python
 
 
 class SafetyWrapper(RobotWrapper):
@@ -42,14 +44,14 @@ class SafetyWrapper(RobotWrapper):
         self,
         env,
         workspace: dict | None = None,
-        max_step_m: float | None = None,
-        max_ee_speed_m_s: float | None = 0.25,
-        max_rot_step_rad: float | None = None,
-        joint_margin_rad: float = 0.05,
-        max_joint_speed_rad_s: float | None = 1.5,
-        effort_limit: float | None = None,
-        watchdog_s: float | None = 0.5,
-        ack_timeout_s: float | None = None,
+        max_step_m: float | None = SAFETY.max_step_m,
+        max_ee_speed_m_s: float | None = SAFETY.max_ee_speed_m_s,
+        max_rot_step_rad: float | None = SAFETY.max_rot_step_rad,
+        joint_margin_rad: float = SAFETY.joint_margin_rad,
+        max_joint_speed_rad_s: float | None = SAFETY.max_joint_speed_rad_s,
+        effort_limit: float | None = SAFETY.effort_limit,
+        watchdog_s: float | None = SAFETY.watchdog_s,
+        ack_timeout_s: float | None = SAFETY.ack_timeout_s,
     ) -> None:
         super().__init__(env)
         arm = env.unwrapped

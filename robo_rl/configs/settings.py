@@ -2,8 +2,8 @@
 
 A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
 with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
-unknown key refused by name. The components without one yet (the run's root keys, human, safety and reward blocks,
-a plugin spec's keys such as env.driver.control_hz) keep their ranges in the table below.
+unknown key refused by name. The keys without one (the run's root keys, a plugin spec's keys such as
+env.driver.control_hz) keep their ranges in the table below.
 `SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
 and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
 """
@@ -75,54 +75,6 @@ SETTINGS: dict[str, Setting] = {
         "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
     ),
     "env.driver.control_hz": _pos("the driver's command period (UR servoJ), Hz"),  # a plugin spec's: no dataclass
-    "human.takeover": _choice("how a device takes control", "explicit", "implicit", "both"),
-    "human.implicit_threshold": _float("device motion above which implicit takeover happens", 0.0, 1.0),
-    "human.handback_steps": _int("steps of the ramp from the human's last command back to the policy's", 0),
-    "human.success_reward": _float("reward of a step the human labels a success", nullable=True),
-    # safety (hardware/safety.py)
-    "safety.max_step_m": _pos("end-effector translation per step, m", nullable=True),
-    "safety.max_ee_speed_m_s": _pos("end-effector speed limit, m/s", nullable=True),
-    "safety.max_rot_step_rad": _pos("rotation per step, rad", nullable=True),
-    "safety.joint_margin_rad": _float("joint targets stay this far inside the joint limits, rad", 0.0),
-    "safety.max_joint_speed_rad_s": _pos("joint speed limit, rad/s", nullable=True),
-    "safety.effort_limit": _pos("external force (N) or motor load (fraction) that stops the arm", nullable=True),
-    "safety.watchdog_s": _pos("no command for this long: the arm holds, seconds", nullable=True),
-    "safety.ack_timeout_s": _pos("a stop not acknowledged within this ends the actor, seconds", nullable=True),
-    "safety.workspace.low": _floats("the workspace box's low corner, m (the arm's base frame)", length=3),
-    "safety.workspace.high": _floats("the workspace box's high corner, m", length=3),
-    # reward (a learned reward on the actor, robo_rl/rewards)
-    "reward.model": Setting("str", "a saved reward model folder (robo-rl reward train)"),
-    "reward.kind": _choice(
-        "a saved run's older spelling of reward.model_target", "classifier", "progress", nullable=True
-    ),
-    "reward.model_target": Setting(
-        "str", "the reward model's class (a dotted path), checked against the saved folder's _target_", nullable=True
-    ),
-    "reward.where": _choice(
-        "where the model scores: the actor (rewards and dones) or the learner (rewards)", "actor", "learner"
-    ),
-    "reward.instruction": Setting("str", "the task's instruction (null: the env's task_description)", nullable=True),
-    "reward.every": _int("score every this many steps", 1),
-    "reward.asynchronous": Setting("bool", "score on a worker thread (the control loop never waits)"),
-    "reward.max_staleness_steps": _int("a score older than this many steps is not used", 0),
-    "reward.fallback": _choice("the reward while no fresh score exists", "env", "zero"),
-    "reward.env_terminates": Setting("bool", "the env's own success check ends episodes"),
-    "reward.cameras": Setting("str list", "a remote critic's cameras (to start while it is down)", nullable=True),
-    "reward.timeout_s": _pos("how long to wait for a remote critic's answer, seconds"),
-    "reward.curve_keys_dir": Setting("str", "CURVE keys for a remote critic off loopback", nullable=True),
-    "reward.key_name": Setting("str", "this actor's CURVE key name"),
-    "reward.shaper.gamma": _float("discount of the potential-based shaping", 0.0, 1.0),
-    "reward.shaper.shaping_scale": _float("weight of the shaping term", 0.0),
-    "reward.shaper.success_bonus": _float("reward on the step success is declared", 0.0),
-    "reward.shaper.success_threshold": _float(
-        "success probability that counts as a positive (null: the model's)", 0.0, 1.0, nullable=True
-    ),
-    "reward.shaper.debounce_k": _int("consecutive positives that declare success", 1),
-    "reward.shaper.stagnation_steps": _int("steps without progress that end an episode (0: never)", 0),
-    "reward.shaper.regression_drop": _float("progress lost below the best that ends an episode (0: never)", 0.0),
-    "reward.shaper.clip": _pos("bound of one step's shaping term"),
-    "reward.shaper.terminate_on_success": Setting("bool", "a declared success ends the episode"),
-    "reward.shaper.use_sim_success": Setting("bool", "the simulator's success decides (ground truth), not the model"),
 }
 
 

@@ -153,8 +153,8 @@ def shaper_settings(shaper: dict | None, model: RewardModel) -> dict:
     """The shaper's settings with `success_threshold: null` resolved: the model's own threshold where it chose one
     (a classifier's, for its false-positive target), else 0.5."""
     settings = dict(shaper or {})
-    if settings.get("success_threshold") is None:
-        settings["success_threshold"] = float(getattr(model, "threshold", 0.5))
+    if settings.get("success_threshold") is None and getattr(model, "threshold", None) is not None:
+        settings["success_threshold"] = float(model.threshold)  # else null: ShaperConfig resolves it
     return settings
 
 

@@ -18,64 +18,17 @@ which runs the very same `step`s, so both give identical results for the same in
 
 from __future__ import annotations
 
-import difflib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
+from robo_rl.configs.wrappers import ShaperConfig
 from robo_rl.rewards.base import OUTPUTS, Scores
 
 REASONS = (None, "model_success", "sim_success", "human_success", "human_failure", "stagnation", "regression")
 HUMAN_LABELS = {"success": True, "human_success": True, "failure": False, "human_failure": False}
 _TOL = 1e-9  # float slack for the stagnation / regression comparisons
-
-
-@dataclass
-class ShaperConfig:
-    """reward.shaper.* settings."""
-
-    gamma: float = 0.99  # the RL discount, used in the shaping term gamma * Φ' - Φ
-    shaping_scale: float = 0.5  # weight of the shaping term (0: bonus only)
-    success_bonus: float = 1.0  # paid once, on the step success is declared; must exceed shaping_scale * (1 + gamma)
-    success_threshold: float = 0.5  # success_prob at or above this counts as a positive step
-    debounce_k: int = 3  # this many consecutive positive steps declare success (on the k-th)
-    stagnation_steps: int = 0  # >0: this many steps without Φ improving by more than stagnation_eps truncate
-    stagnation_eps: float = 0.01  # the improvement in Φ that resets the stagnation count
-    regression_drop: float = 0.0  # >0: Φ falling this far below its best in the episode truncates
-    clip: float = 1.0  # each step's shaping term is clipped to [-clip, clip] before the bonus is added
-    terminate_on_success: bool = True  # a model / simulator success ends the episode (a human label always does)
-    use_sim_success: bool = False  # the env's ground-truth success decides success instead of the model
-
-    def __post_init__(self) -> None:
-        if not 0 < self.gamma <= 1:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
-        if self.shaping_scale < 0 or self.clip <= 0:
-            raise ValueError(f"shaping_scale must be >= 0 and clip > 0, got {self.shaping_scale} and {self.clip}")
-        bound = self.shaping_scale * (1 + self.gamma)
-        if not self.success_bonus > bound:
-            raise ValueError(
-                f"success_bonus {self.success_bonus} must exceed shaping_scale * (1 + gamma) = {bound:g} "
-                f"(shaping_scale {self.shaping_scale}, gamma {self.gamma}), or shaping can pay more "
-                "than success"
-            )
-        if not 0 <= self.success_threshold <= 1 or self.debounce_k < 1:
-            raise ValueError(
-                f"success_threshold must be in [0, 1] and debounce_k >= 1, got "
-                f"{self.success_threshold} and {self.debounce_k}"
-            )
-        if self.stagnation_steps < 0 or self.stagnation_eps < 0 or self.regression_drop < 0:
-            raise ValueError("stagnation_steps, stagnation_eps and regression_drop must be >= 0")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ShaperConfig:
-        names = [f.name for f in fields(cls)]
-        for key in values:
-            if key not in names:
-                near = difflib.get_close_matches(key, names, n=1)
-                hint = f"; did you mean {near[0]!r}" if near else ""
-                raise ValueError(f"unknown reward.shaper setting '{key}'{hint}")
-        return cls(**values)
 
 
 @dataclass

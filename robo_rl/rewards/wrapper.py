@@ -21,6 +21,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from robo_rl.configs.wrappers import FALLBACKS, RewardConfig
 from robo_rl.envs.base import RobotWrapper
 from robo_rl.rewards.base import RewardModel, Scores, Task, load_model, shaper_settings
 from robo_rl.rewards.shaper import RewardShaper
@@ -28,7 +29,7 @@ from robo_rl.rewards.shaper import RewardShaper
 log = logging.getLogger(__name__)
 
 EXTRAS = {"reward_env": ((), np.float32), "success_prob": ((), np.float32)}
-FALLBACKS = ("env", "zero")
+REWARD = RewardConfig()  # the `reward` block's defaults (robo_rl/configs/wrappers.py), for wrappers built in Python
 ENDED_BY = {"model_success": "reward_success", "stagnation": "reward_stalled", "regression": "reward_stalled"}
 
 
@@ -41,19 +42,19 @@ class RewardWrapper(RobotWrapper):
         self,
         env: gym.Env,
         model: str | RewardModel,
-        instruction: str | None = None,
-        every: int = 1,
-        asynchronous: bool = True,
-        max_staleness_steps: int = 3,
-        fallback: str = "env",
-        env_terminates: bool = False,
+        instruction: str | None = REWARD.instruction,
+        every: int = REWARD.every,
+        asynchronous: bool = REWARD.asynchronous,
+        max_staleness_steps: int = REWARD.max_staleness_steps,
+        fallback: str = REWARD.fallback,
+        env_terminates: bool = REWARD.env_terminates,
         shaper: dict | None = None,
-        model_target: str | None = None,
-        cameras: list[str] | None = None,
-        timeout_s: float = 0.5,
-        curve_keys_dir: str | None = None,
-        key_name: str = "actor-0",
-        kind: str | None = None,  # what a run config saved before `model_target` names the model class by
+        model_target: str | None = REWARD.model_target,
+        cameras: list[str] | None = REWARD.cameras,
+        timeout_s: float = REWARD.timeout_s,
+        curve_keys_dir: str | None = REWARD.curve_keys_dir,
+        key_name: str = REWARD.key_name,
+        kind: str | None = REWARD.kind,  # what a run config saved before `model_target` names the model class by
     ) -> None:
         super().__init__(env)
         if fallback not in FALLBACKS:

@@ -27,6 +27,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from robo_rl.configs.wrappers import TAKEOVER, InterventionConfig
 from robo_rl.envs.base import RobotWrapper
 from robo_rl.envs.wrappers import find_safety
 from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
@@ -34,7 +35,7 @@ from robo_rl.teleop.devices import make_device
 
 log = logging.getLogger(__name__)
 
-TAKEOVER = ("explicit", "implicit", "both")
+HUMAN = InterventionConfig()  # the `human` block's defaults (robo_rl/configs/wrappers.py), for wrappers built in Python
 
 
 class InterventionWrapper(RobotWrapper):
@@ -42,11 +43,11 @@ class InterventionWrapper(RobotWrapper):
         self,
         env: gym.Env,
         devices: list,
-        takeover: str = "both",
-        implicit_threshold: float = 0.1,
-        priority: list[str] | None = None,
-        handback_steps: int = 3,
-        success_reward: float | None = 1.0,
+        takeover: str = HUMAN.takeover,
+        implicit_threshold: float = HUMAN.implicit_threshold,
+        priority: list[str] | None = HUMAN.priority,
+        handback_steps: int = HUMAN.handback_steps,
+        success_reward: float | None = HUMAN.success_reward,
         start_devices: bool = True,
     ) -> None:
         super().__init__(env)
