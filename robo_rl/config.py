@@ -136,8 +136,8 @@ def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
             raise ConfigError(
                 f"unknown config key '{key}'{_did_you_mean(key, known)} (list the keys with: robo-rl show)"
             )
-        OmegaConf.update(cfg, key, o.value(), merge=True, force_add=True)  # a typed block's unknown key: refused by
-        # name in _check
+        # a typed block's unknown key is let in here and refused by name in _check
+        OmegaConf.update(cfg, key, o.value(), merge=True, force_add=True)
     complete_typed_blocks(cfg)
 
 
@@ -283,8 +283,8 @@ def make_env(cfg: DictConfig, **overrides):
     spec = OmegaConf.to_container(cfg.env, resolve=True)
     spec.pop("expert", None)
     try:
-        return instantiate({**spec, **overrides}, _convert_="all", _recursive_=False)  # a robot's driver spec stays a
-        # spec: the env builds it (against its twin on a dry run)
+        # not recursive: a robot's driver spec stays a spec, the env builds it (against its twin on a dry run)
+        return instantiate({**spec, **overrides}, _convert_="all", _recursive_=False)
     except Exception as e:  # hydra wraps the env's own error: name that one (a missing SDK, a port not found)
         cause = e.__cause__ if e.__cause__ is not None and "Error in call to target" in str(e) else e
         raise ConfigError(f"cannot build env {spec.get('_target_')}: {_one_line(cause)}") from None
@@ -358,8 +358,9 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
     complete_typed_blocks(cfg)  # a run saved before a setting existed gets its default, as its builder did
     OmegaConf.set_struct(cfg, True)  # a typo stays an error, as in a fresh config
     try:
-        for override in overrides:  # in order: a mapping given for an existing key replaces it (as on a fresh
-            key = override.split("=", 1)[0]  # config's command line) instead of merging into its keys
+        # in order; a mapping given for an existing key replaces it, as on a fresh config's command line
+        for override in overrides:
+            key = override.split("=", 1)[0]
             value = OmegaConf.select(OmegaConf.from_dotlist([override]), key)
             if isinstance(value, DictConfig) and OmegaConf.select(cfg, key, default="absent") != "absent":
                 OmegaConf.update(cfg, key, OmegaConf.to_container(value), merge=False)
