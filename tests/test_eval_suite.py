@@ -215,7 +215,16 @@ def test_sim_vs_real_sets_a_robot_report_beside_the_simulator_one(runs, capsys):
     nominal, horizon = table["rows"][0], table["rows"][1]
     assert nominal["results"]["real"]["success_rate"] == 0.5 and not nominal["tests"][0]["significant"]
     assert horizon["results"]["real"] is None and horizon["tests"] == []  # the robot did not run it
-    assert "| nominal | 1.00 [0.61, 1.00] (6/6) | 0.50" in capsys.readouterr().out
+    (test,) = nominal["tests"]  # Fisher's exact test, two-sided, on 6/6 against 3/6: p = 40/220
+    assert test["difference"] == -0.5 and test["p_value"] == pytest.approx(2 / 11, abs=1e-9)
+    out = capsys.readouterr().out
+    assert "| nominal | 1.00 [0.61, 1.00] (6/6) | 0.50" in out and "| -0.50 (p=0.182) |" in out
+    real["conditions"][0] = {**real["conditions"][0], "successes": 0, "success_rate": 0.0}  # the robot fails all
+    (runs["good"] / "eval" / "smoke_real" / "report.json").write_text(json.dumps(real))
+    assert main(["eval", "sim_vs_real", str(runs["good"])]) == 0
+    (test,) = json.loads((runs["good"] / "eval" / "sim_vs_real_smoke.json").read_text())["rows"][0]["tests"]
+    assert test["difference"] == -1.0 and test["p_value"] == pytest.approx(2 / 924, abs=1e-9) and test["significant"]
+    assert "| -1.00 (p=0.00216) * |" in capsys.readouterr().out
 
 
 class LabellingDevice(FakeDevice):
