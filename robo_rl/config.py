@@ -77,9 +77,10 @@ def _where_an_unknown_key_came_from(text: str, overrides: list[str]) -> str:
         return text
     default = re.search(r"^\s*- experiment: (\w+)", (CONF_DIR / "config.yaml").read_text(), re.M)
     experiment = override_value(overrides, "experiment") or (default.group(1) if default else "?")
+    group = found.group(1).split(".", 1)[0]
     return (
-        f"{text}; it is set by experiment={experiment}, which was written for another algorithm: give an experiment "
-        "for this one too (robo-rl train --help lists them, e.g. experiment=rlpd for algo=sac)"
+        f"{text}; it is set by experiment={experiment}, which was written for another {group} option: give an "
+        f"experiment for this {group} too (robo-rl train --help lists them, e.g. experiment=rlpd for algo=sac)"
     )
 
 

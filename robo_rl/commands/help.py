@@ -132,7 +132,8 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "Distil a K-step flow/diffusion policy (as trained, or as a DSRL run fine-tuned it) into a one-step flow\n"
         "policy of the same noise: regress it onto the teacher's chunks on the demonstrations' states and the\n"
         "teacher's own rollouts, then evaluate both on the same seeds (success, inference p50/p99). Writes\n"
-        "<run>/distill/policy.pt (loads as policy=flow policy.path=..., or as a DSRL/residual base) and report.json.",
+        "<run>/distill/policy.pt (loads as experiment=rlpd policy=flow policy.path=..., or as a DSRL/residual base)\n"
+        "and report.json.",
         (
             "checkpoint",
             "distill.iterations",

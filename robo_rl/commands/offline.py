@@ -67,5 +67,8 @@ def cmd_distill(overrides: list[str]) -> int:
                 f"p50 {r['base_inference_ms_p50']:.2f} ms, p99 {r['base_inference_ms_p99']:.2f} ms"
             )
         print(f"one step is {s['speedup_p50']:.1f}x faster (p50), success {s['success_points']:+.0f} points")
-    print(f"checkpoint: {s['checkpoint']} (a flow policy: policy=flow policy.path=..., or a DSRL/residual base)")
+    print(
+        f"checkpoint: {s['checkpoint']} (a flow policy: experiment=rlpd policy=flow policy.path=..., "
+        "or a DSRL/residual base)"
+    )
     return 0
