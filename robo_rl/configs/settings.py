@@ -1,11 +1,12 @@
 """The allowed range of every setting, checked on the composed config before any process starts.
 
-A component with a typed config (the algorithms: `robo_rl/configs/algo.py`) declares each setting once, as a field
-with its default, range and meaning (`robo_rl/configs/typed.py`); its block is checked against that dataclass, an
-unknown key refused by name. The keys without one (the run's root keys, a plugin spec's keys such as
-env.driver.control_hz) keep their ranges in the table below.
-`SETTINGS` holds both, dotted key -> kind, range and meaning, for `check_settings`, `robo-rl <command> --help`
-and the eval suite's own keys. A key that is absent from a config (another env's or algorithm's setting) is skipped.
+Every block (`algo`, `train`, `replay`, `env`, `policy`, `human`, ...) has a typed config in `robo_rl/configs/`:
+each setting declared once, as a dataclass field with its default, range and meaning (`robo_rl/configs/typed.py`).
+A composed block is checked against its dataclass, an unknown key refused by name. The keys outside every block (the
+run's root keys: name, seed, device, ...; config.yaml holds their values) and a plugin spec's keys that the check
+still bounds (env.driver.control_hz) keep their ranges in the table below. `SETTINGS` holds both, dotted key -> kind,
+range and meaning, for `check_settings`, `robo-rl <command> --help` and the eval suite's own keys. A key that is
+absent from a config (another env's or algorithm's setting) is skipped.
 """
 
 from __future__ import annotations
@@ -42,24 +43,6 @@ def _int(meaning, low=-INF, high=INF, **kw):
 def _pos(meaning, high=INF, **kw):  # a positive quantity: a duration, a rate, a length
     return Setting("float", meaning, 0.0, high, low_open=True, **kw)
 
-
-def _float(meaning, low=-INF, high=INF, **kw):
-    return Setting("float", meaning, low, high, **kw)
-
-
-def _ints(meaning, low=1, **kw):
-    return Setting("int list", meaning, low, INF, **kw)
-
-
-def _floats(meaning, low=-INF, high=INF, **kw):
-    return Setting("float list", meaning, low, high, **kw)
-
-
-def _choice(meaning, *choices, **kw):
-    return Setting("choice", meaning, choices=choices, **kw)
-
-
-_BOOL = Setting("bool", "")
 
 SETTINGS: dict[str, Setting] = {
     "name": Setting("str", "run name, the suffix of the run folder"),
