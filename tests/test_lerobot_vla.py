@@ -147,12 +147,13 @@ def test_noise_to_a_policy_that_takes_none_is_refused_in_one_line(tiny_act, tmp_
             assert not np.allclose(diffusion.predict_chunk(obs, noise=noise(shape, 1)), chunk, atol=1e-5)
 
 
-def test_tiny_smolvla_cpu_latency(smolvla):
-    """Not asserted: one predict_chunk of the tiny SmolVLA on CPU, with torch's threads and with one (on a busy
-    machine, threads waiting on each other can cost far more than the model)."""
+def test_tiny_smolvla_predicts_a_chunk_on_cpu_within_its_budget_and_alike_at_any_thread_count(smolvla):
+    """One predict_chunk of the tiny SmolVLA on CPU, with torch's threads and with one: the same chunk, and the
+    fastest call within 1 s (measured 19-43 ms with one thread on a busy 2-core machine). The figures are printed:
+    on a busy machine, threads waiting on each other can cost far more than the model (there: 134-345 ms with 2)."""
     obs, z = observation(), noise(smolvla.noise_shape)
     threads = torch.get_num_threads()
-    report = []
+    report, chunks, fastest = [], {}, {}
     try:
         for n in dict.fromkeys((threads, 1)):
             torch.set_num_threads(n)
@@ -160,12 +161,15 @@ def test_tiny_smolvla_cpu_latency(smolvla):
             times = []
             for _ in range(5):
                 start = time.perf_counter()
-                smolvla.predict_chunk(obs, noise=z)
+                chunks[n] = smolvla.predict_chunk(obs, noise=z)
                 times.append(1e3 * (time.perf_counter() - start))
+            fastest[n] = min(times)
             report.append(f"{n} thread(s): median {np.median(times):.1f} ms, min {min(times):.1f} ms")
     finally:
         torch.set_num_threads(threads)
     print("\ntiny SmolVLA predict_chunk on CPU, " + "; ".join(report))
+    np.testing.assert_allclose(chunks[1], chunks[threads], atol=1e-5)
+    assert fastest[1] < 1000.0, report
 
 
 def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
