@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from bench._results import write_result
 from robo_rl.transport.link import free_ports
 
 HIDDEN = [2240, 2240, 2240]  # ≈ 10M parameters with the PointReach state
@@ -142,6 +143,7 @@ def main() -> None:
             f"{bare['jitter_ms_p99']:.2f} ms",
             flush=True,
         )
+    write_result("actor_loop", results, args.quick)
     print(json.dumps(results))
 
 

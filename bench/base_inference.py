@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
 from bench.flow import latency  # noqa: E402 — the rotation of blocks the flow bases are timed with
 from policies.base import ChunkedBase  # noqa: E402
 from policies.lerobot_base import LeRobotBase  # noqa: E402
@@ -213,6 +214,7 @@ def main() -> None:
         f"{mlp['mlp_numpy_over_torch_p50']:.1f}x (p50), {mlp['mlp_numpy_over_torch_p99']:.1f}x (p99) "
         "faster"
     )
+    write_result("base_inference", results, args.quick)
     print(json.dumps(results))
 
 

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._results import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 2.0
 HELP = [[command, "--help"] for command in ("train", "learner", "actor", "eval", "show", "keys", "data")]
@@ -55,14 +57,18 @@ def baseline_commit() -> str:
         check=True,
     ).stdout.split()
     if not added:
-        raise SystemExit("bench/cli.py: robo_rl/configs/settings.py is not in the git history; pass --baseline <commit>")
+        raise SystemExit(
+            "bench/cli.py: robo_rl/configs/settings.py is not in the git history; pass --baseline <commit>"
+        )
     return added[-1] + "^"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run per command, no baseline")
-    parser.add_argument("--baseline", help="commit to compare with (default: the one before robo_rl/configs/settings.py)")
+    parser.add_argument(
+        "--baseline", help="commit to compare with (default: the one before robo_rl/configs/settings.py)"
+    )
     args = parser.parse_args()
     runs = 1 if args.quick else 3
     results = {}
@@ -91,21 +97,19 @@ def main() -> None:
 
     slowest = max(case["ours_s"] for case in results.values())
     load = os.getloadavg()[0]
-    print(
-        json.dumps(
-            {
-                "bench": "cli",
-                "runs_per_command": runs,
-                "target_s": TARGET_S,
-                "max_ours_s": slowest,
-                "all_under_target": slowest < TARGET_S,
-                "baseline": baseline,
-                "load_avg_1min": round(load, 2),
-                "cpus": os.cpu_count(),
-                "cases": results,
-            }
-        )
-    )
+    result = {
+        "bench": "cli",
+        "runs_per_command": runs,
+        "target_s": TARGET_S,
+        "max_ours_s": slowest,
+        "all_under_target": slowest < TARGET_S,
+        "baseline": baseline,
+        "load_avg_1min": round(load, 2),
+        "cpus": os.cpu_count(),
+        "cases": results,
+    }
+    write_result("cli", result, args.quick)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 TASKS = {  # the same critic code on two scenes
     "pick": ["experiment=pick_cube_pixels"],
     "gym_hil": ["experiment=rlpd", "env=gym_hil_pick", "env.image_obs=true", "env.image_size=64"],
@@ -245,6 +247,9 @@ def main() -> None:
                 check=True,
             )
     report(result)
+    write_result(
+        "critic" + (f"_{args.task}" if args.task != "pick" else "") + ("_xf" if xf else ""), result, args.quick
+    )
 
 
 def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, samples) -> tuple[dict, dict]:

@@ -18,6 +18,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # gym-hil builds an OpenGL renderer e
 
 import gymnasium as gym  # noqa: E402
 
+from bench._results import write_result  # noqa: E402
 from sim.pick_cube import PickCubeEnv  # noqa: E402
 
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"  # state-only observations by default (image_obs=False)
@@ -64,6 +65,7 @@ def main() -> None:
     results["ratio_ours_vs_gym_hil"] = round(ratio, 2)
     results["gym_hil_env_id"] = GYM_HIL_ENV_ID
     results["seconds_per_measurement"] = seconds
+    write_result("env_step", results, args.quick)
     print(json.dumps(results))
 
 

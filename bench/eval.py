@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 
 def untrained_checkpoint(root: Path) -> Path:
     """A pick-task run folder whose policy is freshly initialised (its episodes run to the time limit)."""
@@ -181,9 +183,7 @@ def main() -> None:
                     f"{actors} (x{result['launch']['ratio']})",
                     flush=True,
                 )
-    out = ROOT / "bench" / "results" / f"eval{'_quick' if args.quick else ''}{'_compare' if args.compare else ''}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    write_result(f"eval{'_compare' if args.compare else ''}", result, args.quick)
     print(json.dumps(result))
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._results import write_result  # noqa: E402
 from robo_rl.data.datasets import PARTITIONS  # noqa: E402
 from robo_rl.data.datasets.io import load_episodes  # noqa: E402
 from robo_rl.data.datasets.lerobot_v3 import (  # noqa: E402
@@ -227,21 +228,19 @@ def main() -> None:
         "lerobot_over_before": eps["lerobot"] / eps["before"],
     }
     print("  " + ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()))
-    print(
-        json.dumps(
-            {
-                "bench": "export",
-                "quick": args.quick,
-                "episodes": num_episodes,
-                "transitions": steps,
-                "episodes_per_s": {k: round(v, 2) for k, v in eps.items()},
-                "ratios": {k: round(v, 2) for k, v in ratios.items()},
-                "store_read_s": round(load_s, 3),
-                "load": os.getloadavg()[0],
-                "cpus": os.cpu_count(),
-            }
-        )
-    )
+    result = {
+        "bench": "export",
+        "quick": args.quick,
+        "episodes": num_episodes,
+        "transitions": steps,
+        "episodes_per_s": {k: round(v, 2) for k, v in eps.items()},
+        "ratios": {k: round(v, 2) for k, v in ratios.items()},
+        "store_read_s": round(load_s, 3),
+        "load": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
+    write_result("export", result, args.quick)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
 from bench.vla import sync  # noqa: E402 — CUDA synchronised around a timed call
 
 
@@ -461,10 +462,7 @@ def main() -> None:
         "ppo": ppo,
         "ppo_free_sim": free,
     }
-    suffix = ("_quick" if args.quick else "") + ("_cuda" if gpu else "")
-    out = ROOT / "bench" / "results" / f"flow{suffix}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_result(f"flow{'_cuda' if gpu else ''}", result, args.quick)
     print(json.dumps(result))
 
 
@@ -504,10 +502,8 @@ def expert_main(quick: bool, device: str, start: float) -> None:
         "wall_s": round(time.perf_counter() - start, 1),
         **results,
     }
-    suffix = ("_quick" if quick else "") + ("_cuda" if gpu else "")
-    out = Path(os.environ.get("OUT") or ROOT / "bench" / "results") / f"flow_expert{suffix}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    folder = Path(os.environ["OUT"]) if os.environ.get("OUT") else None  # gpu.sh collects a device run's files there
+    write_result(f"flow_expert{'_cuda' if gpu else ''}", result, quick, folder=folder)
     print(json.dumps(result))
 
 

@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 HZ = 10.0
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -263,6 +265,7 @@ def main() -> None:
         f"clicks (bound {b['bound_ms']:.0f} ms: {'met' if b['met'] else 'MISSED'})"
     )
     result["load"] = round(os.getloadavg()[0], 2)
+    write_result("gui", result, args.quick)
     print(json.dumps(result))
 
 

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 RATES_HZ = (10.0, 30.0, 50.0)
 ARMS = ("so101", "franka", "ur5e")
 
@@ -222,9 +224,7 @@ def main() -> None:
             f"{r['obs_frame_age_ms']['p99']:.1f} ms",
             flush=True,
         )
-    out = ROOT / "bench" / "results" / f"hardware{'_quick' if args.quick else ''}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    write_result("hardware", result, args.quick)
     print(json.dumps(result))
 
 

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 LEARNING = {  # name → the run beside it (without the human)
     "hil_pick_pixels": "nohil_pick_pixels",
     "hil_gym_pixels": "nohil_gym_pixels",
@@ -177,6 +179,7 @@ def main() -> None:
                 f"(mean {row['intervention_rate_last_1k_mean']})"
             )
     result["load"] = round(os.getloadavg()[0], 2)
+    write_result("hil", result, args.quick)
     print(json.dumps(result))
 
 

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _learner_lerobot_baseline import lerobot_sac_figures  # noqa: E402
 
+from bench._results import write_result  # noqa: E402
 from policies.gaussian import TanhGaussianPolicy  # noqa: E402
 from robo_rl.algos.base import resolve_device  # noqa: E402
 from robo_rl.algos.sac import SAC, SACConfig  # noqa: E402
@@ -201,6 +202,7 @@ def main() -> None:
             )
         result[name] = entry
     result["load"] = os.getloadavg()[0]
+    write_result("learner" if device.type == "cpu" else f"learner_{device.type}", result, args.quick)
     print(json.dumps(result))
 
 

@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import provenance  # noqa: E402
+
 # the image tasks of the human-in-the-loop benchmark (6k env steps, 1k-step checkpoints)
 _PIXELS = ["algo.batch_size=128", "algo.share_encoder=true", "policy.encoder.channels=16"]
 HIL_TASKS = {
@@ -853,7 +855,10 @@ def main() -> None:
             f"CI [{final['ci95'][0]:.2f}, {final['ci95'][1]:.2f}], wall {wall:.0f} s",
             flush=True,
         )
-        runs.append({"seed": seed, "run": str(run), "wall_s": wall, "curve": points, "training": training_summary(run)})
+        summary = training_summary(run)
+        runs.append(
+            {"seed": seed, "run": str(run), "wall_s": wall, "curve": points, "training": summary, **provenance()}
+        )
     # --add processes of other seeds may finish within seconds of this one: the file is read again, merged and
     # written under one lock, on the results folder (unlocked, two that read it before either wrote kept only one's
     # seeds)

@@ -12,7 +12,7 @@ The prior-data mix: sampling a batch of 256 from demos + interventions (state on
 write (ours) against the scan of the whole ring per batch that found it before (the baseline, kept here), in the
 same run, batch for batch alike (the same rows drawn); also the time to find the 512 candidate rows one draw looks
 at, where the two differ (10M rows take about 2 GB of RAM). Written to bench/results/replay_prior_mix.json
-(with --quick: replay_prior_mix_quick.json).
+and the whole run to bench/results/replay.json (with --quick: under bench/results/quick/).
 
     python bench/replay.py                   # 2,000 transitions, 20 batches each; the prior mix at 100k, 1M, 10M
     python bench/replay.py --quick           # 500 transitions, 5 batches each; the prior mix at 50k and 500k (< 90 s)
@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +39,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._replay_lerobot_baseline import lerobot_replay_figures  # noqa: E402
+from bench._results import write_result  # noqa: E402
 from robo_rl.data.learner_replay import LearnerReplay  # noqa: E402
 from robo_rl.data.replay import DiskReplay, ReplayBuffer, concat_batches  # noqa: E402
 from robo_rl.data.schema import step_fields  # noqa: E402
@@ -248,25 +247,9 @@ def prior_mix(capacity: int, repeats: int, seed: int) -> dict:
     }
 
 
-def provenance() -> dict:
-    """Command, date, machine, load and commit, for the result file."""
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", *MEASURED_CODE], cwd=ROOT, capture_output=True, text=True
-    ).stdout.splitlines()
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    return {
-        "command": " ".join(["python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": f"{platform.node()}: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}",
-        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "commit": commit + (f" with uncommitted changes to {', '.join(line[3:] for line in dirty)}" if dirty else ""),
-    }
-
-
 def run_prior_mix(quick: bool, seed: int) -> dict:
     sizes, repeats = ((50_000, 500_000), 20) if quick else ((100_000, 1_000_000, 10_000_000), 50)
-    result = {"bench": "replay_prior_mix", "quick": quick, "batch_size": BATCH, **provenance(), "sizes": {}}
+    result = {"batch_size": BATCH, "sizes": {}}
     for capacity in sizes:
         figures = prior_mix(capacity, repeats, seed)
         result["sizes"][str(capacity)] = figures
@@ -278,9 +261,7 @@ def run_prior_mix(quick: bool, seed: int) -> dict:
             f"{figures['locate_scan_over_ours']:.0f}x), "
             f"{figures['intervention_rows']:,} intervention rows, same batches: {figures['same_batches']}"
         )
-    result["load_after"] = round(os.getloadavg()[0], 2)
-    out = ROOT / "bench" / "results" / ("replay_prior_mix_quick.json" if quick else "replay_prior_mix.json")
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result("replay_prior_mix", result, quick, measured_code=MEASURED_CODE)
     return result
 
 
@@ -321,6 +302,7 @@ def main() -> None:
         "load": os.getloadavg()[0],
         "prior_mix": mix["sizes"],
     }
+    write_result("replay", result, args.quick, measured_code=MEASURED_CODE)
     print(json.dumps(result))
 
 

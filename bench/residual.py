@@ -38,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._results import write_result  # noqa: E402
 from bench.base_inference import ACTION_DIM, CAMERA_PX, STATE_DIM, observations, save_act  # noqa: E402
 from policies.base import ChunkedBase  # noqa: E402
 from policies.residual import ResidualPolicy  # noqa: E402
@@ -258,6 +259,7 @@ def main() -> None:
         result["learning"] = learning_summary()
         for task, entry in result["learning"].items():
             print(f"learning {task}: {json.dumps(entry)}", flush=True)
+    write_result("residual" if device.type == "cpu" else f"residual_{device.type}", result, args.quick)
     print(json.dumps(result))
 
 

@@ -31,6 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._results import write_result  # noqa: E402
 from policies.base import ChunkedBase, action_range  # noqa: E402
 from policies.bc import load_bc_base  # noqa: E402
 from policies.residual import MIN_HALF_RANGE  # noqa: E402
@@ -120,10 +121,7 @@ def main() -> None:
         "base_alone": base_row["success"] if base_row else None,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    if not args.quick:
-        results = ROOT / "bench" / "results"
-        results.mkdir(parents=True, exist_ok=True)
-        (results / f"residual_bound_{args.experiment}.json").write_text(json.dumps(out, indent=2))
+    write_result(f"residual_bound_{args.experiment}", out, args.quick)
     print(json.dumps(out))
 
 

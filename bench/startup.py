@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from bench._results import write_result
+
 MODULES = ("torch", "robo_rl.learner", "robo_rl.actor")
 
 
@@ -50,7 +52,9 @@ def main() -> None:
             o, b = statistics.median(ours), statistics.median(baseline)
             results[module] = {"ours_s": round(o, 2), "baseline_s": round(b, 2), "speedup": round(b / o, 2)}
             print(f"import {module:16s} ours {o:5.2f} s   without bytecode {b:5.2f} s   {b / o:4.1f}x", flush=True)
-    print(json.dumps({"bench": "startup", "runs": runs, "load": round(os.getloadavg()[0], 2), "results": results}))
+    result = {"bench": "startup", "runs": runs, "load": round(os.getloadavg()[0], 2), "results": results}
+    write_result("startup", result, args.quick)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

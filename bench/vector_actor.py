@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._results import write_result  # noqa: E402
+
 
 def make_policy(method: str, space, action_dim: int):
     from policies.chain import ChainPolicy
@@ -133,8 +135,7 @@ def main() -> None:
             **results,
         }
     )
-    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / f"vector_actor{'_quick' if args.quick else ''}.json").write_text(text + "\n")
+    write_result("vector_actor", json.loads(text), args.quick)
     print(text)
 
 

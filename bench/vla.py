@@ -34,7 +34,7 @@ float32), SmolVLA's VLM in bfloat16 as `load_vlm_weights=True` loads it (its exp
                                                       # acting, one PPO epoch, peak memory
     python bench/vla.py --device cuda --compile reduce-overhead   # lerobot's compile_model
 
-The last line is one JSON object, also written to bench/results/vla.json (vla_quick.json with --quick), with "the
+The last line is one JSON object, also written to bench/results/vla.json (bench/results/quick/ with --quick), with "the
 largest VLA whose DSRL actor step fits the control period" among those measured, for the K-step and one-step base.
 A model that fails records {"error": ...} and the others go on.
 """
@@ -58,6 +58,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._results import write_result  # noqa: E402
 
 MODELS = ("smolvla", "pi0", "pi05")
 STATE_DIM, ACTION_DIM, CAMERAS, CAMERA_HW, QUICK_CAMERA_HW = 6, 6, ("front", "wrist"), (480, 640), (48, 64)
@@ -647,8 +649,7 @@ def main() -> None:
         f"(of {', '.join(models)}; {results['wall_s']} s)",
         flush=True,
     )
-    out = ROOT / "bench" / "results" / f"vla{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_result("vla", results, args.quick)
     print(json.dumps(results), flush=True)
 
 
