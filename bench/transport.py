@@ -34,6 +34,7 @@ from queue import Empty
 import _lerobot_baseline as lerobot_baseline
 import _transport_baselines as base
 import numpy as np
+from _results import write_result
 from _transport_baselines import ACTION_DIM, BATCH, CAMERAS, HOST, STATE_DIM, UNIQUE_BYTES, mark_ready, measure_phases
 
 from robo_rl.transport.link import free_ports
@@ -429,26 +430,24 @@ def main() -> None:
     figures = {f"{k}_tps": v and round(v) for k, v in r.items()}
     figures |= {f"{k}_MBps": v and round(v * UNIQUE_BYTES / 1e6) for k, v in r.items()}
     figures["rounds_tps"] = {k: [v and round(v) for v in vs] for k, vs in samples.items() if vs}
-    print(
-        json.dumps(
-            {
-                "bench": "transport",
-                "quick": args.quick,
-                "seconds": secs,
-                "rounds": rounds,
-                "actors": args.actors,
-                "batch": BATCH,
-                "unique_bytes_per_transition": UNIQUE_BYTES,
-                "cpus": os.cpu_count(),
-                "load_before": round(load0[0], 2),
-                "load_after": round(load1[0], 2),
-                **figures,
-                **w,
-                "ratios": ratios,
-                "targets": targets,
-            }
-        )
-    )
+    result = {
+        "bench": "transport",
+        "quick": args.quick,
+        "seconds": secs,
+        "rounds": rounds,
+        "actors": args.actors,
+        "batch": BATCH,
+        "unique_bytes_per_transition": UNIQUE_BYTES,
+        "cpus": os.cpu_count(),
+        "load_before": round(load0[0], 2),
+        "load_after": round(load1[0], 2),
+        **figures,
+        **w,
+        "ratios": ratios,
+        "targets": targets,
+    }
+    write_result("transport", result, args.quick)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
