@@ -1,9 +1,17 @@
 import logging
 import os
+import secrets
 
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# Hypothesis draws each run's examples from this seed; xdist workers inherit it from the controller's environment
+os.environ.setdefault("ROBO_RL_HYPOTHESIS_SEED", str(secrets.randbelow(2**32)))
+
+
+def pytest_report_header(config):
+    seed = os.environ["ROBO_RL_HYPOTHESIS_SEED"]
+    return f"hypothesis seed: {seed} (replay a failing run with ROBO_RL_HYPOTHESIS_SEED={seed})"
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,9 @@ Messages are generated near the valid ones (a real session's actor id, session a
 with a few fields broken at a time, so the checks deep inside (sequence numbers, tokens, resends, the replay's
 field layout, weights that do not fit the policy) are reached, not only the msgpack parser. The fast suite runs
 a few hundred examples per property; `-m slow` runs many thousands (ROBO_RL_FUZZ_EXAMPLES overrides both).
+
+Each run draws its examples from a fresh seed, printed in pytest's header ("hypothesis seed: N"); a failing run is
+replayed with `ROBO_RL_HYPOTHESIS_SEED=N pytest tests/test_wire_fuzz.py` (tests/conftest.py draws or takes it).
 """
 
 import json
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import zmq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -31,6 +34,7 @@ from sim.point_reach import PointReachEnv
 
 FAST = int(os.environ.get("ROBO_RL_FUZZ_EXAMPLES", 250))
 LONG = int(os.environ.get("ROBO_RL_FUZZ_EXAMPLES", 10_000))
+SEED = int(os.environ["ROBO_RL_HYPOTHESIS_SEED"])  # this run's, set by tests/conftest.py
 ACTOR, SESSION, TOKEN, CONFIG_HASH = "actor-0", 4242, "ab" * 16, "fuzz"
 IDENT = f"{ACTOR}#{SESSION:x}".encode()
 KINDS = sorted(SCHEMAS)
@@ -212,9 +216,10 @@ def learner_property(examples: int):
     @settings(
         max_examples=examples,
         deadline=None,
-        derandomize=examples < 1000,
+        database=None,  # a run is its seed: no examples replayed from an earlier run's local store
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+    @seed(SEED)
     @given(data=st.data())
     def check(learner_side, data):
         link, replay, metrics, batch, _ = learner_side
@@ -324,9 +329,10 @@ def actor_property(examples: int):
     @settings(
         max_examples=examples,
         deadline=None,
-        derandomize=examples < 1000,
+        database=None,  # a run is its seed: no examples replayed from an earlier run's local store
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+    @seed(SEED)
     @given(data=st.data())
     def check(actor_side, data):
         link, transport = actor_side
