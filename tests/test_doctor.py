@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import numpy as np
@@ -162,6 +163,7 @@ def test_the_doctor_checks_the_sdk_and_network_port_the_driver_class_declares(mo
     assert "[FAIL] sdk: netarm_sdk_not_installed is not installed" in out and "uv sync --extra netarm" in out
     assert f"[FAIL] network: 127.0.0.1:{port} does not answer" in out
     # a shipped robot's config: the port and SDK its driver class names (libfranka's, franky), nothing listening
+    monkeypatch.setitem(sys.modules, "franky", None)  # as on a workstation without it (the dev group installs it)
     franka = load_config(["env=franka", "env.driver.host=127.0.0.1"])
     driver = driver_class(franka.env.driver._target_)
     Doctor(franka, twin=False).sdk(driver, dry=False)
