@@ -34,7 +34,7 @@ import torch
 ACTION = "action"
 STATE_INPUTS = ("observation.state", "observation.environment_state")
 IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
-CONFIG_FILE = "config.json"
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 FLOW_NOISE_TYPES = ("smolvla", "pi0", "pi05")  # sample_actions(noise=): [batch, chunk_size, max_action_dim], float32
@@ -97,7 +97,10 @@ class LeRobotBase:
                 "save them with its policy, or migrate it with lerobot's processor migration "
                 "script"
             )
+        if not (folder / WEIGHTS_FILE).is_file():  # lerobot's π loaders would go on with random weights
+            raise ValueError(f"base checkpoint '{path_or_hub_id}' has no {WEIGHTS_FILE}: its weights are missing")
         policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg)
+        check_weights_fit(policy, folder, f"'{path_or_hub_id}' ({cfg.type})")
         policy.to(device).eval()
         policy.requires_grad_(False)
         overrides = {"device_processor": {"device": device}}  # run where the policy runs, not where it trained
@@ -178,6 +181,30 @@ class LeRobotBase:
                 batch[key] = image.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
         batch["task"] = [self.task or ""] * len(obs["state"])
         return batch
+
+
+def check_weights_fit(policy, folder: Path, name: str) -> None:
+    """Refuse, in one line, a policy (`name`: its path and type) that its saved weights did not load into: lerobot's
+    π0/π0.5 `from_pretrained` keep the random initialisation, printing a warning, where a weight's shape differs from
+    what config.json builds. Shapes come from the file's header; keys lerobot renames while loading are skipped."""
+    from safetensors import safe_open
+
+    own = {k: tuple(v.shape) for k, v in policy.state_dict().items()}
+    fitting = 0
+    with safe_open(folder / WEIGHTS_FILE, "pt") as f:
+        for key in f.keys():
+            target = key if key in own else f"model.{key}"  # lerobot's π loaders add the prefix
+            if target not in own:
+                continue
+            shape = tuple(f.get_slice(key).get_shape())
+            if shape != own[target]:
+                raise ValueError(
+                    f"base checkpoint {name} does not fit the policy its {CONFIG_FILE} builds: '{key}' is "
+                    f"{shape} in {WEIGHTS_FILE}, {own[target]} in the policy (a config edited or from another run?)"
+                )
+            fitting += 1
+    if not fitting:
+        raise ValueError(f"base checkpoint {name}: none of the weights in {WEIGHTS_FILE} belongs to its policy")
 
 
 def noise_shape(cfg) -> tuple[int, int] | None:
