@@ -63,8 +63,9 @@ class LeRobotFlowExpert(nn.Module):
         if cfg.type not in SUPPORTED:
             raise ValueError(
                 f"ReinFlow fine-tunes the flow action expert of a SmolVLA; base '{base.name}' is a "
-                f"{cfg.type} policy (DSRL steers the noise of smolvla, pi0, pi05 and diffusion "
-                f"policies: policy=dsrl)"
+                f"{cfg.type} policy, whose expert its chain cannot step (pi0 and pi05 keep theirs inside a "
+                f"PaliGemma stack with another prefix and denoising-step interface); DSRL steers the noise of "
+                f"smolvla, pi0, pi05 and diffusion policies: policy=dsrl"
             )
         if base.closed_loop or getattr(cfg, "adapt_to_pi_aloha", False):
             raise ValueError(
