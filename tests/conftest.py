@@ -43,6 +43,8 @@ LONG_FILES = (
     "test_precision.py",
     "test_sim_robosuite.py",
     "test_lerobot_vla.py",
+    "test_vla_bases.py",
+    "test_wire_restart.py",
 )
 
 
