@@ -15,6 +15,8 @@ backwards (the noise a chunk of actions came from), for demonstrations a noise-s
 A checkpoint (`<run>/bc/policy.pt`, written by `robo-rl bc policy=flow|diffusion`) holds only tensors and plain
 containers, like the MLP's (`policies/bc.py`), with `kind: generative_policy`.
 One idea in one file (about 450 lines): the chunk generator, its sampler and inversion, and the policy built on it.
+
+One idea past ~400 lines: the chunk generator and the policy that samples it.
 """
 
 from __future__ import annotations
