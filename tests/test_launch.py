@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,7 +141,7 @@ def test_a_bad_role_or_override_is_a_one_line_error_before_anything_starts(tmp_p
 
 
 def test_ssh_and_scp_command_lines_are_exact_and_remote_actors_get_the_learners_address_and_their_keys(tmp_path):
-    """No second machine here: the commands are checked, not run (a live SSH session is not tested)."""
+    """The exact argv; tests/test_launch_ssh.py runs them against a real sshd on this machine."""
     opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"]
     assert ssh_argv("robot@arm", "uptime") == ["ssh", *opts, "robot@arm", "uptime"]
     line = remote_process_command(
@@ -286,8 +287,13 @@ cp -p "${files[@]}" "$dest"
 """
 
 
+@pytest.mark.skipif(
+    shutil.which("sshd") is not None or os.path.exists("/usr/sbin/sshd"),
+    reason="an sshd is installed: tests/test_launch_ssh.py runs this (and more) over real ssh/scp",
+)
 def test_ctrl_c_stops_the_learner_here_and_an_actor_over_ssh_with_its_keys_and_leaves_no_process(tmp_path):
-    """`ssh` and `scp` are stand-ins that run here (no second machine): the launcher's own SSH path is what runs."""
+    """Where no sshd is installed: `ssh` and `scp` are stand-ins that run here, so the launcher's SSH path still
+    runs."""
     bin_dir, remote = tmp_path / "bin", tmp_path / "remote"
     bin_dir.mkdir()
     remote.mkdir()
