@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,7 @@ PLACEMENT_TIMEOUT_S = 120.0  # a process the cluster has no room for is an error
 CALL_TIMEOUT_S = 30.0  # one call to a process's Ray actor
 LOST = -1  # the exit code of a process whose Ray actor (or its node) is gone
 DEFAULT_CPUS = 1  # a process's Ray placement when its layout entry has no ray: num_cpus
+CLUSTER_PROBE_S = 5.0  # a TCP connect to ray_address's GCS port before ray.init
 ON_THIS_NODE = ("learner", "gui", "critic")  # roles placed on the launching machine's node unless told otherwise
 
 
@@ -123,6 +125,7 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
     ray = import_ray()
     started = not ray.is_initialized()
     if started:
+        _check_reachable(layout.ray_address)
         ray.init(address=layout.ray_address, log_to_driver=False)
     hosts: dict = {}
     try:
@@ -176,6 +179,20 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
             ray.kill(h)
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str | None) -> None:
+    """A cluster address nothing answers at is one line here; Ray itself retries it for minutes, printing warnings."""
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit() or address.startswith("ray://"):
+        return  # null, auto, local or a Ray Client address: Ray's own handling
+    try:
+        socket.create_connection((host, int(port)), timeout=CLUSTER_PROBE_S).close()
+    except OSError as e:
+        raise LayoutError(
+            f"no Ray cluster answers at {address} ({e.strerror or e}): check ray_address / launch.ray_address "
+            "(`ray start --head` prints it), or leave it null for a local instance"
+        ) from None
 
 
 def _place(remote_host, proc, here: str):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from launch.layout import load_layout
+from robo_rl.cli import main
 from tests.test_launch import QUICK, RUN_TIMEOUT_S, gone, pids, run_dir_of, start_launch
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (uv sync --extra ray; .ci/run does)")
@@ -150,6 +151,16 @@ def test_one_node_ray_places_the_processes_and_the_steps_go_over_zeromq(tmp_path
     assert all_gone([host_pid])  # the Ray actor that placed it went with the launch and the instance
     took = time.monotonic() - start
     print(f"one-node Ray launch: {took:.1f} s ({started:.1f} s of it ray.init)")
+
+
+def test_a_ray_address_nothing_answers_at_is_one_line_not_minutes_of_retries(tmp_path, capsys):
+    address = f"127.0.0.1:{free_port()}"
+    args = ["launch", "sim_one", "launch.ray=true", f"launch.ray_address={address}", f"outputs_dir={tmp_path}"]
+    start = time.monotonic()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"no Ray cluster answers at {address}" in err and "ray_address" in err
+    assert time.monotonic() - start < 10 and not ray.is_initialized()
 
 
 @pytest.mark.slow  # two Ray nodes (two `ray start` on this machine) take 1-2 minutes on 2 cores
