@@ -187,12 +187,13 @@ def test_two_ray_nodes_the_actor_reaches_the_learner_with_curve_keys_sent_throug
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT)  # the launch stops its processes on its nodes
             code = proc.wait(timeout=90)
+        diagnosis = ray_log_tails(temp) if code != 0 else ""
     finally:
         for node in reversed(nodes):
             stop_node(node)
         shutil.rmtree(temp, ignore_errors=True)
     text = out.read_text()
-    assert code == 0, text
+    assert code == 0, text + diagnosis
     run_dir = run_dir_of(out)
     end = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
     assert end["reason"] == "done" and end["env_steps"] >= 200
@@ -210,6 +211,12 @@ def all_gone(pids: list[int], timeout_s: float = 10.0) -> bool:
     while not all(gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     return all(gone(p) for p in pids)
+
+
+def ray_log_tails(temp: str, lines: int = 20) -> str:
+    """The last lines of each node's raylet log, for a failed launch's message (the folder goes with the test)."""
+    logs = sorted(Path(temp).glob("session_2*/logs/raylet*.out"))
+    return "".join(f"\n--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) for p in logs)
 
 
 def short_temp_dir() -> str:
