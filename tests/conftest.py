@@ -36,6 +36,8 @@ LONG_FILES = (
     "test_wire_identity.py",
     "test_resume.py",
     "test_launch.py",
+    "test_launch_ray.py",
+    "test_launch_ssh.py",
     "test_ppo.py",
     "test_pipeline.py",
     "test_residual.py",
