@@ -106,6 +106,9 @@ class DataPathWatch(threading.Thread):
                         self.parent_loads_ray = loads_ray(self.actor_parent[0])
 
 
+# slow until its placement flake is found: in a fresh-clone fast suite (2026-11-28, load 1-2) Ray's two ProcessHosts
+# did not answer within the launcher's 120 s (165 s in all), as the two-node test once did; it passes alone in 17-28 s
+@pytest.mark.slow
 def test_one_node_ray_places_the_processes_and_the_steps_go_over_zeromq(tmp_path):
     from launch.ray_launcher import launch_on_ray
 
