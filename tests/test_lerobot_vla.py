@@ -14,7 +14,7 @@ import torch
 from policies.lerobot_base import LeRobotBase
 from robo_rl.envs import make_observation_space
 from tests.test_lerobot_base import action_output, save_tiny, state_inputs, stats, tiny_act  # noqa: F401 (a fixture)
-from tests.vla_tiny import write_tiny_smolvla
+from tests.vla_tiny import lerobot_chunk, write_tiny_smolvla
 
 STATE_DIM, ACTION_DIM, CHUNK, CAMERA, IMAGE_HW, TASK = 4, 2, 4, "top", (24, 32), "pick the cube"
 SPACE = make_observation_space(STATE_DIM, {CAMERA: IMAGE_HW})
@@ -77,17 +77,8 @@ def test_the_initial_noise_steers_the_chunk_deterministically(tiny_smolvla, smol
     assert not np.allclose(smolvla.predict_chunk(observation(1), noise=z), chunk, atol=1e-5)  # it sees the obs
 
     # lerobot's own inference path on the same observation and noise: its processors, predict_action_chunk(noise=)
-    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-    from lerobot.policies.utils import prepare_observation_for_inference
-
-    policy = get_policy_class("smolvla").from_pretrained(tiny_smolvla)
-    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(tiny_smolvla))
-    raw = {"observation.state": obs["state"].copy(), f"observation.images.{CAMERA}": obs["images"][CAMERA].copy()}
-    policy.reset()
-    with torch.inference_mode():
-        batch = pre(prepare_observation_for_inference(raw, torch.device("cpu"), task=TASK))
-        theirs = post(policy.predict_action_chunk(batch, noise=torch.from_numpy(z)[None]))
-    np.testing.assert_allclose(chunk, np.clip(theirs[0].numpy(), -1, 1), atol=1e-5)
+    theirs = lerobot_chunk("smolvla", tiny_smolvla, obs, z, CAMERA, TASK)
+    np.testing.assert_allclose(chunk, theirs, atol=1e-5)
 
 
 def refused_noise(base: LeRobotBase, z, obs=None) -> str:

@@ -18,7 +18,7 @@ from robo_rl.config import ConfigError, make_algorithm, make_env, make_policy
 from robo_rl.envs import make_observation_space
 from tests.test_lerobot_base import tiny_act  # noqa: F401 (a fixture)
 from tests.test_pipeline import run_pair, toy_config
-from tests.vla_tiny import PI_TOKENIZER, tiny_pi_sizes, write_tiny_pi
+from tests.vla_tiny import PI_TOKENIZER, lerobot_chunk, tiny_pi_sizes, write_tiny_pi
 
 # point_reach with its camera: a state of 4, one 8x8 camera "top", actions of 2
 STATE_DIM, ACTION_DIM, CHUNK, MAX_ACTION_DIM, CAMERA, IMAGE_HW, TASK = 4, 2, 4, 8, "top", (8, 8), "pick the cube"
@@ -99,17 +99,8 @@ def test_the_initial_noise_steers_the_pi_chunk_as_lerobot_runs_it(tiny_pi):
         base.predict_chunk(obs, noise=z[:, :ACTION_DIM])
 
     # lerobot's own inference path on the same observation and noise: its processors, predict_action_chunk(noise=)
-    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-    from lerobot.policies.utils import prepare_observation_for_inference
-
-    policy = get_policy_class(kind).from_pretrained(folder)
-    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(folder))
-    raw = {"observation.state": obs["state"].copy(), f"observation.images.{CAMERA}": obs["images"][CAMERA].copy()}
-    policy.reset()
-    with torch.inference_mode():
-        batch = pre(prepare_observation_for_inference(raw, torch.device("cpu"), task=TASK))
-        theirs = post(policy.predict_action_chunk(batch, noise=torch.from_numpy(z)[None]))
-    np.testing.assert_allclose(chunk, np.clip(theirs[0].numpy(), -1, 1), atol=1e-5)
+    theirs = lerobot_chunk(kind, folder, obs, z, CAMERA, TASK)
+    np.testing.assert_allclose(chunk, theirs, atol=1e-5)
 
 
 def dsrl_overrides(folder: Path) -> list[str]:

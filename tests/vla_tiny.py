@@ -117,20 +117,14 @@ def write_tiny_smolvla(
     """A SmolVLA `pretrained_model` folder (config.json, model.safetensors, its pre- and post-processors with dataset
     statistics) for a task with a state of `state_dim`, one camera `camera` of `image_hw` and actions of
     `action_dim`; random weights from `seed`. Its initial noise is (chunk_size, max_action_dim)."""
-    from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
     folder = Path(folder).resolve()
     vlm = write_tiny_smolvlm(folder / VLM_FOLDER, image_size=image_size)
-    height, width = image_hw
     cfg = SmolVLAConfig(
-        input_features={
-            "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
-            f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width)),
-        },
-        output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+        **_features(state_dim, camera, image_hw, action_dim),
         chunk_size=chunk_size,
         n_action_steps=chunk_size,
         max_state_dim=max(state_dim, 8),
@@ -260,7 +254,6 @@ def write_tiny_pi(
     with dataset statistics, its tokenizer) for a task with a state of `state_dim`, one camera `camera` of `image_hw`
     and actions of `action_dim`; random weights from `seed`. Its initial noise is (chunk_size, max_action_dim). Load
     it under `tiny_pi_sizes(kind)`: lerobot would otherwise build the real sizes."""
-    from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
     from lerobot.processor import TokenizerProcessorStep
 
@@ -268,13 +261,8 @@ def write_tiny_pi(
     tokenizer = str(write_paligemma_tokenizer(folder / PI_TOKENIZER))
     module, processors = _pi_modules(kind)
     config_class = module.PI0Config if kind == "pi0" else module.PI05Config
-    height, width = image_hw
     cfg = config_class(
-        input_features={
-            "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
-            f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width)),
-        },
-        output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+        **_features(state_dim, camera, image_hw, action_dim),
         chunk_size=chunk_size,
         n_action_steps=chunk_size,
         max_state_dim=max(state_dim, 8),
@@ -299,3 +287,34 @@ def write_tiny_pi(
     for part in (policy, pre, post):
         part.save_pretrained(folder)
     return folder
+
+
+def lerobot_chunk(kind: str, folder, obs: dict, noise, camera: str, task: str):
+    """lerobot's own inference on one observation and noise (its processors, `predict_action_chunk(noise=)`): the
+    chunk our loader must reproduce."""
+    import numpy as np
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+    from lerobot.policies.utils import prepare_observation_for_inference
+
+    policy = get_policy_class(kind).from_pretrained(folder)
+    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(folder))
+    raw = {"observation.state": obs["state"].copy(), f"observation.images.{camera}": obs["images"][camera].copy()}
+    policy.reset()
+    with torch.inference_mode():
+        batch = pre(prepare_observation_for_inference(raw, torch.device("cpu"), task=task))
+        chunk = post(policy.predict_action_chunk(batch, noise=torch.from_numpy(noise)[None]))
+    return np.clip(chunk[0].numpy(), -1, 1)
+
+
+def _features(state_dim: int, camera: str, image_hw: tuple[int, int], action_dim: int) -> dict:
+    """A policy config's input and output features: a state, one camera, an action."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    height, width = image_hw
+    return {
+        "input_features": {
+            "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
+            f"observation.images.{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width)),
+        },
+        "output_features": {"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+    }
