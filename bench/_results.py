@@ -24,12 +24,13 @@ def _git(*args: str) -> str:
     return run.stdout.strip() if run.returncode == 0 else ""
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+            name = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
     except OSError:  # not Linux
-        return platform.processor()
+        name = ""
+    return name or platform.processor() or "cpu"  # ARM's /proc/cpuinfo has no "model name"
 
 
 def _gpus() -> list[str]:
@@ -57,7 +58,7 @@ def provenance(measured_code: list[str] | None = None) -> dict:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {
             "host": platform.node(),
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
             "gpus": _gpus() or "none",

@@ -46,7 +46,6 @@ import contextlib
 import gc
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -59,7 +58,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._results import write_result  # noqa: E402
+from bench._results import cpu_model, write_result  # noqa: E402
 
 MODELS = ("smolvla", "pi0", "pi05")
 STATE_DIM, ACTION_DIM, CAMERAS, CAMERA_HW, QUICK_CAMERA_HW = 6, 6, ("front", "wrist"), (480, 640), (48, 64)
@@ -510,14 +509,6 @@ def report(kind: str, r: dict, period_ms: float) -> None:
                 print(f"  {title[4:8]} {ms:8.3f} ms  x{count:<7} {name[:90]}", flush=True)
 
 
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "cpu"
-
-
 def largest_fitting(models: dict, step: str) -> str | None:
     fits = [(r["params"], kind) for kind, r in models.items() if "error" not in r and r[step]["fits"]]
     return max(fits)[1] if fits else None
@@ -587,7 +578,7 @@ def main() -> None:
 
     results = {
         "device": args.device,
-        "device_name": torch.cuda.get_device_name(args.device) if cuda else cpu_name(),
+        "device_name": torch.cuda.get_device_name(args.device) if cuda else cpu_model(),
         "torch": torch.__version__,
         "lerobot": lerobot.__version__,
         "transformers": transformers.__version__,
