@@ -15,6 +15,11 @@ processor makes them (float32 CHW images in [0, 1], here uint8-valued; a batch d
 a (1, action_dim) action, float reward, bool done/truncated, complementary_info {"discrete_penalty": tensor([0.]),
 "is_intervention": bool}. The learner samples through `get_iterator` (a prefetch thread calling `sample`); timed
 here is `sample` itself, as that thread runs it.
+
+Like for like, `image_dtype="uint8"`: the same buffer code with its image storage made uint8 (LeRobot allocates every
+state tensor in torch's default float32, whatever it is given; here the image tensors `_initialize_storage` made are
+swapped for uint8 ones of the same shape before the first `add`, and the actor's frames are fed as uint8 0-255), so
+it stores and samples uint8 frames as ours does. Sampled plain only: its DrQ shift (grid_sample) takes float images.
 """
 
 from __future__ import annotations
@@ -59,15 +64,16 @@ def _buffer_nbytes(replay) -> dict[str, int]:
     return out
 
 
-def _transitions(n: int, image_hw, cameras: int, state_dim: int, action_dim: int, gen) -> list[dict]:
+def _transitions(n: int, image_hw, cameras: int, state_dim: int, action_dim: int, gen, uint8: bool) -> list[dict]:
     """`n` transitions in episodes of EPISODE_STEPS, done at the last step; next_state[t] is state[t + 1] (the same
-    tensors), as the actor sends them."""
+    tensors), as the actor sends them. Images float32 in [0, 1] as LeRobot's env processor makes them, or uint8."""
+
+    def frame() -> torch.Tensor:
+        pixels = torch.randint(0, 256, (1, 3, *image_hw), dtype=torch.uint8, generator=gen)
+        return pixels if uint8 else pixels.float().div_(255)
 
     def observation() -> dict[str, torch.Tensor]:
-        obs = {
-            k: torch.randint(0, 256, (1, 3, *image_hw), dtype=torch.uint8, generator=gen).float().div_(255)
-            for k in _image_keys(cameras)
-        }
+        obs = {k: frame() for k in _image_keys(cameras)}
         return {**obs, "observation.state": torch.randn(1, state_dim, generator=gen)}
 
     out = []
@@ -101,10 +107,13 @@ def lerobot_replay_figures(
     state_dim: int = 18,
     action_dim: int = 4,
     seed: int = 0,
+    image_dtype: str = "float32",
 ) -> dict:
     """Fill LeRobot's ReplayBuffer with `num_transitions` and time `add` and `sample(batch_size)`, with and without
-    its DrQ augmentation. Times are medians; one warm-up sample per mode (the augmented one runs torch.compile) is not
+    its DrQ augmentation (without only, for `image_dtype="uint8"`: the like-for-like variant in the module's
+    docstring). Times are medians; one warm-up sample per mode (the augmented one runs torch.compile) is not
     counted."""
+    uint8 = image_dtype == "uint8"
     # the learner runs with one thread on this 2-core box (as ours does): more intra-op threads would fight the
     # actors and the prefetch thread for the cores
     torch.set_num_threads(1)
@@ -116,7 +125,13 @@ def lerobot_replay_figures(
     replay = buffer_mod.ReplayBuffer(
         capacity=capacity, device="cpu", state_keys=state_keys, storage_device="cpu", optimize_memory=True
     )
-    data = _transitions(num_transitions, image_hw, cameras, state_dim, action_dim, torch.Generator().manual_seed(seed))
+    data = _transitions(
+        num_transitions, image_hw, cameras, state_dim, action_dim, torch.Generator().manual_seed(seed), uint8
+    )
+    if uint8:
+        replay._initialize_storage(**{k: data[0][k] for k in ("state", "action", "complementary_info")})
+        for key in _image_keys(cameras):  # next_states is the same dict (optimize_memory): it follows
+            replay.states[key] = torch.empty_like(replay.states[key], dtype=torch.uint8)
 
     def fill() -> float:
         t0 = time.perf_counter()
@@ -127,19 +142,20 @@ def lerobot_replay_figures(
     first_fill = fill()  # allocates the storage on the first add and touches every page
     # a long-running learner's buffer is resident and wraps: time refills of the full buffer
     add_rates = [fill() for _ in range(min(repeats, 5))]
-    assert len(replay) == capacity and replay.states[state_keys[0]].dtype == torch.float32
+    assert len(replay) == capacity and replay.states[state_keys[0]].dtype == getattr(torch, image_dtype)
 
     nbytes = _buffer_nbytes(replay)
     image_bytes = sum(v for k, v in nbytes.items() if k.startswith("states.observation.images."))
 
     # augmented and plain interleaved, so drift on the shared machine hits both alike; use_drq=False is what the
     # constructor's flag sets, applied to the same filled buffer
+    modes = (False,) if uint8 else (True, False)
     times = {True: [], False: []}
-    for drq in (True, False):  # warm-up, not counted (with drq this compiles random_shift: ~30 s here)
+    for drq in modes:  # warm-up, not counted (with drq this compiles random_shift: ~30 s here)
         replay.use_drq = drq
         replay.sample(batch_size)
     for _ in range(repeats):
-        for drq in (True, False):
+        for drq in modes:
             replay.use_drq = drq
             t0 = time.perf_counter()
             batch = replay.sample(batch_size)
@@ -148,14 +164,15 @@ def lerobot_replay_figures(
     replay.use_drq = True
 
     return {
-        # every allocated tensor's bytes / capacity: float32 CHW images and state stored once (optimize_memory=True:
-        # no next_state copy), action, reward, done, truncated, episode_ends, complementary_info (two float32)
+        # every allocated tensor's bytes / capacity: CHW images (float32, or uint8 like for like) and state stored
+        # once (optimize_memory=True: no next_state copy), action, reward, done, truncated, episode_ends,
+        # complementary_info (two float32)
         "bytes_per_transition": sum(nbytes.values()) / capacity,
         "image_bytes_per_transition": image_bytes / capacity,
         "uint8_frame_bytes_per_transition": cameras * 3 * image_hw[0] * image_hw[1],  # for scale: one uint8 copy
         "add_per_s": statistics.median(add_rates),
         "add_per_s_first_fill": first_fill,
-        "sample_ms_augmented": statistics.median(times[True]),
+        "sample_ms_augmented": statistics.median(times[True]) if times[True] else None,
         "sample_ms_plain": statistics.median(times[False]),
         "capacity": capacity,
         "config": {
@@ -165,7 +182,7 @@ def lerobot_replay_figures(
             "device": "cpu",
             "storage_device": "cpu",
             "optimize_memory": True,
-            "use_drq": True,
+            "use_drq": not uint8,
             "image_augmentation_function": "None -> torch.compile(random_shift, pad=4)",
             "image_dtype": str(replay.states[state_keys[0]].dtype).removeprefix("torch."),
             "cameras": cameras,

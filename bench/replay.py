@@ -2,10 +2,12 @@
 segment files on disk) against LeRobot's `ReplayBuffer`, in the same run, for two 128×128 cameras.
 
 Measures bytes per stored transition (against one raw uint8 copy of the frames) and the time to sample a
-batch of 256 transitions with images. For a like-for-like figure, each sampler's batch is also turned into
-float32 image tensors in [0, 1], which is what LeRobot's `sample` returns (ours hands uint8 to the encoder,
-which converts on the device). "disk, cold" drops the segment files from the page cache before each batch
-(posix_fadvise DONTNEED), so every frame is read from the file system.
+batch of 256 transitions with images. LeRobot stores float32 frames, ours uint8; two like-for-like figures stand
+beside that headline: float32 out of both (each of our batches also turned into float32 image tensors in [0, 1],
+what LeRobot's `sample` returns; ours hands uint8 to the encoder, which converts on the device), and uint8 in
+both (LeRobot's buffer code with uint8 image storage, `_replay_lerobot_baseline.py`: bytes and plain sampling).
+"disk, cold" drops the segment files from the page cache before each batch (posix_fadvise DONTNEED), so every
+frame is read from the file system.
 
 The prior-data mix: sampling a batch of 256 from demos + interventions (state only) out of a wrapped ring of
 100k, 1M and 10M records, about 3% of them a human's, with the interventions partition kept as an index on every
@@ -285,6 +287,11 @@ def main() -> None:
     b = lerobot_replay_figures(num_transitions=n, batch_size=BATCH, repeats=repeats, seed=args.seed)
     for k in ("bytes_per_transition", "add_per_s", "sample_ms_plain", "sample_ms_augmented"):
         print(f"lerobot  {k:<28} {b[k]:,.2f}")
+    u8 = lerobot_replay_figures(
+        num_transitions=n, batch_size=BATCH, repeats=repeats, seed=args.seed, image_dtype="uint8"
+    )
+    for k in ("bytes_per_transition", "add_per_s", "sample_ms_plain"):
+        print(f"lerobot, uint8 frames (like for like) {k:<28} {u8[k]:,.2f}")
     result = {
         "transitions": n,
         "batch_size": BATCH,
@@ -293,12 +300,17 @@ def main() -> None:
         "ours": a,
         "lerobot": {k: v for k, v in b.items() if k != "config"},
         "lerobot_config": b.get("config"),
+        "lerobot_uint8": {k: v for k, v in u8.items() if k != "config"},
         "ours_ram_over_raw": a["bytes_per_transition_ram"] / RAW_FRAMES,
         "ours_disk_over_raw": a["bytes_per_transition_disk"] / RAW_FRAMES,
         "lerobot_over_ours_bytes": b["bytes_per_transition"] / a["bytes_per_transition_ram"],
         "speedup_ram_vs_lerobot_plain": b["sample_ms_plain"] / a["sample_ms_ram"],
         "speedup_ram_float_vs_lerobot_plain": b["sample_ms_plain"] / a["sample_ms_ram_float"],
         "speedup_disk_cold_float_vs_lerobot_plain": b["sample_ms_plain"] / a["sample_ms_disk_cold_float"],
+        # like for like, uint8 frames stored and sampled on both sides
+        "lerobot_uint8_over_ours_bytes": u8["bytes_per_transition"] / a["bytes_per_transition_ram"],
+        "speedup_ram_vs_lerobot_uint8_plain": u8["sample_ms_plain"] / a["sample_ms_ram"],
+        "speedup_disk_cold_vs_lerobot_uint8_plain": u8["sample_ms_plain"] / a["sample_ms_disk_cold"],
         "load": os.getloadavg()[0],
         "prior_mix": mix["sizes"],
     }
