@@ -290,6 +290,7 @@ class PickCubeEnv(RobotEnv):
         self.camera_names = tuple(cameras)
         self.image_size = int(image_size)
         self._renderer = None
+        self._view_renderer = None  # the GUI's larger view, `render(size)`: its own size, created when first asked
         self.observation_space = make_observation_space(
             len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
         )
@@ -471,13 +472,25 @@ class PickCubeEnv(RobotEnv):
             self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
         return render_cameras(self._renderer, self.data, self.camera_names)
 
-    def render(self) -> np.ndarray:
-        """The front camera, uint8 HxWx3 of `image_size` (Gymnasium's rgb_array): what eval videos show."""
+    def render(self, size: int | None = None) -> np.ndarray:
+        """The front camera, uint8 HxWx3 of `image_size` (Gymnasium's rgb_array): what eval videos show; or `size`
+        square (the GUI's larger view)."""
+        if size is not None and size != self.image_size:
+            if self._view_renderer is None or self._view_renderer.height != size:
+                self._close_view()
+                self._view_renderer = fast_renderer(self.model, size, size)
+            return render_cameras(self._view_renderer, self.data, ("front",))["front"]
         if self._renderer is None:
             self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
         return render_cameras(self._renderer, self.data, ("front",))["front"]
 
     def close(self) -> None:
+        self._close_view()
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
+
+    def _close_view(self) -> None:
+        if self._view_renderer is not None:
+            self._view_renderer.close()
+            self._view_renderer = None
