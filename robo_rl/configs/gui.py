@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from robo_rl.configs.typed import FIXED, setting
 
 DEADMAN = ("pause", "continue")  # what an actor does when the watching or controlling page goes away
+AUTO_VIEW_SIZE = 256  # the view a simulator renders when the policy has no camera: a person must see what they steer
 
 
 @dataclass
@@ -26,8 +27,12 @@ class GuiConfig:
     )
     zmq_port: int = setting(5590, "the GUI's port for actors", low=1, high=65535)
     frame_hz: float = setting(10.0, "camera frames sent per second per actor (0: none)", low=0, high=120)
-    view_size: int = setting(
-        0, "pixels of a larger rendered view, square (0: none; it renders in the control loop)", low=0, high=2048
+    view_size: int | None = setting(
+        None,
+        f"pixels of a larger rendered view, square, rendered in the control loop while a page watches (null: "
+        f"{AUTO_VIEW_SIZE} in simulation when the observation has no camera, else none; 0: none)",
+        low=0,
+        high=2048,
     )
     state_hz: float = setting(
         20.0, "page updates per second at most (each as soon as an actor has news)", low=0.5, high=60

@@ -12,11 +12,13 @@ import time
 
 import numpy as np
 
+from robo_rl.configs.gui import AUTO_VIEW_SIZE
 from robo_rl.gui.bridge import GuiBridge
 from robo_rl.transport.security import curve_keys, is_loopback
 
 log = logging.getLogger(__name__)
 
+VIEW_LOOP_SHARE = 0.25  # the view takes at most this share of the control loop's time: under load it comes slower
 LEARNER_FIELDS = (
     "env_steps",
     "updates",
@@ -46,7 +48,8 @@ class ActorView:
             deadman_timeout_s=g.deadman_timeout_s,
             curve=curve,
         )
-        self.view_size = int(g.view_size)
+        self.view_size = view_size_for(g.view_size, actor.env)
+        self._view_next, self._views = 0.0, 0  # when the next view may be rendered (VIEW_LOOP_SHARE); how many so far
         self.episode, self.t, self.ret, self.reward = 0, 0, 0.0, 0.0
         self.intervention_steps, self.controller, self.reported = 0, None, False
         self.success_prob: float | None = None
@@ -129,15 +132,21 @@ class ActorView:
         )
 
     def _render(self) -> dict | None:
-        if self.view_size <= 0:
+        """The larger view, rendered in the control loop: only while a page watches, and no more often than keeps
+        its cost under VIEW_LOOP_SHARE of the loop's time."""
+        start = time.monotonic()
+        if self.view_size <= 0 or not self.bridge.watched or start < self._view_next:
             return None
         try:
             frame = self.actor.env.unwrapped.render(size=self.view_size)
-            return {"view": np.asarray(frame, np.uint8)}
         except Exception as e:  # noqa: BLE001 - an env without a sized render: no larger view, said once
-            log.warning("gui: no larger view (%s); gui.view_size=0 turns it off", e)
+            log.warning("gui: no larger view (%s: %s); gui.view_size=0 turns it off", type(e).__name__, e)
             self.view_size = 0
             return None
+        if self._views:  # the first render also builds the renderer: not what a frame costs
+            self._view_next = start + (time.monotonic() - start) / VIEW_LOOP_SHARE
+        self._views += 1
+        return {"view": np.asarray(frame, np.uint8)}
 
     def _loop_stats(self) -> dict:
         now = time.monotonic()
@@ -150,6 +159,15 @@ class ActorView:
     def _learner(self) -> dict:
         status = self.actor.transport.status or {}
         return {k: status[k] for k in LEARNER_FIELDS if isinstance(status.get(k), int | float)}
+
+
+def view_size_for(setting: int | None, env) -> int:
+    """The larger view's side in pixels (0: none): the setting where given; else, in simulation with no camera in the
+    observation, `AUTO_VIEW_SIZE` (a person asked to take over must see the robot); a robot shows its cameras."""
+    if setting is not None:
+        return int(setting)
+    cameras = env.observation_space["images"].spaces
+    return 0 if env.unwrapped.drives_robot or cameras else AUTO_VIEW_SIZE
 
 
 def _safety_line(safety) -> str | None:

@@ -87,6 +87,11 @@ class GuiBridge:
     def wants_frame(self) -> bool:
         return self._clock() - self._last_frame >= self.frame_period
 
+    @property
+    def watched(self) -> bool:
+        """A page watches (from its presence until the dead man): what only a person looks at is made only then."""
+        return self._watched
+
     def tick(
         self, meta: dict, images: dict[str, np.ndarray] | None = None, view: dict[str, np.ndarray] | None = None
     ) -> None:
