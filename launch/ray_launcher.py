@@ -19,6 +19,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from launch.launcher.board import LearnerProgress, StatusBoard
@@ -128,18 +129,12 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
         _check_reachable(layout.ray_address)
         ray.init(address=layout.ray_address, log_to_driver=False)
     hosts: dict = {}
+    nodes: dict = {}
     try:
         here, remote_host = ray.get_runtime_context().get_node_id(), ray.remote(ProcessHost)
         for p in layout.processes:
             hosts[p.name] = _place(remote_host, p, here)
-        try:
-            found = ray.get([h.node.remote() for h in hosts.values()], timeout=PLACEMENT_TIMEOUT_S)
-            nodes = dict(zip(hosts, found, strict=True))  # name -> (address, node id)
-        except ray.exceptions.GetTimeoutError:
-            raise LayoutError(
-                f"the Ray cluster has no room for the layout's {len(hosts)} processes within "
-                f"{PLACEMENT_TIMEOUT_S:.0f} s (ray: num_cpus / num_gpus in the layout)"
-            ) from None
+        nodes = _wait_placed(ray, hosts)  # name -> (address, node id)
         learner = hosts[layout.learner.name]
         spread = len({nodes[name][1] for name in hosts}) > 1
         bind = nodes[layout.learner.name][0] if spread else "127.0.0.1"
@@ -171,14 +166,73 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
         )
         return Supervisor(layout, slots, start, lambda: ray.get(learner.port_open.remote(*probe)), board).run()
     finally:
-        try:
-            ray.get([h.forget_keys.remote() for h in hosts.values()], timeout=CALL_TIMEOUT_S)
+        try:  # keys go out only once every process is placed; a host never started would hold this for CALL_TIMEOUT_S
+            if nodes:
+                ray.get([h.forget_keys.remote() for h in hosts.values()], timeout=CALL_TIMEOUT_S)
         except ray.exceptions.RayError:
             pass
         for h in hosts.values():
             ray.kill(h)
         if started:
             ray.shutdown()
+
+
+def _wait_placed(ray, hosts: dict) -> dict:
+    """Each process's (node address, node id) once Ray has started its ProcessHost; a one-line error with what Ray
+    reports as soon as it refuses one, or for each it has not started within PLACEMENT_TIMEOUT_S."""
+    asked = {h.node.remote(): name for name, h in hosts.items()}
+    found, pending, deadline = {}, list(asked), time.monotonic() + PLACEMENT_TIMEOUT_S
+    while pending and (left := deadline - time.monotonic()) > 0:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        for ref in ready:
+            try:
+                found[asked[ref]] = ray.get(ref)
+            except ray.exceptions.RayError as e:  # its ProcessHost died starting, or Ray refused its placement
+                raise LayoutError(f"Ray could not start {asked[ref]}: {_first_line(e)}{_logs_hint(ray)}") from None
+    if pending:
+        raise LayoutError(
+            f"Ray did not start the layout's processes within {PLACEMENT_TIMEOUT_S:.0f} s: "
+            f"{', '.join(f'{asked[r]} {_actor_state(ray, hosts[asked[r]])}' for r in pending)}; {_cluster_room(ray)} "
+            f"(ray: num_cpus / num_gpus in the layout){_logs_hint(ray)}"
+        )
+    return {name: found[name] for name in hosts}
+
+
+ACTOR_STATES = {  # the GCS's word for a ProcessHost, and what it means here
+    "PENDING_CREATION": "no room for it, or its Ray worker process not started yet",
+    "ALIVE": "started, its first call not answered yet",
+    "RESTARTING": "its node or worker was lost",
+    "DEAD": "gone",
+}
+
+
+def _actor_state(ray, host) -> str:
+    """What the GCS says of a ProcessHost, e.g. `PENDING_CREATION (no room for it, ...)`."""
+    try:
+        from ray._private.state import actors  # no public call reads one actor's state without the dashboard
+
+        state = actors(actor_id=host._actor_id.hex()).get("State", "unknown")
+    except Exception:  # a private API: its absence must not hide the placement error itself
+        return "(state unknown)"
+    return f"{state} ({ACTOR_STATES[state]})" if state in ACTOR_STATES else state
+
+
+def _cluster_room(ray) -> str:
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    free, total = ray.available_resources().get("CPU", 0), ray.cluster_resources().get("CPU", 0)
+    return f"the cluster has {free:g} of {total:g} CPUs free on {len(alive)} live node(s)"
+
+
+def _logs_hint(ray) -> str:
+    """Where this machine's node keeps Ray's own account (raylet.out: leases and worker starts)."""
+    try:
+        return f"; Ray's logs: {ray._private.worker._global_node.get_logs_dir_path()}"
+    except Exception:  # a private attribute, and a Ray Client connection has no node here
+        return ""
+
+
+def _first_line(error: Exception) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
 def _check_reachable(address: str | None) -> None:
