@@ -5,6 +5,7 @@ Hydra and OmegaConf are imported where they are used: `robo-rl --help` and confi
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import importlib.util
@@ -52,7 +53,7 @@ def load_config(overrides: list[str]) -> DictConfig:
     block_overrides = [o for o in overrides if _typed_block_key(o)]
     rest = [o for o in overrides if not _typed_block_key(o)]
     try:
-        cfg = _compose(rest)
+        cfg = _compose(rest, completed=True)
         _apply_block_overrides(cfg, block_overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(e, overrides)) from None
@@ -120,13 +121,14 @@ def _typed_block_key(override: str) -> bool:
 
 
 def _apply_block_overrides(cfg: DictConfig, overrides: list[str]) -> None:
-    """Typed blocks completed with their dataclass defaults, then `overrides` applied on top, in order (a new
-    `_target_` gets its own dataclass's defaults after them); in an untyped block (a plugin's) an unknown key still
-    needs `+`, as hydra asks."""
+    """`overrides` applied on top of a config whose typed blocks are complete, in order (a new `_target_` gets its
+    own dataclass's defaults after them); in an untyped block (a plugin's) an unknown key still needs `+`, as hydra
+    asks."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    complete_typed_blocks(cfg)
+    if not overrides:  # completing a complete config again changes nothing
+        return
     for o in OverridesParser.create().parse_overrides(overrides):
         key = o.key_or_group
         prefix = typed_prefix(key)
@@ -159,6 +161,8 @@ def complete_typed_blocks(cfg: DictConfig) -> None:
         ordered = {k: given[k] for k in LABEL_KEYS if k in given}
         ordered.update({k: given.get(k, v) for k, v in defaults_of(cls).items()})
         ordered.update({k: v for k, v in given.items() if k not in ordered})  # sub-blocks; unknown: refused in _check
+        if list(ordered.items()) == list(given.items()) and OmegaConf.select(cfg, prefix, default=None) is not None:
+            continue  # already complete, in order: rebuilding it would make the same block
         with open_dict(cfg):
             OmegaConf.update(cfg, prefix, OmegaConf.create(ordered), merge=False, force_add=True)
 
@@ -183,7 +187,35 @@ def _shorthand(override: str) -> str:
     return f"gui.enabled={value}" if key.lstrip("+") == "gui" and value.lower() in ("true", "false") else override
 
 
-def _compose(overrides: list[str]) -> DictConfig:
+# (conf tree's content, overrides, completed) -> the composed config: a process composes the same tree with the same
+# group options many times (every check, every error's suggestion, each test), and hydra takes ~0.3 s each time.
+_COMPOSED: dict[tuple, DictConfig] = {}
+_COMPOSED_MAX = 64
+
+
+def _compose(overrides: list[str], completed: bool = False) -> DictConfig:
+    """The root config composed with `overrides` (group options, untyped keys); with `completed`, its typed blocks
+    completed too (`complete_typed_blocks`). A fresh copy each call; composed once per content of the tree."""
+    key = (_conf_tree_digest(), tuple(overrides), completed)
+    if key not in _COMPOSED:
+        cfg = _compose(overrides) if completed else _compose_with_hydra(overrides)
+        if completed:
+            complete_typed_blocks(cfg)
+        if len(_COMPOSED) >= _COMPOSED_MAX:
+            del _COMPOSED[next(iter(_COMPOSED))]  # the oldest
+        _COMPOSED[key] = cfg
+    return copy.deepcopy(_COMPOSED[key])
+
+
+def _conf_tree_digest() -> str:
+    """A hash of every YAML file under `CONF_DIR` (paths and bytes): an edited file composes afresh."""
+    digest = hashlib.sha256(str(CONF_DIR).encode())
+    for path in sorted(CONF_DIR.rglob("*.yaml")):
+        digest.update(str(path.relative_to(CONF_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _compose_with_hydra(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):

@@ -13,9 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 import robo_rl.config
-from robo_rl.configs.algo import ALGO_CONFIGS, PPOConfig, SACConfig
 from robo_rl.cli import main
 from robo_rl.config import CONF_DIR, ConfigError, group_options, load_config, load_saved_config, make_env, save_config
+from robo_rl.configs.algo import ALGO_CONFIGS, PPOConfig, SACConfig
 from robo_rl.configs.settings import SETTINGS
 from robo_rl.configs.typed import config_from, defaults_of, settings_of
 
@@ -222,3 +222,14 @@ def test_an_experiments_key_that_does_not_fit_the_chosen_algorithm_is_refused_na
     with pytest.raises(ConfigError, match=r"unknown config key 'algo\.\w+'.*set by experiment=residual_pick_cube"):
         load_config(["algo=sac"])
     assert load_config(["experiment=rlpd", "algo=sac"]).algo._target_.endswith("build_sac")
+
+
+def test_a_config_composed_again_is_a_fresh_copy():
+    """load_config composes a tree once per content and group options: what one caller changes, the next does not see
+    (an edited YAML composing afresh: the experiment-file tests above rewrite one between two loads)."""
+    first = load_config(["experiment=rlpd"])
+    default_batch, default_x_range = first.algo.batch_size, first.env.cube_xy_range_m[0]
+    first.algo.batch_size = default_batch + 1
+    first.env.cube_xy_range_m[0] = default_x_range + 0.05
+    again = load_config(["experiment=rlpd"])
+    assert again.algo.batch_size == default_batch and again.env.cube_xy_range_m[0] == default_x_range
