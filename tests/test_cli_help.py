@@ -1,6 +1,7 @@
 """`robo-rl <command> --help` explains the command, its main settings and every config group's options, and the
 commands that need no model answer without importing torch or a simulator."""
 
+import json
 import subprocess
 import sys
 
@@ -60,33 +61,59 @@ def test_a_misspelt_command_gets_a_suggestion(capsys):
 
 
 HEAVY = ("torch", "mujoco", "zmq", "gym_hil", "robosuite")
+LIGHT_COMMANDS = [
+    ["train", "--help"],
+    ["show"],
+    ["show", "algo.batch_size=0"],
+    ["show", "algo.batch_sise=3"],
+    ["train", "algo.actor_lrr=1"],
+    ["keys"],
+    ["data", "--help"],
+    ["bc", "bc.patiense=5"],
+    ["distill", "distill.iterations=0"],
+]
+# One fresh interpreter imports only robo_rl.cli, then forks a child per command: each child starts from that state,
+# as a process of its own would, without paying for the interpreter and the import again.
+HEAVY_IMPORTS_PER_COMMAND = """
+import contextlib, io, json, os, sys, traceback
+from robo_rl.cli import main
+for argv in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.close(read)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                main(argv)
+            error = None
+        except SystemExit as e:  # as a process of its own would end: only a non-zero code is a failure
+            error = None if e.code in (0, None) else traceback.format_exc()
+        except BaseException:
+            error = traceback.format_exc()
+        result = {"error": error, "heavy": sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)}
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        print(f.read(), flush=True)
+    os.wait()
+"""
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["train", "--help"],
-        ["show"],
-        ["show", "algo.batch_size=0"],
-        ["show", "algo.batch_sise=3"],
-        ["train", "algo.actor_lrr=1"],
-        ["keys"],
-        ["data", "--help"],
-        ["bc", "bc.patiense=5"],
-        ["distill", "distill.iterations=0"],
-    ],
-)
-def test_commands_that_need_no_model_import_no_torch_or_simulator(argv):
-    code = (
-        "import sys, contextlib, io\n"
-        "from robo_rl.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-        f"    main({argv!r})\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+@pytest.fixture(scope="module")
+def heavy_imports_per_command():
+    argv = [sys.executable, "-c", HEAVY_IMPORTS_PER_COMMAND, json.dumps(LIGHT_COMMANDS), json.dumps(HEAVY)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(LIGHT_COMMANDS), out.stdout + out.stderr
+    return {tuple(argv): result for argv, result in zip(LIGHT_COMMANDS, results, strict=True)}
+
+
+@pytest.mark.parametrize("argv", LIGHT_COMMANDS, ids=" ".join)
+def test_commands_that_need_no_model_import_no_torch_or_simulator(argv, heavy_imports_per_command):
+    result = heavy_imports_per_command[tuple(argv)]
+    assert result["error"] is None, result["error"]
+    assert result["heavy"] == []
 
 
 def test_a_typed_blocks_settings_show_their_own_dataclasss_default_and_meaning(capsys):
