@@ -1,6 +1,8 @@
 """`robo-rl <command> --help` explains the command, its main settings and every config group's options, and the
 commands that need no model answer without importing torch or a simulator."""
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -13,19 +15,35 @@ from robo_rl.config import group_options
 CONFIG_COMMANDS = ["train", "learner", "actor", "eval", "show"]
 
 
+@pytest.fixture(scope="module")
+def rendered_help():
+    """`main(argv)`'s exit code and stdout, run once per command line for this module's tests (a help page composes the
+    config tree to show its defaults, ~0.4 s)."""
+    rendered = {}
+
+    def render(*argv):
+        if argv not in rendered:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = main(list(argv))
+            rendered[argv] = (code, out.getvalue())
+        return rendered[argv]
+
+    return render
+
+
 @pytest.mark.parametrize("command", [*CONFIG_COMMANDS, "keys"])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_every_command_has_help(command, flag, capsys):
-    assert main([command, flag]) == 0
-    out = capsys.readouterr().out
+def test_every_command_has_help(command, flag, rendered_help):
+    code, out = rendered_help(command, flag)
+    assert code == 0
     assert out.startswith(f"usage: robo-rl {command}")
     assert len(out.splitlines()) > 3  # what it does, not a bare usage line
 
 
 @pytest.mark.parametrize("command", CONFIG_COMMANDS)
-def test_help_lists_every_option_of_every_config_group_with_a_line_each(command, capsys):
-    main([command, "--help"])
-    out = capsys.readouterr().out
+def test_help_lists_every_option_of_every_config_group_with_a_line_each(command, rendered_help):
+    _, out = rendered_help(command, "--help")
     lines = out.splitlines()
     for group in ("env", "algo", "policy", "experiment"):
         assert f"  {group}:" in out
@@ -38,9 +56,8 @@ def test_help_lists_every_option_of_every_config_group_with_a_line_each(command,
             assert line is not None and text in line, (group, option)
 
 
-def test_train_help_names_its_main_settings_with_defaults_and_ranges(capsys):
-    main(["train", "--help"])
-    out = capsys.readouterr().out
+def test_train_help_names_its_main_settings_with_defaults_and_ranges(rendered_help):
+    _, out = rendered_help("train", "--help")
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("train.total_env_steps"))
     assert "10000" in line and "[1, inf)" in line  # the default experiment's (residual_pick_cube)
     assert "*pick_cube " in out  # the default option is marked
@@ -116,10 +133,10 @@ def test_commands_that_need_no_model_import_no_torch_or_simulator(argv, heavy_im
     assert result["heavy"] == []
 
 
-def test_a_typed_blocks_settings_show_their_own_dataclasss_default_and_meaning(capsys):
+def test_a_typed_blocks_settings_show_their_own_dataclasss_default_and_meaning(rendered_help):
     from robo_rl.commands.help import _setting
 
-    main(["train", "--help"])
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("algo.batch_size"))
+    _, out = rendered_help("train", "--help")
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("algo.batch_size"))
     assert "256: samples per gradient update; an integer in [1, inf)" in line  # the default algo=residual's field
     assert _setting("algo.batch_size", {"algo": "robo_rl.algos.ppo.build_ppo"}).meaning == "PPO minibatch"
