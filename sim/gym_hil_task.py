@@ -97,7 +97,7 @@ class GymHilPickCubeEnv(RobotEnv):
             random_block_position=random_block_position,
             render_spec=GymRenderingSpec(height=self.image_size, width=self.image_size),
         ).unwrapped  # gym-hil's own env: our base class keeps the time limit and checks actions
-        if fast_render:
+        if fast_render and self.image_obs:  # a state-only env never renders: a second renderer would be waste
             self._make_fast_renderer()
         self.state_names = AGENT_NAMES if self.image_obs else (*AGENT_NAMES, *BLOCK_NAMES)
         self.camera_names = ("front", "wrist") if self.image_obs else ()
