@@ -49,6 +49,7 @@ def envs(lift, can, hil):
 
 
 EXPERTS = {"lift": LiftExpert, "can": PickPlaceCanExpert, "hil": GymHilPickCubeExpert}
+SLOW = pytest.mark.slow  # robosuite steps at about 20/s here: more seeds of a property run with -m slow
 
 
 def run_expert(env, expert, seed):
@@ -170,23 +171,26 @@ def test_expert_refuses_the_wrong_task(lift):
         PickPlaceCanExpert(lift)
 
 
-def test_time_limit_truncates_robosuite():
-    env = RobosuiteEnv("Lift", max_episode_steps=4)
+def test_time_limit_truncates_robosuite(lift):
+    limit = lift.max_episode_steps
+    lift.max_episode_steps = 4  # the horizon is ours (robosuite runs with ignore_done): no second env to build
     try:
-        env.reset(seed=0)
+        lift.reset(seed=0)
         for _ in range(3):
-            _, _, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+            _, _, terminated, truncated, info = lift.step(np.zeros(7, np.float32))
             assert not terminated and not truncated and info["ended_by"] is None
-        _, _, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+        _, _, terminated, truncated, info = lift.step(np.zeros(7, np.float32))
         assert truncated and not terminated and info["ended_by"] == "time_limit" and not info["success"]
     finally:
-        env.close()
+        lift.max_episode_steps = limit
 
 
-@pytest.mark.parametrize("noise_std", [0.0, 0.1])
-def test_lift_expert_lifts_the_cube(lift, noise_std):
+@pytest.mark.parametrize(
+    ("noise_std", "seeds"), [(0.1, 1), pytest.param(0.0, 4, marks=SLOW), pytest.param(0.1, 4, marks=SLOW)]
+)
+def test_lift_expert_lifts_the_cube(lift, noise_std, seeds):
     expert = LiftExpert(lift, noise_std=noise_std, seed=0)
-    for seed in range(4):
+    for seed in range(seeds):
         steps = run_expert(lift, expert, seed)
         obs, reward, terminated, truncated, info = steps[-1]
         assert info["success"] and terminated and not truncated and info["ended_by"] == "env"
@@ -219,7 +223,6 @@ def test_potential_shaping_keeps_the_sparse_return_and_pays_each_step():
     ranks policies as before), while the steps between pay for coming closer and taking hold of the cube."""
     gamma, scale = 0.999, 0.8
     env = RobosuiteEnv("Lift", reward_type="potential", shaping_gamma=gamma, shaping_scale=scale)
-    short = RobosuiteEnv("Lift", reward_type="potential", shaping_gamma=gamma, max_episode_steps=6)
     try:
         env.reset(seed=3)
         phi0 = env.progress()
@@ -229,15 +232,15 @@ def test_potential_shaping_keeps_the_sparse_return_and_pays_each_step():
         assert discounted(rewards, gamma) == pytest.approx(sparse - scale * phi0, abs=1e-9)
         assert sum(r > 0 for r in rewards[:-1]) > len(rewards) // 2  # the approach pays, step by step
         assert max(rewards[:-1]) > 0.15 * scale  # taking hold of the cube: grasping is a quarter of Φ's 1.25
-        short.reset(seed=3)
-        phi0 = short.progress()
-        expert = LiftExpert(short)
-        steps = run_expert(short, expert, seed=3)  # cut by the time limit before success: the sparse return is 0
+        env.shaping_scale, env.max_episode_steps = 1.0, 6  # the same env, cut short: no second one to build
+        env.reset(seed=3)
+        phi0 = env.progress()
+        expert = LiftExpert(env)
+        steps = run_expert(env, expert, seed=3)  # cut by the time limit before success: the sparse return is 0
         assert steps[-1][3] and not steps[-1][4]["success"]
         assert discounted([s[1] for s in steps], gamma) == pytest.approx(-phi0, abs=1e-9)  # scale 1
     finally:
         env.close()
-        short.close()
 
 
 def test_potential_shaping_from_the_config_uses_the_learners_discount():
@@ -245,9 +248,11 @@ def test_potential_shaping_from_the_config_uses_the_learners_discount():
     env = make_env(cfg)
     try:
         assert env.shaping_gamma == 0.98 and env.shaping_scale == 1.0
+        expert = make_expert(cfg, env)  # robosuite_can's config builds its expert too (the hydra test's can case)
+        assert isinstance(env, RobosuiteEnv) and isinstance(expert, PickPlaceCanExpert)
         env.reset(seed=0)
         phi0 = env.progress()
-        steps = run_expert(env, PickPlaceCanExpert(env), seed=0)
+        steps = run_expert(env, expert, seed=0)
         assert discounted([s[1] for s in steps], 0.98) == pytest.approx(-phi0, abs=1e-9)
         assert max(s[1] for s in steps) > 0  # the can's expert reaches towards the can: Φ rises
     finally:
@@ -257,18 +262,20 @@ def test_potential_shaping_from_the_config_uses_the_learners_discount():
             RobosuiteEnv("Lift", reward_type="potential", **kwargs)
 
 
-def test_random_actions_do_not_lift_the_cube(lift):
+@pytest.mark.parametrize("seeds", [1, pytest.param(2, marks=SLOW)])
+def test_random_actions_do_not_lift_the_cube(lift, seeds):
     rng = np.random.default_rng(0)
-    for seed in range(2):
+    for seed in range(seeds):
         lift.reset(seed=seed)
         for _ in range(40):
             *_, info = lift.step(rng.uniform(-1, 1, 7).astype(np.float32))
             assert not info["success"]
 
 
-def test_can_expert_puts_the_can_in_its_compartment(can):
+@pytest.mark.parametrize("seeds", [1, pytest.param(2, marks=SLOW)])
+def test_can_expert_puts_the_can_in_its_compartment(can, seeds):
     expert = PickPlaceCanExpert(can, noise_std=0.1, seed=0)
-    for seed in range(2):
+    for seed in range(seeds):
         steps = run_expert(can, expert, seed)
         _, _, terminated, truncated, info = steps[-1]
         assert info["success"] and terminated and not truncated and info["ended_by"] == "env"
@@ -277,9 +284,10 @@ def test_can_expert_puts_the_can_in_its_compartment(can):
         assert s["object_pos"][2] < s["table_z"] + 0.1  # resting in the bin, not held above it
 
 
-def test_gym_hil_expert_lifts_and_success_is_gym_hils(hil):
+@pytest.mark.parametrize("seeds", [1, pytest.param(3, marks=SLOW)])
+def test_gym_hil_expert_lifts_and_success_is_gym_hils(hil, seeds):
     expert = GymHilPickCubeExpert(hil, noise_std=0.1, seed=0)
-    for seed in range(3):
+    for seed in range(seeds):
         steps = run_expert(hil, expert, seed)
         _, reward, terminated, truncated, info = steps[-1]
         assert info["success"] and terminated and not truncated and info["ended_by"] == "env"
@@ -333,7 +341,8 @@ def test_gym_hil_time_limit_is_a_truncation(hil):
         hil.max_episode_steps = limit
 
 
-@pytest.mark.parametrize("name", ["lift", "can", "hil"])
+# the can's expert episode is 6 times the others' length; its success is asserted fast by the can test above
+@pytest.mark.parametrize("name", ["lift", pytest.param("can", marks=SLOW), "hil"])
 def test_expert_rollouts_make_valid_step_records(envs, name):
     env = envs[name]
     fields = fields_for_env(env)
@@ -351,7 +360,7 @@ def test_expert_rollouts_make_valid_step_records(envs, name):
     ("option", "env_type", "expert_type"),
     [
         ("robosuite_lift", RobosuiteEnv, LiftExpert),
-        ("robosuite_can", RobosuiteEnv, PickPlaceCanExpert),
+        pytest.param("robosuite_can", RobosuiteEnv, PickPlaceCanExpert, marks=SLOW),  # fast: the potential test
         ("gym_hil_pick", GymHilPickCubeEnv, GymHilPickCubeExpert),
     ],
 )
