@@ -36,6 +36,11 @@ def expert_success_rate(env, episodes, noise_std=0.0):
     return wins / episodes
 
 
+# Seeds are fixed, so a rate is exact on its seeds (both experts: 100 of 100 here); on 20 seeds a drop to 80% success
+# still fails the plain test (19 of 20 needed) with probability 0.93 and the noisy one (18 of 20) with 0.79.
+EPISODES = [20, pytest.param(100, marks=pytest.mark.slow)]
+
+
 @pytest.fixture(scope="module")
 def lift_env():
     env = PickCubeEnv()
@@ -43,12 +48,14 @@ def lift_env():
     env.close()
 
 
-def test_expert_lifts_the_cube(lift_env):
-    assert expert_success_rate(lift_env, 100) >= 0.95
+@pytest.mark.parametrize("episodes", EPISODES)
+def test_expert_lifts_the_cube(lift_env, episodes):
+    assert expert_success_rate(lift_env, episodes) >= 0.95
 
 
-def test_noisy_expert_still_lifts_the_cube(lift_env):
-    assert expert_success_rate(lift_env, 100, noise_std=0.1) >= 0.9
+@pytest.mark.parametrize("episodes", EPISODES)
+def test_noisy_expert_still_lifts_the_cube(lift_env, episodes):
+    assert expert_success_rate(lift_env, episodes, noise_std=0.1) >= 0.9
 
 
 def test_expert_success_ends_the_episode_early_with_zero_dense_reward(lift_env):
@@ -78,13 +85,14 @@ def test_reach_expert_reaches():
     assert expert_success_rate(env, 20) == 1.0
 
 
-def test_random_policy_almost_never_lifts(lift_env):
+@pytest.mark.parametrize("episodes", [5, pytest.param(20, marks=pytest.mark.slow)])
+def test_random_policy_almost_never_lifts(lift_env, episodes):
     rng = np.random.default_rng(0)
     wins = sum(
         run_episode(lift_env, lambda _: rng.uniform(-1, 1, 4).astype(np.float32), seed)[-1][4]["success"]
-        for seed in range(20)
+        for seed in range(episodes)
     )
-    assert wins <= 1
+    assert wins <= episodes // 20  # at most one in 20 (none in the fast tier's 5)
 
 
 def test_pressing_a_closed_gripper_on_the_cube_is_not_a_grasp(lift_env):
