@@ -338,7 +338,8 @@ def test_on_a_discrete_gripper_the_simulated_human_reads_stay_as_the_command_the
 
 # --- interventions through actor, link and learner -----------------------------------------------------------------
 def test_intervention_steps_reach_the_interventions_partition_and_are_sampled_as_prior_data(tmp_path):
-    cfg = toy_config(tmp_path, "human=sim", "train.total_env_steps=400", "human.devices.0.hold_steps=3")
+    # 200 steps (100 updates): about 57 human steps, and a human share of the batch near 0.45 against 0.25 online
+    cfg = toy_config(tmp_path, "human=sim", "train.total_env_steps=200", "human.devices.0.hold_steps=3")
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done"
