@@ -89,11 +89,13 @@ LIGHT_COMMANDS = [
     ["bc", "bc.patiense=5"],
     ["distill", "distill.iterations=0"],
 ]
-# One fresh interpreter imports only robo_rl.cli, then forks a child per command: each child starts from that state,
-# as a process of its own would, without paying for the interpreter and the import again.
+# One fresh interpreter imports robo_rl.cli and composes the default config once, then forks a child per command, which
+# pays for neither again; what the parent imported is in every child's sys.modules, so it is checked too.
 HEAVY_IMPORTS_PER_COMMAND = """
 import contextlib, io, json, os, sys, traceback
 from robo_rl.cli import main
+from robo_rl.config import load_config
+load_config([])
 for argv in json.loads(sys.argv[1]):
     read, write = os.pipe()
     if os.fork() == 0:

@@ -22,7 +22,8 @@ NOT_SETTINGS = {"observation_space", "action_dim", "generator"}
 
 def _compose(option: str) -> dict:
     """`policy=<option>` under an experiment that sets no policy key."""
-    return OmegaConf.to_container(load_config([f"policy={option}", "experiment=rlpd"]).policy, resolve=True)
+    # the overrides in the order tests/test_settings.py gives them: one composition serves both
+    return OmegaConf.to_container(load_config(["experiment=rlpd", f"policy={option}"]).policy, resolve=True)
 
 
 def _written(option: str) -> dict:
