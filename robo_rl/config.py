@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,9 +211,13 @@ def _compose(overrides: list[str], completed: bool = False) -> DictConfig:
 
 def _conf_tree_digest() -> str:
     """A hash of every YAML file under `CONF_DIR` (paths and bytes): an edited file composes afresh."""
-    digest = hashlib.sha256(str(CONF_DIR).encode())
-    for path in sorted(CONF_DIR.rglob("*.yaml")):
-        digest.update(str(path.relative_to(CONF_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
+    digest = hashlib.sha256()
+    for folder, subfolders, files in os.walk(CONF_DIR):  # os.walk and open, not pathlib: 1.6 ms, not 10
+        subfolders.sort()
+        for name in sorted(f for f in files if f.endswith(".yaml")):
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                digest.update(path.encode() + b"\0" + f.read() + b"\0")
     return digest.hexdigest()
 
 

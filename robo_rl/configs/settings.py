@@ -11,6 +11,7 @@ absent from a config (another env's or algorithm's setting) is skipped.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from robo_rl.configs.algo import ALGO_CONFIGS
@@ -87,6 +88,7 @@ def typed_config(prefix: str, target: Any) -> type | None:
     return TYPED_BLOCKS.get(prefix, {}).get(target)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for each setting at each check: matched against the blocks once per key
 def typed_prefix(key: str) -> str | None:
     """The longest typed block `key` lies in (`reward.shaper.clip` -> `reward.shaper`; None: in none)."""
     found = [p for p in TYPED_BLOCKS if key.startswith(p + ".")]
