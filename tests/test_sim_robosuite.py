@@ -244,7 +244,8 @@ def test_potential_shaping_keeps_the_sparse_return_and_pays_each_step():
 
 
 def test_potential_shaping_from_the_config_uses_the_learners_discount():
-    cfg = load_config(["env=robosuite_can", "env.reward_type=potential", "algo.gamma=0.98", "env.max_episode_steps=30"])
+    # 15 steps: the expert's approach raises Φ from the first step (14 of 15 rewards positive), far from success
+    cfg = load_config(["env=robosuite_can", "env.reward_type=potential", "algo.gamma=0.98", "env.max_episode_steps=15"])
     env = make_env(cfg)
     try:
         assert env.shaping_gamma == 0.98 and env.shaping_scale == 1.0
