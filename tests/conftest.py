@@ -18,13 +18,15 @@ def pytest_report_header(config):
 def _no_stale_log_handlers():
     """A CLI run inside a test configures the root logger (`logging.basicConfig`) with a handler on that test's
     captured stderr. Once the test ends that stream is closed: a later test that logs must not write to it (which
-    test comes later depends on the order, and with two workers the order changes)."""
+    test comes later depends on the order, and with two workers the order changes), nor to a `learner.log` in a run
+    folder that went with its test's tmp_path."""
     root = logging.getLogger()
     before, level = list(root.handlers), root.level
     yield
     for handler in list(root.handlers):
-        if handler not in before and type(handler) is logging.StreamHandler:
-            root.removeHandler(handler)
+        if handler not in before and type(handler) in (logging.StreamHandler, logging.FileHandler):
+            root.removeHandler(handler)  # a FileHandler's run folder goes with its test's tmp_path
+            handler.close()
     root.setLevel(level)
 
 

@@ -46,6 +46,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         return load_config(rest)
 
     given = Path(ckpt_arg)
+    if not given.exists():  # said before torch and the simulators are imported (seconds on a loaded machine)
+        raise UsageError(f"checkpoint {given} does not exist: pass a .pt file or a run folder")
     guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
     cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
     from robo_rl.eval.episodes import evaluate_policy, write_report

@@ -54,7 +54,11 @@ class ActorTransport:
 
     def start(self, config_hash: str, hello_timeout_s: float) -> None:
         """Say hello on the calling thread (so a missing learner is a plain error), then start the I/O thread."""
-        self._handle(self.link.hello(config_hash, hello_timeout_s))
+        try:
+            self._handle(self.link.hello(config_hash, hello_timeout_s))
+        except BaseException:
+            self.link.close(linger_s=0)  # nothing was sent yet; an open context left to the GC blocks in zmq_term
+            raise
         self._load_pending()
         self._thread.start()
 
