@@ -51,6 +51,7 @@ class Learner:
             config_hash(cfg),
             actor_timeout_s=t.actor_timeout_s,
             max_message_mb=t.max_message_mb,
+            max_held_mb=t.max_held_mb,
             receive_queue_messages=t.receive_queue_messages,
             curve=curve_keys(cfg, LEARNER_KEY),
             shared_memory_weights=t.shared_memory_weights,

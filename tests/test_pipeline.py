@@ -78,9 +78,10 @@ def test_actor_and_learner_train_a_policy_that_beats_the_untrained_one(tmp_path)
 
 
 def test_a_malformed_step_batch_is_counted_and_dropped_without_stopping_the_learner(tmp_path):
-    cfg = toy_config(tmp_path, "train.total_env_steps=300")
+    cfg = toy_config(tmp_path, "train.total_env_steps=300", "transport.max_held_mb=3")
     (tmp_path / "run").mkdir()
     learner = Learner(cfg, tmp_path / "run", progress=False)
+    assert learner.link.max_held_bytes == 3 * 2**20  # the setting reaches the link
     good = learner.replay.demos.data
     bad = {k: v[:3].copy() for k, v in good.items()}
     bad["state"][1, 0] = np.nan

@@ -132,6 +132,11 @@ class TransportConfig:
         True, "actors on the learner's machine read new weights from /dev/shm instead of TCP"
     )
     max_message_mb: float = setting(64, "the learner drops (and counts) larger data messages, MB", above=0)
+    max_held_mb: float = setting(
+        1024,
+        "per actor: copies of received, not yet durable messages the learner holds to compare a resend, MB",
+        above=0,
+    )
     receive_queue_messages: int = setting(
         16, "data messages queued per connected actor: the learner's memory for them is this x the size", low=1
     )
