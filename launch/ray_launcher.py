@@ -112,11 +112,23 @@ class RayHandle:
         return self.line
 
 
+# Ray (2.4x+) makes the workers of a driver started by `uv run` run `uv run` themselves, in a copy of the working
+# directory: `uv run robo-rl launch` (the README's way) then builds a fresh environment per job without the ray extra,
+# and the worker dies on `import ray` ("have not registered within the timeout"). The processes a launch places use
+# the node's own environment, as `ray start` set it up, so that hook stays off unless a user turns it on.
+UV_RUN_HOOK = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+
+
 def import_ray():
+    user_choice = os.environ.get(UV_RUN_HOOK)
+    os.environ.setdefault(UV_RUN_HOOK, "0")  # read once, when ray is first imported
     try:
         import ray
+        from ray._private import ray_constants
     except ImportError:
         raise LayoutError(RAY_MISSING) from None
+    if user_choice is None:  # ray imported before this function ran read the variable unset: the same choice
+        ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
     return ray
 
 

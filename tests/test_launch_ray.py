@@ -24,6 +24,9 @@ from launch.layout import LayoutError, load_layout
 from robo_rl.cli import main
 from tests.test_launch import QUICK, RUN_TIMEOUT_S, gone, pids, run_dir_of, start_launch
 
+# before ray is imported: under `uv run pytest` (CI, the README) Ray would start its workers with `uv run` in a copy
+# of this folder, in an environment without the ray extra (they die on `import ray`), as the launcher avoids
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (uv sync --extra ray; .ci/run does)")
 
 TINY = [*QUICK, "train.total_env_steps=200", "train.learning_starts=150", "demos.num_episodes=0", "eval.episodes=1"]
@@ -311,3 +314,25 @@ def stop_node(node: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     node.wait()
+
+
+def test_a_launch_started_by_uv_run_places_its_processes_with_the_nodes_python_not_uv_run(monkeypatch):
+    """Ray (2.4x+) gives the workers of a driver under `uv run` that same `uv run` as their Python, in a copy of the
+    working directory: a fresh environment per job without the ray extra, where the Ray worker cannot even import
+    ray. The launcher turns that off unless the user set RAY_ENABLE_UV_RUN_RUNTIME_ENV themselves."""
+    from ray._private import ray_constants, worker
+    from ray._private.runtime_env import uv_runtime_env_hook
+
+    from launch.ray_launcher import UV_RUN_HOOK, import_ray
+
+    monkeypatch.setattr(uv_runtime_env_hook, "_get_uv_run_cmdline", lambda: ["uv", "run", "pytest"])
+    monkeypatch.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", True)  # as a ray imported before would have
+    hooked = worker._maybe_modify_runtime_env({}, True)
+    assert hooked["py_executable"].startswith("uv run"), hooked  # what Ray does left alone
+    monkeypatch.delenv(UV_RUN_HOOK, raising=False)
+    import_ray()
+    assert worker._maybe_modify_runtime_env({}, True) == {}  # the node's own Python, the job's env as given
+    monkeypatch.setenv(UV_RUN_HOOK, "1")  # a user who wants Ray's behaviour keeps it
+    monkeypatch.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", True)
+    import_ray()
+    assert ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV is True
