@@ -48,7 +48,7 @@ def feed(learner, msgs, first_seq):
 
 
 def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_bit(tmp_path):
-    msgs = messages(40)
+    msgs = messages(16)  # 192 env steps: updates start in the first half (50), so the checkpoint holds trained state
     half = len(msgs) // 2
     overrides = ["train.learning_starts=50", "algo.batch_size=32", "replay.flush_every_s=0.05", "train.utd=2"]
 
@@ -65,6 +65,7 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
 
     first = learner_in("interrupted")
     feed(first, msgs[:half], 1)
+    assert first.updates > 0
     first.checkpoint()
     first.close()
     del first
