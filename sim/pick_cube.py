@@ -289,8 +289,7 @@ class PickCubeEnv(RobotEnv):
             self.state_names = self.state_names[:PROPRIO_DIM]
         self.camera_names = tuple(cameras)
         self.image_size = int(image_size)
-        self._renderer = None
-        self._view_renderer = None  # the GUI's larger view, `render(size)`: its own size, created when first asked
+        self._renderers: dict[int, mujoco.Renderer] = {}  # by side: the cameras' image_size, the GUI's view (`render`)
         self.observation_space = make_observation_space(
             len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
         )
@@ -468,29 +467,19 @@ class PickCubeEnv(RobotEnv):
     def _render(self) -> dict[str, np.ndarray]:
         if not self.camera_names:
             return {}
-        if self._renderer is None:  # created lazily: state-only envs never touch OpenGL
-            self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
-        return render_cameras(self._renderer, self.data, self.camera_names)
+        return render_cameras(self._renderer(self.image_size), self.data, self.camera_names)
 
     def render(self, size: int | None = None) -> np.ndarray:
         """The front camera, uint8 HxWx3 of `image_size` (Gymnasium's rgb_array): what eval videos show; or `size`
         square (the GUI's larger view)."""
-        if size is not None and size != self.image_size:
-            if self._view_renderer is None or self._view_renderer.height != size:
-                self._close_view()
-                self._view_renderer = fast_renderer(self.model, size, size)
-            return render_cameras(self._view_renderer, self.data, ("front",))["front"]
-        if self._renderer is None:
-            self._renderer = fast_renderer(self.model, self.image_size, self.image_size)
-        return render_cameras(self._renderer, self.data, ("front",))["front"]
+        return render_cameras(self._renderer(self.image_size if size is None else size), self.data, ("front",))["front"]
+
+    def _renderer(self, size: int) -> mujoco.Renderer:
+        if size not in self._renderers:  # created lazily: state-only envs never touch OpenGL
+            self._renderers[size] = fast_renderer(self.model, size, size)
+        return self._renderers[size]
 
     def close(self) -> None:
-        self._close_view()
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
-
-    def _close_view(self) -> None:
-        if self._view_renderer is not None:
-            self._view_renderer.close()
-            self._view_renderer = None
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
