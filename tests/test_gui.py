@@ -43,9 +43,9 @@ def serve(app, port: int):
 
 class GuiRun:
     """A GUI app under uvicorn (a thread), a learner and a real-time actor (threads) on point_reach with a camera
-    (or the env `task` names)."""
+    (or the env `task` names); `view_size` None leaves the GUI's rendered view at its default."""
 
-    def __init__(self, tmp_path, *overrides, task=POINT_WITH_CAMERA):
+    def __init__(self, tmp_path, *overrides, task=POINT_WITH_CAMERA, view_size: int | None = 48):
         from robo_rl.actor import Actor
         from robo_rl.gui.server import make_app
         from robo_rl.learner import Learner
@@ -57,7 +57,7 @@ class GuiRun:
             "gui=true",
             f"gui.port={self.http_port}",
             f"gui.zmq_port={zmq_port}",
-            "gui.view_size=48",
+            *([f"gui.view_size={view_size}"] if view_size is not None else []),  # None: the default
             "gui.deadman_grace_s=0.3",
             "actor.realtime=true",
             "actor.throttle_to_learner=false",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 import time
 
 import numpy as np
@@ -15,43 +14,22 @@ from PIL import Image
 
 from robo_rl.configs.gui import AUTO_VIEW_SIZE
 from robo_rl.gui.actor_view import VIEW_LOOP_SHARE, view_size_for
-from robo_rl.transport.link import free_ports
-from tests.test_gui import POINT_WITH_CAMERA, browser, open_page, serve, wait_until  # noqa: F401 - browser: a fixture
-from tests.test_pipeline import toy_config
+from tests.test_gui import POINT_WITH_CAMERA, GuiRun, browser, open_page, wait_until  # noqa: F401 - browser: a fixture
 
 ROW = '.actor[data-actor="actor-0"]'
 
 
-class SimRun:
-    """The GUI app (a thread), a learner and a real-time actor (threads) with the gui block at its defaults; every
-    call of the env's `render` is timed."""
+class SimRun(GuiRun):
+    """`tests/test_gui.py`'s run (the GUI app, a learner and a real-time actor) with the gui block's view at its
+    default and no demonstrations; every call of the env's `render` is timed."""
 
     def __init__(self, tmp_path, *task):
-        from robo_rl.actor import Actor
-        from robo_rl.gui.server import make_app
-        from robo_rl.learner import Learner
-
-        http_port, zmq_port = free_ports(2)
-        cfg = toy_config(
-            tmp_path,
-            *task,
-            "demos.num_episodes=0",
-            "gui=true",
-            f"gui.port={http_port}",
-            f"gui.zmq_port={zmq_port}",
-            "actor.realtime=true",
-            "train.learning_starts=100000",
-            "train.total_env_steps=100000",
-        )
-        assert cfg.gui.view_size is None, "the default is what this file tests"
-        self.app = make_app(cfg)
-        self.server, self.server_thread = serve(self.app, http_port)
-        (tmp_path / "run").mkdir(parents=True)
-        self.learner = Learner(cfg, tmp_path / "run", progress=False)
-        self.learner_thread = threading.Thread(target=self.learner.run, daemon=True)
-        self.learner_thread.start()
-        self.actor = Actor(cfg, progress=False)
         self.renders: list[tuple[float, float]] = []  # (start, duration) of each render call, monotonic seconds
+        super().__init__(tmp_path, "demos.num_episodes=0", task=task, view_size=None)
+        assert self.cfg.gui.view_size is None, "the default is what this file tests"
+
+    def _spy_on_env(self):
+        super()._spy_on_env()
         env = self.actor.env.unwrapped
         render = env.render
 
@@ -62,21 +40,10 @@ class SimRun:
             return frame
 
         env.render = timed_render
-        self.actor_thread = threading.Thread(target=self.actor.run, daemon=True)
-        self.actor_thread.start()
-        self.url = f"http://127.0.0.1:{http_port}/"
 
     @property
     def actor_state(self):
-        return self.app.state.holder["hub"].actors.get("actor-0")
-
-    def close(self):
-        self.actor.stop_reason = self.actor.stop_reason or "test over"
-        self.actor_thread.join(10)
-        self.learner.cfg.train.total_env_steps = 0
-        self.learner_thread.join(30)
-        self.server.should_exit = True
-        self.server_thread.join(10)
+        return self.hub.actors.get("actor-0")
 
 
 @pytest.fixture
