@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from launch.layout import LayoutError, load_layout
+from launch.ray_launcher import UV_RUN_HOOK
 from robo_rl.cli import main
 from tests.test_launch import QUICK, RUN_TIMEOUT_S, gone, pids, run_dir_of, start_launch
 
 # before ray is imported: under `uv run pytest` (CI, the README) Ray would start its workers with `uv run` in a copy
 # of this folder, in an environment without the ray extra (they die on `import ray`), as the launcher avoids
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault(UV_RUN_HOOK, "0")
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (uv sync --extra ray; .ci/run does)")
 
 TINY = [*QUICK, "train.total_env_steps=200", "train.learning_starts=150", "demos.num_episodes=0", "eval.episodes=1"]
@@ -323,7 +324,7 @@ def test_a_launch_started_by_uv_run_places_its_processes_with_the_nodes_python_n
     from ray._private import ray_constants, worker
     from ray._private.runtime_env import uv_runtime_env_hook
 
-    from launch.ray_launcher import UV_RUN_HOOK, import_ray
+    from launch.ray_launcher import import_ray
 
     monkeypatch.setattr(uv_runtime_env_hook, "_get_uv_run_cmdline", lambda: ["uv", "run", "pytest"])
     monkeypatch.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", True)  # as a ray imported before would have
