@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
 
             print(command_help(command))
             return 0
+    from robo_rl.quiet import quiet_library_noise
+
+    quiet_library_noise()  # every command, before it imports a simulator or lerobot
     if command in LOG_LEVELS:
         logging.basicConfig(level=LOG_LEVELS[command], format="%(levelname)s %(name)s: %(message)s")
     module, _, function = COMMANDS[command].partition(":")

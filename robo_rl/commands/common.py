@@ -16,6 +16,9 @@ class UsageError(UserError, ValueError):
 
 
 def setup_logging(cfg, log_file: Path | None = None) -> None:
+    from robo_rl.quiet import quiet_library_noise
+
+    quiet_library_noise()  # before any library logs: their import-time lines are not the user's to fix
     handlers = [logging.StreamHandler()]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))

@@ -75,6 +75,9 @@ def _worker(tasks, results, checkpoint: str, torch_threads: int) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
+    from robo_rl.quiet import quiet_library_noise
+
+    quiet_library_noise()  # a spawned interpreter: the library lines would land inside the parent's progress bar
     import torch
     from omegaconf import OmegaConf
 
