@@ -38,6 +38,36 @@ def new_run_dir(outputs_dir: str | Path, name: str) -> Path:
     return path
 
 
+def task_label(env_cfg) -> str:
+    """A task's short name for a run folder: the env class (or a robot's driver class) in snake case, and its
+    `task` where one class holds several: PickCubeEnv -> pick_cube, RobosuiteEnv task=PickPlaceCan ->
+    robosuite_pick_place_can."""
+    driver = env_cfg.get("driver") if hasattr(env_cfg, "get") else None
+    target = str((driver or env_cfg).get("_target_") or "env").rsplit(".", 1)[-1]
+    stem = re.sub(r"(Env|Driver)$", "", target) or target
+    task = env_cfg.get("task")
+    words = [stem, task] if isinstance(task, str) else [stem]
+    return "_".join(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", w).lower() for w in words)
+
+
+def is_resumable(run_dir: Path) -> bool:
+    """A run folder `resume=` can continue: it holds a checkpoint or stored replay."""
+    run_dir = Path(run_dir)
+    return bool(_checkpoints_in(run_dir / "checkpoints")) or any(run_dir.glob("replay/online/seg_*"))
+
+
+def discard_unfinished_run(run_dir: Path, product: str | None = None) -> bool:
+    """Remove a run folder a failed command made before it wrote anything worth keeping: a checkpoint or stored
+    replay, or `product` (a file inside it: bc/policy.pt). Returns whether it was removed."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or is_resumable(run_dir) or (product and (run_dir / product).exists()):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
+
+
 class MetricsWriter:
     """Appends one strict-JSON object per line (NaN and infinities become null; see `json_safe`), flushed per
     line so a crash loses at most the last one, and hands the same record to any extra `sinks` (TensorBoard,

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from robo_rl.commands.common import UsageError, run_dir_for
+
+
+def offline_run_dir(cfg, overrides: list[str], verb: str) -> tuple[Path, bool]:
+    """The run folder of a `bc` or `distill` run, named after the verb and the task (`bc_pick_cube_lift`) unless
+    `name=` is given, and whether this command made it (a failure then removes it)."""
+    from robo_rl.runs import task_label
+
+    if not any(o.split("=", 1)[0].lstrip("+") == "name" for o in overrides):
+        cfg.name = f"{verb}_{task_label(cfg.env)}"  # the default experiment's name says nothing about this run
+    return run_dir_for(cfg), not cfg.run_dir and not cfg.resume
+
+
+@contextlib.contextmanager
+def removed_on_failure(run_dir: Path, fresh: bool, product: str):
+    """On a failure (or Ctrl-C) inside, remove the run folder this command made if it holds no `product` yet."""
+    from robo_rl.runs import discard_unfinished_run
+
+    try:
+        yield
+    except BaseException:
+        if fresh and discard_unfinished_run(run_dir, product):
+            print(f"removed the run folder {run_dir}: the run failed before writing {product}")
+        raise
 
 
 def cmd_bc(overrides: list[str]) -> int:
@@ -15,12 +39,13 @@ def cmd_bc(overrides: list[str]) -> int:
     from robo_rl.offline.bc import load_bc_data, train_bc
 
     data = load_bc_data(cfg, progress=cfg.logger.progress)
-    run_dir = run_dir_for(cfg)
+    run_dir, fresh = offline_run_dir(cfg, overrides, "bc")
     print(
         f"run folder: {run_dir}\ndemonstrations: {data.episodes} episodes ({data.val_episodes} held out) "
         f"from {data.source}"
     )
-    s = train_bc(cfg, run_dir, data, progress=cfg.logger.progress)
+    with removed_on_failure(run_dir, fresh, "bc/policy.pt"):
+        s = train_bc(cfg, run_dir, data, progress=cfg.logger.progress)
     val = "n/a" if s["val_loss"] is None else f"{s['val_loss']:.4f}"
     print(
         f"trained {s['epochs']} epochs in {s['train_s']:.1f} s: train loss {s['train_loss']:.4f}, "
@@ -51,9 +76,10 @@ def cmd_distill(overrides: list[str]) -> int:
         )
     from robo_rl.offline.distill import distill
 
-    run_dir = run_dir_for(cfg)
+    run_dir, fresh = offline_run_dir(cfg, overrides, "distill")
     print(f"run folder: {run_dir}")
-    s = distill(cfg, run_dir, progress=cfg.logger.progress)
+    with removed_on_failure(run_dir, fresh, "distill/policy.pt"):
+        s = distill(cfg, run_dir, progress=cfg.logger.progress)
     teacher = s["distilled_from"]
     print(
         f"distilled {teacher['kind']} teacher {teacher['path']} in {s['train']['train_s']:.0f} s "

@@ -20,12 +20,29 @@ def cmd_train(overrides: list[str]) -> int:
     from robo_rl.config import load_config
 
     cfg = load_config(overrides)  # first: a bad setting is refused before numpy and the replay are imported
-    from robo_rl.data.demos import load_or_make_demos
-    from robo_rl.progress import TrainingBar
+    from robo_rl.runs import discard_unfinished_run, is_resumable
 
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
     print(f"run folder: {run_dir}")
+    try:
+        code = _train(cfg, overrides, run_dir, fresh)
+    except BaseException:
+        if fresh and discard_unfinished_run(run_dir):
+            print(f"removed the run folder {run_dir}: the run stopped before its first checkpoint")
+        raise
+    if code == 130 and is_resumable(run_dir):
+        print(f"resume with: robo-rl train resume={run_dir}")
+    elif code == 130 and fresh and discard_unfinished_run(run_dir):
+        print(f"removed the run folder {run_dir}: the run stopped before its first checkpoint")
+    return code
+
+
+def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
+    """The demonstrations, the base, the processes and the report of `cmd_train`, in `run_dir`."""
+    from robo_rl.data.demos import load_or_make_demos
+    from robo_rl.progress import TrainingBar
+
     bar = TrainingBar(cfg, run_dir, enabled=cfg.logger.progress)  # shown from the start, with the total
     bar.phase("demonstrations")
     demos, demo_path, cached = load_or_make_demos(cfg, progress=cfg.logger.progress)
