@@ -197,6 +197,7 @@ def test_helpers():
 
 
 def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_arguments(tmp_path, capsys):
+    from robo_rl.commands.common import MISSED_BARS
     from robo_rl.commands.reward import RewardUsageError, cmd_reward
     from robo_rl.data.datasets.io import save_store
 
@@ -216,8 +217,9 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
         == 0
     )
     assert load_model(tmp_path / "critic").instructions == (INSTRUCTION,)
-    assert cmd_reward(["eval", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}"]) == 0
+    code = cmd_reward(["eval", f"model={tmp_path / 'critic'}", f"data={tmp_path / 'data'}"])
     report = json.loads((tmp_path / "critic" / "eval" / "report.json").read_text())
+    assert code == (0 if report["voc"] >= 0.9 and report["voc_reversed"] <= -0.8 else MISSED_BARS), report
     # measured: 30 steps give VOC 0.96, reversed -0.71, AUROC 0.84; an untrained critic 1.0, 1.0 (both ways), 0.11
     assert report["episodes"] == 6 and report["voc"] >= 0.9 and report["voc_reversed"] <= -0.5, report
     md = (tmp_path / "critic" / "eval" / "report.md").read_text()

@@ -9,6 +9,7 @@ from pathlib import Path
 from robo_rl.errors import UserError
 
 STARTED_BY_ENV = "ROBO_RL_STARTED_BY"  # set to "train" for the learner and actor processes `train` starts
+MISSED_BARS = 3  # exit status of a command that ran and reported, and a figure missed its stated bar (2: usage)
 
 
 class UsageError(UserError, ValueError):

@@ -16,9 +16,10 @@ DATA_USAGE = """usage: robo-rl data <inspect|convert|record> ...
           [state_keys=k1,k2] [image_size=HxW] [filter_key=train] [flip_images=true]
       any of the above into a LeRobotDataset v3 folder (images as video) or a robo_rl replay store;
       state_keys/image_size/filter_key/flip_images apply when reading LeRobot or robomimic data
-  record <dst> [config overrides, e.g. env=point_reach demos.num_episodes=50 demos.noise_std=0.1]
+  record <dst> [hold_success=0] [config overrides, e.g. env=point_reach demos.num_episodes=50 demos.noise_std=0.1]
       scripted-expert episodes of a simulated task into a replay store (partition: demos); use it with
-      demos.path=<dst> in training
+      demos.path=<dst> in training; hold_success=N (reward data) goes on N steps past the first success, so a
+      success classifier gets more than one positive per episode (ended at the last success frame if lost)
 """
 
 
@@ -134,10 +135,20 @@ def _record(args: list[str]) -> int:
     from robo_rl.data.demos import rollout_episode
     from robo_rl.data.schema import fields_for_env, stack_records
 
-    positional, _ = _options(args)
+    positional, opts = _options(args)
     if len(positional) != 1:
-        raise DataUsageError("usage: robo-rl data record <dst> [config overrides]")
-    cfg = load_config([a for a in args if "=" in a])
+        raise DataUsageError("usage: robo-rl data record <dst> [hold_success=N] [config overrides]")
+    try:
+        hold = int(opts.get("hold_success", 0))
+        if hold < 0:
+            raise ValueError
+    except ValueError:
+        raise DataUsageError(
+            f"hold_success={opts['hold_success']}: a number of steps (0: end at the success)"
+        ) from None
+    cfg = load_config([a for a in args if "=" in a and not a.startswith("hold_success=")])
+    if hold and "terminate_on_success" in cfg.env:
+        cfg.env.terminate_on_success = False  # the episode goes on past the success: `rollout_episode` ends it
     if "expert" not in cfg.env:  # decided from the config: building a robot env would open the robot only to refuse it
         raise ConfigError(
             f"env {cfg.env._target_} has no scripted expert (env.expert) to record demonstrations with, as on a "
@@ -149,7 +160,7 @@ def _record(args: list[str]) -> int:
     episodes = []
     for i in tqdm(range(cfg.demos.num_episodes), desc="recording", unit="ep", disable=not cfg.logger.progress):
         expert.reset()
-        records, _ = rollout_episode(env, expert.act, cfg.demos.seed + i, episode_id=i)
+        records, _ = rollout_episode(env, expert.act, cfg.demos.seed + i, episode_id=i, hold_success=hold)
         episodes.append(Episode(stack_records(records, fields), "demos", "expert"))
     env.close()
     save_store(episodes, positional[0], partition="demos", progress=False)

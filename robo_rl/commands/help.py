@@ -190,7 +190,8 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "robo-rl reward train kind=classifier|progress data=<episodes> out=<folder> | reward eval model= data=",
         "Train a learned reward model (a success classifier, or a VLA-style pairwise progress critic) from recorded\n"
         "episodes, or measure one (AUROC and false successes; value-order correlation, reversed clips, a wrong\n"
-        "instruction, stalled clips). Use it in training with reward=model reward.model=<folder>.",
+        "instruction, stalled clips), PASS or FAIL beside each bar: exit status 3 when one is missed (2: a usage\n"
+        "error). Use it in training with reward=model reward.model=<folder>.",
         (),
         False,
     ),

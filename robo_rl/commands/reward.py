@@ -15,6 +15,8 @@ policy cannot farm it with states it never saw labelled. Training writes the mod
 evaluation writes `report.md`, `report.json` and `report.png` (the classifier's AUROC and false positives per frame
 and per episode; the critic's value-order correlation forward and reversed, a wrong instruction against the right
 one, stalled clips).
+Each figure with a bar says PASS or FAIL beside it, and `eval` exits with status 3 when one misses its bar (0: all
+met; 2: a usage error), so a script can gate on it.
 `relabel` scores every episode with another model and writes a new store whose rewards are that model's (shaped as
 in training; the episodes end where they ended), the env's own reward kept in `extra/reward_env`: a run's data,
 reused with a better reward (`demos.path=<new store>`).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from robo_rl.commands.common import MISSED_BARS
 from robo_rl.errors import UserError
 
 USAGE = __doc__.split("\n\n", 2)[1]
@@ -172,8 +175,9 @@ def _eval(args: list[str]) -> int:
 
     if isinstance(model, SuccessClassifier):
         report = evaluate_classifier(model, episodes)
+        bars = [_bar("frame AUROC", report["auroc"], "≥", 0.98)]
         lines = [
-            f"- frame AUROC **{report['auroc']:.3f}** (wanted ≥ 0.98)",
+            f"- frame AUROC **{report['auroc']:.3f}** {_verdict(bars[0])}",
             f"- at the threshold {report['threshold']:.2f}: frame false-positive rate {report['frame_fpr']:.3f}, "
             f"true-positive rate {report['frame_tpr']:.3f}",
             f"- episodes with a false success (it would end them early): **{report['episode_fpr']:.3f}**",
@@ -183,16 +187,29 @@ def _eval(args: list[str]) -> int:
 
         wrong = o.get("wrong_instruction", "do something else entirely")
         report = evaluate_progress(model, episodes, [instruction] * len(episodes), wrong)
+        bars = [
+            _bar("value-order correlation", report["voc"], "≥", 0.9),
+            _bar("value-order correlation reversed", report["voc_reversed"], "≤", -0.8),
+        ]
         lines = [
-            f"- value-order correlation on successful episodes **{report['voc']:.3f}** (wanted ≥ 0.9)",
-            f"- the same episodes reversed **{report['voc_reversed']:.3f}** (wanted ≤ −0.8)",
+            f"- value-order correlation on successful episodes **{report['voc']:.3f}** {_verdict(bars[0])}",
+            f"- the same episodes reversed **{report['voc_reversed']:.3f}** {_verdict(bars[1])}",
             f"- final progress with the right instruction {report['final_progress_right']:.3f}, with "
             f"'{wrong}' {report['final_progress_wrong']:.3f}",
-            f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (wanted near 0)",
+            f"- stalled clips: mean |progress| {report['stalled_abs_delta']:.3f} (near 0 is best; no bar)",
             f"- done head on every frame the records flag: AUROC {report['done_auroc']:.3f}, at 0.5 "
             f"true-positive rate {report['done_tpr_at_0.5']:.3f}, false-positive rate "
             f"{report['done_fpr_at_0.5']:.3f}",
         ]
+    missed = [b for b in bars if not b["passed"]]
+    lines.append(
+        f"- verdict: FAIL: {len(missed)} of {len(bars)} bars missed ("
+        + "; ".join(f"{b['name']} {b['value']:.3f}, wanted {b['wanted']}" for b in missed)
+        + ")"
+        if missed
+        else f"- verdict: PASS: all {len(bars)} bars met"
+    )
+    report.update(bars=bars, passed=not missed)
     out = Path(o.get("out") or Path(o["model"]) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     _plot(model, episodes, instruction, out / "report.png")
@@ -202,7 +219,17 @@ def _eval(args: list[str]) -> int:
     (out / "report.md").write_text(head + "\n".join(lines) + tail)
     print("\n".join(lines))
     print(f"report: {out / 'report.md'}")
-    return 0
+    return MISSED_BARS if missed else 0
+
+
+def _bar(name: str, value: float, op: str, bound: float) -> dict:
+    """One figure against its bar; a NaN (nothing to measure it on) misses it."""
+    passed = bool(value >= bound if op == "≥" else value <= bound)
+    return {"name": name, "value": float(value), "wanted": f"{op} {bound:g}".replace("-", "−"), "passed": passed}
+
+
+def _verdict(bar: dict) -> str:
+    return f"(wanted {bar['wanted']}): {'PASS' if bar['passed'] else 'FAIL'}"
 
 
 def _plot(model, episodes, instruction: str, path: Path, most: int = 8) -> None:

@@ -107,6 +107,10 @@ class RewardModel(abc.ABC):
             near[0] if near else None,
         )
 
+    def expect_instruction(self, instruction: str) -> None:
+        """Score `instruction` without that warning: a deliberate probe (`reward eval`'s wrong instruction)."""
+        self._warned.add(instruction)
+
     # --- saving ---------------------------------------------------------------------------------------------
     def config(self) -> dict:
         """The settings that rebuild this model's architecture (subclasses add theirs)."""

@@ -312,6 +312,7 @@ def evaluate_progress(model: ProgressCritic, episodes, instructions, wrong_instr
     detector on all of them (frame AUROC, and true/false-positive rates at 0.5, the shaper's default threshold)."""
     from robo_rl.rewards.classifier_fit import auroc
 
+    model.expect_instruction(wrong_instruction)  # measured against the right one, not a user's mistake
     forward, backward, right, wrong, stalled = [], [], [], [], []
     done_p, done_y = [], []
     for e, text in zip(episodes, instructions, strict=True):
