@@ -18,6 +18,7 @@ from robo_rl.eval.report import (
     compare_markdown,
     compare_reports,
     header_lines,
+    unused_report_dir,
     write_comparison,
     write_suite_report,
 )
@@ -64,6 +65,9 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         out_dir = run_dir / "eval" if training_report else run_dir / "eval" / path.stem
     else:
         out_dir = path.parent / "eval" / path.stem
+    if not training_report and unused_report_dir(out_dir) != out_dir:
+        print(f"an earlier report is in {out_dir}: kept; this one goes to {unused_report_dir(out_dir)}")
+        out_dir = unused_report_dir(out_dir)
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
@@ -388,7 +392,9 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     comparison = compare_reports(entries)
     title = "Sim vs real" if kind == "sim_vs_real" else "Comparison"
     stem = f"{kind if kind == 'sim_vs_real' else 'compare'}_{comparison['suite']}"
-    md = write_comparison(Path(out) if out else Path("eval"), stem, comparison, title)
+    first = Path(entries[0][1]["report_dir"])  # without out=: beside the first run's suite reports (<run>/eval/)
+    out_dir = Path(out) if out else first.parent if first.parent.name == "eval" else first
+    md = write_comparison(out_dir, stem, comparison, title)
     print(compare_markdown(comparison, title), end="")
     print(f"\nwritten: {md} and {md.with_suffix('.json')}")
     return 0

@@ -260,3 +260,12 @@ def write_comparison(out_dir: Path, stem: str, comparison: dict, title: str) -> 
     md = out / f"{stem}.md"
     md.write_text(compare_markdown(comparison, title))
     return md
+
+
+def unused_report_dir(out_dir: Path) -> Path:
+    """`out_dir`, or `<out_dir>_2`, `_3`, ... when a report is already there: a repeated evaluation keeps it."""
+    out_dir, k = Path(out_dir), 2
+    candidate = out_dir
+    while (candidate / "report.json").exists():
+        candidate, k = out_dir.with_name(f"{out_dir.name}_{k}"), k + 1
+    return candidate

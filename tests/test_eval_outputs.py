@@ -1,0 +1,61 @@
+"""Where evaluation reports go: a repeated `eval` keeps the earlier report and says so, and `eval compare` writes
+beside the runs it compares, not into the working directory (issue 47)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robo_rl.cli import main
+from robo_rl.config import load_config, make_env, make_policy, save_config
+from robo_rl.runs import save_checkpoint
+
+
+def make_run(root: Path, name: str) -> Path:
+    """A point_reach run folder with an untrained policy's checkpoint at 100 env steps."""
+    cfg = load_config(["env=point_reach", "experiment=rlpd", "policy.hidden=[4]", "logger.progress=false"])
+    run = root / name
+    run.mkdir(parents=True)
+    save_config(cfg, run / "config.yaml")
+    env = make_env(cfg)
+    policy = make_policy(cfg, env)
+    env.close()
+    save_checkpoint(run, 100, {"algo": {"policy": policy.state_dict()}, "counters": {"env_steps": 100}})
+    return run
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch) -> Path:
+    """A working directory that is not the run's: nothing may be written into it."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    return cwd
+
+
+def test_a_repeated_eval_keeps_the_earlier_report_and_says_where_the_new_one_went(tmp_path, capsys, elsewhere):
+    run = make_run(tmp_path, "run")
+    args = ["eval", f"checkpoint={run}", "eval.episodes=2", "logger.progress=false"]
+    assert main(args) == 0
+    first = run / "eval" / "step_000000100"
+    earlier = (first / "report.json").read_text()
+    capsys.readouterr()
+    assert main([*args, "eval.episodes=3"]) == 0
+    second = run / "eval" / "step_000000100_2"
+    out = capsys.readouterr().out
+    assert f"an earlier report is in {first}: kept; this one goes to {second}" in out
+    assert (first / "report.json").read_text() == earlier  # the earlier report is untouched
+    assert json.loads((second / "report.json").read_text())["episodes"] == 3
+    assert f"report: {second / 'report.md'}" in out
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_eval_compare_without_out_writes_beside_the_first_run_not_into_the_working_directory(
+    tmp_path, capsys, elsewhere
+):
+    a, b = make_run(tmp_path, "a"), make_run(tmp_path, "b")
+    assert main(["eval", "compare", str(a), str(b), "suite=smoke", "eval.video=false", "logger.progress=false"]) == 0
+    table = json.loads((a / "eval" / "compare_smoke.json").read_text())
+    assert [p["label"] for p in table["policies"]] == ["a", "b"]
+    assert f"written: {a / 'eval' / 'compare_smoke.md'}" in capsys.readouterr().out
+    assert list(elsewhere.iterdir()) == [], "nothing in the working directory"
