@@ -1,12 +1,15 @@
 """What a failed or interrupted run leaves behind: no empty run folders, folders named after what made them, and the
 command that resumes an interrupted run (issue 47, "clutter and small surprises")."""
 
+import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from robo_rl import cli
+from robo_rl.runs import read_metrics
 from robo_rl.transport.link import free_ports
 
 
@@ -56,3 +59,41 @@ def test_bc_runs_are_named_after_behaviour_cloning_and_the_task_unless_named(tmp
     assert (run / "bc" / "policy.pt").exists()
     assert cli.main(["bc", *args, "name=my_base"]) == 0
     assert sorted(r.name.split("_", 1)[1] for r in run_folders(tmp_path)) == ["bc_point_reach", "my_base"]
+
+
+def interrupt_at(env_steps: int):
+    """A stand-in for `train`'s progress loop that presses Ctrl-C once the learner has counted `env_steps`."""
+
+    def follow(cfg, run_dir, procs, bar, *rest):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and procs["learner"].poll() is None:
+            steps = [m.get("env_steps", 0) for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "learner"]
+            if steps and max(steps) >= env_steps:
+                break
+            time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    return follow
+
+
+def test_ctrl_c_prints_the_resume_command_and_a_resume_says_where_it_resumed(tmp_path, capsys, monkeypatch):
+    from robo_rl.commands import train
+
+    args = [
+        *isolated(tmp_path),
+        "experiment=rlpd",
+        "demos.num_episodes=3",
+        "algo.batch_size=32",
+        "logger.log_every_s=0.5",
+    ]
+    monkeypatch.setattr(train, "_follow_progress", interrupt_at(50))
+    assert cli.main(["train", *args]) == 130
+    (run,) = run_folders(tmp_path)
+    assert f"resume with: robo-rl train resume={run}\n" in capsys.readouterr().out
+    end = read_metrics(run / "metrics.jsonl")[-1]
+    assert end["kind"] == "end" and end["env_steps"] >= 50
+
+    monkeypatch.setattr(train, "_follow_progress", interrupt_at(0))
+    assert cli.main(["train", f"resume={run}", *isolated(tmp_path)[1:]]) == 130
+    resumed = re.search(r"^resumed at (\d+) env steps: ", capsys.readouterr().out, re.M)
+    assert resumed and int(resumed[1]) >= end["env_steps"]  # plus any stored after the checkpoint

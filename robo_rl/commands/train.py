@@ -86,6 +86,8 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
                         bar.finish(done=False)
                         _discard_run_dir(run_dir)
                     raise
+                if cfg.resume:  # the learner's own count, which its log holds (the console shows only the bar)
+                    bar.bar.write(_resumed_line(run_dir / "learner.log"))
         for i in range(1, int(cfg.train.actors)):  # more sim actors (on-policy rollouts fill faster), each seeded
             name = f"actor-{i}"
             procs[name] = subprocess.Popen(
@@ -193,6 +195,12 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
 
 def _last_log_line(path: Path, empty: str = "no output") -> str:
     """A child process's last log line, the one that names why it stopped (`empty` when it wrote nothing)."""
+def _resumed_line(log: Path) -> str:
+    """The learner's "resumed at N env steps ..." line from its log, without the logging prefix."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if "resumed at " in line]
+    return lines[-1][lines[-1].index("resumed at ") :] if lines else "resumed (the learner's log does not say where)"
+
+
     lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
     return lines[-1] if lines else empty
 
