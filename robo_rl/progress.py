@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+from robo_rl.configs.settings import unused_rollout_note
+
 ETA_WINDOW_S = 120.0  # the rate behind the ETA: env steps over about this much recent time
 ETA_MIN_SPAN_S = 10.0  # no ETA before this much time of training proper has been seen
 
@@ -86,6 +88,9 @@ class TrainingBar:
         )
         self.bar.set_postfix_str("ETA ?")
         self.postfix = ""
+        rollout = cfg.get("algo", {}).get("rollout_env_steps")
+        if rollout and (note := unused_rollout_note(self.total, int(rollout))):
+            self.bar.write(f"warning: {note}")  # before any work: the user may stop and rerun
 
     def phase(self, text: str) -> None:
         self.bar.set_description_str(text)

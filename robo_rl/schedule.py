@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from policies.acting import acting_policy
 from robo_rl.algos.base import BatchSpec
+from robo_rl.configs.settings import unused_rollout_note
 from robo_rl.data.rollout import Rollout
 
 log = logging.getLogger(__name__)
@@ -149,5 +150,7 @@ class RolloutThenUpdate:
 def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Generator, policy) -> Schedule:
     """The schedule the algorithm's batch spec asks for."""
     if spec.rollout_env_steps:
+        if note := unused_rollout_note(int(cfg.train.total_env_steps), spec.rollout_env_steps):
+            log.warning(note)
         return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, acting_policy(policy).execute_steps)
     return UpdateToData(spec, cfg, replay, rng)

@@ -80,7 +80,33 @@ RELATIONS = (
     ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
     ("policy.log_std_min", "policy.log_std_max", lambda a, b: a < b, "below policy.log_std_max"),
     ("policy.sigma_min", "policy.sigma_max", lambda a, b: a <= b, "at most policy.sigma_max"),
+    (
+        "algo.rollout_env_steps",
+        "train.total_env_steps",
+        lambda a, b: a < b,
+        "below train.total_env_steps, or the run ends before its first PPO iteration: set train.total_env_steps a "
+        "little above N × algo.rollout_env_steps for N iterations, or a smaller algo.rollout_env_steps",
+    ),
 )
+
+
+def unused_rollout_note(total_env_steps: int, rollout_env_steps: int) -> str | None:
+    """What an on-policy run's last partial rollout costs, where the run ends before updating on more than a tenth of
+    a rollout (None: it does not). A rollout completes a little after each multiple of `rollout_env_steps` (steps
+    acted on older weights do not count), and the run stops at `total_env_steps`, so an update at the very end never
+    runs."""
+    if not rollout_env_steps or rollout_env_steps >= total_env_steps:
+        return None  # off-policy; or refused by RELATIONS
+    iterations = -(-total_env_steps // rollout_env_steps) - 1
+    unused = total_env_steps - iterations * rollout_env_steps
+    if unused <= rollout_env_steps // 10:
+        return None
+    suggest = [n * rollout_env_steps + rollout_env_steps // 10 for n in (iterations, iterations + 1)]
+    return (
+        f"train.total_env_steps={total_env_steps} with algo.rollout_env_steps={rollout_env_steps}: about "
+        f"{iterations} PPO iterations; the last {unused} env steps fill a rollout that the run ends before using "
+        f"(train.total_env_steps={suggest[0]} gives the same iterations, {suggest[1]} one more)"
+    )
 
 
 def typed_config(prefix: str, target: Any) -> type | None:
