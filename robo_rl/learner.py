@@ -224,6 +224,7 @@ class Learner:
         )
         last_log = last_status = time.monotonic()
         last_updates, next_ckpt = self.updates, self.env_steps + train.checkpoint_every_env_steps
+        ckpt_time, ckpt_steps = time.monotonic(), self.env_steps  # the last checkpoint's: a timed one needs new data
         reason, m, crash = "done", {}, None
         try:
             while self.env_steps < train.total_env_steps:
@@ -246,9 +247,12 @@ class Learner:
                     self.log_progress(ups, m)
                     bar.set_postfix(episodes=self.episodes, success=f"{self.success_rate:.2f}", upd_s=f"{ups:.0f}")
                     last_log, last_updates = now, self.updates
-                if self.env_steps >= next_ckpt:
+                timed = now - ckpt_time >= train.checkpoint_every_s and self.env_steps > ckpt_steps
+                if self.env_steps >= next_ckpt or timed:  # by env steps or by time, whichever comes first
                     self.checkpoint()
-                    next_ckpt += train.checkpoint_every_env_steps
+                    if self.env_steps >= next_ckpt:  # a timed checkpoint leaves the env-step grid as it was
+                        next_ckpt += train.checkpoint_every_env_steps
+                    ckpt_time, ckpt_steps = time.monotonic(), self.env_steps
         except KeyboardInterrupt:
             reason = "interrupted (Ctrl-C)"
         except BaseException as e:  # recorded as a crash (not "done"), then raised: the process exits non-zero
