@@ -212,7 +212,9 @@ def _eval(args: list[str]) -> int:
     report.update(bars=bars, passed=not missed)
     out = Path(o.get("out") or Path(o["model"]) / "eval")
     out.mkdir(parents=True, exist_ok=True)
-    _plot(model, episodes, instruction, out / "report.png")
+    from robo_rl.rewards.plot import plot_scores
+
+    plot_scores(model, episodes, instruction, out / "report.png")
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
     head = f"# {model.kind} reward model {o['model']} on {o['data']}\n\n"
     tail = f"\n\n{len(episodes)} episodes.\n\n![scores along episodes](report.png)\n"
@@ -230,36 +232,3 @@ def _bar(name: str, value: float, op: str, bound: float) -> dict:
 
 def _verdict(bar: dict) -> str:
     return f"(wanted {bar['wanted']}): {'PASS' if bar['passed'] else 'FAIL'}"
-
-
-def _plot(model, episodes, instruction: str, path: Path, most: int = 8) -> None:
-    """The model's scores along up to `most` successful and `most` failed episodes (green / red): the success
-    probability, and for a progress critic the summed pairwise progress forward and along the reversed episode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from robo_rl.rewards.base import Task
-
-    pairwise = "delta" in model.provides
-    fig, axes = plt.subplots(1, 3 if pairwise else 1, figsize=(15 if pairwise else 6, 4), squeeze=False)
-    picked = [e for e in episodes if e.success][:most] + [e for e in episodes if not e.success][:most]
-    for e in picked:
-        frames = {c: e.records[f"image/{c}"] for c in model.cameras}
-        s = model.score_episode(frames, Task(instruction))
-        colour = "tab:green" if e.success else "tab:red"
-        if s.success_prob is not None:
-            axes[0][0].plot(s.success_prob, color=colour, alpha=0.6)
-        if pairwise:
-            axes[0][1].plot(np.cumsum(s.delta), color=colour, alpha=0.6)
-            back = model.score_episode({c: f[::-1].copy() for c, f in frames.items()}, Task(instruction))
-            axes[0][2].plot(np.cumsum(back.delta), color=colour, alpha=0.6)
-    titles = ["success probability", "summed pairwise progress", "the same, episode reversed"]
-    for ax, title in zip(axes[0], titles, strict=False):
-        ax.set_title(title)
-        ax.set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
