@@ -254,7 +254,9 @@ def gone(pid: int) -> bool:
 
 def test_sim_one_runs_to_the_end_and_a_killed_actor_is_restarted(tmp_path):
     start = time.monotonic()
-    proc, out = start_launch(tmp_path, "sim_one", "train.total_env_steps=800")
+    # 300 steps: the first actor runs at most 200 (learning_starts + actor.max_lead_steps) before any update, so the
+    # kill comes mid-run and the replacement finishes it; one evaluation episode writes the report
+    proc, out = start_launch(tmp_path, "sim_one", "train.total_env_steps=300", "eval.episodes=1")
     wait_for(lambda: pids(out, "actor-0") and episodes_seen(run_dir_of(out)) >= 2, proc, out, "running actor")
     first = pids(out, "actor-0")[0]
     os.kill(first, signal.SIGKILL)  # a crash the launcher did not cause
@@ -262,13 +264,13 @@ def test_sim_one_runs_to_the_end_and_a_killed_actor_is_restarted(tmp_path):
     text, run_dir = out.read_text(), run_dir_of(out)
     assert "actor-0 exited with code -9: restarting" in text
     assert len(set(pids(out, "actor-0"))) == 2 and re.search(r"actor-0\s+pid\s+\d+\s+exited\(0\)\s+restarts 1", text)
-    assert re.search(r"learner\s+pid\s+\d+\s+exited\(0\)\s+restarts 0\s+env steps \d+/800", text)
+    assert re.search(r"learner\s+pid\s+\d+\s+exited\(0\)\s+restarts 0\s+env steps \d+/300", text)
     assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["actor-0.log", "learner.log"]
     actor_log = (run_dir / "logs" / "actor-0.log").read_text()
     assert "--- launch: restart 1" in actor_log
     assert "is in use by another running actor" not in actor_log, "the replacement was refused: the dead one's id held"
     end = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
-    assert end["kind"] == "end" and end["reason"] == "done" and end["env_steps"] >= 800
+    assert end["kind"] == "end" and end["reason"] == "done" and end["env_steps"] >= 300
     assert (run_dir / "eval" / "report.md").exists() and "launch: done" in text
     assert all(gone(p) for name in ("learner", "actor-0") for p in pids(out, name))
     print(f"sim_one with a restart: {time.monotonic() - start:.1f} s")
