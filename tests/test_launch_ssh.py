@@ -151,9 +151,17 @@ def test_two_robot_pcs_over_real_ssh_keys_copied_curve_on_and_ctrl_c_leaves_no_p
     path = tmp_path / "two_robot_pcs.yaml"
     path.write_text(yaml.safe_dump(layout))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    # simulated arms (point_reach has no arm for the safety layer); the layout's other settings stay
+    # simulated arms (point_reach has no arm for the safety layer); the layout's other settings stay, its no-demos
+    # among them (QUICK's demos replaced); 5-step episodes: at the layout's real-time 10 Hz each arm's first is 0.5 s
     proc, out = start_launch(
-        tmp_path, str(path), "env=point_reach", "safety=none", "train.total_env_steps=100000", env=env
+        tmp_path,
+        str(path),
+        "env=point_reach",
+        "env.max_episode_steps=5",
+        "safety=none",
+        "demos.num_episodes=0",
+        "train.total_env_steps=100000",
+        env=env,
     )
     wait_for(lambda: episodes_by(run_dir_of(out)) == set(hosts), proc, out, "episodes from both remote actors")
     run_dir = run_dir_of(out)
