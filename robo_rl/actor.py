@@ -171,6 +171,9 @@ class Actor:
         if self.safety is not None:
             stats.update({f"safety_{k}": v for k, v in self.safety.stats().items()})
         if self.human is not None:
+            stats["paused"] = bool(self.human.paused)  # the terminal's bar says so (a paused run trains nothing)
+            if self.human.paused:
+                stats["paused_why"] = (self.human.pause_reason or "paused")[:200]
             try:
                 stats.update({f"human_{k}": v for k, v in self.human.stats().items()})
             except RuntimeError:  # the control loop added a latency while we read them: the next heartbeat has it

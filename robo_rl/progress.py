@@ -64,6 +64,18 @@ def format_eta(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
+def paused_actors(m: dict) -> dict[str, str]:
+    """Actor -> why it is paused, from a learner metrics line's `actor_stats` (the actors' heartbeats)."""
+    stats = m.get("actor_stats")
+    if not isinstance(stats, dict):
+        return {}
+    return {
+        actor: str(s.get("paused_why") or "paused")
+        for actor, s in stats.items()
+        if isinstance(s, dict) and s.get("paused") is True
+    }
+
+
 class TrainingBar:
     """One bar for a whole `train` run: start-up phases in its description, env steps from the learner's
     metrics lines, and `EtaEstimator`'s time left in place of tqdm's (which averages in the start-up)."""
@@ -87,7 +99,13 @@ class TrainingBar:
             bar_format=layout,
         )
         self.bar.set_postfix_str("ETA ?")
-        self.postfix = ""
+        self.postfix, self.paused_note = "", ""
+        gui = cfg.get("gui") or {}
+        self.resume_hint = (
+            f"resume: Resume on the page, http://{gui.get('host')}:{gui.get('port')}/"
+            if gui.get("enabled")
+            else "resume: press pause again on the device"
+        )
         rollout = cfg.get("algo", {}).get("rollout_env_steps")
         if rollout and (note := unused_rollout_note(self.total, int(rollout))):
             self.bar.write(f"warning: {note}")  # before any work: the user may stop and rerun
@@ -100,9 +118,19 @@ class TrainingBar:
         steps = min(int(m["env_steps"]), self.total)
         self.bar.update(steps - self.env_steps)
         self.env_steps = steps
+        paused = paused_actors(m)
+        note = "; ".join(f"{actor} paused: {why}" for actor, why in paused.items())
+        if note != self.paused_note:  # said once in the scrollback too (a disabled or redirected bar shows nothing)
+            self.bar.write(f"PAUSED: {note}; {self.resume_hint}" if note else "resumed")
+            self.paused_note = note
+        if paused and len(paused) >= len(m.get("actor_stats") or {}):  # nothing trains until someone resumes
+            self.phase("PAUSED")
+            self.bar.set_postfix_str(f"{note}; {self.resume_hint}")
+            self.eta.samples.clear()  # the ETA starts afresh from the rate after the resume
+            return
         self.eta.update(steps)
         self.phase("training" if steps >= self.eta.steady_from else "filling the replay")
-        fields = [f"episodes={m.get('episodes')}"]
+        fields = [f"episodes={m.get('episodes')}"] + ([note] if note else [])
         for key, fmt in (
             ("success_rate", "success={:.2f}"),
             ("updates_per_s", "updates/s={:.0f}"),

@@ -205,7 +205,7 @@ def test_the_page_shows_live_cameras_and_the_human_takes_over_labels_and_hands_b
 
 
 def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_stops_within_a_period(gui_run, browser):
-    run = gui_run()
+    run = gui_run("gui.deadman=pause")  # a robot's dead man (a simulation's default carries on): a reload is none
     alice, bob = open_page(browser, run, "alice"), open_page(browser, run, "bob")
     alice.locator('.actor[data-actor="actor-0"] button[data-command="intervention_toggle"]').click()
     wait_until(lambda: mode_of(alice).startswith("HUMAN"), what="alice in control")

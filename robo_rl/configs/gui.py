@@ -38,10 +38,11 @@ class GuiConfig:
         20.0, "page updates per second at most (each as soon as an actor has news)", low=0.5, high=60
     )
     jpeg_quality: int = setting(90, "JPEG quality of the camera tiles", low=10, high=100)
-    deadman: str = setting(
-        "pause",
+    deadman: str | None = setting(
+        None,
         "when the last or the controlling page goes away, or the GUI dies: pause (the robot holds until a page "
-        "resumes) | continue (the policy carries on)",
+        "resumes) | continue (the policy carries on) | null: pause where the env drives a robot, continue in "
+        "simulation (a closed tab does not stop a simulated run)",
         choices=DEADMAN,
     )
     deadman_timeout_s: float = setting(2.0, "the GUI's silence that counts as gone, seconds", above=0)

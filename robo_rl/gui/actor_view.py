@@ -44,7 +44,7 @@ class ActorView:
             web,
             actor.human,
             frame_hz=g.frame_hz,
-            deadman=g.deadman,
+            deadman=deadman_for(g.deadman, actor.env),
             deadman_timeout_s=g.deadman_timeout_s,
             curve=curve,
         )
@@ -159,6 +159,14 @@ class ActorView:
     def _learner(self) -> dict:
         status = self.actor.transport.status or {}
         return {k: status[k] for k in LEARNER_FIELDS if isinstance(status.get(k), int | float)}
+
+
+def deadman_for(setting: str | None, env) -> str:
+    """The dead-man policy: the setting where given; else `pause` on a robot (it must not move unwatched) and
+    `continue` in simulation (a closed tab should not stop a run)."""
+    if setting is not None:
+        return setting
+    return "pause" if env.unwrapped.drives_robot else "continue"
 
 
 def view_size_for(setting: int | None, env) -> int:

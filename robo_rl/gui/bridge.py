@@ -53,7 +53,7 @@ class GuiBridge:
         web: WebDevice,
         human: InterventionWrapper,
         frame_hz: float = GuiConfig.frame_hz,  # the gui block's defaults: tests and bench/gui.py build bridges directly
-        deadman: str = GuiConfig.deadman,
+        deadman: str = DEADMAN[0],  # pause, the safe one; an actor passes gui.deadman resolved for its env
         deadman_timeout_s: float = GuiConfig.deadman_timeout_s,
         curve=None,
         clock=time.monotonic,
@@ -186,6 +186,7 @@ class GuiBridge:
         self.counts["deadman"] += 1
         if self.deadman == "pause":
             self.human.paused = True  # the loop holds the robot still until a page presses pause again
+            self.human.pause_reason = f"the page's dead man: {reason} (gui.deadman=pause)"
             log.warning("gui dead man: %s; paused (gui.deadman=pause) until a page resumes", reason)
         else:
             log.warning("gui dead man: %s; the policy has control (gui.deadman=continue)", reason)

@@ -34,6 +34,7 @@ from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopRea
 from robo_rl.teleop.devices import make_device
 
 log = logging.getLogger(__name__)
+PAUSED_BY_HAND = "a person pressed pause"
 
 HUMAN = InterventionConfig()  # the `human` block's defaults (robo_rl/configs/wrappers.py), for wrappers built in Python
 
@@ -75,6 +76,7 @@ class InterventionWrapper(RobotWrapper):
         self.action_names = tuple(getattr(env.unwrapped, "action_names", ()))
         self._obs = None
         self.paused = False
+        self.pause_reason: str | None = None  # why it is paused, for the terminal (the actor's heartbeat)
         self.estopped: str | None = None  # the device that pressed e-stop
         self._controller: str | None = None
         self._last_claim: tuple[str, ...] = ()
@@ -175,6 +177,7 @@ class InterventionWrapper(RobotWrapper):
         events = set().union(*(r.events for r in readings.values())) if readings else set()
         if "pause" in events:
             self.paused = not self.paused
+            self.pause_reason = PAUSED_BY_HAND if self.paused else None
             log.info("human: %s", "paused" if self.paused else "resumed")
         if "estop" in events:
             self.estopped = next(n for n, r in readings.items() if "estop" in r.events)
@@ -276,6 +279,7 @@ class InterventionWrapper(RobotWrapper):
     def _labels(self, events: set[str], info: dict, reward, terminated: bool, truncated: bool, estop_by=None):
         if "pause" in events:
             self.paused = not self.paused
+            self.pause_reason = PAUSED_BY_HAND if self.paused else None
         if "estop" in events:
             self.estopped = estop_by
             info["ended_by"], terminated, truncated = "estop", False, True

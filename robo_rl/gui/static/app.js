@@ -127,7 +127,8 @@ function onWelcome(msg) {
   keyTable = msg.keys && typeof msg.keys === 'object' ? msg.keys : {};
   myName = msg.name != null ? String(msg.name) : operatorName();
   setText($('#operator'), myName);
-  const dm = { pause: 'pause', estop: 'e-stop' }[msg.deadman] || (msg.deadman ? 'carry on' : null);
+  const dm = { pause: 'pause', estop: 'e-stop' }[msg.deadman]
+    || (msg.deadman === null ? 'pause on a robot, carry on in a simulator' : msg.deadman ? 'carry on' : null);
   setText($('#deadman'), dm ? `if this page disconnects: ${dm}` : '');
   // Key help: one entry per binding, listing every key bound to it.
   const byBinding = new Map();
