@@ -13,6 +13,7 @@ from launch.launcher.slots import Slot
 STATUS_EVERY_S = 1.0  # status lines redrawn this often on a terminal
 PLAIN_STATUS_EVERY_S = 10.0  # and printed this often into a log or pipe (besides every change of state)
 PLAIN_WIDTH = 160  # status line width when not on a terminal
+FALLBACK_COLUMNS = 80  # a terminal reporting no columns (0: a serial console, some CI runners): the usual 80
 
 
 class LearnerProgress:
@@ -50,8 +51,10 @@ class StatusBoard:
         self.drawn, self.last_draw, self.last_key = 0, 0.0, None
         self.start = time.monotonic()
 
-    def lines(self, now: float) -> list[str]:
+    def lines(self, now: float, whole: bool = False) -> list[str]:
+        """The status lines, each cut to the terminal's width unless `whole` (the last draw: never redrawn)."""
         width = os.get_terminal_size(self.out.fileno()).columns if self.tty else PLAIN_WIDTH
+        width = width or FALLBACK_COLUMNS
         name_w = max(len(s.proc.name) for s in self.slots)
         state_w = max(len(s.label(now)) for s in self.slots)
         out = []
@@ -61,16 +64,17 @@ class StatusBoard:
             log = s.handle.last_line() if s.handle is not None else ""
             text = f"{s.proc.name:<{name_w}}  pid {pid!s:>7}  {s.label(now):<{state_w}}  restarts {s.restarts}"
             text += f"  {extra}" if extra else ""
-            out.append((text + (f" | {log}" if log else ""))[: width - 1])
+            line = text + (f" | {log}" if log else "")
+            out.append(line if whole else line[: width - 1])
         return out
 
-    def draw(self, force: bool = False) -> None:
+    def draw(self, force: bool = False, whole: bool = False) -> None:
         now = time.monotonic()
         key = [(s.state, s.pids[-1:], s.restarts) for s in self.slots]
         due = now - self.last_draw >= (STATUS_EVERY_S if self.tty else PLAIN_STATUS_EVERY_S)
         if not (force or due or key != self.last_key):
             return
-        lines = self.lines(now)
+        lines = self.lines(now, whole)
         if self.tty:
             up = f"\x1b[{self.drawn}F" if self.drawn else ""
             self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
@@ -78,6 +82,10 @@ class StatusBoard:
             self.out.write(f"[launch {now - self.start:.0f} s]\n" + "".join(f"  {line}\n" for line in lines))
         self.out.flush()
         self.drawn, self.last_draw, self.last_key = len(lines), now, key
+
+    def finish(self) -> None:
+        """The final states, whole on a terminal (a log already has every change): the last lines say how it ended."""
+        self.draw(force=self.tty, whole=True)
 
     def say(self, text: str) -> None:
         """A message above the status lines (they are redrawn below it)."""

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
+from pathlib import Path
 
 from launch.launcher.local import launch_local
 from launch.launcher.ports import choose_ports
@@ -38,5 +40,21 @@ def cmd_launch(args: list[str], out=None) -> int:
         prep = prepare(layout, overrides, ports)
         print(f"run folder: {prep.run_dir} (logs in {prep.run_dir / 'logs'}); Ctrl-C stops every process", file=out)
         code = launch_local(prep, ports, out)
+        summary = evaluation_summary(prep.run_dir) if code == 0 else None
+        if summary:
+            print(summary, file=out)
     print(f"launch: {'done' if code == 0 else 'stopped' if code == EXIT_STOPPED else 'failed'}", file=out)
     return code
+
+
+def evaluation_summary(run_dir: Path) -> str | None:
+    """The learner's evaluation of the finished run in one line (None when it wrote none)."""
+    path = Path(run_dir) / "eval" / "report.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    low, high = r["success_ci95"]
+    return (
+        f"evaluation: success {r['successes']}/{r['episodes']} = {r['success_rate']:.2f} "
+        f"(Wilson 95% CI [{low:.2f}, {high:.2f}]), report {path.with_suffix('.md')}"
+    )

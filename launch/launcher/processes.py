@@ -10,10 +10,13 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from robo_rl.commands.common import STARTED_BY_ENV
+
 LOG_TAIL_BYTES = 4096  # read from the end of a log for its last line
 
 
-CHILD_ENV = {"PYTHONUNBUFFERED": "1"}  # logs written as they happen
+# logs written as they happen; a learner keeps no copy of its output beside the launcher's logs/<name>.log
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", STARTED_BY_ENV: "launch"}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 

@@ -56,7 +56,7 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        self.board.draw(force=self.board.tty)  # the final states (a log already has every change)
+        self.board.finish()
         return code
 
     def _watch(self) -> int:

@@ -23,8 +23,9 @@ def cmd_learner(overrides: list[str]) -> int:
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
     alone = os.environ.get(STARTED_BY_ENV) != "train"  # `train` already sends this process's output to learner.log
-    log_copy = copy_stdout_to(run_dir / "learner.log") if alone else None
-    setup_logging(cfg, run_dir / "learner.log" if alone else None)
+    logged = os.environ.get(STARTED_BY_ENV) in ("train", "launch")  # and `launch` to logs/learner.log
+    log_copy = copy_stdout_to(run_dir / "learner.log") if not logged else None
+    setup_logging(cfg, run_dir / "learner.log" if not logged else None)
     print(f"learner: run folder {run_dir}", flush=True)
     sigterm_as_interrupt()
     try:
