@@ -29,48 +29,69 @@ SAMPLE_HZ = 20.0  # arm readings per second while recording
 MIN_BOX_M = 0.02  # a box thinner than this on an axis was not really visited
 
 
+class StdinEnded(HardwareError):
+    """Stdin reached its end while a phase waited for Enter, and nothing else (a device, a timer) can end it."""
+
+
 class Signal:
-    """The operator's 'done': Enter on stdin, a device's success button, or a timer."""
+    """The operator's 'done': Enter on stdin (each Enter ends one phase, typed ahead or not), a device's success
+    button, or a timer. The end of stdin (a pipe, </dev/null, Ctrl-D) with neither of the others ends the run."""
 
     def __init__(self, record_s: float | None, devices=()) -> None:
         self.record_s, self.devices = record_s, list(devices)
-        self._enter = threading.Event()
-        if record_s is None and sys.stdin is not None and sys.stdin.isatty():
+        self._enters, self._used, self._eof = 0, 0, False
+        if record_s is None and sys.stdin is not None:
             threading.Thread(target=self._read_stdin, daemon=True).start()
 
     def _read_stdin(self) -> None:
         while True:
-            if sys.stdin.readline() == "":
+            try:
+                line = sys.stdin.readline()
+            except (OSError, ValueError):  # a closed or unreadable stdin is its end
+                line = ""
+            if line == "":
+                self._eof = True
                 return
-            self._enter.set()
+            self._enters += 1
 
     def start(self) -> None:
-        self._enter.clear()
         self._since = time.monotonic()
 
     def done(self) -> bool:
-        if self._enter.is_set():
+        if self._enters > self._used:
+            self._used += 1
             return True
         for device in self.devices:
             if "success" in device.read().events:
                 return True
-        return self.record_s is not None and time.monotonic() - self._since >= self.record_s
+        if self.record_s is not None:
+            return time.monotonic() - self._since >= self.record_s
+        if self._eof and not self.devices:
+            raise StdinEnded("stdin ended")
+        return False
 
 
-def record(driver, signal: Signal, prompt: str, step=None) -> list:
+def record(driver, signal: Signal, prompt: str, step=None, what: str = "the calibration") -> list:
     """Arm readings until the signal, printing the tool position; `step()` advances a device-driven arm."""
     print(prompt, flush=True)
     signal.start()
     states, period = [], 1.0 / SAMPLE_HZ
     tick = time.monotonic()
-    while not signal.done():
-        if step is not None:
-            step()
-        state = driver.read()
-        states.append(state)
-        print(f"\r  tool at {np.round(state.ee_pos, 3).tolist()} m   ", end="", flush=True)
-        tick += period
-        time.sleep(max(0.0, tick - time.monotonic()))
+    try:
+        while not signal.done():
+            if step is not None:
+                step()
+            state = driver.read()
+            states.append(state)
+            print(f"\r  tool at {np.round(state.ee_pos, 3).tolist()} m   ", end="", flush=True)
+            tick += period
+            time.sleep(max(0.0, tick - time.monotonic()))
+    except StdinEnded:
+        print(flush=True)
+        raise StdinEnded(
+            f"stdin ended before {what} was recorded: nothing written (press Enter to end each phase, or give "
+            "record_s=<seconds>)"
+        ) from None
     print(flush=True)
     if not states:
         states.append(driver.read())
@@ -96,10 +117,18 @@ def calibrate(driver, signal: Signal, margin_m: float, step=None, hand: bool = T
         driver.freedrive(True)
     try:
         home = record(
-            driver, signal, "1/2: put the arm in its home pose, then press Enter (or the device's success button)", step
+            driver,
+            signal,
+            "1/2: put the arm in its home pose, then press Enter (or the device's success button)",
+            step,
+            "the home pose",
         )[-1].joints
         states = record(
-            driver, signal, "2/2: move the tool through the corners of the space it may use, then press Enter", step
+            driver,
+            signal,
+            "2/2: move the tool through the corners of the space it may use, then press Enter",
+            step,
+            "the workspace",
         )
     finally:
         if hand:
@@ -126,6 +155,17 @@ def jog_session(env_cfg: dict, devices: list):
     return env, lambda: env.step(still)
 
 
+def require_sdk(driver_class) -> None:
+    """The arm's SDK is importable, or a HardwareError naming the extra that installs it."""
+    import importlib.util
+
+    module = getattr(driver_class, "sdk_module", None)
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise HardwareError(
+            f"{module} is not installed ({driver_class.__name__}'s SDK): uv sync --extra {driver_class.sdk_extra}"
+        )
+
+
 def write_calibration(path: Path, robot: str, where: str, home: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
     from omegaconf import OmegaConf
 
@@ -143,6 +183,7 @@ def write_calibration(path: Path, robot: str, where: str, home: np.ndarray, low:
 
 
 def cmd_calibrate(overrides: list[str]) -> int:
+    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
     from hardware.doctor import twin_choices
@@ -169,6 +210,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     margin = float(opts.get("margin_m", 0.01))
     record_s = float(opts["record_s"]) if "record_s" in opts else None
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    if not (env_cfg.get("dry_run") or driver_cfg.get("twin")):
+        require_sdk(get_class(driver_cfg["_target_"]))  # before connecting: one line, as `robo-rl doctor` says it
     env = None
     if mode == "device":
         if not cfg.get("human") or "devices" not in cfg.human:
