@@ -305,6 +305,8 @@ def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
 
 
 def cmd_eval_suite(overrides: list[str]) -> int:
+    from robo_rl.eval.unseen import unseen_note
+
     report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
     print(f"suite {report['suite']}: " + header_lines(report)[1])
     width = max(len(c["name"]) for c in report["conditions"])
@@ -313,6 +315,7 @@ def cmd_eval_suite(overrides: list[str]) -> int:
         print(
             f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
             f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}"
+            + (f"  ({unseen_note(c)})" if unseen_note(c) else "")
         )
     if report["stopped"]:
         print(f"stopped early: {report['stopped']}")

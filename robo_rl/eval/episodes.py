@@ -188,6 +188,7 @@ def run_episode(
     frames: list[np.ndarray] = []
     start = time.perf_counter()
     obs, _ = env.reset(seed=seed)
+    cameras = sorted(obs.get("images") or {}) if isinstance(obs, dict) else []  # what the policy observes
     steps_start = time.perf_counter()
     length, ret, interventions = 0, 0.0, 0
     grasped_ever = grasped = None
@@ -238,6 +239,7 @@ def run_episode(
         "interventions": interventions,
         "episode_s": end - start,
         "step_ms": (end - steps_start) / max(1, length) * 1e3,
+        "cameras": cameras,
     }
     return result, frames
 

@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+from robo_rl.eval.unseen import unseen_note
+
 FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
 SIGNIFICANCE_LEVEL = 0.05  # two-sided, per condition
 TEST_NAME = "Fisher's exact test, two-sided"
@@ -44,6 +46,17 @@ def header_lines(report: dict) -> list[str]:
         f"{'a person' if report['score'] == 'human' else 'the env'}"
         f"{', on a real robot' if report['real_robot'] else ''}",
     ]
+    cameras = next((c["cameras"] for c in report["conditions"] if c.get("cameras") is not None), None)
+    if cameras is not None:
+        lines.append(
+            f"the policy observes: {'the state and cameras ' + ', '.join(cameras) if cameras else 'the state only'}"
+        )
+    blind = [c["name"] for c in report["conditions"] if c.get("seen") == "none"]
+    if blind:
+        lines.append(
+            f"not seen by this policy (state-only): {', '.join(blind)} change only camera images, so its "
+            "observations there are nominal; they are marked and left out of the chart"
+        )
     if report.get("stopped"):
         lines.append(f"**stopped early: {report['stopped']}** (the episodes run so far are reported)")
     return lines
@@ -69,8 +82,9 @@ def _markdown(report: dict) -> str:
     text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     for c in report["conditions"]:
         clips = " ".join(f"[{k}]({v['path']})" for k, v in c["clips"].items() if isinstance(v, dict))
+        note = f" ({unseen_note(c)})" if unseen_note(c) else ""
         text += (
-            f"| {c['name']} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {ci_text(c)} "
+            f"| {c['name']}{note} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {ci_text(c)} "
             f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
             + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES)
             + f" | {clips} |\n"
@@ -104,6 +118,7 @@ def success_chart_svg(rows: list[tuple[str, float, float, float]]) -> str:
                 f'<rect x="{x}" y="{y(rate):.1f}" width="{bar_w}" height="{plot_h * rate:.1f}" '
                 f'fill="#4c78a8"><title>{html.escape(label)}: {rate:.2f} [{low:.2f}, {high:.2f}]</title>'
                 "</rect>"
+                f'<text x="{mid}" y="{y(high) - 4:.1f}" text-anchor="middle" font-size="9">{rate:.2f}</text>'
             )
         parts.append(
             f'<path d="M{mid} {y(low):.1f}V{y(high):.1f}M{mid - 5} {y(low):.1f}h10M{mid - 5} '
@@ -120,7 +135,11 @@ def success_chart_svg(rows: list[tuple[str, float, float, float]]) -> str:
 def _html(report: dict) -> str:
     esc = html.escape
     conditions = report["conditions"]
-    chart = success_chart_svg([(c["name"], c["success_rate"], *c["success_ci95"]) for c in conditions])
+    charted = [c for c in conditions if c.get("seen") != "none"]  # a bar there would read as robustness
+    chart = success_chart_svg([(c["name"], c["success_rate"], *c["success_ci95"]) for c in charted])
+    if len(charted) < len(conditions):
+        left_out = ", ".join(c["name"] for c in conditions if c.get("seen") == "none")
+        chart += f"<p class='note'>Not in the chart (not seen by this policy: state-only): {esc(left_out)}.</p>"
     head = [
         "condition",
         "overrides",
@@ -132,8 +151,23 @@ def _html(report: dict) -> str:
         "step ms",
         *(m.replace("_", " ") for m in FAILURE_MODES),
     ]
+
+    def overrides_cell(c: dict) -> str:
+        unseen = set(c.get("not_seen", ()))
+        return "".join(
+            f"<code class='unseen' title='not seen by this policy'>{esc(o)}</code>"
+            if o in unseen
+            else f"<code>{esc(o)}</code>"
+            for o in c["overrides"]
+        )
+
+    def name_cell(c: dict) -> str:
+        note = unseen_note(c)
+        return esc(c["name"]) + (f"<div class='note'>{esc(note)}</div>" if note else "")
+
     rows = "".join(
-        f"<tr><td>{esc(c['name'])}</td><td><code>{esc(' '.join(c['overrides']))}</code></td>"
+        f"<tr{' class=unseen' if c.get('seen') == 'none' else ''}><td>{name_cell(c)}</td>"
+        f"<td class='overrides'>{overrides_cell(c)}</td>"
         f"<td>{c['successes']}/{c['n']}</td><td>{c['success_rate']:.2f}</td><td>{ci_text(c)}</td>"
         f"<td>{c['mean_length']:.1f}</td><td>{c['episode_s']:.3g}</td><td>{c['step_ms']:.3g}</td>"
         + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES)
@@ -151,12 +185,23 @@ def _html(report: dict) -> str:
                     f"{clip['seed']}</figcaption></figure>"
                 )
         note = c["clips"].get("error") or ("" if cells else "no episode to film")
-        clips += f"<h3>{esc(c['name'])}</h3>{''.join(cells)}<p>{esc(note)}</p>" if cells or note else ""
+        clips += (
+            f"<section class='clip'><h3>{esc(c['name'])}</h3>{''.join(cells)}<p>{esc(note)}</p></section>"
+            if cells or note
+            else ""
+        )
     header = "".join(f"<p>{esc(ln.replace('**', '').replace('`', ''))}</p>" for ln in header_lines(report))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>suite " + esc(report["suite"]) + "</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:3px 8px;text-align:right;white-space:nowrap}td:first-child,td:nth-child(2){text-align:left}"
+        "padding:3px 8px;text-align:right;white-space:nowrap;vertical-align:top}"
+        "th{white-space:normal;vertical-align:bottom}"
+        "td:first-child,td:nth-child(2),th:first-child,th:nth-child(2){text-align:left}"
+        # an all-together condition holds a dozen overrides: one per line, wrapped, so the figures stay in view
+        "td.overrides{white-space:normal;min-width:25em;max-width:30em;font-size:85%}"
+        "td.overrides code{display:block;overflow-wrap:anywhere}td:first-child{white-space:normal;max-width:16em}"
+        ".note{color:#666;font-size:85%}code.unseen{color:#999;text-decoration:line-through}tr.unseen td{color:#999}"
+        "section.clip{display:inline-block;vertical-align:top;margin:0 2em 1em 0}section.clip h3{margin:0 0 .3em}"
         "figure{display:inline-block;margin:0 1em 0 0}img{image-rendering:pixelated;width:192px}</style></head>"
         f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
         f"{chart}<h2>Conditions</h2><table><tr>"
@@ -183,6 +228,7 @@ def compare_reports(entries: list[tuple[str, dict]]) -> dict:
                 "successes": c["successes"],
                 "success_rate": c["success_rate"],
                 "success_ci95": c["success_ci95"],
+                "seen": c.get("seen", "all"),
             }
             for label, c in found.items()
         }
@@ -240,6 +286,9 @@ def compare_markdown(comparison: dict, title: str) -> str:
                 if r is None
                 else f"{r['success_rate']:.2f} [{r['success_ci95'][0]:.2f}, "
                 f"{r['success_ci95'][1]:.2f}] ({r['successes']}/{r['n']})"
+                + {"all": "", "part": " (part not seen: state-only)", "none": " (not seen: state-only)"}[
+                    r.get("seen", "all")
+                ]
             )
         tests = {t["b"]: t for t in row["tests"]}
         for label in others:

@@ -34,6 +34,7 @@ from robo_rl.eval.prompt import EvaluationStopped, HumanPrompt, human_devices
 from robo_rl.eval.report import (
     FAILURE_MODES,
 )
+from robo_rl.eval.unseen import seen_part, unseen_overrides
 from robo_rl.eval.workers import run_in_workers
 
 
@@ -74,8 +75,16 @@ def run_suite(
     run.clips = [{} for _ in cfgs]
     if film and clip_dir is not None and not run.real_robot:
         shutil.rmtree(clip_dir, ignore_errors=True)  # an earlier run's clips would show other episodes
-        for i, (cond, cfg) in enumerate(zip(suite.conditions, cfgs, strict=True)):
-            run.clips[i] = film_condition(cfg, payload, cond, run.episodes[i], clip_dir)
+        clips = tqdm(
+            total=len(cfgs), desc="clips (a success and a failure each)", unit="condition", disable=not progress
+        )
+        try:
+            for i, (cond, cfg) in enumerate(zip(suite.conditions, cfgs, strict=True)):
+                clips.set_postfix_str(cond.name, refresh=True)  # filming replays episodes: seconds per condition
+                run.clips[i] = film_condition(cfg, payload, cond, run.episodes[i], clip_dir)
+                clips.update(1)
+        finally:
+            clips.close()
     return run
 
 
@@ -135,6 +144,9 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
         **collections.Counter(r["failure_mode"] for r in episodes if r["failure_mode"] is not None),
     }
     ended = dict(collections.Counter(r["ended_by"] for r in episodes))
+    known = episodes and all("cameras" in r for r in episodes)  # a report from before they were recorded: unknown
+    cameras = sorted({cam for r in episodes for cam in r["cameras"]}) if known else None
+    unseen = unseen_overrides(list(cond.overrides), cameras)
     return {
         "name": cond.name,
         "overrides": list(cond.overrides),
@@ -151,6 +163,9 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
         "ended_by": ended,
         "intervention_steps": sum(r["interventions"] for r in episodes),
         "seeds": [r["seed"] for r in episodes],
+        "cameras": cameras,
+        "not_seen": unseen,
+        "seen": seen_part(list(cond.overrides), unseen),
         "clips": clips or {},
         "episodes": episodes,
     }
