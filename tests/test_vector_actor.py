@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 import torch
 
+from policies.chain import ChainPolicy
+from policies.flow import ChunkGenerator
 from policies.gaussian import TanhGaussianPolicy
 from robo_rl.actor import Actor
 from robo_rl.config import ConfigError
 from robo_rl.offline.bc import save_atomic
 from robo_rl.policy_io import policy_steps, stack_obs
 from tests.test_pipeline import run_pair, toy_config
-from tests.test_ppo import chain_policy
+from tests.test_ppo import SPACE
 
 
 class OneEpisodeStatePolicy(TanhGaussianPolicy):
@@ -35,7 +37,9 @@ def _episodes(online) -> dict[int, np.ndarray]:
 def test_the_chain_acts_for_several_envs_each_with_its_own_chunk(monkeypatch):
     randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *shape, **kw: randn(*shape, **kw) * 0)  # the same start for all envs
-    policy = chain_policy("reinflow", execute_steps=3)
+    torch.manual_seed(0)  # an untrained generator: batching and each env's chunk need no fitted one
+    generator = ChunkGenerator(2, 2, chunk_size=3, steps=8, hidden=[32]).eval()
+    policy = ChainPolicy(SPACE, 2, method="reinflow", generator=generator, steps=4, execute_steps=3)
     states = [np.array([0.5, -0.5], np.float32), np.array([-0.8, 0.2], np.float32), np.array([0.0, 0.9], np.float32)]
     obs = [{"state": s, "images": {}} for s in states]
     actions, extras = policy_steps(policy, obs, deterministic=True, slots=[0, 1, 2])
