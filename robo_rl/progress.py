@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +14,19 @@ from robo_rl.configs.settings import unused_rollout_note
 
 ETA_WINDOW_S = 120.0  # the rate behind the ETA: env steps over about this much recent time
 ETA_MIN_SPAN_S = 10.0  # no ETA before this much time of training proper has been seen
+FALLBACK_COLUMNS, FALLBACK_ROWS = 100, 24  # the bar's terminal size where the terminal reports 0 (a fresh pty)
+
+
+def terminal_size_args(stream) -> dict:
+    """tqdm's size arguments for a bar on `stream`: follow the terminal's width, except where it reports 0 columns
+    or rows (tqdm then draws nothing at all): a fixed size then."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a terminal: tqdm's own default
+        return {"dynamic_ncols": True}
+    if size.columns and size.lines:
+        return {"dynamic_ncols": True}
+    return {"ncols": size.columns or FALLBACK_COLUMNS, "nrows": size.lines or FALLBACK_ROWS}
 
 
 def resumed_env_steps(run_dir: str | Path | None) -> int:
@@ -95,8 +110,8 @@ class TrainingBar:
             unit="step",
             desc="starting",
             disable=not enabled,
-            dynamic_ncols=True,
             bar_format=layout,
+            **terminal_size_args(sys.stderr),
         )
         self.bar.set_postfix_str("ETA ?")
         self.postfix, self.paused_note = "", ""
