@@ -133,3 +133,22 @@ def test_filming_the_clips_shows_its_progress(tmp_path, capsys):
     assert all(result.clips)  # each condition filmed
     err = capsys.readouterr().err
     assert "clips (a success and a failure each)" in err and "2/2" in err.split("clips (")[-1]
+
+
+def test_the_learning_curve_says_what_its_return_is_and_when_it_has_no_episodes(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from robo_rl.eval.episodes import plot_learning_curve
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it
+    metrics = [{"kind": "episode", "env_steps": 10 * i, "success": i % 2, "return": -i} for i in range(1, 101)]
+    plot_learning_curve(metrics, tmp_path / "a.png", None)
+    plot_learning_curve([], tmp_path / "b.png", {"success_rate": 0.5, "success_ci95": [0.2, 0.8], "episodes": 10})
+    trained, empty = figures
+    assert trained.axes[1].get_title() == "return (training episodes, rolling 20)"
+    assert [t.get_text() for ax in empty.axes for t in ax.texts] == ["no training episodes in this run's metrics"] * 2
+    assert (tmp_path / "a.png").exists() and (tmp_path / "b.png").exists()
+    monkeypatch.undo()
+    for figure in figures:
+        plt.close(figure)

@@ -117,11 +117,14 @@ def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = No
 
     episodes = [m for m in metrics if m.get("kind") == "episode"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    if episodes:
+    w = max(1, min(20, len(episodes) // 5))
+    if not episodes:  # an empty panel would read as a plotting failure
+        for ax in (ax1, ax2):
+            ax.text(0.5, 0.5, "no training episodes in this run's metrics", ha="center", transform=ax.transAxes)
+    else:
         steps = np.array([m["env_steps"] for m in episodes])
         succ = np.array([float(m["success"]) for m in episodes])
         ret = np.array([m["return"] for m in episodes])
-        w = max(1, min(20, len(episodes) // 5))
         kernel = np.ones(w) / w
         ax1.plot(steps[w - 1 :], np.convolve(succ, kernel, "valid"), label=f"training episodes (rolling {w})")
         ax2.plot(steps[w - 1 :], np.convolve(ret, kernel, "valid"))
@@ -139,7 +142,7 @@ def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = No
             label=f"evaluation ({final['episodes']} ep, 95% CI)",
         )
     ax1.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
-    ax2.set(xlabel="env steps", ylabel="episode return", title="return")
+    ax2.set(xlabel="env steps", ylabel="episode return", title=f"return (training episodes, rolling {w})")
     ax1.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
