@@ -242,11 +242,20 @@ def _check(cfg: DictConfig) -> None:
 
 
 def group_options(group: str) -> dict[str, str]:
-    """The options of a config group (`env`, `algo`, ...): name -> the first comment line of its YAML."""
+    """The options of a config group (`env`, `algo`, ...): name -> its YAML's first comment line, continued to the
+    end of the sentence that line ends in (a description never stops mid-sentence)."""
     options = {}
     for path in sorted((CONF_DIR / group).glob("*.yaml")):
-        lines = [ln.lstrip("#").strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
-        options[path.stem] = next((ln for ln in lines if not ln.startswith("@package")), "")
+        block = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            if not line.lstrip("#").strip().startswith("@package"):
+                block.append(line.lstrip("#").strip())
+        text = " ".join(block)
+        start = max(0, len(block[0]) - 1) if block else 0  # the first line's last character may end the sentence
+        end = re.search(r"[.!?](?= [A-Z]|$)", text[start:])
+        options[path.stem] = text[: start + end.end()] if end else text
     return options
 
 

@@ -12,6 +12,7 @@ from robo_rl.configs.settings import SETTINGS, TYPED_BLOCKS, Setting, typed_conf
 from robo_rl.configs.typed import settings_of
 
 OVERRIDES = "overrides: key=value (e.g. algo.batch_size=128) or group=option (e.g. env=point_reach)"
+DESCRIBE_GROUPS = ("train", "show")  # the pages that describe every group option; the others name them in a line
 
 # command -> (usage line, what it does, its main settings, whether config groups apply)
 COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
@@ -225,7 +226,18 @@ def command_help(command: str) -> str:
             default = defaults.get(key, "")
             lines.append(f"  {key:<{width}}  {default}: {s.meaning}; {s.allowed()}")
         lines.append("  every key: robo-rl show [overrides]")
-    if groups:
+    if groups and command not in DESCRIBE_GROUPS:
+        lines += [
+            "",
+            OVERRIDES,
+            "",
+            "config groups (group: options; * = default; what each option is: robo-rl show --help):",
+        ]
+        for group in config_groups():
+            lines.append(
+                f"  {group}: " + ", ".join(("*" if choices.get(group) == o else "") + o for o in group_options(group))
+            )
+    elif groups:
         lines += ["", OVERRIDES, "", "config groups (group=option; * = default):"]
         for group in config_groups():
             lines.append(f"  {group}:")
