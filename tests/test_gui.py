@@ -122,8 +122,9 @@ def gui_run(tmp_path):
         run.close()
 
 
-@pytest.fixture
-def browser():
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless chromium per test module: a launch costs seconds, a page's own context milliseconds."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
@@ -132,6 +133,14 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield b
         b.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The module's chromium (each `new_page` its own context, as ever); the test's pages are closed at its end."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
 
 
 def wait_until(condition, timeout_s=10.0, what="the condition"):

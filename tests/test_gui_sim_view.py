@@ -14,7 +14,14 @@ from PIL import Image
 
 from robo_rl.configs.gui import AUTO_VIEW_SIZE
 from robo_rl.gui.actor_view import VIEW_LOOP_SHARE, view_size_for
-from tests.test_gui import POINT_WITH_CAMERA, GuiRun, browser, open_page, wait_until  # noqa: F401 - browser: a fixture
+from tests.test_gui import (  # noqa: F401 - browser, chromium: fixtures
+    POINT_WITH_CAMERA,
+    GuiRun,
+    browser,
+    chromium,
+    open_page,
+    wait_until,
+)
 
 ROW = '.actor[data-actor="actor-0"]'
 
