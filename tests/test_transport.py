@@ -42,18 +42,24 @@ def test_garbage_truncated_and_mismatched_messages_are_refused_with_the_reason()
         decode([msgpack.packb(header), b"\0" * 8])
 
 
-def serve(learner, seconds=1.0):
-    """Poll the learner in a thread, as its main loop would; returns the thread and what it received."""
+def serve(learner, seconds=1.0, until=None):
+    """Poll the learner in a thread, as its main loop would, for `seconds` or until `until()` holds (a test that needs
+    only a hello answered need not wait out the seconds); returns the thread and what it received."""
     received = []
 
     def loop():
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (until is not None and until()):
             received.extend(learner.poll(10))
 
     t = threading.Thread(target=loop)
     t.start()
     return t, received
+
+
+def hello_answered(learner, actor="actor-0"):
+    """A condition for `serve`: the learner has answered this actor's hello."""
+    return lambda: actor in learner.actors
 
 
 def test_actor_and_learner_exchange_hello_steps_weights_and_stop():
@@ -162,7 +168,7 @@ def test_a_local_actor_loads_weights_from_shared_memory_and_never_a_torn_copy():
         spare_policy=spare,
     )
     try:
-        t, _ = serve(learner, 1.0)
+        t, _ = serve(learner, 1.0, until=hello_answered(learner))
         transport.start("abc", hello_timeout_s=2)
         t.join()
         target = {"weight": np.full((32, 64), 3.0, np.float32), "bias": np.arange(32, dtype=np.float32)}
@@ -199,7 +205,7 @@ def test_a_restarted_learner_drops_the_resend_of_what_it_stored_before_its_ack_w
     actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0", learner_timeout_s=0.5)
     second = None
     try:
-        t, _ = serve(first, 1.0)
+        t, _ = serve(first, 1.0, until=hello_answered(first))
         actor.hello("abc", timeout_s=5)
         t.join()
         for i in range(5):

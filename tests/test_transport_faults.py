@@ -15,7 +15,7 @@ from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 from robo_rl.transport.security import CurveKeys, generate_keys
-from tests.test_transport import serve
+from tests.test_transport import hello_answered, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_an_actor_killed_is_noticed_within_3_s_and_the_others_are_still_served(t
     doomed = peer("source", "--ports", *map(str, ports), "--actor", "doomed", "--count", "100000")
     survivor = ActorLink("127.0.0.1", *ports, actor_id="survivor")
     try:
-        t, _ = serve(learner, 1.0)
+        t, _ = serve(learner, 1.0, until=hello_answered(learner, "survivor"))
         survivor.hello("test", timeout_s=5)
         t.join()
         deadline = time.monotonic() + 20
@@ -97,7 +97,7 @@ def test_garbage_nan_oversized_and_unknown_messages_are_dropped_and_counted_and_
     raw = ctx.socket(zmq.PUSH)
     raw.connect(f"tcp://127.0.0.1:{ports[0]}")
     try:
-        t, _ = serve(learner, 1.0)
+        t, _ = serve(learner, 1.0, until=hello_answered(learner))
         actor.hello("test", timeout_s=5)
         t.join()
         raw.send(b"\x00garbage")
@@ -243,7 +243,7 @@ def test_a_stalled_learner_never_blocks_the_control_loop_and_the_backlog_is_repo
     link = ActorLink("127.0.0.1", *ports, actor_id="actor-0", max_unacked_messages=50)
     transport = ActorTransport(link, lambda policy, arrays: None, spare_policy=object(), max_queued_batches=20)
     try:
-        t, _ = serve(learner, 1.0)
+        t, _ = serve(learner, 1.0, until=hello_answered(learner))
         transport.start("test", hello_timeout_s=2)
         t.join()  # from here on the learner takes nothing: a stalled learner
         payload = {"image": np.zeros((10, 128, 128, 3), np.uint8)}

@@ -21,7 +21,7 @@ from robo_rl.transport.codec import decode, encode
 from robo_rl.transport.link import LearnerLink, free_ports
 from tests.test_pipeline import toy_config
 from tests.test_resume import messages
-from tests.test_transport import serve
+from tests.test_transport import hello_answered, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_after_a_learner_restart_nothing_read_from_the_run_folder_opens_a_sessio
 
     learner = Learner(cfg, run, progress=False)
     try:
-        t_, _ = serve(learner.link, 2.0)
+        t_, _ = serve(learner.link, 2.0, until=hello_answered(learner.link))
         actor.hello(config_hash(cfg), timeout_s=10)
         t_.join()
         stream(learner, 3)
