@@ -19,6 +19,7 @@ from robo_rl.transport.link import (
     TOPIC_WEIGHTS,
     TOPIC_WEIGHTS_SHM,
     TransportError,
+    connection_name,
     endpoint,
     new_id,
 )
@@ -60,8 +61,9 @@ class ActorLink:
             self.sub.setsockopt(zmq.SUBSCRIBE, topic)
         # a routing id of its own per process, so a second process under the same actor id reaches the
         # learner (and is refused by name) instead of being dropped by ZeroMQ as a duplicate connection
-        identity = f"{actor_id[:100]}#{self.session:x}".encode()
-        self.dealer = self._connect(zmq.DEALER, host, ctrl_port, curve, identity=identity)
+        self.dealer = self._connect(
+            zmq.DEALER, host, ctrl_port, curve, identity=connection_name(actor_id, self.session)
+        )
         self.seq = 0
         self.unacked: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # seq → (message, env steps)
         self.unacked_steps = 0  # env steps in unacknowledged messages (not yet stored by the learner)

@@ -65,6 +65,19 @@ def _printable(ident: bytes) -> str:
 SENDER_UNKNOWN = "?"
 
 
+def connection_name(actor: str, session: int) -> bytes:
+    """The routing id an actor's ctrl connection takes: its id and session, so a learner can tell its reconnect."""
+    return f"{actor[:100]}#{session:x}".encode()
+
+
+def _before_hello(info: dict | None, actor: str, ident: bytes) -> bool:
+    """Whether a ctrl message comes from an actor process this learner has not welcomed yet but whose session it
+    does not contradict: none is open under its id, or the one stored in the run folder is that connection's."""
+    if info is None:
+        return ident.startswith(f"{actor[:100]}#".encode())
+    return info["ident"] is None and ident == connection_name(actor, info["session"])
+
+
 def token_hash(token: str) -> str:
     """What the learner stores of an actor session's token: enough to recognise the process, useless to forge it."""
     return hashlib.sha256(token.encode()).hexdigest()[:32]
@@ -134,7 +147,7 @@ class LearnerLink:
         # actor id → its session: token, acked/durable seq, held frames, connection, liveness, last stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
-        self.duplicates = self.unannounced = self.internal_errors = 0
+        self.duplicates = self.unannounced = self.internal_errors = self.early_heartbeats = 0
         self._log_gate = LogGate()  # drops are counted each; their log lines are thinned per reason
         self.auto_ack = True
         self.first_spec: str | None = None  # the env spec of the first welcomed actor that told one in its hello
@@ -242,9 +255,12 @@ class LearnerLink:
                 self.duplicates += 1  # resent after a reconnect, and this learner already has it
             return None
         if seq != info["acked"] + 1:
-            self.reject(f"gap: seq {seq} after {info['acked']}", actor)
+            if info["resending"]:  # queued before its hello (to a learner that died): the resend brings it in order
+                self.unannounced += 1
+            else:
+                self.reject(f"gap: seq {seq} after {info['acked']}", actor)
             return None
-        info["acked"] = seq
+        info["acked"], info["resending"] = seq, False
         info["last_seen"] = time.monotonic()
         if not self.auto_ack:  # kept (no copy) until durable, to compare a resend with
             self._hold(actor, info, seq, [f.buffer for f in frames], size)
@@ -285,6 +301,9 @@ class LearnerLink:
             self._welcome(ident, meta, body[0].get("User-Id") if self.curve else None, source_fd(body[0]))
             return
         info = self.actors.get(meta["actor"])
+        if kind == "heartbeat" and _before_hello(info, meta["actor"], ident):
+            self.early_heartbeats += 1  # an actor whose learner restarted: its hello follows once it notices
+            return
         if info is None or info["ident"] != ident:
             self.reject(
                 f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session", sender
@@ -359,6 +378,7 @@ class LearnerLink:
             user_id=user_id,
             last_seen=time.monotonic(),
             alive=True,
+            resending=True,  # until its first message in order: the actor resends all it holds after a welcome
         )
         if spec is not None and self.first_spec is None:  # the run's spaces, told by a welcomed actor only
             self.first_spec = spec
@@ -382,6 +402,7 @@ class LearnerLink:
             "user_id": None,
             "alive": False,
             "refused": None,
+            "resending": False,
             "last_seen": time.monotonic(),
         }
 
