@@ -67,6 +67,7 @@ def run_in_workers(suite: Suite, cfgs: list, payload: dict, workers: int, bar) -
             if p.is_alive():
                 p.terminate()
                 p.join()
+        tasks.cancel_join_thread()  # tasks no worker will read would otherwise hold this process at exit, unflushed
     return out  # type: ignore[return-value]
 
 
