@@ -151,8 +151,9 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "Drive the env with a teleop device (human=keyboard | gamepad | spacemouse | web | leader_arm | sim) at its\n"
         "control rate and record demonstrations into a replay store (use it with demos.path=<dst>) or a LeRobot\n"
         "dataset. The device's labels: success / failure end an episode, re-record discards and repeats it, abort\n"
-        "ends the session. Each kept episode is on disk before the next starts.",
-        ("human.takeover", "human.handback_steps", "actor.realtime", "demos.seed"),
+        "ends the session. Each kept episode is on disk before the next starts. In simulation a window shows the\n"
+        "scene to the person recording (where a display exists; gui.view_size=0: none).",
+        ("human.takeover", "human.handback_steps", "actor.realtime", "demos.seed", "gui.view_size"),
         True,
     ),
     "show": (

@@ -9,7 +9,8 @@ episode with that label, re-record discards it and records it again, abort (term
 ends the session, e-stop ends the session. `keep=success` keeps only successful episodes (judged by the simulator
 or labelled by the person). Each kept episode is written to disk before the next one starts, so stopping the
 session (Ctrl-C included) loses at most the episode under way; `format=lerobot` collects them in a replay store
-beside `<dst>` and converts it at the end.
+beside `<dst>` and converts it at the end. In simulation a window shows the person the scene (`gui.view_size` pixels
+square; 0: none) where a display exists.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def record_episodes(
     realtime: bool = True,
     progress: bool = True,
     say=print,
+    view=None,
 ) -> dict:
-    """Run `env` (an InterventionWrapper) until `episodes` are kept in `store` or the person ends the session."""
+    """Run `env` (an InterventionWrapper) until `episodes` are kept in `store` or the person ends the session;
+    `view()`, where given, shows the person the scene after each reset and step."""
     from tqdm import tqdm
 
     from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
@@ -71,6 +74,8 @@ def record_episodes(
             obs, _ = env.reset(seed=seed + counts["attempts"])
             counts["attempts"] += 1
             records = [recorder.reset(obs, counts["attempts"], 0, time.time())]
+            if view is not None:
+                view()
             next_tick, info = time.monotonic(), {}
             while True:
                 if env.paused:
@@ -83,6 +88,8 @@ def record_episodes(
                 obs, reward, terminated, truncated, info = env.step(hold())
                 hold.executed(info["action_executed"])
                 records.append(recorder.record_step(obs, reward, terminated, truncated, info, 0, time.time()))
+                if view is not None:
+                    view()
                 if terminated or truncated or env.estopped:
                     break
                 if realtime:
@@ -151,6 +158,11 @@ def cmd_record(args: list[str]) -> int:
         kinds = ", ".join(str(d.kind) for d in cfg.human.devices)
         raise ConfigError(f"no teleop device could be opened ({kinds}); see the error above")
     store = SegmentStore(store_dir, fields_for_env(env), partition="demos")
+    from robo_rl.configs.gui import AUTO_VIEW_SIZE
+    from robo_rl.gui.scene_window import open_scene_window
+
+    size = AUTO_VIEW_SIZE if cfg.gui.view_size is None else int(cfg.gui.view_size)
+    window = open_scene_window(env, size, f"robo-rl record: {store_dir.name}")  # before "recording": then it runs
     print(
         f"recording {episodes} episodes of {cfg.env._target_.rsplit('.', 1)[-1]} with "
         f"{', '.join(d.name for d in wrapper.devices)} into {store_dir}",
@@ -158,9 +170,18 @@ def cmd_record(args: list[str]) -> int:
     )
     try:
         counts = record_episodes(
-            wrapper, store, episodes, keep, cfg.demos.seed, bool(cfg.actor.realtime), progress=cfg.logger.progress
+            wrapper,
+            store,
+            episodes,
+            keep,
+            cfg.demos.seed,
+            bool(cfg.actor.realtime),
+            progress=cfg.logger.progress,
+            view=window.show if window is not None else None,
         )
     finally:
+        if window is not None:
+            window.close()
         env.close()
     print(
         f"kept {counts['kept']} episodes ({counts['discarded']} discarded, {counts['rerecorded']} re-recorded); "
