@@ -58,7 +58,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
     elif "path" in cfg.policy and cfg.policy.get("model"):  # a flow/diffusion policy to fine-tune: cloned first
         child_args.append(f"policy.path={_ensure_base(cfg, run_dir, bar, spec, key='path')}")
     child_env = {**os.environ, STARTED_BY_ENV: "train"}
-    procs = {}
+    procs, restarts = {}, 0
     try:
         if cfg.gui.enabled:  # the page first: the actor's bridge finds it there (and would reconnect anyway)
             procs["gui"] = subprocess.Popen(
@@ -105,7 +105,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
                 env=child_env,
             )
         bar.phase("waiting for the actor")
-        _follow_progress(cfg, run_dir, procs, bar)
+        restarts = _follow_progress(cfg, run_dir, procs, bar, _learner_restarter(run_dir, child_args, child_env))
     except KeyboardInterrupt:
         bar.finish(done=False)
         print("\ninterrupted: stopping the learner and the actor (the learner writes a checkpoint) ...")
@@ -118,9 +118,11 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
         print("\ninterrupted: the learner wrote a checkpoint on the way out")
         return 130
     if procs["learner"].returncode != 0:  # the learner's result decides; an actor failure is the likelier cause
-        role = "actor" if procs["actor"].returncode not in (0, None) else "learner"
+        # an actor's 130 is this command stopping it after the learner died: the learner is the cause then
+        role = "actor" if procs["actor"].returncode not in (0, None, 130) else "learner"
         code, last = procs[role].returncode, _last_log_line(run_dir / f"{role}.log", empty="(no output)")
-        raise UsageError(f"the {role} process exited with code {code}: {last} (see {run_dir / role}.log)")
+        after = f" (after {restarts} restarts on the run folder)" if role == "learner" and restarts else ""
+        raise UsageError(f"the {role} process exited with code {code}{after}: {last} (see {run_dir / role}.log)")
     return cmd_eval([f"checkpoint={run_dir}", *[o for o in overrides if o.startswith("eval.")]], training_report=True)
 
 
@@ -193,22 +195,50 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
         time.sleep(0.1)
 
 
-def _last_log_line(path: Path, empty: str = "no output") -> str:
-    """A child process's last log line, the one that names why it stopped (`empty` when it wrote nothing)."""
 def _resumed_line(log: Path) -> str:
     """The learner's "resumed at N env steps ..." line from its log, without the logging prefix."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if "resumed at " in line]
     return lines[-1][lines[-1].index("resumed at ") :] if lines else "resumed (the learner's log does not say where)"
 
 
+def _last_log_line(path: Path, empty: str = "no output") -> str:
+    """A child process's last log line, the one that names why it stopped (`empty` when it wrote nothing)."""
     lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
     return lines[-1] if lines else empty
 
 
-def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
-    """Feed the training bar from the learner's metrics file until both processes have ended."""
+LEARNER_RESTARTS = 3  # a learner that crashes more often than this within the window ends the run: it would again
+LEARNER_RESTART_WINDOW_S = 600.0
+
+
+def _learner_restarter(run_dir: Path, child_args: list[str], child_env: dict):
+    """A function that starts a learner again on the run folder after a crash (appending to its log): a resume
+    when it stored anything (a checkpoint or replay), else a fresh learner (the actor resends all it holds)."""
+    from robo_rl.config import config_groups
+
+    given = [a for a in child_args if a.split("=", 1)[0] not in ("resume", "run_dir")]
+    groups = set(config_groups())  # the saved config.yaml already resolves them, and a resume refuses them
+    keys = [a for a in given if a.split("=", 1)[0].lstrip("+~") not in groups]
+
+    def restart(code: int, n: int) -> subprocess.Popen:
+        stored = any((run_dir / "checkpoints").glob("step_*.pt")) or any(run_dir.glob("replay/online/seg_*.rrs"))
+        args = [f"resume={run_dir}", *keys] if stored else given
+        log = open(run_dir / "learner.log", "a")
+        log.write(f"\n--- train: restart {n} at {time.strftime('%H:%M:%S')} (exit {code}) ---\n")
+        log.flush()
+        cmd = [sys.executable, "-m", "robo_rl.cli", "learner", *args, f"run_dir={run_dir}"]
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env)
+
+    return restart
+
+
+def _follow_progress(cfg, run_dir: Path, procs: dict, bar, restart_learner) -> int:
+    """Feed the training bar from the learner's metrics file until both processes have ended; a learner that
+    crashes while the actor runs (which holds, keeping its data) is restarted on the run folder, at most
+    LEARNER_RESTARTS times within LEARNER_RESTART_WINDOW_S. Returns how many restarts there were."""
     import json
 
+    restarts: list[float] = []
     with open(run_dir / "metrics.jsonl") as f:
         f.seek(0, os.SEEK_END)  # a resumed run's earlier lines are history (the bar starts at its step count)
         extra = {k: p for k, p in procs.items() if k.startswith("actor-")}
@@ -220,9 +250,20 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
                     continue
                 if m.get("kind") == "learner":
                     bar.learner_line(m)
+            code = procs["learner"].poll()
+            now = time.monotonic()
+            recent = [t for t in restarts if now - t < LEARNER_RESTART_WINDOW_S]
+            if code not in (None, 0, 130) and procs["actor"].poll() is None and len(recent) < LEARNER_RESTARTS:
+                restarts.append(now)
+                n = len(recent) + 1
+                bar.bar.write(
+                    f"the learner exited with code {code}: restarted on the run folder ({n} of {LEARNER_RESTARTS})"
+                )
+                procs["learner"] = restart_learner(code, len(restarts))
+                continue
             if procs["learner"].poll() is not None and procs["actor"].poll() is None:
-                try:  # the learner has told the actor to stop: give it up to 5 s to end by itself
-                    procs["actor"].wait(timeout=5.0)
+                try:  # a finished learner told the actor to stop (5 s to end by itself); any other, to hold
+                    procs["actor"].wait(timeout=5.0 if code == 0 else 0.0)
                 except subprocess.TimeoutExpired:
                     pass
                 _stop({"actor": procs["actor"], **extra})
@@ -231,6 +272,7 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar) -> None:
             time.sleep(0.5)
     _stop(extra)  # the other actors end with the run
     bar.finish(done=procs["learner"].returncode == 0)
+    return len(restarts)
 
 
 def _stop(procs: dict, timeout_s: float = 30.0) -> None:
