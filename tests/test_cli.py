@@ -59,8 +59,15 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
     trained = json.loads((run_dir / "eval/report.json").read_text())
     assert trained["episodes"] == 10 and len(trained["success_ci95"]) == 2
     metrics = read_metrics(run_dir / "metrics.jsonl")
-    assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done"
-    assert any(m["kind"] == "learner" and m["updates"] > 0 for m in metrics)
+    assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done" and metrics[-1]["env_steps"] >= 1500
+    assert any(m["kind"] == "episode" for m in metrics)
+    learner_lines = [m for m in metrics if m["kind"] == "learner"]
+    assert any(m["updates"] > 0 for m in learner_lines)
+    assert 0.5 < learner_lines[-1]["realised_utd"] < 1.5, "the learner enforces the configured UTD of 1"
+    # staleness of the acting weights: published every 50 updates, so a few versions behind at most
+    stale = [m for m in learner_lines if "staleness_versions_max" in m]
+    assert stale and all(0 <= m["staleness_versions_max"] <= 10 for m in stale)
+    assert any(0.0 < m.get("staleness_s_mean", -1) < 5.0 for m in stale)
 
     # the untrained policy of the same config, on the same evaluation seeds (in-process: no second run needed)
     from robo_rl.config import load_saved_config, make_env, make_policy
@@ -74,7 +81,9 @@ def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrain
 
 
 def test_ctrl_c_leaves_a_usable_checkpoint(tmp_path, capsys):
-    args = isolated(tmp_path, "reach_smoke")
+    # train's Ctrl-C path on the toy env with small networks: the first 50 updates come sooner and cost little
+    args = [*isolated(tmp_path), "env=point_reach", "demos.num_episodes=3", "train.learning_starts=50"]
+    args += ["algo.batch_size=32", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "robo_rl.cli", "train", "train.total_env_steps=100000", *args],
         cwd=ROOT,
