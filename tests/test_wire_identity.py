@@ -23,7 +23,7 @@ from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash
 from robo_rl.transport.security import CurveKeys, generate_keys
-from tests.test_pipeline import toy_config
+from tests.test_pipeline import SMALL_NETS, toy_config
 from tests.test_transport import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
     no forged record is stored."""
     from tests.foreign_peer import FORGED_STATE
 
-    cfg = toy_config(tmp_path, "train.total_env_steps=1200", "replay.flush_every_s=0.1")
+    cfg = toy_config(tmp_path, "train.total_env_steps=100000", "replay.flush_every_s=0.1", *SMALL_NETS)
     run = tmp_path / "run"
     run.mkdir()
     learner = Learner(cfg, run, progress=False)
@@ -169,13 +169,24 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
         stderr=subprocess.PIPE,
         text=True,
     )
+    peer_output = []
+
+    def end_the_run_once_the_peer_is_done():
+        try:
+            peer_output.extend(peer.communicate(timeout=120))
+        finally:  # the learner's loop reads its total each pass: the run ends "done" now, however far it got
+            cfg.train.total_env_steps = learner.env_steps
+
+    watcher = threading.Thread(target=end_the_run_once_the_peer_is_done)
+    watcher.start()
     try:
         reason = Actor(cfg, progress=False).run()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo it
-        out, err = peer.communicate(timeout=60)
+        watcher.join(timeout=60)
     finally:
         peer.kill()
         t.join(timeout=60)
+    out, err = peer_output
     assert peer.returncode == 0, err[-2000:]
     assert "robo_rl" not in err
     report = json.loads(out.strip().splitlines()[-1])
@@ -193,7 +204,7 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
 
 
 def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_path):
-    cfg = toy_config(tmp_path, "train.total_env_steps=100000")
+    cfg = toy_config(tmp_path, "train.total_env_steps=100000", *SMALL_NETS)
     run = tmp_path / "run"
     run.mkdir()
     learner = Learner(cfg, run, progress=False)
@@ -248,8 +259,10 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
         "env=point_reach",
         "demos.num_episodes=3",
         "train.learning_starts=100",
-        "train.total_env_steps=500",
+        "train.total_env_steps=300",
         "algo.batch_size=32",
+        *SMALL_NETS,
+        "eval.episodes=1",
         f"run_dir={tmp_path / 'run'}",
         "replay.flush_every_s=0.2",
         "transport.actor_timeout_s=2",
