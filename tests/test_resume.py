@@ -18,7 +18,7 @@ from robo_rl.learner import Learner
 from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
 from sim.point_reach import PointReachEnv
 from tests.test_cli import ROOT, isolated
-from tests.test_pipeline import toy_config
+from tests.test_pipeline import SMALL_NETS, toy_config
 
 
 def messages(n_episodes, seed=0, per_message=7):
@@ -51,6 +51,7 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
     msgs = messages(16)  # 192 env steps: updates start in the first half (50), so the checkpoint holds trained state
     half = len(msgs) // 2
     overrides = ["train.learning_starts=50", "algo.batch_size=32", "replay.flush_every_s=0.05", "train.utd=2"]
+    overrides += SMALL_NETS
 
     def learner_in(name, *extra):
         cfg = toy_config(tmp_path, *overrides, *extra)
@@ -153,9 +154,11 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         *isolated(tmp_path),
         "env=point_reach",
         "demos.num_episodes=3",
-        "train.learning_starts=100",
-        "train.checkpoint_every_env_steps=400",
+        "train.learning_starts=50",
+        "train.checkpoint_every_env_steps=100",
         "algo.batch_size=32",
+        *SMALL_NETS,
+        "eval.episodes=1",
         "actor.hello_timeout_s=30",
         "replay.flush_every_s=0.5",
     ]
@@ -169,8 +172,11 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         [*start, "actor", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        # 1. kill -9 in the middle of training
-        wait_for(lambda: len(completed_episodes(run_dir)) >= 40, 120, "40 episodes")
+        # 1. kill -9 in the middle of training: updates under way (from step 50) and a checkpoint written
+        def mid_training():
+            return len(completed_episodes(run_dir)) >= 12 and list(run_dir.glob("checkpoints/step_*.pt"))
+
+        wait_for(mid_training, 120, "12 episodes and a checkpoint")
         learner.kill()
         learner.wait()
         done_before_kill = completed_episodes(run_dir)
@@ -187,7 +193,7 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         # 3. resume again and finish
         steps_now = max(m["env_steps"] for m in read_metrics(run_dir / "metrics.jsonl") if "env_steps" in m)
         learner = subprocess.Popen(
-            [*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}", f"train.total_env_steps={steps_now + 300}"],
+            [*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}", f"train.total_env_steps={steps_now + 100}"],
             **quiet,
         )
         assert learner.wait(timeout=120) == 0

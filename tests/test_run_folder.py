@@ -110,6 +110,8 @@ def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_p
         "train.learning_starts=100",
         "eval.episodes=2",
         "actor.hello_timeout_s=60",
+        "policy.hidden=[32,32]",  # the learner's files, not learning: small networks
+        "algo.critic_hidden=[32,32]",
     ]
     env = {**os.environ, "MUJOCO_GL": "egl"}
     env.pop(STARTED_BY_ENV, None)
