@@ -283,12 +283,10 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
     learner = start("learner")
     actor = None
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "run" / "learner.pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: (tmp_path / "run" / "learner.pid").exists(), 120, "the learner to start")
         actor = start("actor")
-        while not list((tmp_path / "run" / "replay" / "online").glob("seg_*.rrs")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # stopped only once the actor's data is stored (on a loaded machine its start can take a minute)
+        wait_for(lambda: list((tmp_path / "run" / "replay" / "online").glob("seg_*.rrs")), 120, "stored actor data")
         if how == "ctrl-c":
             learner.send_signal(signal.SIGINT)
         else:
