@@ -2,6 +2,8 @@
 from a given noise (what DSRL steers), run backwards to the noise a chunk came from, train by `robo-rl bc
 policy=flow|diffusion` and load as a frozen base only on the task they were made for."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -21,13 +23,22 @@ def _toy_data(n: int, generator: torch.Generator):
     return {"state": s, "images": {}}, actions
 
 
+_FITTED: dict[tuple[str, int], tuple[ChunkGenerator, torch.Tensor]] = {}
+
+
 def _fit(kind: str, steps: int = 1500) -> ChunkGenerator:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a small MLP: more threads than cores only slow it down
-    try:
-        return _train(kind, steps)
-    finally:
-        torch.set_num_threads(threads)
+    """A fresh copy of the model `_train` makes, trained once per process; the global RNG is left where training
+    leaves it, so a caller seeded before this call draws what it drew when every call trained its own."""
+    if (kind, steps) not in _FITTED:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a small MLP: more threads than cores only slow it down
+        try:
+            _FITTED[kind, steps] = _train(kind, steps), torch.get_rng_state()
+        finally:
+            torch.set_num_threads(threads)
+    model, rng_after_training = _FITTED[kind, steps]
+    torch.set_rng_state(rng_after_training)
+    return copy.deepcopy(model)
 
 
 def _train(kind: str, steps: int) -> ChunkGenerator:
