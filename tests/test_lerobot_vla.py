@@ -224,7 +224,7 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
             "next_extras_valid": torch.ones(64, dtype=torch.bool),
         }
 
-    for _ in range(150):
+    for _ in range(45):  # the steered chunks' reward is ~2.5 std above the draws' mean from the 30th update on
         algo.update([batch(), batch()])
     policy.reset()
     steered = [reward(np.stack([a[0] for a in _chunk_of(policy, torch_obs)])) for _ in range(3)]
@@ -294,7 +294,7 @@ def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
         }
 
     before = float(((base - target) ** 2).sum())
-    for _ in range(150):
+    for _ in range(45):  # the error is at its plateau (0.25 of before) from the 30th update to the 150th
         algo.update([batch(), batch()])
     policy.reset()
     torch.manual_seed(123)
