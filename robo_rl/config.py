@@ -221,9 +221,18 @@ def _conf_tree_digest() -> str:
     return digest.hexdigest()
 
 
+def sparse_return_range(reward_type: str | None) -> list[float] | None:
+    """`${sparse_return_range:${oc.select:env.reward_type,null}}`: [0, 1], the returns of a 0/1 success reward that
+    ends the episode, for a sparse reward; None (no clip) for any other, or an env with no such setting."""
+    return [0.0, 1.0] if reward_type == "sparse" else None
+
+
 def _compose_with_hydra(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
+    if not OmegaConf.has_resolver("sparse_return_range"):  # saved configs are resolved: composing alone needs it
+        OmegaConf.register_new_resolver("sparse_return_range", sparse_return_range)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 

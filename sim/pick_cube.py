@@ -197,7 +197,7 @@ class PickCubeEnv(RobotEnv):
     def __init__(
         self,
         task: str = "lift",
-        reward_type: str = "dense",
+        reward_type: str = "sparse",
         max_episode_steps: int | None = None,  # default: 50 for lift, 30 for reach
         terminate_on_success: bool = True,
         control_hz: float = 10.0,

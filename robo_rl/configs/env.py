@@ -27,7 +27,9 @@ class PickCubeConfig:
 
     task: str = setting("lift", "lift the cube, or reach (move just above it)", choices=("lift", "reach"))
     reward_type: str = setting(
-        "dense", "dense: staged progress - 1 | sparse: 1 on success", choices=("dense", "sparse")
+        "sparse",
+        "sparse: 1 on success, else 0 (what a robot has: a key, a classifier) | dense: staged progress - 1",
+        choices=("dense", "sparse"),
     )
     max_episode_steps: int | None = setting(None, f"{TIME_LIMIT} (null: 50 for lift, 30 for reach)", low=1)
     terminate_on_success: bool = setting(True, "end the episode on success")
