@@ -1,6 +1,7 @@
 import logging
 import os
 import secrets
+import sys
 
 import pytest
 
@@ -12,6 +13,17 @@ os.environ.setdefault("ROBO_RL_HYPOTHESIS_SEED", str(secrets.randbelow(2**32)))
 def pytest_report_header(config):
     seed = os.environ["ROBO_RL_HYPOTHESIS_SEED"]
     return f"hypothesis seed: {seed} (replay a failing run with ROBO_RL_HYPOTHESIS_SEED={seed})"
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Each test runs torch on one thread: two xdist workers with a thread per core each spin against each other on
+    2 cores (tiny networks gain nothing from a second thread), and a test that set its own count leaves none behind.
+    Child processes set theirs from `torch_threads`."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    yield
 
 
 @pytest.fixture(autouse=True)
