@@ -55,11 +55,12 @@ def decimals(token: str) -> int:
 
 
 def lookup(data, path: str) -> float:
-    """`a.b[0].c[-1]` in parsed JSON; `path | regex` takes the regex's first group from the string found there."""
+    """`a.b[0].c[-1]["d.e"]` in parsed JSON (a key holding a dot in quotes); `path | regex` takes the regex's first
+    group from the string found there."""
     path, _, regex = (part.strip() for part in path.partition("|"))
     value = data
-    for key, index in re.findall(r"([^.\[\]]+)|\[(-?\d+)\]", path):
-        value = value[int(index)] if index else value[key]
+    for quoted, key, index in re.findall(r'\["([^"]+)"\]|([^.\[\]]+)|\[(-?\d+)\]', path):
+        value = value[int(index)] if index else value[quoted or key]
     if regex:
         match = re.search(regex, value, re.S)
         if not match:
