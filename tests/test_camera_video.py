@@ -73,7 +73,10 @@ def test_a_video_file_is_a_camera_rgb_resized_paced_and_stamped_then_ends_naming
 def test_a_video_whose_frames_repeat_is_reported_frozen(tmp_path):
     moving = [square_at(2 + 3 * i) for i in range(15)]
     video = write_video(tmp_path / "stuck.avi", moving + [moving[-1]] * 40)
-    cam = OpenCVCamera("stuck", device=str(video), width=VIDEO_HW[1], height=VIDEO_HW[0], fps=FPS, frozen_after=10)
+    # a generous staleness bound: on a loaded machine a late read must not be reported before the repeats are
+    cam = OpenCVCamera(
+        "stuck", device=str(video), width=VIDEO_HW[1], height=VIDEO_HW[0], fps=FPS, frozen_after=10, max_age_s=5.0
+    )
     with cam:
         seq = cam.wait_frame(timeout_s=2.0).seq  # while the square moves, frames are served
         with pytest.raises(CameraError, match="frozen: the last 10 frames are byte-identical"):
