@@ -7,21 +7,12 @@ from pathlib import Path
 import pytest
 
 from robo_rl.cli import main
-from robo_rl.config import load_config, make_env, make_policy, save_config
-from robo_rl.runs import save_checkpoint
+from tests.test_eval_suite import make_run as make_suite_run
 
 
 def make_run(root: Path, name: str) -> Path:
-    """A point_reach run folder with an untrained policy's checkpoint at 100 env steps."""
-    cfg = load_config(["env=point_reach", "experiment=rlpd", "policy.hidden=[4]", "logger.progress=false"])
-    run = root / name
-    run.mkdir(parents=True)
-    save_config(cfg, run / "config.yaml")
-    env = make_env(cfg)
-    policy = make_policy(cfg, env)
-    env.close()
-    save_checkpoint(run, 100, {"algo": {"policy": policy.state_dict()}, "counters": {"env_steps": 100}})
-    return run
+    """A point_reach run folder with a checkpoint at 1,000 env steps (test_eval_suite's policy that stands still)."""
+    return make_suite_run(root, name, "bad")
 
 
 @pytest.fixture
@@ -37,11 +28,11 @@ def test_a_repeated_eval_keeps_the_earlier_report_and_says_where_the_new_one_wen
     run = make_run(tmp_path, "run")
     args = ["eval", f"checkpoint={run}", "eval.episodes=2", "logger.progress=false"]
     assert main(args) == 0
-    first = run / "eval" / "step_000000100"
+    first = run / "eval" / "step_000001000"
     earlier = (first / "report.json").read_text()
     capsys.readouterr()
     assert main([*args, "eval.episodes=3"]) == 0
-    second = run / "eval" / "step_000000100_2"
+    second = run / "eval" / "step_000001000_2"
     out = capsys.readouterr().out
     assert f"an earlier report is in {first}: kept; this one goes to {second}" in out
     assert (first / "report.json").read_text() == earlier  # the earlier report is untouched

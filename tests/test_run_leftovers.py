@@ -10,20 +10,12 @@ import pytest
 
 from robo_rl import cli
 from robo_rl.runs import read_metrics
-from robo_rl.transport.link import free_ports
+from tests.test_cli import isolated as cli_isolated
 
 
 def isolated(tmp_path) -> list[str]:
-    p = free_ports(3)
-    return [
-        "env=point_reach",
-        f"outputs_dir={tmp_path / 'outputs'}",
-        f"cache_dir={tmp_path / 'cache'}",
-        f"transport.data_port={p[0]}",
-        f"transport.weights_port={p[1]}",
-        f"transport.ctrl_port={p[2]}",
-        "logger.progress=false",
-    ]
+    """point_reach with test_cli's run folder, cache and ports kept to the test (the default experiment)."""
+    return ["env=point_reach", *cli_isolated(tmp_path, experiment=None)]
 
 
 def run_folders(tmp_path) -> list[Path]:
