@@ -9,15 +9,6 @@ from robo_rl.algos.sac import SAC, SACConfig, build_sac
 from robo_rl.envs import make_observation_space
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks: a second torch thread only contends with the other test worker for a 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("clip, expected", [(None, 3.0), ((0.0, 1.0), 1.0)])
 def test_td_targets_are_clipped_to_the_configured_range(clip, expected):
     torch.manual_seed(0)
