@@ -331,6 +331,11 @@ class GenerativeBase:
     def reset(self) -> None:
         pass  # no observation history
 
+    def reseed(self, seed: int) -> None:
+        """Draw the initial noises from `seed` on: an evaluation reseeds per episode, so the same file on the same
+        episode seeds gives the same result whatever the base drew before (a distill teacher's own rollouts)."""
+        self.rng = np.random.default_rng(seed)
+
     def obs_tensors(self, obs: dict) -> dict:
         state = torch.as_tensor(np.asarray(obs["state"], np.float32), device=self.device).unsqueeze(0)
         images = {

@@ -10,7 +10,7 @@ import torch
 from policies.bc import BCPolicy, load_bc_base
 from policies.flow import ChunkGenerator
 from robo_rl.config import ConfigError, load_config, make_env, save_config
-from robo_rl.offline.bc import save_atomic, train_bc
+from robo_rl.offline.bc import evaluate_base, save_atomic, train_bc
 from robo_rl.offline.distill import DSRLTeacher, base_chunks, distill, load_teacher
 
 
@@ -61,7 +61,12 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
     assert report["student"]["success_rate"] >= report["teacher"]["success_rate"] - 0.15, report
     env = make_env(cfg)
     big, small = (load_bc_base(p, env.observation_space, 2) for p in (path, report["checkpoint"]))
+    # the teacher scores here what `robo-rl bc` scores for the same file on the same seeds (each episode's noise
+    # from its seed), though distill drew noise for its own rollouts first
+    alone = evaluate_base(env, big, 30, int(cfg.eval.seed), big.execute_steps)
     env.close()
+    for key in ("successes", "mean_length"):
+        assert alone[key] == report["teacher"][key], (key, alone[key], report["teacher"][key])
     assert small.model.steps == 1 and small.model.kind == "flow" and big.model.steps == 10
     g = torch.Generator().manual_seed(0)
     obs = {"state": torch.rand(256, 4, generator=g) * 2 - 1, "images": {}}

@@ -241,11 +241,15 @@ def evaluate_base(
     progress: bool = False,
 ) -> dict:
     """Success rate (Wilson 95% interval) over seeds seed..seed+episodes-1, each episode starting from an empty
-    chunk queue; with the base's inference time."""
+    chunk queue and, for a generative base, from its noise seeded by the episode's seed (the same file on the same
+    seeds scores the same, whatever it drew before); with the base's inference time."""
     chunked = ChunkedBase(base, execute_steps)
+    reseed = getattr(base, "reseed", None)
     results = []
     for i in tqdm(range(episodes), desc="evaluation", unit="ep", disable=not progress):
         chunked.reset()
+        if reseed is not None:
+            reseed(seed + i)
         records, success = rollout_episode(env, chunked.act, seed + i, i)
         results.append(
             {
