@@ -37,6 +37,13 @@ def test_the_last_partial_rollout_is_named_where_it_goes_unused():
     assert unused_rollout_note(20000, 0) is None  # off-policy
 
 
+@pytest.mark.parametrize("name", ["reinflow_lift", "reinflow_lift_critic", "reinflow_pick_cube", "dppo_pick_cube"])
+def test_a_shipped_on_policy_experiment_uses_every_rollout_it_collects(name):
+    cfg = load_config([f"experiment={name}"])
+    assert cfg.algo.rollout_env_steps > 0, "an on-policy experiment"
+    assert unused_rollout_note(cfg.train.total_env_steps, cfg.algo.rollout_env_steps) is None, name
+
+
 def test_the_training_bar_and_the_learner_warn_before_training(capsys, caplog):
     from robo_rl.progress import TrainingBar
 
