@@ -1,8 +1,11 @@
 """What a failed or interrupted run leaves behind: no empty run folders, folders named after what made them, and the
 command that resumes an interrupted run (issue 47, "clutter and small surprises")."""
 
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 
 from robo_rl import cli
 from robo_rl.runs import read_metrics
+from tests.test_cli import ROOT
 from tests.test_cli import isolated as cli_isolated
 
 
@@ -68,22 +72,37 @@ def interrupt_at(env_steps: int):
     return follow
 
 
-def test_ctrl_c_prints_the_resume_command_and_a_resume_says_where_it_resumed(tmp_path, capsys, monkeypatch):
+def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resume_says_where_it_resumed(
+    tmp_path, capsys, monkeypatch
+):
     from robo_rl.commands import train
 
-    args = [
-        *isolated(tmp_path),
-        "experiment=rlpd",
-        "demos.num_episodes=3",
-        "algo.batch_size=32",
-        "logger.log_every_s=0.5",
-    ]
-    monkeypatch.setattr(train, "_follow_progress", interrupt_at(50))
-    assert cli.main(["train", *args]) == 130
+    # small networks: the first 50 updates come sooner and cost little
+    args = [*isolated(tmp_path), "experiment=rlpd", "demos.num_episodes=3", "train.learning_starts=50"]
+    args += ["algo.batch_size=32", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "logger.log_every_s=0.5"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", "train", "train.total_env_steps=100000", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
+        if runs and any(m.get("kind") == "learner" and m["updates"] > 50 for m in read_metrics(runs[0])):
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
     (run,) = run_folders(tmp_path)
-    assert f"resume with: robo-rl train resume={run}\n" in capsys.readouterr().out
+    assert f"resume with: robo-rl train resume={run}\n" in out, out[-2000:]
     end = read_metrics(run / "metrics.jsonl")[-1]
-    assert end["kind"] == "end" and end["env_steps"] >= 50
+    assert end["kind"] == "end" and "interrupted" in end["reason"] and end["env_steps"] >= 50
+    assert cli.main(["eval", f"checkpoint={end['checkpoint']}", "eval.episodes=2"]) == 0  # in this process
+    assert "success" in capsys.readouterr().out
 
     monkeypatch.setattr(train, "_follow_progress", interrupt_at(0))
     assert cli.main(["train", f"resume={run}", *isolated(tmp_path)[1:]]) == 130
