@@ -203,7 +203,10 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
     assert metrics[-1]["kind"] == "end" and metrics[-1]["reason"] == "done" and not metrics[-1]["crashed"]
 
 
-def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_path):
+@pytest.mark.parametrize("stop", ["crash", "ctrl-c"])
+def test_a_crashed_or_interrupted_learner_says_so_and_tells_actors_to_hold(tmp_path, stop):
+    """A crash (exits non-zero) or a Ctrl-C in the learner's loop: the end record says which, and the actors are told to
+    hold, keeping their data for a restarted learner (with real processes: test_train_learner_crash, -m slow below)."""
     cfg = toy_config(tmp_path, "train.total_env_steps=100000", *SMALL_NETS)
     run = tmp_path / "run"
     run.mkdir()
@@ -215,15 +218,17 @@ def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_pa
 
     def broken_update():
         if learner.updates > 20:
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt  # where a terminal's SIGINT lands: in the loop
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return original()
 
     learner.update = broken_update
-    raised = []
+    raised, returned = [], []
 
     def run_learner():
         try:
-            learner.run()
+            returned.append(learner.run())
         except RuntimeError as e:
             raised.append(e)
 
@@ -241,13 +246,23 @@ def test_a_crashed_learner_says_so_exits_nonzero_and_tells_actors_to_hold(tmp_pa
         t.join(timeout=30)
     finally:
         actor.close(0)
-    assert stops and stops[0]["hold"] is True and "crashed: RuntimeError" in stops[0]["reason"]
-    assert raised, "the crash propagates: `robo-rl learner` exits non-zero"
     end = read_metrics(run / "metrics.jsonl")[-1]
-    assert end["kind"] == "end" and end["crashed"] and end["reason"].startswith("crashed: RuntimeError: CUDA error")
+    assert stops and stops[0]["hold"] is True, stops
+    if stop == "crash":
+        assert "crashed: RuntimeError" in stops[0]["reason"]
+        assert raised, "the crash propagates: `robo-rl learner` exits non-zero"
+        assert end["kind"] == "end" and end["crashed"] and end["reason"].startswith("crashed: RuntimeError: CUDA error")
+    else:
+        assert stops[0]["reason"] == "interrupted (Ctrl-C)" and not raised and returned == ["interrupted (Ctrl-C)"]
+        assert end["kind"] == "end" and not end["crashed"] and end["reason"] == "interrupted (Ctrl-C)"
+        assert end["checkpoint"], "an interrupted learner leaves a checkpoint to resume from"
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("kill", marks=pytest.mark.slow)])  # kill -9: test_resume too
+# slow: covered fast by test_a_crashed_or_interrupted_learner_says_so_and_tells_actors_to_hold (the hold on Ctrl-C) and
+# test_train_learner_crash (an actor process holding through a killed learner, going on with the next); kill -9:
+# test_resume too
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
 def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_with_the_next(tmp_path, how):
     """A learner started alone and stopped with Ctrl-C (or killed) mid-run: the actor in the other terminal takes
     no steps, keeps its data, and goes on when a learner resumes the run; only the finished run ends it."""
