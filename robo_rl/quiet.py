@@ -1,7 +1,8 @@
 """Library noise that is not the user's to fix, hidden by name: the loggers and messages below, no blanket silence.
 
 Each entry is a line a library prints on import or on a fallback that works: robosuite's advice to write a private
-macro file and its optional robosuite_models / mink (GR1 whole-body IK) imports, PyOpenGL's "No OpenGL_accelerate"
+macro file, its optional robosuite_models / mink (GR1 whole-body IK) imports and the path of the controller file
+it loads for every env (once per process), PyOpenGL's "No OpenGL_accelerate"
 (an optional speed-up of its Python wrappers; MuJoCo renders without it), and lerobot's 90-line torchcodec loading
 traceback on its fallback to PyAV (robo_rl decodes LeRobot videos with PyAV and says so once:
 robo_rl/data/datasets/lerobot_v3.py). Installed where a process configures its logging (the `robo-rl` entry point,
@@ -23,6 +24,7 @@ QUIET_MESSAGES = {
         "scripts/setup_macros.py",
         "Could not import robosuite_models",
         "Could not load the mink-based whole-body IK",
+        "Loading controller configuration from",  # at each env's creation: a path inside robosuite, not a choice
     ),
     "lerobot.utils.import_utils": (
         "libtorchcodec",

@@ -17,6 +17,8 @@ import logging, types
 from robo_rl.commands.common import setup_logging
 setup_logging(types.SimpleNamespace(logger=types.SimpleNamespace(level="INFO")))
 import robosuite
+from robosuite.controllers import load_composite_controller_config
+load_composite_controller_config(robot="Panda")  # what each robosuite env's creation logs the path of
 import OpenGL.GL
 from lerobot.utils.import_utils import get_safe_default_video_backend
 print("backend", get_safe_default_video_backend())
@@ -30,6 +32,7 @@ NOISE = (
     "setup_macros.py",
     "robosuite_models",
     "mink-based whole-body IK",
+    "Loading controller configuration",
     "torchcodec",
     "Traceback",
 )
