@@ -38,12 +38,8 @@ def sac_batch(batch=8, cams=CAMS):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_num_threads(threads)
+def seeded():
+    torch.manual_seed(0)  # one torch thread per test: conftest's _one_torch_thread
 
 
 # --- shapes and crops --------------------------------------------------------------------------

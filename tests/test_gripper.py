@@ -10,14 +10,6 @@ from robo_rl.algos.gripper import GripperConfig, GripperLearner
 from robo_rl.envs import make_observation_space
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks: threads only add overhead on a 2-core machine
-    yield
-    torch.set_num_threads(threads)
-
-
 def bandit_batch(n, rng_state, gripper_closed=None):
     """One-step episodes: state[0] = +1 → 'close' pays 1, -1 → 'open' pays 1; state[1] = gripper opening."""
     s0 = torch.randint(0, 2, (n,)).float() * 2 - 1
