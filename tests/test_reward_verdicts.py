@@ -16,41 +16,19 @@ import torch
 
 from robo_rl.cli import main
 from robo_rl.commands.common import MISSED_BARS
-from robo_rl.data.datasets import Episode
 from robo_rl.data.datasets.io import load_episodes, save_store
+from tests.test_reward_classifier import SIZE, _episodes
 
-SIZE, T = 16, 15
 INSTRUCTION = "put the square in the corner"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def _episode(rng: np.random.Generator, k: int, success: bool) -> Episode:
-    """A bright square on a dark noisy scene that ends in the bottom-right corner (success, its last 4 frames
-    flagged) or stays top-left (failure)."""
-    frames = rng.integers(0, 30, (T + 1, SIZE, SIZE, 3)).astype(np.uint8)
-    for t in range(T + 1):
-        r = int(12 * min(t, 11) / 11) if success else int(rng.integers(0, 3))
-        frames[t, r : r + 3, r : r + 3] = 230
-    flags = np.zeros(T + 1, bool)
-    flags[-4:] = success
-    return Episode(
-        {
-            "image/top": frames,
-            "success": flags,
-            "reward": flags.astype(np.float32),
-            "step": np.arange(T + 1, dtype=np.int32),
-            "episode_id": np.full(T + 1, k, np.int64),
-            "ended_by": np.zeros(T + 1, np.int8),
-            "intervention": np.zeros(T + 1, bool),
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("verdicts") / "data"
-    save_store([_episode(rng, k, k % 2 == 0) for k in range(16)], path, progress=False)
+    save_store(
+        _episodes(16), path, progress=False
+    )  # test_reward_classifier's: a square reaching a corner or not
     return path
 
 
