@@ -15,7 +15,7 @@ from robo_rl.actor import Actor
 from robo_rl.config import ConfigError
 from robo_rl.offline.bc import save_atomic
 from robo_rl.policy_io import policy_steps, stack_obs
-from tests.test_pipeline import run_pair, toy_config
+from tests.test_pipeline import SMALL_NETS, run_pair, toy_config
 from tests.test_ppo import SPACE
 
 
@@ -60,8 +60,14 @@ def test_the_chain_acts_for_several_envs_each_with_its_own_chunk(monkeypatch):
         policy.act(stack_obs(obs), slots=[0, 0, 1])
 
 
+# plumbing, not learning: small networks and a low UTD (weights still go out several times during the run)
+FEW_UPDATES = [*SMALL_NETS, "train.utd=0.1", "train.learning_starts=50", "train.weights_every_updates=10"]
+
+
 def test_one_actor_steps_several_envs_each_episode_recorded_whole(tmp_path):
-    cfg = toy_config(tmp_path, "actor.num_envs=3", "train.total_env_steps=600", "actor.steps_per_message=4")
+    cfg = toy_config(
+        tmp_path, "actor.num_envs=3", "train.total_env_steps=600", "actor.steps_per_message=4", *FEW_UPDATES
+    )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and not learner.link.bad_messages and learner.env_steps >= 600
@@ -140,7 +146,7 @@ def test_a_non_finite_action_of_one_env_ends_only_that_envs_episode(tmp_path, mo
         return out
 
     monkeypatch.setattr(TanhGaussianPolicy, "act", nan_in_env_1)
-    cfg = toy_config(tmp_path, "actor.num_envs=3", "train.total_env_steps=300", "train.random_steps=0")
+    cfg = toy_config(tmp_path, "actor.num_envs=3", "train.total_env_steps=300", "train.random_steps=0", *FEW_UPDATES)
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
     assert reason == "done" and not learner.link.bad_messages
