@@ -102,7 +102,11 @@ class GuiRun:
 
     def close(self):
         self.actor.stop_reason = self.actor.stop_reason or "test over"
-        self.actor_thread.join(10)
+        deadline = time.monotonic() + 10
+        while self.actor_thread.is_alive() and time.monotonic() < deadline:
+            if self.actor.safety is not None and self.actor.safety.stopped:
+                self.actor.safety.acknowledge("test over")  # a safety stop's reset waits for a person, who has left
+            self.actor_thread.join(0.05)
         self.learner.cfg.train.total_env_steps = 0  # the learner ends its run (a final checkpoint)
         self.learner_thread.join(30)
         self.server.should_exit = True
