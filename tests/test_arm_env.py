@@ -156,7 +156,7 @@ def test_a_driver_given_built_cannot_be_dry_run_and_a_bad_gripper_mode_is_refuse
 
 def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_safety_layer(tmp_path):
     from robo_rl.runs import read_metrics
-    from tests.test_pipeline import run_pair, toy_config
+    from tests.test_pipeline import SMALL_NETS, run_pair, toy_config
 
     cfg = toy_config(
         tmp_path,
@@ -172,6 +172,8 @@ def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_saf
         "train.total_env_steps=300",
         "train.learning_starts=100",
         "actor.throttle_to_learner=false",
+        "train.utd=0.25",  # the learner's updates are not what this checks: unthrottled, they would spin all run
+        *SMALL_NETS,
     )
     (tmp_path / "run").mkdir()
     learner, reason = run_pair(cfg, tmp_path / "run")
