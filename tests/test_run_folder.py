@@ -106,8 +106,8 @@ def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_p
     args = [
         *toy_args(tmp_path),
         f"run_dir={run}",
-        "train.total_env_steps=300",
-        "train.learning_starts=100",
+        "train.total_env_steps=150",  # the learner's files, not learning: a few episodes and updates
+        "train.learning_starts=50",
         "eval.episodes=2",
         "actor.hello_timeout_s=60",
         "policy.hidden=[32,32]",  # the learner's files, not learning: small networks
