@@ -184,7 +184,7 @@ def test_ppo_with_a_learned_initial_noise_picks_the_noise_that_lands_in_the_rewa
         return bandit_batch(obs, plus.float(), chain, log_prob, steps=3), float(plus.float().mean())
 
     before = float(np.mean([rollout()[1] for _ in range(4)]))
-    for _ in range(8):  # the share gained passes 0.25 by the 3rd update and is ~0.48 (of 0.49 left) from the 8th
+    for _ in range(5):  # the share gained passes 0.25 by the 3rd update and is 0.44-0.47 at the 5th (5 seeds)
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     with torch.no_grad():
@@ -261,7 +261,7 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
 
     before = float(np.mean([float(rollout()[1]) for _ in range(4)]))
     metrics = {}
-    for _ in range(8):  # the gain passes 0.3·|before| by the 2nd update and is ~0.9 from the 8th on, both methods
+    for _ in range(4):  # the gain passes 0.3·|before| by the 2nd update and is 0.68-0.84 at the 4th, both methods
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([float(rollout()[1]) for _ in range(4)]))
     assert after > before + 0.3 * abs(before), (before, after, metrics)
@@ -356,7 +356,7 @@ def test_a_time_limit_cut_bootstraps_from_the_value_unless_the_episode_is_the_ta
         "discount": torch.full((256,), 0.999**4),
         "truncated": torch.ones(256, dtype=torch.bool),
     }
-    for _ in range(30):
+    for _ in range(15):  # without bootstrapping V is below 0.02 by the 15th update; with it, above 1.7 (5 seeds)
         algo.update([batch])
     with torch.no_grad():
         v = float(algo.values(obs).mean())
@@ -465,11 +465,11 @@ def test_ppo_with_critic_advantages_moves_the_policy_towards_higher_return():
         return bandit_batch(obs, noisy, chain, log_prob, steps=3), float(r.mean())
 
     before = float(np.mean([rollout()[1] for _ in range(4)]))
-    for _ in range(15):
+    for _ in range(9):  # the gain is 0.64-0.72·|before| at the 9th update (5 seeds), 0.86 at the 15th
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     assert after > before + 0.3 * abs(before), (before, after, metrics)
-    assert metrics["critic_decisions"] == 15 * 256 and np.isfinite(metrics["critic_loss"])
+    assert metrics["critic_decisions"] == 9 * 256 and np.isfinite(metrics["critic_loss"])
 
 
 def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
@@ -479,7 +479,10 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = chain_policy("reinflow")
-    algo = critic_ppo(policy, critic_updates=100, critic_target_clip=[0, 1], value_warmup_iterations=100)
+    # a faster target (τ 0.03, 30 TD steps an iteration): Q(first) is within 0.02 of γ^n after 4 iterations (5 seeds)
+    algo = critic_ppo(
+        policy, critic_updates=30, critic_tau=0.03, critic_target_clip=[0, 1], value_warmup_iterations=100
+    )
     n = 128
     first, second = torch.full((n, 2), -0.5), torch.full((n, 2), 0.5)
     obs = {"state": torch.cat([first, second]), "images": {}}
@@ -500,7 +503,13 @@ def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
     assert abs(float(q[:n].mean()) - 0.9) < 0.1 and abs(float(q[n:].mean()) - 1.0) < 0.1, q
     state = algo.state_dict()
     assert len(state["critic"]["data"]["reward"]) == 4 * 2 * n
-    twin = critic_ppo(copy.deepcopy(policy), critic_updates=100, critic_target_clip=[0, 1], value_warmup_iterations=100)
+    twin = critic_ppo(
+        copy.deepcopy(policy),
+        critic_updates=30,
+        critic_tau=0.03,
+        critic_target_clip=[0, 1],
+        value_warmup_iterations=100,
+    )
     saved = io.BytesIO()  # through a checkpoint's bytes, as a resume reads it
     torch.save(state, saved)
     twin.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
