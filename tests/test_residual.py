@@ -105,7 +105,7 @@ def test_a_chunked_base_runs_open_loop_and_starts_afresh_each_episode_in_every_c
     assert base.calls == 3 and base.resets == 1
 
 
-def learn_one_step_task(policy, raw=lambda s: s, updates: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
+def learn_one_step_task(policy, raw=lambda s: s, updates: int = 150) -> tuple[torch.Tensor, torch.Tensor]:
     """A one-step task: reward −|a − a*(s)|², the base always says 0; the env shows the state as `raw(s)`.
     Returns the residual the policy learnt at two states and the bounded correction it should have learnt."""
     torch.manual_seed(0)
@@ -155,7 +155,7 @@ def learn_one_step_task(policy, raw=lambda s: s, updates: int = 200) -> tuple[to
 def test_the_residual_learns_a_bounded_correction_towards_higher_return():
     """The residual moves each action towards a*(s), and stays within its bound where a* lies beyond it."""
     policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)), scale=0.3)
-    residual, wanted = learn_one_step_task(policy)  # within 0.03 of the bounded a* from the 175th update on
+    residual, wanted = learn_one_step_task(policy)  # 10 seeds: within 0.067 of the bounded a* at the 150th
     assert torch.allclose(residual, wanted, atol=0.08), (residual, wanted)
     assert residual.abs().max() <= 0.3 + 1e-6
 
@@ -181,10 +181,11 @@ def test_a_state_in_raw_units_is_learnt_from_once_normalised_by_the_bases_statis
     base = StatsBase(np.zeros((2, 3), np.float32), mean=[1.0] * 3, std=[0.01 / 3**0.5] * 3)
     space = make_observation_space(3, {})
     normed = ResidualPolicy(space, 2, base, scale=0.3, hidden=[64, 64], exploration_std=0.0, state_norm="base")
-    residual, wanted = learn_one_step_task(normed, raw, updates=300)  # within 0.05 from the 275th update on
+    # 10 seeds: within 0.069 at the 200th update (it wanders 0.01-0.09 from the 100th on: 0.084 at the 300th, once)
+    residual, wanted = learn_one_step_task(normed, raw, updates=200)
     assert torch.allclose(residual, wanted, atol=0.08), (residual, wanted)
     plain = ResidualPolicy(space, 2, base, scale=0.3, hidden=[64, 64], exploration_std=0.0)
-    residual, wanted = learn_one_step_task(plain, raw, updates=300)
+    residual, wanted = learn_one_step_task(plain, raw, updates=200)
     assert (residual - wanted).abs().max() > 0.15, "raw metres should have been hard to learn from"
 
 
@@ -300,7 +301,7 @@ def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
         "algo=residual",
         f"policy.base.path={path}",
         "algo.batch_size=16",
-        "train.total_env_steps=300",
+        "train.total_env_steps=150",
         "train.random_steps=50",
         "train.learning_starts=50",
         "algo.critic_hidden=[32,32]",
@@ -411,7 +412,7 @@ def test_the_pull_towards_the_base_keeps_the_residual_at_zero_where_the_critic_h
             residual_l2=weight,
             precision="float32",
         )
-        for _ in range(150):
+        for _ in range(100):  # 5 seeds at the 100th: pulled <= 0.005, drift >= 0.093, the gain's move >= 0.093
             algo.update([batch(flat), batch(flat)])
         with torch.no_grad():
             s = torch.rand(256, 3, generator=gen) * 2 - 1
@@ -535,7 +536,7 @@ def test_exploration_follows_the_ramping_bound_down_to_its_floor(floor):
 
     def noise_std(share):
         policy.bound_fraction.fill_(share)
-        return torch.cat([policy.act(obs)[0] for _ in range(1000)]).std().item()  # the residual is zero: noise only
+        return torch.cat([policy.act(obs)[0] for _ in range(500)]).std().item()  # the residual is zero: noise only
 
     assert noise_std(0.0) == pytest.approx(0.1 * floor, rel=0.1)
     assert noise_std(0.5) == pytest.approx(0.1 * max(0.5, floor), rel=0.1)
