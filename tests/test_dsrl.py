@@ -161,7 +161,7 @@ def test_dsrl_learns_noises_whose_chunks_earn_more(form):
     features = base.model.features(obs)
     with torch.no_grad():
         before = reward(base.model.sample(features, torch.randn(256, 2, 2, generator=gen))).mean()
-    for _ in range(125):  # both forms are within 0.1·before of a* by the 100th update and stay there
+    for _ in range(80):  # both forms are within 0.05·|before| of a* by the 80th update (5 seeds) and stay there
         algo.update([batch(), batch()])
     with torch.no_grad():
         w = policy.mean_noise(policy.encoder(obs)).view(256, 2, 2)
