@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from robo_rl.errors import UserError
 
@@ -160,6 +159,8 @@ def save_checkpoint(run_dir: Path, env_steps: int, payload: dict) -> Path:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"step_{env_steps:09d}.pt"
     tmp = path.with_suffix(".pt.tmp")
+    import torch  # here, not at import: the launcher makes run folders without loading torch
+
     torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
     if os.environ.get(PAUSE_ENV):  # fault-injection for tests: hold the half-done write open to be killed in
         time.sleep(float(os.environ[PAUSE_ENV]))
@@ -190,6 +191,8 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def load_checkpoint(path: str | Path) -> dict:
     """Load safely (tensors and plain containers only, never arbitrary pickled objects)."""
+    import torch
+
     path = find_checkpoint(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)

@@ -88,6 +88,7 @@ LIGHT_COMMANDS = [
     ["data", "--help"],
     ["bc", "bc.patiense=5"],
     ["distill", "distill.iterations=0"],
+    ["launch", "sim_one", "algo.batch_sise=3"],  # the launcher checks every process's config before it starts any
 ]
 # One fresh interpreter imports robo_rl.cli and composes the default config once, then forks a child per command, which
 # pays for neither again; what the parent imported is in every child's sys.modules, so it is checked too.
@@ -132,7 +133,8 @@ def heavy_imports_per_command():
 def test_commands_that_need_no_model_import_no_torch_or_simulator(argv, heavy_imports_per_command):
     result = heavy_imports_per_command[tuple(argv)]
     assert result["error"] is None, result["error"]
-    assert result["heavy"] == []
+    allowed = {"zmq"} if argv[0] == "launch" else set()  # the launcher finds free ports with ZeroMQ's sockets
+    assert set(result["heavy"]) <= allowed, result["heavy"]
 
 
 def test_a_typed_blocks_settings_show_their_own_dataclasss_default_and_meaning(rendered_help):
