@@ -106,7 +106,7 @@ def test_unknown_keys_are_refused_by_name(key):
 
 
 def test_resume_continues_from_the_checkpoint_counters_and_weights(tmp_path):
-    cfg = toy_config(tmp_path, "train.total_env_steps=250", *SMALL_NETS)
+    cfg = toy_config(tmp_path, "train.total_env_steps=250", "train.utd=0.25", *SMALL_NETS)  # counters, not learning
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     save_config(cfg, run_dir / "config.yaml")
