@@ -16,7 +16,7 @@ def test_td_targets_are_clipped_to_the_configured_range(clip, expected):
     policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
     sac = SAC(policy, space, SACConfig(critic_hidden=(32, 32), lr_critic=3e-3, target_q_clip=clip, precision="float32"))
     gen = torch.Generator().manual_seed(0)
-    for _ in range(150):  # every step terminates with reward 3: Q → 3, or → 1 when targets are clipped to [0, 1]
+    for _ in range(100):  # every step terminates with reward 3: Q → 3, or → 1 when clipped to [0, 1] (±0.005, 5 seeds)
         obs = {"state": torch.rand(64, 3, generator=gen), "images": {}}
         batch = {
             "obs": obs,
