@@ -166,7 +166,8 @@ def test_tiny_smolvla_predicts_a_chunk_on_cpu_within_its_budget_and_alike_at_any
 def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
     """DSRL's noise-space SAC on the tiny SmolVLA (the learner never runs the VLA): a one-decision task, reward −|a −
     a*|² over the chunk with a* the chunk of one particular noise; the noise actor learns noises whose chunks come
-    closer to a* than the VLA's own N(0, I) draws."""
+    closer to a* than the VLA's own N(0, I) draws, and than its own chunk before training (the VLA at the actor's
+    initial mean noise: already nearer a* than the average draw, 0.5-1.0 std above their mean)."""
     from policies.dsrl import NoisePolicy
     from robo_rl.algos.dsrl import build_dsrl
     from robo_rl.policy_io import obs_to_torch
@@ -195,7 +196,7 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
         precision="float32",
     )
     rng = np.random.default_rng(0)
-    draws = np.clip(rng.standard_normal((160, *policy.noise_shape)), -1.5, 1.5).astype(np.float32)
+    draws = np.clip(rng.standard_normal((64, *policy.noise_shape)), -1.5, 1.5).astype(np.float32)
     chunks = np.stack([smolvla.predict_chunk(obs, noise=w) for w in draws])
     target = chunks[int(np.argmax(np.linalg.norm(chunks - chunks.mean(0), axis=(1, 2))))]  # reachable, unusual
 
@@ -204,6 +205,7 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
 
     rewards = reward(chunks)
     torch_obs = obs_to_torch(obs)
+    unsteered = reward(np.stack([a[0] for a in _chunk_of(policy, torch_obs)]))
 
     def batch():
         i = rng.integers(0, len(draws), 64)
@@ -224,11 +226,12 @@ def test_dsrl_steers_the_vlas_noise_towards_higher_return(smolvla):
             "next_extras_valid": torch.ones(64, dtype=torch.bool),
         }
 
-    for _ in range(45):  # the steered chunks' reward is ~2.5 std above the draws' mean from the 30th update on
+    for _ in range(30):  # 5 seeds, 64 draws, at the 30th: >= 2.2 std above the draws' mean, >= 1.2 above unsteered
         algo.update([batch(), batch()])
     policy.reset()
     steered = [reward(np.stack([a[0] for a in _chunk_of(policy, torch_obs)])) for _ in range(3)]
     assert np.mean(steered) > rewards.mean() + 0.5 * rewards.std(), (np.mean(steered), rewards.mean(), rewards.std())
+    assert np.mean(steered) > unsteered + 0.5 * rewards.std(), (np.mean(steered), unsteered, rewards.std())
 
 
 def _chunk_of(policy, torch_obs) -> list:
@@ -294,7 +297,7 @@ def test_a_residual_corrects_the_vlas_actions_towards_higher_return(smolvla):
         }
 
     before = float(((base - target) ** 2).sum())
-    for _ in range(45):  # the error is at its plateau (0.25 of before) from the 30th update to the 150th
+    for _ in range(25):  # 5 seeds: the error is at its plateau (0.25 of before, at most) from the 25th update on
         algo.update([batch(), batch()])
     policy.reset()
     torch.manual_seed(123)
