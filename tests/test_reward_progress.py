@@ -50,7 +50,7 @@ def trained():
         ("top",),
         [INSTRUCTION] * len(eps),
         other_instructions=("open the drawer",),
-        steps=400,
+        steps=300,  # 5 seeds pass every check below at 300 (AUROC >= 0.93); at 250 two miss the done head's TPR
         batch_size=32,
         progress=False,
         size=16,
