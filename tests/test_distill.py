@@ -49,7 +49,7 @@ def test_the_one_step_student_makes_the_teachers_chunks_and_succeeds_as_often(te
     cfg = _cfg(
         tmp,
         f"checkpoint={path}",
-        "distill.iterations=800",
+        "distill.iterations=400",  # the chunk error is 0.031-0.032 at 400 (5 seeds), 0.027 at 800; the bar is 0.05
         "distill.rollout_episodes=10",
         "distill.eval_episodes=30",
         "torch_threads=1",
