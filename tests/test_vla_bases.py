@@ -122,6 +122,8 @@ def dsrl_overrides(folder: Path) -> list[str]:
     ]
 
 
+# slow: [pi0], covered fast by [pi05] and test_the_initial_noise_steers_the_pi_chunk_as_lerobot_runs_it[pi0]
+@pytest.mark.parametrize("tiny_pi", [pytest.param("pi0", marks=pytest.mark.slow), "pi05"], indirect=True)
 def test_pi_is_a_dsrl_base_named_by_path_in_the_config_of_an_actor_and_a_learner(tiny_pi, tmp_path):
     """`policy=dsrl algo.form=noise policy.base.kind=lerobot policy.base.path=<π folder>`: the actor acts with the π's
     chunks from the noise actor's noises, the learner (the same config) updates on them."""
@@ -190,7 +192,7 @@ def test_an_actor_and_a_learner_train_a_residual_on_a_lerobot_act_base_named_by_
         "policy.hidden=[32]",
         "algo.critic_hidden=[32,32]",
         "algo.batch_size=16",
-        "train.total_env_steps=200",
+        "train.total_env_steps=100",  # 5 episodes at least (20 steps each): the test reads 2
         "train.random_steps=40",
         "train.learning_starts=40",
     )
