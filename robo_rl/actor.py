@@ -58,6 +58,15 @@ class Actor:
     def __init__(self, cfg: DictConfig, progress: bool = True) -> None:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
+        # the control loop's settings as plain values: a DictConfig lookup costs tens of µs and the loop (a throttled
+        # one hundreds of times a second) read several each pass, a tenth of the actor's CPU in a sim run
+        a = cfg.actor
+        self._weights_each_step = a.apply_weights == "step"
+        self._throttle = bool(a.throttle_to_learner)
+        self._learner_wait_s = float(a.learner_wait_s)
+        self._random_steps = int(cfg.train.random_steps)
+        self._steps_per_message = int(a.steps_per_message)
+        self._realtime = bool(a.realtime)
         self.progress = progress
         self.env = make_actor_env(cfg)  # the task's env inside `actor.wrappers` (the human's arbitration, ...)
         self.gui = None
@@ -190,7 +199,7 @@ class Actor:
         t = self.transport
         if t.error is not None:
             raise t.error
-        if episode_boundary or self.cfg.actor.apply_weights == "step":
+        if episode_boundary or self._weights_each_step:
             newer = t.take_policy(self.policy)
             if newer is not None:
                 self.policy_version, self.policy = newer
@@ -219,7 +228,7 @@ class Actor:
 
     def _choose(self, obs: list[dict], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
         batch = stack_obs(obs)
-        if self.sent_steps < self.cfg.train.random_steps:
+        if self.sent_steps < self._random_steps:
             explored = self.acting.explore_step(batch)
             if explored is None:  # no warm-up of its own: uniform random actions
                 return rng.uniform(-1, 1, (len(obs), *self.env.action_space.shape)).astype(np.float32), {}
@@ -243,10 +252,10 @@ class Actor:
             log.warning(
                 "holding: %s; waiting up to %.0f s (actor.learner_wait_s) for a learner, data kept for resend",
                 why,
-                self.cfg.actor.learner_wait_s,
+                self._learner_wait_s,
             )
-        elif now - self._waiting_since > self.cfg.actor.learner_wait_s:
-            self.stop_reason = f"no learner for {self.cfg.actor.learner_wait_s:.0f} s ({why})"
+        elif now - self._waiting_since > self._learner_wait_s:
+            self.stop_reason = f"no learner for {self._learner_wait_s:.0f} s ({why})"
         return True
 
     def _throttled(self, pending: list[list[dict]]) -> bool:
@@ -254,7 +263,7 @@ class Actor:
         `pending` in the actor's hands, count as received; this holds across a learner restart, which starts its
         counts afresh)."""
         status = self.transport.status
-        if not self.cfg.actor.throttle_to_learner:
+        if not self._throttle:
             return False
         if not status:
             return True
@@ -350,11 +359,11 @@ class Actor:
                             ]
                             if self.gui is not None:
                                 self.gui.new_episode(episodes, obs[i])
-                        elif len(pending[i]) > cfg.actor.steps_per_message:
+                        elif len(pending[i]) > self._steps_per_message:
                             # the newest record waits for its decision: a refused one ends the episode in that record
                             self._send(pending[i][:-1])
                             pending[i] = pending[i][-1:]
-                    if cfg.actor.realtime:
+                    if self._realtime:
                         next_tick += period
                         time.sleep(max(0.0, next_tick - time.monotonic()))
         except KeyboardInterrupt:
