@@ -140,8 +140,9 @@ def test_the_default_experiment_reaches_80_percent_within_15_minutes(tmp_path):
 
 
 def test_keys_generate_writes_a_learner_and_actor_keypairs_and_authorises_the_actors(tmp_path):
-    out = robo_rl("keys", "generate", str(tmp_path / "k"), "arm-left", "arm-right", cwd=tmp_path, timeout=60)
+    out = robo_rl("keys", "generate", "k/", "arm-left", "arm-right", cwd=tmp_path, timeout=60)  # as the README types it
     assert out.returncode == 0, out.stderr
+    assert "public keys are in k/authorized/;" in out.stdout and "//" not in out.stdout, out.stdout
     names = sorted(p.name for p in (tmp_path / "k").iterdir() if p.is_file())
     assert names == [
         "arm-left.key",

@@ -39,12 +39,18 @@ def test_a_train_that_fails_before_its_first_checkpoint_leaves_no_run_folder(tmp
     assert run_folders(tmp_path) == [], "a failed start leaves no run folder"
 
 
-def test_a_distill_that_fails_leaves_no_run_folder(tmp_path, capsys):
+def test_a_distill_that_cannot_run_is_refused_before_a_run_folder_is_made(tmp_path, capsys):
+    from policies.bc import BCPolicy
+    from robo_rl.offline.bc import save_atomic
+
     junk = tmp_path / "junk.pt"
     junk.write_text("not a policy")
-    code = cli.main(["distill", *isolated(tmp_path), f"checkpoint={junk}"])
-    assert code == 2 and f"{junk} is corrupt or unreadable" in capsys.readouterr().err
-    assert run_folders(tmp_path) == []
+    mlp = save_atomic(BCPolicy(4, 2, hidden=[8]).checkpoint(), tmp_path / "mlp" / "policy.pt")
+    for path, why in ((junk, f"{junk} is corrupt or unreadable"), (mlp, "is an MLP policy (one step already)")):
+        code = cli.main(["distill", *isolated(tmp_path), f"checkpoint={path}"])
+        out = capsys.readouterr()
+        assert code == 2 and why in out.err, out.err
+        assert run_folders(tmp_path) == [] and "run folder" not in out.out, out.out  # none made, none removed
 
 
 def test_bc_runs_are_named_after_behaviour_cloning_and_the_task_unless_named(tmp_path, capsys):

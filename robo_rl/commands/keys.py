@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from robo_rl.commands.common import UsageError
 
 
@@ -17,9 +19,10 @@ def cmd_keys(args: list[str]) -> int:
         raise UsageError(str(e)) from None
     for f in files:
         print(f)
+    folder = Path(keys_dir)  # `keys/` as typed prints keys/authorized/, not keys//authorized/
     print(
-        f"the learner accepts the actors whose public keys are in {keys_dir}/authorized/; "
-        f"copy {keys_dir}/learner.key and each actor's own .key/.key_secret to its machine, "
+        f"the learner accepts the actors whose public keys are in {folder / 'authorized'}/; "
+        f"copy {folder / 'learner.key'} and each actor's own .key/.key_secret to its machine, "
         f"and set transport.curve_keys_dir={keys_dir} on both sides"
     )
     return 0

@@ -74,8 +74,9 @@ def cmd_distill(overrides: list[str]) -> int:
             f"distill: checkpoint {cfg.checkpoint} does not exist (a flow/diffusion bc/policy.pt, its "
             "run folder, or a DSRL run)"
         )
-    from robo_rl.offline.distill import distill
+    from robo_rl.offline.distill import check_teacher, distill
 
+    check_teacher(Path(cfg.checkpoint))  # an MLP, an unreadable file or a non-DSRL run: refused before a run folder
     run_dir, fresh = offline_run_dir(cfg, overrides, "distill")
     print(f"run folder: {run_dir}")
     with removed_on_failure(run_dir, fresh, "distill/policy.pt"):

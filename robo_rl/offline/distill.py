@@ -55,30 +55,38 @@ def base_chunks(base: GenerativeBase, obs: dict, z: torch.Tensor) -> torch.Tenso
         return base.chunks(obs, z)
 
 
-def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
-    """The teacher of `checkpoint=`: a generative checkpoint (a file, or a run folder's bc/policy.pt), or a DSRL
-    run folder (its latest checkpoint's noise actor on its base). Returns it with what it is, for the report."""
+def is_run_folder(path: Path) -> bool:
+    """A training run's folder (a DSRL teacher), not a checkpoint file or a bc run's folder."""
+    return path.is_dir() and (path / "checkpoints").is_dir() and (path / "config.yaml").is_file()
+
+
+def dsrl_run_config(path: Path):
+    """A DSRL run folder's saved config, or a ConfigError naming the run it is instead."""
+    from robo_rl.config import load_saved_config
+
+    cfg = load_saved_config(path / "config.yaml")
+    if not str(cfg.policy.get("_target_", "")).endswith("NoisePolicy"):
+        raise ConfigError(
+            f"{path} is a {cfg.algo.get('name', '?')} run: distill takes a flow/diffusion "
+            "checkpoint (bc/policy.pt) or a DSRL run"
+        )
+    return cfg
+
+
+def check_teacher(path: Path) -> None:
+    """What `checkpoint=` names can be distilled, or a ConfigError saying why not: asked before a run folder is made
+    (no env, no model built)."""
+    if is_run_folder(path):
+        dsrl_run_config(path)
+    else:
+        teacher_payload(path)
+
+
+def teacher_payload(path: Path) -> dict:
+    """A flow/diffusion checkpoint's payload (a file, or a bc run folder's bc/policy.pt), or a ConfigError naming why
+    it cannot be distilled; needs no env, so `robo-rl distill` asks before it makes a run folder."""
     from policies.bc import BCCheckpointError, read_bc_checkpoint
 
-    path = Path(path)
-    if path.is_dir() and (path / "checkpoints").is_dir() and (path / "config.yaml").is_file():
-        from robo_rl.config import load_saved_config, make_policy
-        from robo_rl.runs import load_resume_checkpoint
-
-        cfg = load_saved_config(path / "config.yaml")
-        if not str(cfg.policy.get("_target_", "")).endswith("NoisePolicy"):
-            raise ConfigError(
-                f"{path} is a {cfg.algo.get('name', '?')} run: distill takes a flow/diffusion "
-                "checkpoint (bc/policy.pt) or a DSRL run"
-            )
-        policy = make_policy(cfg, env)
-        payload, _ = load_resume_checkpoint(str(path))
-        if payload is None:
-            raise ConfigError(f"{path} has no readable checkpoint to distil")
-        policy.load_state_dict(payload["algo"]["policy"])
-        if not isinstance(getattr(policy.base, "model", None), ChunkGenerator):
-            raise ConfigError(f"{path}: only a DSRL run on a robo_rl flow/diffusion base can be distilled")
-        return DSRLTeacher(policy), {"kind": "dsrl", "path": str(payload["path"]), "base": str(cfg.policy.base.path)}
     try:
         payload = read_bc_checkpoint(path)
     except BCCheckpointError as e:
@@ -88,6 +96,28 @@ def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
             f"{payload['path']} is an MLP policy (one step already): distill takes a flow or diffusion "
             "policy, or a DSRL run"
         )
+    return payload
+
+
+def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
+    """The teacher of `checkpoint=`: a generative checkpoint (a file, or a run folder's bc/policy.pt), or a DSRL
+    run folder (its latest checkpoint's noise actor on its base). Returns it with what it is, for the report."""
+    path = Path(path)
+    if is_run_folder(path):
+        from robo_rl.config import make_policy
+        from robo_rl.runs import load_resume_checkpoint
+
+        cfg = dsrl_run_config(path)
+        policy = make_policy(cfg, env)
+        payload, _ = load_resume_checkpoint(str(path))
+        if payload is None:
+            raise ConfigError(f"{path} has no readable checkpoint to distil")
+        policy.load_state_dict(payload["algo"]["policy"])
+        if not isinstance(getattr(policy.base, "model", None), ChunkGenerator):
+            raise ConfigError(f"{path}: only a DSRL run on a robo_rl flow/diffusion base can be distilled")
+        return DSRLTeacher(policy), {"kind": "dsrl", "path": str(payload["path"]), "base": str(cfg.policy.base.path)}
+    payload = teacher_payload(path)
+    from policies.bc import BCCheckpointError
     from policies.flow import load_generative_base
 
     try:
