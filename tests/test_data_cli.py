@@ -60,6 +60,9 @@ def test_a_run_folder_is_inspected_by_partition_with_interventions(tmp_path, cap
     parts = json.loads(out)["partitions"]
     assert parts["online"]["episodes"] == 2 and parts["interventions"]["episodes"] == 1
     assert parts["interventions"]["intervention_steps"] == 2 and parts["online"]["truncated"] == 1
+    code, out, _ = run(capsys, "data", "inspect", str(tmp_path / "run"))  # the same, for a person to read
+    online = next(line for line in out.splitlines() if line.strip().startswith("online"))
+    assert code == 0 and online.endswith("ended by env 1, time_limit 1"), online  # not a Python dict
 
 
 @pytest.mark.parametrize(

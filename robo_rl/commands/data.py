@@ -82,7 +82,8 @@ def _inspect(args: list[str]) -> int:
             f"  {partition:<13} {s['episodes']:>6} episodes {s['transitions']:>9} transitions  "
             f"length {s['length_mean']:.1f} [{s['length_min']}, {s['length_max']}]  "
             f"success {s['success_rate']:.2f}  with interventions {s['episodes_with_interventions']} "
-            f"({s['intervention_steps']} steps)  ended by {s['ended_by']}"
+            f"({s['intervention_steps']} steps)  ended by "
+            + ", ".join(f"{why} {n}" for why, n in s["ended_by"].items())
         )
     if opts.get("episodes", "").lower() == "true":
         for ep in episodes:
