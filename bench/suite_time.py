@@ -1,0 +1,68 @@
+"""The fast suite's wall time, and where it goes: `python bench/suite_time.py [--quick]`.
+
+Runs the README's test command (`pytest`, the project's addopts: two workers, `-m 'not slow'`) with a small plugin
+(`bench/_pytest_durations.py`) that logs each test phase's duration, then writes `bench/results/suite_time_<date>.json`:
+the wall time, the pass/fail/skip counts, the test time per worker and the slowest tests and files. There is no
+baseline to run beside it: the figure is compared with the result files before it (BENCHMARKS.md). `--quick` runs one
+small file, to check the script on a loaded machine. Run it in a fresh clone set up as `.ci/run` does, nothing else
+running, for the figure the README quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._results import write_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one small test file, to check the script")
+    args = parser.parse_args()
+    log = Path(tempfile.mkdtemp(prefix="suite_time_")) / "durations.tsv"
+    env = {**os.environ, "ROBO_RL_DURATIONS_LOG": str(log), "PYTHONPATH": str(ROOT / "bench")}
+    command = [sys.executable, "-m", "pytest", "-p", "_pytest_durations"]
+    if args.quick:
+        command += ["tests/test_configs_run.py"]
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    start = time.monotonic()
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    tail = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", tail)}
+    per_test, per_file, per_worker = collections.Counter(), collections.Counter(), collections.Counter()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        worker, nodeid, _phase, seconds = line.split("\t")
+        per_test[nodeid] += float(seconds)
+        per_file[nodeid.split("::")[0]] += float(seconds)
+        per_worker[worker] += float(seconds)
+    result = {
+        "pytest_command": " ".join(["pytest", "-p", "_pytest_durations", *command[5:]]),
+        "pytest_summary": tail,
+        "exit_code": out.returncode,
+        "wall_s": round(wall, 1),
+        **counts,
+        "load_avg_1_5_15_at_start": load_start,
+        "test_seconds_total": round(sum(per_worker.values()), 1),
+        "test_seconds_per_worker": {k: round(v, 1) for k, v in sorted(per_worker.items())},
+        "slowest_tests_s": {n: round(t, 1) for n, t in per_test.most_common(25)},
+        "slowest_files_s": {n: round(t, 1) for n, t in per_file.most_common(20)},
+    }
+    path = write_result(f"suite_time_{time.strftime('%Y_%m_%d')}", result, quick=args.quick)
+    print(f"{tail}\nwall {wall:.1f} s, test time {result['test_seconds_total']} s: {path}")
+    return out.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
