@@ -31,8 +31,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one small test file, to check the script")
     args = parser.parse_args()
     log = Path(tempfile.mkdtemp(prefix="suite_time_")) / "durations.tsv"
-    env = {**os.environ, "ROBO_RL_DURATIONS_LOG": str(log), "PYTHONPATH": str(ROOT / "bench")}
-    command = [sys.executable, "-m", "pytest", "-p", "_pytest_durations"]
+    env = {**os.environ, "ROBO_RL_DURATIONS_LOG": str(log)}
+    command = [sys.executable, "-m", "pytest", "-p", "bench._pytest_durations"]  # importable from the root, as -m runs
     if args.quick:
         command += ["tests/test_configs_run.py"]
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -48,7 +48,7 @@ def main() -> int:
         per_file[nodeid.split("::")[0]] += float(seconds)
         per_worker[worker] += float(seconds)
     result = {
-        "pytest_command": " ".join(["pytest", "-p", "_pytest_durations", *command[5:]]),
+        "pytest_command": " ".join(["pytest", *command[3:]]),
         "pytest_summary": tail,
         "exit_code": out.returncode,
         "wall_s": round(wall, 1),
