@@ -112,7 +112,6 @@ def test_the_replay_samples_only_the_steps_that_opened_a_chunk():
 def test_dsrl_learns_noises_whose_chunks_earn_more(form):
     """A one-decision task: reward −|a − a*|² over the executed chunk. The base (an untrained flow) spreads its
     chunks around; the noise actor must find the noises whose chunks land near a*."""
-    torch.set_num_threads(1)
     base = flow_base(chunk=2, seed=3)
     policy = noise_policy(base, execute_steps=2, noise_bound=1.5)
     algo = build_dsrl(

@@ -60,8 +60,6 @@ def test_hidden_layers_run_in_bfloat16_and_the_output_layer_in_float32(make):
 def test_sac_learns_a_one_step_task_in_either_precision_and_keeps_float32_state(name):
     """A bandit (every step terminates) with reward −4(a − 0.6)² per dimension: the learned action → 0.6."""
     torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only contends with whatever else runs
     space = make_observation_space(3, {})
     policy = TanhGaussianPolicy(space, 2, hidden=[64, 64])
     sac = SAC(
@@ -80,7 +78,6 @@ def test_sac_learns_a_one_step_task_in_either_precision_and_keeps_float32_state(
         m = sac.update(
             [{"obs": obs, "next_obs": obs, "action": action, "reward": reward, "discount": torch.zeros(256)}]
         )
-    torch.set_num_threads(threads)
     learned = policy.act({"state": torch.rand(64, 3, generator=gen) * 2 - 1, "images": {}}, deterministic=True)
     assert torch.allclose(learned, torch.full_like(learned, 0.6), atol=0.07), learned
     assert m["q_mean"] == pytest.approx(-4 * 2 * (1 / 3 + 0.36), abs=0.3)  # Q of the batch's uniform actions

@@ -116,9 +116,10 @@ def load_teacher(path: str | Path, env) -> tuple[GenerativeBase, dict]:
         if not isinstance(getattr(policy.base, "model", None), ChunkGenerator):
             raise ConfigError(f"{path}: only a DSRL run on a robo_rl flow/diffusion base can be distilled")
         return DSRLTeacher(policy), {"kind": "dsrl", "path": str(payload["path"]), "base": str(cfg.policy.base.path)}
-    payload = teacher_payload(path)
     from policies.bc import BCCheckpointError
     from policies.flow import load_generative_base
+
+    payload = teacher_payload(path)
 
     try:
         base = load_generative_base(
