@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robo_rl.commands.common import UsageError
+from robo_rl.commands.eval_plan import cmd_eval_plan, gain_option
 from robo_rl.config import ConfigError
 from robo_rl.configs.eval import EvalConfig
 from robo_rl.configs.typed import config_from
@@ -30,6 +31,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: below."""
     if overrides and overrides[0] in ("compare", "sim_vs_real"):
         return cmd_eval_compare(overrides[0], overrides[1:])
+    if overrides and overrides[0] == "plan":
+        return cmd_eval_plan(overrides[1:])
     if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
         return cmd_eval_suite(overrides)
     from omegaconf import OmegaConf
@@ -365,13 +368,14 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     positional = [a for a in args if "=" not in a]
     options = [a for a in args if "=" in a]
     out = next((o.split("=", 1)[1] for o in options if o.startswith("out=")), None)
-    options = [o for o in options if not o.startswith("out=")]
+    gain = gain_option(options)  # the gain the verdicts are about
+    options = [o for o in options if not o.startswith(("out=", "gain="))]
     suite_arg = next((o.split("=", 1)[1] for o in options if o.split("=", 1)[0] in ("suite", "eval.suite")), None)
     if kind == "sim_vs_real":
         positional, labels, out = _sim_vs_real_sources(positional, suite_arg, out)
     elif len(positional) < 2:
         raise SuiteError(
-            "usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]"
+            "usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [gain=0.1] [out=<folder>]"
         )
     else:
         labels = _labels(positional)
@@ -392,7 +396,7 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     suites = {r["suite"] for _, r in entries}
     if len(suites) > 1:
         raise SuiteError(f"compare: the reports are of different suites ({', '.join(sorted(suites))})")
-    comparison = compare_reports(entries)
+    comparison = compare_reports(entries, gain)
     title = "Sim vs real" if kind == "sim_vs_real" else "Comparison"
     stem = f"{kind if kind == 'sim_vs_real' else 'compare'}_{comparison['suite']}"
     first = Path(entries[0][1]["report_dir"])  # without out=: beside the first run's suite reports (<run>/eval/)

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from robo_rl.eval.power import GAIN, POWER, UNPAIRED_METHOD, comparison_power
 from robo_rl.eval.unseen import unseen_note
 
 FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
@@ -212,9 +213,10 @@ def _html(report: dict) -> str:
     )
 
 
-def compare_reports(entries: list[tuple[str, dict]]) -> dict:
-    """Per condition each report's rate and interval, and each report against the first: the difference and
-    whether it is significant at SIGNIFICANCE_LEVEL."""
+def compare_reports(entries: list[tuple[str, dict]], gain: float = GAIN, power: float = POWER) -> dict:
+    """Per condition each report's rate and interval, and each report against the first: the difference, whether it
+    is significant at SIGNIFICANCE_LEVEL, the gain these episodes could detect with `power`, and the verdict on
+    `gain` (robo_rl/eval/power.py)."""
     names = list(dict.fromkeys(c["name"] for _, r in entries for c in r["conditions"]))
     base_label = entries[0][0]
     rows = []
@@ -244,6 +246,7 @@ def compare_reports(entries: list[tuple[str, dict]]) -> dict:
                     "difference": other["success_rate"] - base["success_rate"],
                     "p_value": p,
                     "significant": p < SIGNIFICANCE_LEVEL,
+                    **comparison_power(base, other, p, gain, power, SIGNIFICANCE_LEVEL),
                 }
             )
         same_seeds = len({tuple(c["seeds"]) for c in found.values() if c is not None}) <= 1
@@ -252,6 +255,7 @@ def compare_reports(entries: list[tuple[str, dict]]) -> dict:
         "suite": entries[0][1]["suite"],
         "test": f"{TEST_NAME}, each against {base_label}, at {SIGNIFICANCE_LEVEL} per condition (not corrected "
         "for multiple comparisons)",
+        "power": {"power": power, "gain": gain, "method": UNPAIRED_METHOD},
         "policies": [
             {
                 "label": label,
@@ -269,13 +273,24 @@ def compare_reports(entries: list[tuple[str, dict]]) -> dict:
 def compare_markdown(comparison: dict, title: str) -> str:
     labels = [p["label"] for p in comparison["policies"]]
     others = labels[1:]
-    head = ["condition", *labels, *(f"{b} - {labels[0]}" for b in others)]
+    head = [
+        "condition",
+        *labels,
+        *(f"{b} - {labels[0]}" for b in others),
+        *(f"{b}: detectable, verdict" for b in others),
+    ]
     text = f"# {title}: suite {comparison['suite']}\n\n"
     text += "".join(
         f"- {p['label']}: `{p['checkpoint']}` (scored by {p['score']}{', real robot' if p['real_robot'] else ''})\n"
         for p in comparison["policies"]
     )
-    text += f"\nsignificance: {comparison['test']}; * = significant\n\n"
+    text += f"\nsignificance: {comparison['test']}; * = significant\n"
+    plan = comparison["power"]
+    text += (
+        f"detectable: the smallest change from {labels[0]}, in the direction of {plan['gain']:+.2f}, that the episodes "
+        f"run detect with {plan['power']:.0%} power ({plan['method']}; '-': none within [0, 1]); underpowered = not "
+        f"significant, and {plan['gain']:+.2f} is smaller than that (`robo-rl eval plan` sizes one that is not)\n\n"
+    )
     text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     for row in comparison["rows"]:
         cells = [row["condition"] + ("" if row["same_seeds"] else " (different seeds)")]
@@ -298,6 +313,10 @@ def compare_markdown(comparison: dict, title: str) -> str:
                 if t is None
                 else f"{t['difference']:+.2f} (p={t['p_value']:.3g})" + (" *" if t["significant"] else "")
             )
+        for label in others:
+            t = tests.get(label)
+            mdg = None if t is None else t["minimum_detectable_gain"]
+            cells.append("-" if t is None else f"{'-' if mdg is None else f'{mdg:.2f}'}: {t['verdict']}")
         text += "| " + " | ".join(cells) + " |\n"
     return text
 
