@@ -22,6 +22,7 @@ commands:
   actor     start one actor alone (connects to the learner at transport.host)
   eval      evaluate a checkpoint: robo-rl eval checkpoint=<file.pt or run folder>
             suites: eval checkpoint=<run> suite=<name>; eval compare <run> <run> ... suite=<name>
+            episodes a comparison needs: eval plan baseline=0.55 gain=0.10 [paired=true]
   bc        behaviour-clone a base policy (an MLP, or policy=flow|diffusion) into <run>/bc/policy.pt, evaluate it
   distill   a K-step flow/diffusion policy (or a DSRL run) into a one-step flow: robo-rl distill checkpoint=<..>
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]

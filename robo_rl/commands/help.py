@@ -82,17 +82,21 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
     ),
     "eval": (
         "robo-rl eval checkpoint=<file.pt or run folder> [suite=<name>] [overrides ...]\n"
-        "       robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [out=<folder>]\n"
-        "       robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> <real report>",
+        "       robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [gain=0.1] [out=<folder>]\n"
+        "       robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> <real report>\n"
+        "       robo-rl eval plan baseline=<rate> gain=<change> [power=0.8] [alpha=0.05] [paired=true] [episode_s=<s>]",
         "Evaluate a checkpoint on eval.episodes seeded episodes and print the success rate with its 95% interval.\n"
         "With a run folder, its saved config is the base (the env it was trained on); env.* overrides change the\n"
         "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder.\n"
         "suite=<name> (launch/conf/suite/, or a .yaml) runs each of the suite's conditions (config overrides) on the\n"
         "same seeds in eval.workers env processes; <run>/eval/<suite>/report.{md,html,json}: success with Wilson\n"
         "intervals, lengths, wall times, failure modes, a success and a failure clip per condition (eval.video=false:\n"
-        "none). compare puts runs side by side on one suite (Fisher's exact test per condition). On a real robot a\n"
-        "person resets the scene before each episode (a device's success button or Enter) and, with eval.score=human,\n"
-        "labels each one; its report goes to <suite>_real/, and sim_vs_real sets it beside the simulator's.",
+        "none). compare puts runs side by side on one suite (Fisher's exact test per condition, the gain its episodes\n"
+        "could detect at 80% power, and 'underpowered' where a null result cannot rule out gain=, default +0.10);\n"
+        "plan prints the episodes per arm a comparison needs (paired=true: on the same seeds, correlation= of their\n"
+        "outcomes). On a real robot a person resets the scene before each episode (a device's success button or\n"
+        "Enter) and, with eval.score=human, labels each one; its report goes to <suite>_real/, and sim_vs_real sets\n"
+        "it beside the simulator's.",
         (
             "checkpoint",
             "eval.suite",
