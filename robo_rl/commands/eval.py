@@ -13,6 +13,7 @@ from robo_rl.commands.eval_plan import cmd_eval_plan, gain_option
 from robo_rl.config import ConfigError
 from robo_rl.configs.eval import EvalConfig
 from robo_rl.configs.typed import config_from
+from robo_rl.eval.compare_runs import compare_grouped, is_grouped
 from robo_rl.eval.conditions import Suite, SuiteError, is_real_robot_config, load_suite, nominal_suite, suite_names
 from robo_rl.eval.report import (
     ci_text,
@@ -29,8 +30,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     """Evaluate a checkpoint; the report goes to <run>/eval/step_<N>/ (`training_report`: <run>/eval/, the
     report of the training run itself, written by `train` and by a learner started alone). With suite=<name> (or a
     person scoring, eval.score=human), and `eval compare` / `eval sim_vs_real`: below."""
-    if overrides and overrides[0] in ("compare", "sim_vs_real"):
-        return cmd_eval_compare(overrides[0], overrides[1:])
+    if overrides and overrides[0] in ("compare", "sim_vs_real"):  # recipes x seeds: robo_rl/eval/compare_runs.py
+        return (compare_grouped if is_grouped(overrides) else cmd_eval_compare)(overrides[0], overrides[1:])
     if overrides and overrides[0] == "plan":
         return cmd_eval_plan(overrides[1:])
     if not training_report and wants_suite_runner(overrides):  # a run's own report stays the plain one
