@@ -194,9 +194,13 @@ def test_eval_compare_takes_the_gain_asked_and_writes_the_verdicts(tmp_path, cap
         (tmp_path / label / "report.json").write_text(json.dumps(report(k, 300, label)))
     runs = [str(tmp_path / "a" / "report.json"), str(tmp_path / "b" / "report.json")]
     assert main(["eval", "compare", *runs, f"out={tmp_path}"]) == 0
-    assert ": underpowered |" in capsys.readouterr().out  # +0.10 is below what 300 per arm resolve
+    out = capsys.readouterr().out
+    assert ": underpowered |" in out  # +0.10 is below what 300 per arm resolve
+    assert "1 of 1 comparisons underpowered for +0.10; nominal needs 388 episodes per arm" in out
+    assert "(robo-rl eval plan baseline=0.5 gain=0.1)" in out
     assert main(["eval", "compare", *runs, "gain=0.2", f"out={tmp_path}"]) == 0
-    assert ": no difference at this power |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ": no difference at this power |" in out and "underpowered for" not in out
     (test,) = json.loads((tmp_path / "compare_s.json").read_text())["rows"][0]["tests"]
     assert test["gain_asked"] == 0.2 and test["verdict"] == "no difference at this power"
     assert main(["eval", "compare", *runs, "gain=ten", f"out={tmp_path}"]) == 2

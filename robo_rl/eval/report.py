@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from robo_rl.eval.power import GAIN, POWER, UNPAIRED_METHOD, comparison_power
+from robo_rl.eval.power import GAIN, POWER, UNPAIRED_METHOD, comparison_power, episodes_per_arm
 from robo_rl.eval.unseen import unseen_note
 
 FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
@@ -286,10 +286,11 @@ def compare_markdown(comparison: dict, title: str) -> str:
     )
     text += f"\nsignificance: {comparison['test']}; * = significant\n"
     plan = comparison["power"]
+    gain = plan["gain"]
     text += (
-        f"detectable: the smallest change from {labels[0]}, in the direction of {plan['gain']:+.2f}, that the episodes "
-        f"run detect with {plan['power']:.0%} power ({plan['method']}; '-': none within [0, 1]); underpowered = not "
-        f"significant, and {plan['gain']:+.2f} is smaller than that (`robo-rl eval plan` sizes one that is not)\n\n"
+        f"detectable: the smallest change from {labels[0]} in the direction of {gain:+.2f} that a comparison's "
+        f"episodes detect with {plan['power']:.0%} power ('-': none within [0, 1]), by the {plan['method']}; "
+        f"underpowered: not significant, and {gain:+.2f} is below that, so the null result cannot rule it out\n\n"
     )
     text += "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     for row in comparison["rows"]:
@@ -318,6 +319,15 @@ def compare_markdown(comparison: dict, title: str) -> str:
             mdg = None if t is None else t["minimum_detectable_gain"]
             cells.append("-" if t is None else f"{'-' if mdg is None else f'{mdg:.2f}'}: {t['verdict']}")
         text += "| " + " | ".join(cells) + " |\n"
+    weak = [(row, t) for row in comparison["rows"] for t in row["tests"] if t["verdict"] == "underpowered"]
+    if weak:
+        (row, _), total = weak[0], sum(len(r["tests"]) for r in comparison["rows"])
+        text += f"\n{len(weak)} of {total} comparisons underpowered for {gain:+.2f}"
+        rate = round(row["results"][labels[0]]["success_rate"], 2)
+        if 0 < rate < 1 and 0 <= rate + gain <= 1:  # what would resolve the first: `robo-rl eval plan`'s answer
+            n = episodes_per_arm(rate, gain, plan["power"], SIGNIFICANCE_LEVEL)
+            text += f"; {row['condition']} needs {n} episodes per arm (robo-rl eval plan baseline={rate} gain={gain})"
+        text += "\n"
     return text
 
 
