@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from robo_rl.algos.base import resolve_device
+from robo_rl.algos.guards import TrainingGuards
 from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.data.demos import load_or_make_demos
 from robo_rl.data.learner_replay import LearnerReplay
@@ -93,6 +94,7 @@ class Learner:
             if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
                 demos = relabel_prior(cfg, demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
+        self.guards = TrainingGuards.for_learner(cfg, self.algo, self.metrics, demos)  # flags runs measuring nothing
         self.schedule = make_schedule(self.algo.batch_spec, cfg, self.replay, self.rng, self.policy)
         print(self.replay.usage(), flush=True)
         self.env_steps = self.updates = self.episodes = self.version = 0
@@ -145,6 +147,7 @@ class Learner:
     def _count(self, actor: str, arrays: dict, log_episodes: bool = True) -> None:
         live = arrays["step"] > 0
         self.env_steps += int(live.sum())
+        self.guards.rewards(arrays["reward"][live])
         if log_episodes:
             self._note_staleness(arrays["policy_version"][live])
         for i in np.flatnonzero(live):
@@ -159,6 +162,7 @@ class Learner:
                 self.episodes += 1
                 success = bool(arrays["success"][i])
                 self.recent.append(success)
+                self.guards.episode(success, self._learned.get(key))
                 if log_episodes:
                     self.metrics.write(
                         {
@@ -175,9 +179,8 @@ class Learner:
                         }
                     )
                 else:
-                    self._returns.pop(key, None)
-                    self._human.pop(key, None)
-                    self._learned.pop(key, None)
+                    for tally in (self._returns, self._human, self._learned):
+                        tally.pop(key, None)
 
     def _note_staleness(self, versions: np.ndarray) -> None:
         """How far behind the current policy the weights that acted were: in versions, and in seconds
@@ -201,7 +204,7 @@ class Learner:
         """One round of the algorithm's update on the batches its schedule gives (each counted as one update)."""
         # each batch drawn while the one before travels to the GPU
         batches = [batch_to_torch(batch, self.device) for batch in self.schedule.batches()]
-        metrics = self.algo.update(batches)
+        metrics = self.guards.update(self.algo.update(batches))  # with each guard's state
         self.updates += len(batches)
         self.schedule.report(metrics, self)
         return metrics

@@ -11,6 +11,11 @@ batch of decisions, and publish new weights after each update. Per update (one P
   `epochs` passes of minibatches (during the first `value_warmup_iterations`, the value's loss only):
   ratio = exp(clamp(log π_new − log π_old, ±log_ratio_clamp)),
   loss = −min(ratio·A, clip(ratio, 1 ± clip)·A) − entropy_coef·H + value_coef·(V − R)²
+  guards, each before backward() (a run that measured nothing says so): before the first update the recorded
+  log π must match the acting weights' recomputed at the actor's batch shape and at the minibatch's
+  (`log_prob_tolerance`; else `LogProbMismatch`, naming the difference and the shapes); a minibatch whose
+  |log π_new − log π_old| passes `skip_log_ratio` (before the clamp), or whose KL passes `target_kl` (which then
+  ends the iteration's epochs), is skipped and counted, its weights untouched;
   `advantage=critic`: A(s, a) from an action critic trained by TD on every decision so far instead of GAE
   (`robo_rl/algos/chain_critic.py`), `critic_updates` TD steps per iteration before the policy's epochs;
   with a learned initial noise (`policy.initial_noise=learned`) and `clip_initial_noise`, x_0's term and the steps'
@@ -19,6 +24,8 @@ batch of decisions, and publish new weights after each update. Per update (one P
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import torch
@@ -31,6 +38,15 @@ from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.chain_critic import ChainActionCritic
 from robo_rl.configs.algo import PPOConfig
 from robo_rl.configs.typed import config_from
+from robo_rl.errors import UserError
+
+log = logging.getLogger(__name__)
+LOG_PROB_CHECK_CALLS = 4  # policy calls at the actor's batch shape per check: the check costs a few forwards
+
+
+class LogProbMismatch(UserError):
+    """The recorded log-probabilities are not what the acting weights give before any update: PPO's ratio is off
+    from its first step, so its KL stop trips (or its clip bites) on nothing learned."""
 
 
 class PPO(Algorithm):
@@ -45,6 +61,7 @@ class PPO(Algorithm):
         self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
+        self.acting_batch = 1  # observations per policy call on an actor (its actor.num_envs: the learner sets it)
         self.critic = (
             ChainActionCritic(
                 policy,
@@ -92,8 +109,10 @@ class PPO(Algorithm):
         if n == 0:
             return {"decisions": 0}
         p, cfg = self.policy, self.cfg
-        adv, returns = self.advantages(batch)
         chain = batch["extras"]["chain"].view(n, *p.chain_shape)
+        old_log_prob = batch["extras"]["log_prob"].view(n)
+        recorded_diff = self.check_recorded_log_probs(batch["obs"], chain, old_log_prob)  # before anything learns
+        adv, returns = self.advantages(batch)
         critic_stats = {}
         if self.critic is not None:  # TD on every decision so far, then A = Q(s, a) − E_π Q(s, ·) in place of GAE's
             self.critic.add(batch, self.discount(batch))
@@ -101,9 +120,8 @@ class PPO(Algorithm):
             adv = self.critic.advantages(batch["obs"], chain)
             critic_stats.update(critic_decisions=float(len(self.critic)))
         norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
-        old_log_prob = batch["extras"]["log_prob"].view(n)
         stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
-        stop = False
+        stop, first, skipped, largest = False, True, {"ratio": 0, "kl": 0}, 0.0
         warmup = self.iterations < cfg.value_warmup_iterations
         split = cfg.clip_initial_noise is not None
         if split:  # the acting weights' x_0 and step terms (the rollout is this version's: the weights are the same)
@@ -118,21 +136,37 @@ class PPO(Algorithm):
                 a = norm_adv[idx]
                 if split:
                     log_prob, entropy, initial, steps = p.chain_log_prob(obs, chain[idx], features, split=True)
+                    raw = [initial - old_parts[0][idx], steps - old_parts[1][idx]]
                     ratio_0 = clamped_log_ratio(initial, old_parts[0][idx], cfg.log_ratio_clamp).exp()
                     ratio_k = clamped_log_ratio(steps, old_parts[1][idx], cfg.log_ratio_clamp).exp()
                     policy_loss = surrogate(ratio_k, a, cfg.clip) + surrogate(ratio_0, a, cfg.clip_initial_noise)
+                else:
+                    log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
+                    raw = []
+                log_ratio = clamped_log_ratio(log_prob, old_log_prob[idx], cfg.log_ratio_clamp)
+                ratio = log_ratio.exp()
+                if first:  # before any step: 0 unless acting and learning disagree
+                    stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
+                    self.check_minibatch_log_probs(log_prob, old_log_prob[idx], recorded_diff)
+                    first = False
+                with torch.no_grad():  # the guards, before backward(): a skipped minibatch changes no weight
+                    worst = torch.stack([r.abs().max() for r in [log_prob - old_log_prob[idx], *raw]]).max()
+                    worst, kl = torch.stack([worst, ((ratio - 1) - log_ratio).mean()]).tolist()  # one device sync
+                largest = max(largest, worst)
+                if cfg.skip_log_ratio is not None and worst > cfg.skip_log_ratio:
+                    skipped["ratio"] += 1
+                    continue
+                if cfg.target_kl is not None and kl > cfg.target_kl:
+                    skipped["kl"] += 1
+                    stop = True
+                    break
+                if split:
                     with torch.no_grad():
                         stats["approx_kl_initial"].append(((ratio_0 - 1) - ratio_0.log()).mean().item())
                         stats["clip_frac_initial"].append(
                             ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item()
                         )
                 else:
-                    log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
-                log_ratio = clamped_log_ratio(log_prob, old_log_prob[idx], cfg.log_ratio_clamp)
-                ratio = log_ratio.exp()
-                if "start_log_ratio" not in stats:  # before any step: 0 unless acting and learning disagree
-                    stats["start_log_ratio"] = [log_ratio.detach().abs().mean().item()]
-                if not split:
                     policy_loss = surrogate(ratio, a, cfg.clip)
                 value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
                 value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
@@ -147,8 +181,6 @@ class PPO(Algorithm):
                 if not warmup:
                     self.policy_optim.step()
                 self.value_optim.step()
-                with torch.no_grad():
-                    kl = ((ratio - 1) - log_ratio).mean().item()
                 for key, value in (
                     ("policy_loss", policy_loss.item()),
                     ("value_loss", value_loss.item()),
@@ -157,14 +189,27 @@ class PPO(Algorithm):
                     ("clip_frac", ((ratio - 1).abs() > cfg.clip).float().mean().item()),
                 ):
                     stats[key].append(value)
-                if cfg.target_kl is not None and kl > cfg.target_kl:
-                    stop = True
-                    break
             if stop:
                 break
         self.iterations += 1
+        if skipped["ratio"] or skipped["kl"]:
+            log.warning(
+                "PPO iteration %d: minibatches skipped before backward(): %d with a |log ratio| past "
+                "algo.skip_log_ratio=%s (the largest %.3g), %d with a KL past algo.target_kl=%s (epochs stopped)",
+                self.iterations,
+                skipped["ratio"],
+                cfg.skip_log_ratio,
+                largest,
+                skipped["kl"],
+                cfg.target_kl,
+            )
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        if recorded_diff is not None:
+            out["log_prob_recorded_diff"] = recorded_diff
         out.update(
+            minibatches_skipped_ratio=skipped["ratio"],
+            minibatches_skipped_kl=skipped["kl"],
+            max_abs_log_ratio=largest,
             decisions=n,
             rollout_env_steps=int(batch["steps"].sum()),
             return_mean=float(returns.mean()),
@@ -174,6 +219,49 @@ class PPO(Algorithm):
             **critic_stats,
         )
         return out
+
+    @torch.no_grad()
+    def check_recorded_log_probs(self, obs: dict, chain: torch.Tensor, recorded: torch.Tensor) -> float | None:
+        """The largest |log π recomputed − log π recorded| of the first decisions, recomputed at the actor's batch
+        shape (`acting_batch` rows per call, a few calls); past `log_prob_tolerance` a `LogProbMismatch`."""
+        tol, b = self.cfg.log_prob_tolerance, max(1, int(self.acting_batch))
+        if tol is None:
+            return None
+        rows = min(len(recorded), b * LOG_PROB_CHECK_CALLS)
+        again = torch.cat(
+            [
+                self.policy.chain_log_prob(obs_rows(obs, slice(lo, min(lo + b, rows))), chain[lo : min(lo + b, rows)])[
+                    0
+                ]
+                for lo in range(0, rows, b)
+            ]
+        )
+        diff = float((again - recorded[:rows]).abs().max())
+        if not diff <= tol:  # a NaN fails too
+            raise LogProbMismatch(
+                f"PPO: the rollout's recorded log-probabilities differ from the acting weights' recomputed at the "
+                f"actor's batch shape ({b} observations per call, actor.num_envs) by up to {diff:.4g} over {rows} "
+                f"decisions (algo.log_prob_tolerance={tol}): these weights did not act this rollout, or log pi "
+                "depends on which observations share a batch; PPO's ratio would be wrong before any update"
+            )
+        return diff
+
+    def check_minibatch_log_probs(self, log_prob: torch.Tensor, recorded: torch.Tensor, actor_diff: float | None):
+        """Before the first step: log π recomputed at the minibatch's shape must match the record too; past the
+        tolerance while the actor's shape matched, log π depends on the batch shape (`LogProbMismatch`)."""
+        tol = self.cfg.log_prob_tolerance
+        if tol is None:
+            return
+        diff = float((log_prob.detach() - recorded).abs().max())
+        if not diff <= tol:
+            raise LogProbMismatch(
+                f"PPO: log pi depends on the batch shape: recomputed at the minibatch's shape ({len(recorded)} "
+                f"observations per call, algo.batch_size={self.cfg.batch_size}) it differs from the record by up to "
+                f"{diff:.4g}, where at the actor's shape ({max(1, int(self.acting_batch))} per call) it differed by "
+                f"{actor_diff:.4g} (algo.log_prob_tolerance={tol}), before any update: PPO's ratio starts away from 1 "
+                "and its KL stop would trip on nothing learned; make the policy's log-probability independent of the "
+                "batch (no batch statistics, padding masked out)"
+            )
 
     @torch.no_grad()
     def _parts(self, batch: dict, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -171,7 +171,21 @@ class PPOConfig:
         5.0, "bound on |log pi_new - log pi_old| (long chains' log-probabilities are large)", above=0
     )
     grad_clip_norm: float | None = setting(1.0, "gradient norm clip", above=0)
-    target_kl: float | None = setting(None, "stop an iteration's epochs past this approximate KL", above=0)
+    target_kl: float | None = setting(
+        None, "a minibatch past this approximate KL is skipped before backward and the iteration's epochs stop", above=0
+    )
+    skip_log_ratio: float | None = setting(
+        5.0,
+        "a minibatch where any |log pi_new - log pi_old| (before log_ratio_clamp) exceeds this is skipped before "
+        "backward and counted (null: never)",
+        above=0,
+    )
+    log_prob_tolerance: float | None = setting(
+        1e-3,
+        "before an iteration's first update: the most the data's log pi recomputed at the actor's and at the "
+        "minibatch's batch shape may differ from the recorded one; more is an error (null: unchecked)",
+        above=0,
+    )
     value_warmup_iterations: int = setting(
         0,
         "first iterations that train the value only, the policy unchanged (DPPO's and ReinFlow's critic warm-up: "

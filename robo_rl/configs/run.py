@@ -1,5 +1,5 @@
-"""The run's own blocks (`train`, `replay`, `demos`, `actor`, `hardware`, and the groups `transport` and `logger`):
-one typed field per setting, with its default, range and meaning, the only place they are written.
+"""The run's own blocks (`train`, `replay`, `demos`, `actor`, `hardware`, `guards`, and the groups `transport` and
+`logger`): one typed field per setting, with its default, range and meaning, the only place they are written.
 `launch/conf/config.yaml` does not repeat them; an experiment's YAML, or a group's option, sets what differs.
 """
 
@@ -168,6 +168,34 @@ class LoggerConfig:
     )
 
 
+@dataclass
+class GuardsConfig:
+    """The learner's checks that a run is measuring something (robo_rl/algos/guards.py): each logged as a metric,
+    warned once with its figures and written into the run's report."""
+
+    q_margin: float = setting(
+        0.5,
+        "Q may leave the return's possible range [r_min, r_max]/(1-gamma) by this share of its width (at least 1)",
+        low=0,
+    )
+    base_epsilon: float = setting(
+        1e-4, "an actor whose mean |action - base action| stays below this is flagged as never leaving its base", low=0
+    )
+    base_updates: int = setting(1000, "actor updates the base check looks back over", low=1)
+    reward_disagreement: float = setting(
+        0.3,
+        "a learned reward whose success disagrees with the simulator's on more than this share is flagged",
+        low=0,
+        high=1,
+    )
+    reward_episodes: int = setting(
+        50, "episodes (with both successes recorded) the reward check looks back over", low=1
+    )
+    success_within_episodes: int = setting(
+        200, "online episodes after which a replay with no success is flagged", low=1
+    )
+
+
 BLOCKS: dict[str, dict[str | None, type]] = {
     prefix: {FIXED: cls}
     for prefix, cls in (
@@ -178,5 +206,6 @@ BLOCKS: dict[str, dict[str | None, type]] = {
         ("hardware", HardwareConfig),
         ("transport", TransportConfig),
         ("logger", LoggerConfig),
+        ("guards", GuardsConfig),
     )
 }
