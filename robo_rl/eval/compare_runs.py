@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 
 from robo_rl.errors import UserError
-from robo_rl.runs import task_label
 
 OPTIONS = ("suite", "eval.suite", "out", "reps", "by")
 STEM = "compare_recipes"
@@ -66,6 +65,8 @@ def recipe_of(config: dict) -> str:
 
 def run_scores(run: Path, suite: str | None) -> tuple[int, dict[str, tuple[float, int]]]:
     """A run's seed and its {task: (success rate, episodes)} from its suite or training report."""
+    from robo_rl.runs import task_label  # numpy: not on `robo-rl eval`'s start-up path
+
     config = _config(run)
     env = task_label(config.get("env") or {})
     path = run / "eval" / suite / "report.json" if suite else run / "eval" / "report.json"
@@ -83,9 +84,14 @@ def run_scores(run: Path, suite: str | None) -> tuple[int, dict[str, tuple[float
 def group_runs(args: list[str]) -> tuple[dict[str, list[Path]], dict[str, str]]:
     """({recipe: run folders}, options) from the grouped command line."""
     options = {k: v for k, _, v in (a.partition("=") for a in args if "=" in a and not _recipe_argument(a))}
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown or options.get("by", "recipe") != "recipe":
-        raise GroupingError(f"compare of recipes: unknown option(s) {', '.join(unknown) or 'by=' + options['by']}")
+    for key in sorted(set(options) - set(OPTIONS)):
+        missing = [p for p in options[key].split(",") if not Path(p).is_dir()]
+        raise GroupingError(
+            f"compare of recipes: {key}={options[key]} is neither an option ({', '.join(OPTIONS)}) nor a recipe's "
+            f"run folders (not a folder: {', '.join(missing) or options[key]})"
+        )
+    if options.get("by", "recipe") != "recipe":
+        raise GroupingError(f"compare of recipes: by={options['by']}: runs are grouped by=recipe")
     groups: dict[str, list[Path]] = {}
     for arg in args:
         if _recipe_argument(arg):
@@ -167,7 +173,8 @@ def comparison_markdown(comparison: dict) -> str:
     text = f"# Comparison of recipes: {source}\n\n"
     text += f"tasks ({len(comparison['tasks'])}): {', '.join(comparison['tasks'])}  \n"
     episodes = [n for r in comparison["recipes"] for row in r["episodes"] for n in row]
-    text += f"score: success rate per run and task, from {min(episodes)}-{max(episodes)} episodes each  \n"
+    counts = f"{min(episodes)}" if min(episodes) == max(episodes) else f"{min(episodes)}-{max(episodes)}"
+    text += f"score: success rate per run and task, from {counts} episodes each  \n"
     text += f"intervals: {comparison['method']}\n\n"
     text += "| recipe | seeds | IQM | mean | optimality gap |\n|---|---|---|---|---|\n"
     for r in comparison["recipes"]:
