@@ -127,6 +127,7 @@ class GraspScriptEnv(RobotEnv):
         5: ([False, True], "env", False),
     }
     max_episode_steps = 5
+    failure_task = "pick_cube_lift"  # it plays a pick's endings: the pick task's failure modes (eval/failures.py)
 
     def __init__(self):
         super().__init__()

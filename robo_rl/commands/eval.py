@@ -24,6 +24,7 @@ from robo_rl.eval.report import (
     write_comparison,
     write_suite_report,
 )
+from robo_rl.eval.select import choose
 
 
 def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
@@ -97,6 +98,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     finally:
         env.close()
     env_steps = int(payload["counters"]["env_steps"])
+    if given.is_dir() and run_dir is not None:  # a run given: its report is of the checkpoint eval.select picks
+        result, path, env_steps = choose(run_dir, result, str(path), env_steps, settings.select, cfg, say=print)
     low, high = result["success_ci95"]
     print(
         f"success {result['successes']}/{result['episodes']} = {result['success_rate']:.2f} "
@@ -108,7 +111,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
 
 
 NOT_OUTCOME_KEYS = ("logger.", "torch_threads", "outputs_dir", "cache_dir", "name=")  # a report stays reusable
-TIMING_KEYS = ("episode_s", "step_ms")  # per-episode fields that differ run to run (wall time)
+TIMING_KEYS = ("episode_s", "step_ms", "started_at", "ended_at", "reset_s")  # per-episode wall times: differ per run
 EVAL_KEYS = ("eval.suite", "eval.workers", "eval.score", "eval.video", "eval.episodes", "eval.seed")
 REWARD_REFUSAL = (
     "eval.score=reward is refused: a policy scored by the reward model it was trained on is graded by "
@@ -309,6 +312,7 @@ def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
 
 
 def cmd_eval_suite(overrides: list[str]) -> int:
+    from robo_rl.eval.behaviour import farmed_warning
     from robo_rl.eval.unseen import unseen_note
 
     report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
@@ -320,6 +324,7 @@ def cmd_eval_suite(overrides: list[str]) -> int:
             f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
             f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}"
             + (f"  ({unseen_note(c)})" if unseen_note(c) else "")
+            + (f"\n  {warning}" if (warning := farmed_warning(c.get("farmed_reward"), c["name"])) else "")
         )
     if report["stopped"]:
         print(f"stopped early: {report['stopped']}")

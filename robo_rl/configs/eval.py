@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from robo_rl.configs.typed import FIXED, setting
 
 SCORES = ("env", "human")  # who judges an evaluation's success; never the reward model the policy was trained on
+SELECT_RULES = ("lower_bound", "point_estimate", "last")  # robo_rl/eval/select.py
 
 
 @dataclass
@@ -31,6 +32,12 @@ class EvalConfig:
     )
     score: str = setting(
         "env", "who judges success: the env's own check or a person's labels (never the reward model)", choices=SCORES
+    )
+    select: str = setting(
+        "lower_bound",
+        "which of a run's evaluated checkpoints its report stands for: the highest Wilson lower bound, the highest "
+        "rate, or the newest (robo_rl/eval/select.py)",
+        choices=SELECT_RULES,
     )
 
 

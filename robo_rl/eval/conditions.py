@@ -1,6 +1,6 @@
 """Evaluation suites and their conditions: a suite (launch/conf/suite/<name>.yaml) names `episodes`, a first
-`seed` and `conditions`, each a list of config overrides applied on top of the run's config; and how a failed
-episode is classified."""
+`seed` and `conditions`, each a list of config overrides applied on top of the run's config. How a failed episode is
+classified: robo_rl/eval/failures.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from robo_rl.config import CONF_DIR
 from robo_rl.errors import UserError
+from robo_rl.eval.failures import classify
 
 SUITE_DIR = CONF_DIR / "suite"
-SAFETY_ENDINGS = ("safety", "estop")  # ended_by values that mean the robot was stopped
 HUMAN_LABELS = {"human_success": True, "human_failure": False}
 
 
@@ -123,19 +123,9 @@ def nominal_suite(episodes: int, seed: int) -> Suite:
 
 
 # --- episodes -----------------------------------------------------------------------------------------------------
-def failure_mode(success: bool, ended_by: str, grasped_ever: bool | None, grasped_at_end: bool | None) -> str | None:
-    """Why an episode failed (None: it did not). Grasp modes need the env's `info["grasped"]`; an env that does
-    not report it falls back on what ended the episode."""
-    if success:
-        return None
-    if ended_by in SAFETY_ENDINGS:
-        return "safety_stop"
-    if grasped_ever is not None:
-        if not grasped_ever:
-            return "never_grasped"
-        if not grasped_at_end:
-            return "dropped"
-    return "timed_out" if ended_by == "time_limit" else "other"
+def failure_mode(record: dict, task: str | None = None) -> str | None:
+    """Why an episode failed (None: it did not), by its task's failure modes (robo_rl/eval/failures.py)."""
+    return classify(record, task)
 
 
 def is_real_robot_config(cfg) -> bool:

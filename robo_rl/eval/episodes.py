@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -11,22 +10,14 @@ import numpy as np
 from tqdm import tqdm
 
 from robo_rl.data.demos import rollout_episode
-from robo_rl.eval.conditions import HUMAN_LABELS, SAFETY_ENDINGS, Condition, failure_mode, is_real_robot_config
+from robo_rl.eval.conditions import HUMAN_LABELS, Condition, is_real_robot_config
+from robo_rl.eval.failures import SAFETY_ENDINGS, classify, task_key
 from robo_rl.eval.prompt import PROMPT_POLL_S, EvaluationStopped, HumanPrompt, human_devices
+from robo_rl.eval.throughput import throughput, throughput_markdown
 from robo_rl.eval.video import render_frame, write_mp4
+from robo_rl.eval.wilson import wilson_interval
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score interval for a binomial proportion (95% by default)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def evaluate_policy(
@@ -66,11 +57,13 @@ def evaluate_policy(
     low, high = wilson_interval(k, episodes)
     out = {
         "episodes": episodes,
+        "seed": seed,
         "successes": k,
         "success_rate": k / episodes,
         "success_ci95": [low, high],
         "mean_length": float(np.mean([r["length"] for r in results])),
         "mean_return": float(np.mean([r["return"] for r in results])),
+        "throughput": throughput(results, needs_hand_reset(env)),
         "per_episode": results,
     }
     if video_dir is not None:
@@ -81,14 +74,19 @@ def evaluate_policy(
 def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, list[np.ndarray]]:
     """One deterministic episode; with `film`, a frame before every action and one after the last step."""
     frames: list[np.ndarray] = []
-    if film:
-        filmed_act = act
+    first_action_at: list[float] = []  # the reset ends where the first action is asked for
+    given_act = act
 
-        def act(obs):
+    def act(obs):
+        if not first_action_at:
+            first_action_at.append(time.time())
+        if film:
             frames.append(render_frame(env))
-            return filmed_act(obs)
+        return given_act(obs)
 
+    started_at = time.time()
     records, success = rollout_episode(env, act, seed, index)
+    ended_at = time.time()
     if film:
         frames.append(render_frame(env))
     result = {
@@ -97,8 +95,19 @@ def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, lis
         "success": success,
         "length": len(records) - 1,
         "return": float(sum(r["reward"] for r in records[1:])),
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "reset_s": (first_action_at or [ended_at])[0] - started_at,
+        "control_hz": control_hz(env),
+        "interventions": int(sum(bool(r.get("intervention")) for r in records[1:])),
+        "ended_by": records[-1].get("ended_by") if len(records) > 1 else None,
     }
     return result, frames
+
+
+def control_hz(env) -> float | None:
+    hz = getattr(getattr(env, "unwrapped", env), "control_hz", None)
+    return float(hz) if hz else None
 
 
 def _save_video(env, video_dir: Path, result: dict, frames: list[np.ndarray]) -> dict:
@@ -162,6 +171,12 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
         f"| {result['episodes']} | {result['success_rate']:.2f} | [{low:.2f}, {high:.2f}] "
         f"| {result['mean_length']:.1f} | {result['mean_return']:.2f} |\n\n![learning curve](learning_curve.png)\n"
     )
+    if result.get("throughput"):
+        text += "\n## Throughput and time\n\n" + throughput_markdown([("evaluation", result["throughput"])])
+    if result.get("selection"):
+        from robo_rl.eval.select import selection_markdown
+
+        text += selection_markdown(result["selection"])
     if result.get("videos"):
         text += "\n## Videos\n\n| episode | seed | outcome | steps | video |\n|---|---|---|---|---|\n"
         for v in result["videos"]:
@@ -179,22 +194,44 @@ def needs_hand_reset(env) -> bool:
     return getattr(env, "driver", None) is not None and getattr(env, "driver_twin", None) is None
 
 
+def learned_success_threshold(env) -> float | None:
+    """The success threshold of a reward model's shaper in the env chain (robo_rl/rewards/wrapper.py), if any."""
+    while env is not None:
+        config = getattr(getattr(env, "shaper", None), "config", None)
+        if getattr(config, "success_threshold", None) is not None:
+            return float(config.success_threshold)
+        env = getattr(env, "env", None)
+    return None
+
+
 def run_episode(
-    env, policy, seed: int, index: int, score: str = "env", prompt: HumanPrompt | None = None, film: bool = False
+    env,
+    policy,
+    seed: int,
+    index: int,
+    score: str = "env",
+    prompt: HumanPrompt | None = None,
+    film: bool = False,
+    hand_reset_s: float = 0.0,
 ) -> tuple[dict, list[np.ndarray]]:
-    """One deterministic episode: its result (success as `score` says, failure mode, wall times) and, with `film`,
-    a frame before every action and one after the last step."""
+    """One deterministic episode: its result (success as `score` says, failure mode, wall-clock timestamps, the
+    signals its task's failure modes read) and, with `film`, a frame before every action and one after the last step.
+    `hand_reset_s`: a person's reset just before it, counted in its reset time (robo_rl/eval/throughput.py)."""
     from robo_rl.eval.video import render_frame
     from robo_rl.policy_io import policy_action
 
     getattr(policy, "reset", lambda: None)()  # a policy with per-episode state (a base's chunk queue)
     frames: list[np.ndarray] = []
+    started_at = time.time() - hand_reset_s
     start = time.perf_counter()
     obs, _ = env.reset(seed=seed)
     cameras = sorted(obs.get("images") or {}) if isinstance(obs, dict) else []  # what the policy observes
     steps_start = time.perf_counter()
-    length, ret, interventions = 0, 0.0, 0
-    grasped_ever = grasped = None
+    reset_s = steps_start - start + hand_reset_s
+    length, ret, interventions, takeovers, human = 0, 0.0, 0, 0, False
+    grasped_ever = grasped = progress_max = progress = prob_max = None
+    faulted = False
+    staged = getattr(getattr(env, "unwrapped", env), "progress", None)  # robosuite's staged progress (failures.py)
     while True:
         if getattr(env, "paused", False):  # a person paused the robot (a device's pause): wait, reading devices
             env.poll()
@@ -209,12 +246,21 @@ def run_episode(
         if prompt is not None and prompt.gui is not None:
             prompt.gui.step(obs, reward)
         interventions += bool(info.get("intervention"))
+        takeovers += bool(info.get("intervention")) and not human  # a takeover starts where a human step follows one
+        human = bool(info.get("intervention"))
         if info.get("grasped") is not None:
             grasped = bool(info["grasped"])
             grasped_ever = bool(grasped_ever) or grasped
+        if info.get("progress") is not None or callable(staged):
+            progress = float(info["progress"]) if info.get("progress") is not None else float(staged())
+            progress_max = progress if progress_max is None else max(progress_max, progress)
+        if info.get("success_prob") is not None:  # a learned reward scores this chain
+            prob_max = max(prob_max or 0.0, float(info["success_prob"]))
+        faulted = faulted or bool(info.get("fault"))
         if terminated or truncated:
             break
     end = time.perf_counter()
+    ended_at = time.time()
     if film:
         frames.append(render_frame(env))
     ended_by = (info.get("ended_by") or ("env" if terminated else "time_limit")) if length else "estop"
@@ -238,12 +284,26 @@ def run_episode(
         "length": length,
         "return": ret,
         "ended_by": ended_by,
-        "failure_mode": failure_mode(success, ended_by, grasped_ever, grasped),
+        "task": task_key(env),
+        "grasped_ever": grasped_ever,
+        "grasped_at_end": grasped,
+        "progress_max": progress_max,
+        "progress_end": progress,
+        "faulted": faulted,
         "interventions": interventions,
+        "takeovers": takeovers,
         "episode_s": end - start,
         "step_ms": (end - steps_start) / max(1, length) * 1e3,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "reset_s": reset_s,
+        "control_hz": control_hz(env),
+        "real_robot": needs_hand_reset(env),  # its wall clock is the robot's time (robo_rl/eval/throughput.py)
         "cameras": cameras,
     }
+    if prob_max is not None:
+        result.update(success_prob_max=prob_max, success_threshold=learned_success_threshold(env))
+    result["failure_mode"] = classify(result)
     return result, frames
 
 
@@ -264,12 +324,13 @@ def run_condition(
         prompt.wait_for_reset(f"condition '{condition.name}': {condition.setup}; press success (or Enter) when set")
     results = []
     for i, seed in enumerate(seeds):
+        asked = time.time()
         if hand:
             name = f" ({condition.name})" if condition is not None else ""
             prompt.wait_for_reset(
                 f"episode {i + 1}/{len(seeds)}{name}: reset the scene by hand, then press success (or Enter)"
             )
-        result, _ = run_episode(env, policy, seed, i, score, prompt)
+        result, _ = run_episode(env, policy, seed, i, score, prompt, hand_reset_s=time.time() - asked if hand else 0.0)
         results.append(result)
         if on_episode is not None:
             on_episode(result)

@@ -9,10 +9,13 @@ import json
 import math
 from pathlib import Path
 
+from robo_rl.eval.behaviour import farmed_warning
+from robo_rl.eval.failures import GENERIC
 from robo_rl.eval.power import GAIN, POWER, UNPAIRED_METHOD, comparison_power, episodes_per_arm
+from robo_rl.eval.throughput import CLOCKS, THROUGHPUT_HEAD, clock_label, throughput_cells, throughput_markdown
 from robo_rl.eval.unseen import unseen_note
 
-FAILURE_MODES = ("never_grasped", "dropped", "timed_out", "safety_stop", "other")
+FAILURE_MODES = tuple(m.name for m in GENERIC)  # a task without its own list (robo_rl/eval/failures.py)
 SIGNIFICANCE_LEVEL = 0.05  # two-sided, per condition
 TEST_NAME = "Fisher's exact test, two-sided"
 
@@ -60,7 +63,39 @@ def header_lines(report: dict) -> list[str]:
         )
     if report.get("stopped"):
         lines.append(f"**stopped early: {report['stopped']}** (the episodes run so far are reported)")
+    lines += [w for c in report["conditions"] if (w := farmed_warning(c.get("farmed_reward"), c["name"]))]
     return lines
+
+
+def report_modes(report: dict) -> list[str]:
+    """The failure modes the conditions' tasks name, in their lists' order (a report's columns)."""
+    return list(dict.fromkeys(m for c in report["conditions"] for m in c["failure_modes"]))
+
+
+def modes_note(report: dict) -> str:
+    """What each failure mode means, as the conditions' tasks define it (an older report: what it always meant)."""
+    meanings = {k: v for c in report["conditions"] for k, v in (c.get("failure_mode_meanings") or {}).items()}
+    if not meanings:
+        return (
+            "Failure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
+            "was not stopped counts as timed out (time limit) or other."
+        )
+    tasks = sorted({t for c in report["conditions"] for t in c.get("tasks") or ()})
+    return (
+        f"Failure modes ({', '.join(tasks) or 'task unknown'}; each failure counts under the first that holds): "
+        + "; ".join(f"{m.replace('_', ' ')}: {meanings[m]}" for m in report_modes(report) if m in meanings)
+        + "."
+    )
+
+
+def farmed_lines(report: dict) -> list[str]:
+    """Per condition scored by a learned reward: its farmed episodes (robo_rl/eval/behaviour.py)."""
+    return [
+        f"{c['name']}: learned reward farmed in {f['farmed']}/{f['episodes']} episodes ({f['share']:.0%}; bound "
+        f"{f['bound']:.0%}){' FLAGGED' if f['flagged'] else ''}"
+        for c in report["conditions"]
+        if (f := c.get("farmed_reward"))
+    ]
 
 
 def ci_text(c: dict) -> str:
@@ -68,6 +103,7 @@ def ci_text(c: dict) -> str:
 
 
 def _markdown(report: dict) -> str:
+    modes = report_modes(report)
     head = [
         "condition",
         "success",
@@ -76,7 +112,7 @@ def _markdown(report: dict) -> str:
         "mean length",
         "episode s",
         "step ms",
-        *(m.replace("_", " ") for m in FAILURE_MODES),
+        *(m.replace("_", " ") for m in modes),
         "clips",
     ]
     text = f"# Suite {report['suite']}\n\n" + "\n".join(f"{ln}  " for ln in header_lines(report)) + "\n\n"
@@ -87,13 +123,15 @@ def _markdown(report: dict) -> str:
         text += (
             f"| {c['name']}{note} | {c['successes']}/{c['n']} | {c['success_rate']:.2f} | {ci_text(c)} "
             f"| {c['mean_length']:.1f} | {c['episode_s']:.3g} | {c['step_ms']:.3g} | "
-            + " | ".join(str(c["failure_modes"][m]) for m in FAILURE_MODES)
+            + " | ".join(str(c["failure_modes"].get(m, "-")) for m in modes)
             + f" | {clips} |\n"
         )
-    text += (
-        "\nFailure modes: never grasped / dropped need the env's `info['grasped']`; without it an episode that "
-        "was not stopped counts as timed out (time limit) or other.\n"
-    )
+    text += f"\n{modes_note(report)}\n"
+    rows = [(c["name"], c["throughput"]) for c in report["conditions"] if c.get("throughput")]
+    if rows:
+        text += "\n## Throughput and time\n\n" + throughput_markdown(rows)
+    if farmed_lines(report):
+        text += "\n## Learned reward against the simulator\n\n" + "".join(f"- {ln}\n" for ln in farmed_lines(report))
     return text
 
 
@@ -150,7 +188,7 @@ def _html(report: dict) -> str:
         "mean length",
         "episode s",
         "step ms",
-        *(m.replace("_", " ") for m in FAILURE_MODES),
+        *(m.replace("_", " ") for m in report_modes(report)),
     ]
 
     def overrides_cell(c: dict) -> str:
@@ -171,10 +209,27 @@ def _html(report: dict) -> str:
         f"<td class='overrides'>{overrides_cell(c)}</td>"
         f"<td>{c['successes']}/{c['n']}</td><td>{c['success_rate']:.2f}</td><td>{ci_text(c)}</td>"
         f"<td>{c['mean_length']:.1f}</td><td>{c['episode_s']:.3g}</td><td>{c['step_ms']:.3g}</td>"
-        + "".join(f"<td>{c['failure_modes'][m]}</td>" for m in FAILURE_MODES)
+        + "".join(f"<td>{c['failure_modes'].get(m, '-')}</td>" for m in report_modes(report))
         + "</tr>"
         for c in conditions
     )
+    speed = "".join(
+        f"<tr class='clock'><td>{esc(c['name'])}</td><td>{esc(clock_label(c['throughput'], clock))}</td>"
+        + "".join(f"<td>{v}</td>" for v in throughput_cells(c["throughput"], clock))
+        + "</tr>"
+        for c in conditions
+        if c.get("throughput")
+        for clock in CLOCKS
+        if c["throughput"].get(clock) is not None
+    )
+    if speed:
+        speed = (
+            "<h2>Throughput and time</h2><table><tr class='clock'>"
+            + "".join(f"<th>{h}</th>" for h in ("condition", *THROUGHPUT_HEAD))
+            + f"</tr>{speed}</table>"
+            + "".join(f"<p class='note'>{esc(clock)}: {esc(meaning)}</p>" for clock, meaning in CLOCKS.items())
+        )
+    speed += "".join(f"<p>{esc(ln)}</p>" for ln in farmed_lines(report))
     clips = ""
     for c in conditions:
         cells = []
@@ -207,9 +262,8 @@ def _html(report: dict) -> str:
         f"<body><h1>Suite {esc(report['suite'])}</h1>{header}<h2>Success by condition (Wilson 95% intervals)</h2>"
         f"{chart}<h2>Conditions</h2><table><tr>"
         + "".join(f"<th>{h}</th>" for h in head)
-        + f"</tr>{rows}</table><h2>Clips</h2>{clips}"
-        "<p>Never grasped / dropped need the env's info['grasped']; without it a failure that was not stopped "
-        "counts as timed out (time limit) or other.</p></body></html>"
+        + f"</tr>{rows}</table><p class='note'>{esc(modes_note(report).replace('`', ''))}</p>{speed}"
+        f"<h2>Clips</h2>{clips}</body></html>"
     )
 
 

@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.config import ConfigError
+from robo_rl.eval.behaviour import farmed_reward_check
 from robo_rl.eval.conditions import Condition, Suite, SuiteError, is_real_robot_config
 from robo_rl.eval.episodes import build_env, load_policy, needs_hand_reset, run_condition
+from robo_rl.eval.failures import meanings, mode_names
 from robo_rl.eval.film import film_condition
 from robo_rl.eval.prompt import EvaluationStopped, HumanPrompt, human_devices
-from robo_rl.eval.report import (
-    FAILURE_MODES,
-)
+from robo_rl.eval.throughput import throughput
 from robo_rl.eval.unseen import seen_part, unseen_overrides
 from robo_rl.eval.workers import run_in_workers
 
@@ -133,14 +133,17 @@ def _run_in_process(suite: Suite, cfgs: list, payload: dict, score: str, bar, pr
 
 
 def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) -> dict:
-    """A condition's line of the report: success with its Wilson 95% interval, lengths, wall times, failure modes."""
-    from robo_rl.eval.episodes import wilson_interval
+    """A condition's line of the report: success with its Wilson 95% interval, lengths, wall times, the failure modes
+    its task names, throughput and time (robo_rl/eval/throughput.py), the farmed-reward check where a learned reward
+    scored the episodes."""
+    from robo_rl.eval.wilson import wilson_interval
 
     n, k = len(episodes), sum(r["success"] for r in episodes)
     low, high = wilson_interval(k, n)
     mean = lambda key: float(np.mean([r[key] for r in episodes])) if episodes else float("nan")  # noqa: E731
+    tasks = list(dict.fromkeys(r.get("task") for r in episodes))
     modes = {
-        **dict.fromkeys(FAILURE_MODES, 0),
+        **dict.fromkeys(mode_names(tasks), 0),
         **collections.Counter(r["failure_mode"] for r in episodes if r["failure_mode"] is not None),
     }
     ended = dict(collections.Counter(r["ended_by"] for r in episodes))
@@ -160,6 +163,10 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
         "episode_s": mean("episode_s"),
         "step_ms": mean("step_ms"),
         "failure_modes": modes,
+        "failure_mode_meanings": meanings(tasks),
+        "tasks": [t for t in tasks if t is not None],
+        "throughput": throughput(episodes, any(r.get("real_robot") for r in episodes)),
+        "farmed_reward": farmed_reward_check(episodes),
         "ended_by": ended,
         "intervention_steps": sum(r["interventions"] for r in episodes),
         "seeds": [r["seed"] for r in episodes],
