@@ -19,6 +19,7 @@ from robo_rl.algos.guards import TrainingGuards, guards_markdown, return_range, 
 from robo_rl.algos.ppo import LogProbMismatch, build_ppo
 from robo_rl.configs.run import GuardsConfig
 from robo_rl.envs import make_observation_space
+from robo_rl.eval.episodes import write_report
 from tests.test_ppo import bandit_batch
 
 SPACE = make_observation_space(2, {})
@@ -208,16 +209,22 @@ def test_the_learner_tells_ppo_the_actors_batch_shape():
 
 
 def test_tripped_guards_reach_the_run_report(tmp_path):
-    """The guard records in metrics.jsonl are what the run's evaluation report lists (report.json and report.md)."""
+    """The guard records in metrics.jsonl are what the run's evaluation report lists (report.json and report.md), as
+    `robo-rl train` writes it at the end of a run."""
     from robo_rl.runs import MetricsWriter
 
     writer = MetricsWriter(tmp_path / "metrics.jsonl")
     g = TrainingGuards(GuardsConfig(success_within_episodes=3), 0.99, writer)
     for _ in range(3):
         g.episode(False)
-    writer.write({"kind": "episode", "success": False})
+    writer.write({"kind": "episode", "env_steps": 10, "episode": 1, "success": False, "return": 0.0, "length": 10})
     writer.close()
     records = run_guards(tmp_path / "metrics.jsonl")
     assert [r["guard"] for r in records] == ["no_success"] and run_guards(tmp_path / "absent.jsonl") == []
     assert "no successful episode in the first 3" in guards_markdown(records) and guards_markdown([]) == ""
-    json.dumps(records)  # plain JSON for report.json
+    result = {"episodes": 2, "successes": 0, "success_rate": 0.0, "success_ci95": [0.0, 0.66]}
+    result.update(mean_length=10.0, mean_return=0.0)
+    write_report(tmp_path / "eval", result, "ckpt.pt", 30, tmp_path / "metrics.jsonl")
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert [r["guard"] for r in report["guards"]] == ["no_success"] and report["guards"][0]["episodes"] == 3
+    assert "no successful episode in the first 3" in (tmp_path / "eval" / "report.md").read_text()

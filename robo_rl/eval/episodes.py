@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from robo_rl.algos.guards import guards_markdown, run_guards
 from robo_rl.data.demos import rollout_episode
 from robo_rl.eval.conditions import HUMAN_LABELS, Condition, is_real_robot_config
 from robo_rl.eval.failures import SAFETY_ENDINGS, classify, task_key
@@ -163,6 +164,7 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = {**result, "checkpoint": checkpoint, "env_steps": env_steps}
+    result["guards"] = run_guards(metrics_path)  # what the training run may not have measured (algos/guards.py)
     (out / "report.json").write_text(json.dumps(result, indent=2))
     low, high = result["success_ci95"]
     text = (
@@ -183,7 +185,7 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
             outcome = "success" if v["success"] else "failure"
             link = f"[{Path(v['path']).name}]({v['path']})"
             text += f"| {v['episode']} | {v['seed']} | {outcome} | {v['length']} | {link} |\n"
-    (out / "report.md").write_text(text)
+    (out / "report.md").write_text(text + guards_markdown(result["guards"]))
     metrics = read_metrics(Path(metrics_path)) if metrics_path is not None else []
     plot_learning_curve(metrics, out / "learning_curve.png", result)
     return out / "report.md"
