@@ -22,8 +22,10 @@ Options: --seeds 0 1 2, --eval-episodes N (default 50 for the final checkpoint, 
 these seeds into the existing result file of the same experiment and overrides), --runs RUN... (evaluate finished
 run folders of the experiment instead of training them again, e.g. after the benchmark process was stopped during
 its evaluation; overrides and the final step are checked).
-Writes bench/results/learning_<name>.json and .png (success against env steps: mean over seeds with the
-min-max band) and prints one JSON object as its last line.
+Writes bench/results/learning_<name>.json and .png (success against env steps: the mean over seeds with its 95%
+stratified bootstrap band, each seed's curve; one seed: its Wilson band) and prints one JSON object as its last line.
+The summary across seeds (mean, IQM, optimality gap with intervals) is rliable's, via robo_rl/eval/aggregate.py;
+`--summarize bench/results/learning_<name>.json` computes it again from a result file without training.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import provenance  # noqa: E402
+from robo_rl.eval.aggregate import REPORT_REPS, aggregate  # noqa: E402
+from robo_rl.eval.curves import plot_seed_curves  # noqa: E402
 
 # the image tasks of the human-in-the-loop benchmark (6k env steps, 1k-step checkpoints)
 _PIXELS = ["algo.batch_size=128", "algo.share_encoder=true", "policy.encoder.channels=16"]
@@ -766,26 +770,37 @@ def training_summary(run: Path, early_steps: int = 5000, window: int = 50) -> di
     return out
 
 
-def plot(name: str, curves: list[list[dict]], path: Path, target: float | None) -> None:
-    import matplotlib
+def seed_summary(runs: list[dict], target: float | None, reps: int = REPORT_REPS) -> dict:
+    """The final evaluations across seeds with rliable (robo_rl/eval/aggregate.py): mean, IQM and optimality gap with
+    95% stratified bootstrap intervals over seeds (a seeds x 1 score matrix), and `met`: every seed at the target."""
+    finals = [r["curve"][-1]["success"] for r in runs]
+    estimates = aggregate({"final": [[f] for f in finals]}, reps=reps)["final"]
+    return {
+        "final_success": finals,
+        "final_success_mean": estimates["mean"].point,
+        "final_success_ci95": [estimates["mean"].low, estimates["mean"].high],
+        "final_success_iqm": estimates["iqm"].as_dict(),
+        "final_success_optimality_gap": estimates["optimality_gap"].as_dict(),
+        "aggregate_method": f"rliable, stratified bootstrap over seeds, {reps} repetitions, seed 0, 95% percentile",
+        "met": None if target is None else bool(min(finals) >= target),
+    }
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    steps = sorted({p["env_steps"] for c in curves for p in c})
-    grid = np.array(
-        [[np.interp(s, [p["env_steps"] for p in c], [p["success"] for p in c]) for s in steps] for c in curves]
-    )
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, grid.mean(0), label=f"mean of {len(curves)} seeds")
-    ax.fill_between(steps, grid.min(0), grid.max(0), alpha=0.25, label="min-max over seeds")
-    if target is not None:
-        ax.axhline(target, color="gray", linestyle="--", label=f"target {target}")
-    ax.set(xlabel="env steps", ylabel="evaluation success", ylim=(-0.02, 1.02), title=name)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+def summarize_file(path: Path, out: Path) -> dict:
+    """The across-seed summary and plot of an existing result file, computed again (nothing trained or evaluated);
+    the plot goes to `out`, the result file is left as it is."""
+    result = json.loads(Path(path).read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    plot_path = out / f"learning_{result['experiment']}.png"
+    band = plot_seed_curves(result["experiment"], [r["curve"] for r in result["runs"]], plot_path, result["target"])
+    summary = seed_summary(result["runs"], result["target"])
+    return {
+        "experiment": result["experiment"],
+        "seeds": result["seeds"],
+        **summary,
+        "curve_band": band,
+        "plot": str(plot_path),
+    }
 
 
 def kept_runs(path: Path, overrides: list[str], seeds: list[int]) -> list[dict]:
@@ -839,7 +854,16 @@ def main() -> None:
         help="evaluate these finished run folders of the experiment instead of training "
         "(a benchmark interrupted after training); their seeds replace --seeds",
     )
+    parser.add_argument(
+        "--summarize",
+        metavar="RESULT_JSON",
+        help="compute the across-seed summary and plot of an existing result file again (nothing is trained); "
+        "the plot goes to --out",
+    )
     args = parser.parse_args()
+    if args.summarize:
+        print(json.dumps(summarize_file(Path(args.summarize), Path(args.out))))
+        return
     if args.quick:
         args.experiment, args.seeds, args.eval_episodes = "smoke", [0], 10
     overrides, target, reference = EXPERIMENTS[args.experiment]
@@ -878,19 +902,18 @@ def main() -> None:
     if args.add:
         runs = sorted(kept_runs(result_path, overrides, args.seeds) + runs, key=lambda r: r["seed"])
     args.seeds = [r["seed"] for r in runs]
-    finals = [r["curve"][-1]["success"] for r in runs]
-    plot(args.experiment, [r["curve"] for r in runs], results_dir / f"learning_{args.experiment}.png", target)
+    plot_path = results_dir / f"learning_{args.experiment}.png"
+    band = plot_seed_curves(args.experiment, [r["curve"] for r in runs], plot_path, target)
     result = {
         "experiment": args.experiment,
         "overrides": overrides,
         "seeds": args.seeds,
-        "final_success": finals,
-        "final_success_mean": float(np.mean(finals)),
+        **seed_summary(runs, target),
+        "curve_band": band,
         "target": target,
-        "met": None if target is None else bool(min(finals) >= target),
         "reference": reference,
         "runs": runs,
-        "plot": str(results_dir / f"learning_{args.experiment}.png"),
+        "plot": str(plot_path),
         "load": os.getloadavg()[0],
     }
     result_path.write_text(json.dumps(result, indent=1))

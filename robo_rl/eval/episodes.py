@@ -12,6 +12,7 @@ from tqdm import tqdm
 from robo_rl.algos.guards import guards_markdown, run_guards
 from robo_rl.data.demos import rollout_episode
 from robo_rl.eval.conditions import HUMAN_LABELS, Condition, is_real_robot_config
+from robo_rl.eval.curves import plot_learning_curve
 from robo_rl.eval.failures import SAFETY_ENDINGS, classify, task_key
 from robo_rl.eval.prompt import PROMPT_POLL_S, EvaluationStopped, HumanPrompt, human_devices
 from robo_rl.eval.throughput import throughput, throughput_markdown
@@ -116,47 +117,6 @@ def _save_video(env, video_dir: Path, result: dict, frames: list[np.ndarray]) ->
     fps = float(getattr(getattr(env, "unwrapped", env), "control_hz", 10.0))
     write_mp4(Path(video_dir) / name, frames, fps)
     return {**result, "path": f"{Path(video_dir).name}/{name}", "frames": len(frames)}
-
-
-def plot_learning_curve(metrics: list[dict], path: Path, final: dict | None = None) -> None:
-    """Training-episode success (rolling) and return against env steps, with the final evaluation point."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    episodes = [m for m in metrics if m.get("kind") == "episode"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    w = max(1, min(20, len(episodes) // 5))
-    if not episodes:  # an empty panel would read as a plotting failure
-        for ax in (ax1, ax2):
-            ax.text(0.5, 0.5, "no training episodes in this run's metrics", ha="center", transform=ax.transAxes)
-    else:
-        steps = np.array([m["env_steps"] for m in episodes])
-        succ = np.array([float(m["success"]) for m in episodes])
-        ret = np.array([m["return"] for m in episodes])
-        kernel = np.ones(w) / w
-        ax1.plot(steps[w - 1 :], np.convolve(succ, kernel, "valid"), label=f"training episodes (rolling {w})")
-        ax2.plot(steps[w - 1 :], np.convolve(ret, kernel, "valid"))
-    if final is not None:
-        low, high = final["success_ci95"]
-        x = final.get("env_steps", episodes[-1]["env_steps"] if episodes else 0)
-        p = final["success_rate"]
-        ax1.errorbar(
-            [x],
-            [p],
-            yerr=[[max(0.0, p - low)], [max(0.0, high - p)]],
-            fmt="o",
-            color="C3",
-            capsize=4,
-            label=f"evaluation ({final['episodes']} ep, 95% CI)",
-        )
-    ax1.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
-    ax2.set(xlabel="env steps", ylabel="episode return", title=f"return (training episodes, rolling {w})")
-    ax1.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, metrics_path: Path | None) -> Path:
