@@ -83,6 +83,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
     "eval": (
         "robo-rl eval checkpoint=<file.pt or run folder> [suite=<name>] [overrides ...]\n"
         "       robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [gain=0.1] [out=<folder>]\n"
+        "       robo-rl eval compare <recipe>=<run>,<run>,... <recipe>=... | by=recipe <runs> [suite=<name>] [reps=]\n"
         "       robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> <real report>\n"
         "       robo-rl eval plan baseline=<rate> gain=<change> [power=0.8] [alpha=0.05] [paired=true] [episode_s=<s>]",
         "Evaluate a checkpoint on eval.episodes seeded episodes and print the success rate with its 95% interval.\n"
@@ -93,6 +94,8 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "intervals, lengths, wall times, failure modes, a success and a failure clip per condition (eval.video=false:\n"
         "none). compare puts runs side by side on one suite (Fisher's exact test per condition, the gain its episodes\n"
         "could detect at 80% power, and 'underpowered' where a null result cannot rule out gain=, default +0.10);\n"
+        "given recipes of several seeds (by=recipe: each run's config name and seed), it aggregates their success\n"
+        "with rliable: IQM, optimality gap, probability of improvement (95% bootstrap intervals), profiles;\n"
         "plan prints the episodes per arm a comparison needs (paired=true: on the same seeds, correlation= of their\n"
         "outcomes). On a real robot a person resets the scene before each episode (a device's success button or\n"
         "Enter) and, with eval.score=human, labels each one; its report goes to <suite>_real/, and sim_vs_real sets\n"
