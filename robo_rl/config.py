@@ -227,12 +227,18 @@ def sparse_return_range(reward_type: str | None) -> list[float] | None:
     return [0.0, 1.0] if reward_type == "sparse" else None
 
 
-def _compose_with_hydra(overrides: list[str]) -> DictConfig:
-    from hydra import compose, initialize_config_dir
+def register_resolvers() -> None:
+    """The config tree's own interpolations (saved configs are resolved: only composing needs them)."""
     from omegaconf import OmegaConf
 
-    if not OmegaConf.has_resolver("sparse_return_range"):  # saved configs are resolved: composing alone needs it
+    if not OmegaConf.has_resolver("sparse_return_range"):
         OmegaConf.register_new_resolver("sparse_return_range", sparse_return_range)
+
+
+def _compose_with_hydra(overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 

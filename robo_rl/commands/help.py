@@ -288,8 +288,9 @@ def _defaults() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
 def _compose_with_choices():
     from hydra import compose, initialize_config_dir
 
-    from robo_rl.config import CONF_DIR
+    from robo_rl.config import CONF_DIR, register_resolvers
 
+    register_resolvers()  # the defaults shown read through them (algo.target_q_clip's sparse_return_range)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", return_hydra_config=True)
 
