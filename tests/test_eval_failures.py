@@ -1,16 +1,20 @@
 """Why evaluation episodes failed, as each task names it, and the behaviour check for a success reached the wrong
-way: a learned reward farmed (its success probability over the threshold while the simulator says failure)."""
+way: a learned reward farmed (its success probability over the threshold while the simulator says failure), the run's
+learned reward watching the evaluation without judging it."""
 
-import gymnasium as gym
+from pathlib import Path
+
 import torch
+from omegaconf import OmegaConf
 
 from robo_rl.eval.behaviour import FARMED_SHARE_BOUND, farmed_reward_check
 from robo_rl.eval.conditions import Condition
-from robo_rl.eval.episodes import run_condition
+from robo_rl.eval.episodes import evaluate_policy, run_condition
 from robo_rl.eval.failures import GENERIC, TASK_MODES, classify, task_key
 from robo_rl.eval.report import header_lines, write_suite_report
 from robo_rl.eval.suite import summarize
-from robo_rl.rewards.shaper import RewardShaper
+from robo_rl.eval.watch import watch_learned_reward
+from robo_rl.rewards.classifier import SuccessClassifier
 from sim.point_reach import PointReachEnv
 
 GENERIC_NAMES = [m.name for m in GENERIC]
@@ -111,16 +115,24 @@ def test_the_task_key_is_the_env_class_and_its_task_or_the_name_the_env_gives():
     assert task_key(Named()) == "pick_cube_lift"
 
 
-class LearnedSuccess(gym.Wrapper):
-    """A learned reward that is sure every step is a success: its shaper's threshold is the real one's."""
+SMALL = {"channels": 4, "features": 8, "hidden": 8, "resize": None, "kernels": [3, 3], "strides": [2, 1]}
 
-    def __init__(self, env, prob: float):
-        super().__init__(env)
-        self.prob, self.shaper = prob, RewardShaper({"success_threshold": 0.7})
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, {**info, "success_prob": self.prob}
+def learned_reward_cfg(root: Path, sure: bool):
+    """A run config whose learned reward is a saved success classifier (threshold 0.7) that is sure every frame is a
+    success (`sure`) or sure none is: its last bias set by hand, as test_eval_suite sets a policy's weights."""
+    model = SuccessClassifier(["top"], threshold=0.7, **SMALL | {"image_sizes": {"top": [8, 8]}})
+    with torch.no_grad():
+        for p in model.net.parameters():
+            p.zero_()
+        model.net["head"][-1].bias.fill_(8.0 if sure else -8.0)
+    folder = model.save(root / ("sure" if sure else "unsure"))
+    return OmegaConf.create(
+        {
+            "reward": {"_target_": "robo_rl.rewards.wrapper.RewardWrapper", "model": str(folder), "shaper": {}},
+            "env": {"_target_": "sim.point_reach.PointReachEnv"},
+        }
+    )
 
 
 class Still:
@@ -128,15 +140,20 @@ class Still:
         return torch.zeros(1, 2)
 
 
-def test_a_farmed_learned_reward_is_flagged_and_a_healthy_one_is_not(capsys):
-    farmed = run_condition(LearnedSuccess(PointReachEnv(max_episode_steps=3), 0.95), Still(), [1, 2, 3])
-    assert all(r["success_prob_max"] == 0.95 and r["success_threshold"] == 0.7 for r in farmed)
+def test_a_farmed_learned_reward_is_flagged_and_a_healthy_one_is_not(tmp_path, capsys):
+    sure = watch_learned_reward(PointReachEnv(max_episode_steps=3, camera=True), learned_reward_cfg(tmp_path, True))
+    farmed = run_condition(sure, Still(), [1, 2, 3])  # the suite runner's episodes
+    assert all(r["success_prob_max"] > 0.99 and r["success_threshold"] == 0.7 and not r["success"] for r in farmed)
     check = farmed_reward_check(farmed)
     assert check["farmed"] == 3 and check["share"] == 1.0 and check["flagged"] and check["seeds"] == [1, 2, 3]
     lines = header_lines(report_of(farmed))
     assert any(ln.startswith("warning: nominal: the learned reward was farmed in 3/3 episodes") for ln in lines)
+    result = evaluate_policy(sure, Still(), 2, 0)  # the plain evaluation's episodes
+    assert result["farmed_reward"]["farmed"] == 2 and result["farmed_reward"]["flagged"]
+    assert "warning: evaluation: the learned reward was farmed in 2/2" in capsys.readouterr().err
 
-    healthy = run_condition(LearnedSuccess(PointReachEnv(max_episode_steps=3), 0.2), Still(), [1, 2, 3])
+    unsure = watch_learned_reward(PointReachEnv(max_episode_steps=3, camera=True), learned_reward_cfg(tmp_path, False))
+    healthy = run_condition(unsure, Still(), [1, 2, 3])
     assert farmed_reward_check(healthy) == {**check, "farmed": 0, "share": 0.0, "flagged": False, "seeds": []}
     assert not any(ln.startswith("warning") for ln in header_lines(report_of(healthy)))
     one_in_twenty = [
@@ -145,3 +162,6 @@ def test_a_farmed_learned_reward_is_flagged_and_a_healthy_one_is_not(capsys):
     assert farmed_reward_check(one_in_twenty)["share"] == 0.05 <= FARMED_SHARE_BOUND  # under the bound: counted only
     assert not farmed_reward_check(one_in_twenty)["flagged"]
     assert farmed_reward_check([episode(0, False, None)]) is None  # no learned reward: nothing to check
+    no_reward = OmegaConf.create({"reward": None, "env": {"_target_": "sim.point_reach.PointReachEnv"}})
+    env = PointReachEnv()
+    assert watch_learned_reward(env, no_reward) is env  # a run without a learned reward: the env as it is

@@ -56,7 +56,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         raise UsageError(f"checkpoint {given} does not exist: pass a .pt file or a run folder")
     guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
     cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
-    from robo_rl.eval.episodes import evaluate_policy, write_report
+    from robo_rl.eval.episodes import evaluate_policy, make_eval_env, write_report
     from robo_rl.runs import CheckpointError, load_newest_readable
 
     payload, skipped = load_newest_readable(ckpt_arg)
@@ -76,9 +76,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
-    from robo_rl.envs.wrappers import make_guarded_env
-
-    env = make_guarded_env(cfg)  # a robot is evaluated behind its safety layer, as it was trained
+    env = make_eval_env(cfg)  # behind its safety layer as trained; a learned reward it trained on watches
     try:
         policy = make_policy(cfg, env)
         try:

@@ -28,6 +28,7 @@ def farmed_reward_check(episodes: list[dict], bound: float = FARMED_SHARE_BOUND)
         "episodes": len(scored),
         "farmed": len(hits),
         "share": share,
+        "threshold": max(r["success_threshold"] for r in scored),  # one model per evaluation: one threshold
         "bound": bound,
         "flagged": share > bound,
         "seeds": [r["seed"] for r in hits],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -11,12 +12,14 @@ from tqdm import tqdm
 
 from robo_rl.algos.guards import guards_markdown, run_guards
 from robo_rl.data.demos import rollout_episode
+from robo_rl.eval.behaviour import farmed_reward_check, farmed_warning
 from robo_rl.eval.conditions import HUMAN_LABELS, Condition, is_real_robot_config
 from robo_rl.eval.curves import plot_learning_curve
 from robo_rl.eval.failures import SAFETY_ENDINGS, classify, task_key
 from robo_rl.eval.prompt import PROMPT_POLL_S, EvaluationStopped, HumanPrompt, human_devices
 from robo_rl.eval.throughput import throughput, throughput_markdown
 from robo_rl.eval.video import render_frame, write_mp4
+from robo_rl.eval.watch import watch_learned_reward, watched
 from robo_rl.eval.wilson import wilson_interval
 from robo_rl.policy_io import policy_action
 from robo_rl.runs import read_metrics
@@ -66,8 +69,11 @@ def evaluate_policy(
         "mean_length": float(np.mean([r["length"] for r in results])),
         "mean_return": float(np.mean([r["return"] for r in results])),
         "throughput": throughput(results, needs_hand_reset(env)),
+        "farmed_reward": farmed_reward_check(results),
         "per_episode": results,
     }
+    if farmed_warning(out["farmed_reward"], "evaluation"):
+        print(farmed_warning(out["farmed_reward"], "evaluation"), file=sys.stderr)
     if video_dir is not None:
         out["videos"] = sorted(videos, key=lambda v: v["episode"])
     return out
@@ -104,7 +110,16 @@ def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, lis
         "interventions": int(sum(bool(r.get("intervention")) for r in records[1:])),
         "ended_by": records[-1].get("ended_by") if len(records) > 1 else None,
     }
+    result.update(learned_reward_seen(env))
     return result, frames
+
+
+def learned_reward_seen(env) -> dict:
+    """The episode's highest learned success probability and its threshold, where the run's learned reward watched."""
+    watch = watched(env)
+    if watch is None or watch.episode_prob_max is None:
+        return {}
+    return {"success_prob_max": watch.episode_prob_max, "success_threshold": watch.success_threshold}
 
 
 def control_hz(env) -> float | None:
@@ -135,6 +150,12 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
     )
     if result.get("throughput"):
         text += "\n## Throughput and time\n\n" + throughput_markdown([("evaluation", result["throughput"])])
+    if farmed := result.get("farmed_reward"):
+        text += (
+            f"\nlearned reward farmed (its success probability over {farmed['threshold']:.2f} while the env says "
+            f"failure) in {farmed['farmed']}/{farmed['episodes']} episodes ({farmed['share']:.0%}; bound "
+            f"{farmed['bound']:.0%}){' **FLAGGED**' if farmed['flagged'] else ''}\n"
+        )
     if result.get("selection"):
         from robo_rl.eval.select import selection_markdown
 
@@ -154,16 +175,6 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
 def needs_hand_reset(env) -> bool:
     """A real robot: an env (or wrapper chain) with an arm `driver` that is not a MuJoCo twin."""
     return getattr(env, "driver", None) is not None and getattr(env, "driver_twin", None) is None
-
-
-def learned_success_threshold(env) -> float | None:
-    """The success threshold of a reward model's shaper in the env chain (robo_rl/rewards/wrapper.py), if any."""
-    while env is not None:
-        config = getattr(getattr(env, "shaper", None), "config", None)
-        if getattr(config, "success_threshold", None) is not None:
-            return float(config.success_threshold)
-        env = getattr(env, "env", None)
-    return None
 
 
 def run_episode(
@@ -191,7 +202,7 @@ def run_episode(
     steps_start = time.perf_counter()
     reset_s = steps_start - start + hand_reset_s
     length, ret, interventions, takeovers, human = 0, 0.0, 0, 0, False
-    grasped_ever = grasped = progress_max = progress = prob_max = None
+    grasped_ever = grasped = progress_max = progress = None
     faulted = False
     staged = getattr(getattr(env, "unwrapped", env), "progress", None)  # robosuite's staged progress (failures.py)
     while True:
@@ -216,8 +227,6 @@ def run_episode(
         if info.get("progress") is not None or callable(staged):
             progress = float(info["progress"]) if info.get("progress") is not None else float(staged())
             progress_max = progress if progress_max is None else max(progress_max, progress)
-        if info.get("success_prob") is not None:  # a learned reward scores this chain
-            prob_max = max(prob_max or 0.0, float(info["success_prob"]))
         faulted = faulted or bool(info.get("fault"))
         if terminated or truncated:
             break
@@ -263,8 +272,7 @@ def run_episode(
         "real_robot": needs_hand_reset(env),  # its wall clock is the robot's time (robo_rl/eval/throughput.py)
         "cameras": cameras,
     }
-    if prob_max is not None:
-        result.update(success_prob_max=prob_max, success_threshold=learned_success_threshold(env))
+    result.update(learned_reward_seen(env))
     result["failure_mode"] = classify(result)
     return result, frames
 
@@ -302,14 +310,22 @@ def run_condition(
 
 
 # --- running a suite ----------------------------------------------------------------------------------------------
+def make_eval_env(cfg):
+    """The task's env behind its safety layer (as trained), watched by the run's learned reward if it had one (it
+    scores, it never judges: robo_rl/eval/watch.py)."""
+    from robo_rl.envs.wrappers import make_guarded_env
+
+    return watch_learned_reward(make_guarded_env(cfg), cfg)
+
+
 def build_env(cfg, score: str = "env"):
-    """The task's env behind its safety layer (as trained), with the person's devices when they score it or a real
-    robot needs them (hand resets, pause, e-stop, acknowledging a safety stop)."""
+    """The evaluation env (make_eval_env), with the person's devices when they score it or a real robot needs them
+    (hand resets, pause, e-stop, acknowledging a safety stop)."""
     from omegaconf import OmegaConf
 
-    from robo_rl.envs.wrappers import make_guarded_env, wrap
+    from robo_rl.envs.wrappers import wrap
 
-    env = make_guarded_env(cfg)
+    env = make_eval_env(cfg)
     node = OmegaConf.select(cfg, "human", default=None)
     if (score == "human" or is_real_robot_config(cfg)) and node and "_target_" in node:
         env = wrap(env, node, "the human's devices")
