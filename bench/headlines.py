@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ def _across_seeds(arms: dict, reps: int) -> dict:
 def restate(x: list[tuple[int, int, int]], y: list[tuple[int, int, int]], reps: int, gain: float) -> dict:
     """One comparison's statistics (see the module's docstring) from each arm's (seed, successes, episodes); with
     `reps` 0, those of the pooled episodes only (no bootstrap across seeds)."""
-    from robo_rl.eval.power import comparison_power
+    from robo_rl.eval.power import comparison_power, episodes_per_arm
     from robo_rl.eval.report import fisher_exact_p
     from robo_rl.eval.wilson import wilson_interval
 
@@ -138,6 +139,9 @@ def restate(x: list[tuple[int, int, int]], y: list[tuple[int, int, int]], reps: 
         "verdict": power["verdict"],
         # part A's verdict reads 'underpowered' there too, though no number of episodes could show that gain
         "ceiling": ky / ny + gain > 1.0,
+        "episodes_per_arm_for_gain": None if ky / ny + gain >= 1.0 else episodes_per_arm(ky / ny, gain),
+        # a rank test on the seeds alone can reach no lower p than both orderings' share of all orderings
+        "seed_level_min_p": round(2 / math.comb(len(x) + len(y), len(x)), 4),
         "seeds_note": (
             "one seed a side: no spread across seeds, the probability of improvement is 0, 0.5 or 1"
             if seeds < 2
@@ -364,6 +368,8 @@ def main() -> None:
     print(table(rows), end="")
     under = [r["key"] for r in rows if r["verdict"] == "underpowered"]
     print(f"\nunderpowered for +{100 * args.gain:.0f} points: {', '.join(under) or 'none'}")
+    floor = min(r["seed_level_min_p"] for r in rows)
+    print(f"the lowest two-sided p a rank test on these seeds alone could give: {floor:.2f}")
     method = (
         f"per arm: episodes pooled over seeds, Wilson 95%; across seeds: rliable probability of improvement and mean, "
         f"stratified bootstrap, {reps} repetitions, seed 0, 95% percentile intervals; test: Fisher's exact, two-sided, "

@@ -35,6 +35,7 @@ def test_a_planted_gain_of_35_points_on_three_seeds_is_detected_and_every_seed_o
     assert row["fisher_p"] < 1e-6 and row["verdict"] == "detected"
     assert row["minimum_detectable_gain"] < 0.2 and not row["ceiling"]
     assert "1/18" in row["seeds_note"]  # 3 x 3 seeds: a coarse probability of improvement
+    assert row["seed_level_min_p"] == pytest.approx(0.1)  # 2 of the 20 orderings of 3 + 3 seeds
 
 
 def test_the_curve_point_nearest_the_env_steps_asked_is_the_one_compared(tmp_path):
@@ -52,6 +53,7 @@ def test_five_points_on_60_episodes_a_side_is_underpowered_for_ten(tmp_path):
     assert row["fisher_p"] > 0.05
     assert row["minimum_detectable_gain"] > 0.10  # 60 episodes a side cannot see +10 points from 0.55
     assert row["verdict"] == "underpowered"
+    assert row["episodes_per_arm_for_gain"] == 376  # robo-rl eval plan baseline=0.55 gain=0.10
     assert row["probability_of_improvement"] is None  # no bootstrap asked for
 
 
