@@ -50,3 +50,15 @@ def test_eval_compare_without_out_writes_beside_the_first_run_not_into_the_worki
     assert [p["label"] for p in table["policies"]] == ["a", "b"]
     assert f"written: {a / 'eval' / 'compare_smoke.md'}" in capsys.readouterr().out
     assert list(elsewhere.iterdir()) == [], "nothing in the working directory"
+
+
+def test_an_evaluation_under_launch_draws_its_bar_for_the_launchers_status_line(tmp_path, capsys, monkeypatch):
+    """`launch` turns its processes' bars off and shows each log's last line: a learner's final evaluation (15
+    minutes on a robot's twin) showed "connected" and nothing else until it ended."""
+    run = make_run(tmp_path, "run")
+    monkeypatch.setenv("ROBO_RL_STARTED_BY", "launch")
+    assert main(["eval", f"checkpoint={run}", "eval.episodes=2", "logger.progress=false"]) == 0
+    assert "evaluation: 100%" in capsys.readouterr().err
+    monkeypatch.delenv("ROBO_RL_STARTED_BY")
+    assert main(["eval", f"checkpoint={run}", "eval.episodes=2", "logger.progress=false"]) == 0
+    assert "evaluation:" not in capsys.readouterr().err  # asked for no bar, not under launch: none

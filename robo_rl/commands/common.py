@@ -16,6 +16,14 @@ class UsageError(UserError, ValueError):
     """A command line that asks for something the command cannot do."""
 
 
+def shows_progress(cfg) -> bool:
+    """Whether a long loop draws its bar: `logger.progress`, or always under `launch`, which turns the bars off for
+    its processes but shows each log's last redraw (a learner's final evaluation on a robot's twin is 15 minutes)."""
+    import os
+
+    return bool(cfg.logger.progress) or os.environ.get(STARTED_BY_ENV) == "launch"
+
+
 def setup_logging(cfg, log_file: Path | None = None) -> None:
     from robo_rl.quiet import quiet_library_noise
 

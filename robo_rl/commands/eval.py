@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from robo_rl.commands.common import UsageError
+from robo_rl.commands.common import UsageError, shows_progress
 from robo_rl.commands.eval_plan import cmd_eval_plan, gain_option
 from robo_rl.config import ConfigError
 from robo_rl.configs.eval import EvalConfig
@@ -89,7 +89,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
             policy.eval(),
             settings.episodes,
             settings.seed,
-            progress=cfg.logger.progress,
+            progress=shows_progress(cfg),
             video_dir=out_dir / "videos" if settings.video else None,
             video_episodes=settings.video_episodes,
         )
