@@ -14,6 +14,7 @@ workstation with a robot or two does not need it: `robo-rl launch` (with `host:`
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -139,7 +140,7 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
     started = not ray.is_initialized()
     if started:
         _check_reachable(layout.ray_address)
-        ray.init(address=layout.ray_address, log_to_driver=False)
+        _init(ray, layout, out or sys.stdout)
     hosts: dict = {}
     nodes: dict = {}
     try:
@@ -187,6 +188,29 @@ def launch_on_ray(layout, overrides: list[str], out=None) -> int:
             ray.kill(h)
         if started:
             ray.shutdown()
+
+
+def _init(ray, layout, out) -> None:
+    """`ray_address`, else a running cluster, else a local instance sized to the layout: Ray places by the CPUs it is
+    told, and a learner with four actors asks for five where a workstation may have two (the local launcher shares
+    the cores as well; a cluster's own resources are never overridden)."""
+    if layout.ray_address is not None:
+        ray.init(address=layout.ray_address, log_to_driver=False)
+        return
+    try:
+        ray.init(address="auto", log_to_driver=False)  # a cluster already running here (`ray start --head`)
+        return
+    except ConnectionError:
+        pass
+    cores = os.cpu_count() or 1
+    asked = sum(float(p.ray.get("num_cpus", DEFAULT_CPUS)) for p in layout.processes)
+    if asked > cores:
+        print(
+            f"a local Ray instance: the layout asks for {asked:g} CPUs and this machine has {cores}; Ray is told "
+            f"{math.ceil(asked)}, so every process is placed and they share the cores",
+            file=out,
+        )
+    ray.init(num_cpus=max(cores, math.ceil(asked)), log_to_driver=False)
 
 
 def _wait_placed(ray, hosts: dict) -> dict:

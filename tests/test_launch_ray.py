@@ -122,6 +122,39 @@ def test_a_ray_address_nothing_answers_at_is_one_line_not_minutes_of_retries(tmp
     assert time.monotonic() - start < 10 and not ray.is_initialized()
 
 
+def test_a_local_instance_is_sized_to_the_layout_a_running_cluster_is_joined_as_it_is(monkeypatch, capsys):
+    """sim_four (five processes of one CPU each) on a 2-core machine: a local Ray told 2 CPUs placed two and refused
+    the rest after 120 s. Ray's own init is replaced by a recorder here (starting Ray twice costs 30 s); its calls are
+    checked against the real signature, and "auto" with no cluster raises what the real one does."""
+    import inspect
+
+    from launch import ray_launcher
+
+    calls = []
+
+    def init(**kwargs):
+        inspect.signature(ray.init).bind(**kwargs)
+        calls.append(kwargs)
+        if kwargs.get("address") == "auto" and not cluster_running:
+            raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_launcher.os, "cpu_count", lambda: 2)
+    layout = load_layout("sim_four")
+    cluster_running = False
+    ray_launcher._init(ray, layout, sys.stdout)
+    assert calls[-1] == {"num_cpus": 5, "log_to_driver": False}
+    assert "asks for 5 CPUs and this machine has 2" in capsys.readouterr().out
+    calls.clear()
+    cluster_running = True  # a cluster's resources are its own: joined, never resized
+    ray_launcher._init(ray, layout, sys.stdout)
+    assert calls == [{"address": "auto", "log_to_driver": False}]
+    layout.ray_address = "10.0.0.5:6379"
+    calls.clear()
+    ray_launcher._init(ray, layout, sys.stdout)
+    assert calls == [{"address": "10.0.0.5:6379", "log_to_driver": False}]
+
+
 @pytest.fixture(scope="module")
 def local_ray(request):
     """A new local Ray instance (never one a ray_current_cluster file names) for this file's tests, its session files
