@@ -93,8 +93,8 @@ def test_a_suite_report_shows_the_throughput_of_each_condition_and_says_which_cl
     }
     write_suite_report(tmp_path, report)
     md = (tmp_path / "report.md").read_text()
-    assert "| nominal | wall clock | 0.033 | 90 | 31.7 | 30 | 25 | 60.00 | 30.00 |" in md
-    assert "| nominal | control rate (20 Hz) (primary) | 0.021 | 144 |" in md
+    assert "| nominal | wall clock | 0.0333 | 90 | 31.7 | 30 | 25 | 60.00 | 30.00 |" in md
+    assert "| nominal | control rate (20 Hz) (primary) | 0.0208 | 144 |" in md
     assert "wall: wall clock" in md and "control_rate: robot time at the env's control rate" in md
     html = (tmp_path / "report.html").read_text()
     assert "Throughput and time" in html and "<td>90</td>" in html and "<td>144</td>" in html

@@ -74,7 +74,10 @@ def throughput(episodes: list[dict], real_robot: bool = False) -> dict:
 
 
 def _fmt(value, digits: str = ".3g") -> str:
-    return "-" if value is None else format(value, digits)
+    """'-' where undefined; thousands whole with separators (3.9e+03 reads badly in a table)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else format(value, digits)
 
 
 THROUGHPUT_HEAD = (
@@ -96,7 +99,7 @@ def throughput_cells(t: dict, clock: str) -> list[str]:
         return ["-"] * (len(THROUGHPUT_HEAD) - 1)
     keys = ("successes_per_hour", "cycle_s_mean", "cycle_s_median", "time_to_success_s")
     rates = ("interventions_per_hour", "safety_stops_per_hour")
-    return [_fmt(c["hours"], ".3f"), *(_fmt(c[k]) for k in keys), *(_fmt(c[k], ".2f") for k in rates)]
+    return [_fmt(c["hours"]), *(_fmt(c[k]) for k in keys), *(_fmt(c[k], ".2f") for k in rates)]
 
 
 def clock_label(t: dict, clock: str) -> str:
