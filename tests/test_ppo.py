@@ -419,6 +419,9 @@ def test_an_actor_and_a_learner_run_on_policy_iterations(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     iters = {x["ppo_iteration"]: x for x in lines if "ppo_iteration" in x}
     assert all(x["rollout_env_steps"] >= 120 for x in iters.values())
+    # the learner's guards ran on every iteration's metrics, the recorded log-probabilities matched, none tripped
+    assert all(x["guard_ppo_skipped"] == 0 and x["log_prob_recorded_diff"] < 1e-3 for x in iters.values())
+    assert not [x for x in lines if x.get("kind") == "guard"]
     assert learner.schedule.rollout.stale_steps < learner.env_steps / 3, (
         "actors wait for new weights instead of running on"
     )
