@@ -92,6 +92,7 @@ def test_every_condition_runs_on_the_same_seeds_into_a_report_with_a_row_a_bar_a
                 assert gif.format == "GIF" and max(gif.size) <= 96 and gif.n_frames <= 60
     printed = capsys.readouterr().out
     assert "horizon_4" in printed and "report: " in printed
+    assert "successes/h (control rate)" in printed  # in sim the primary clock is the env's control rate
 
 
 def test_wilson_intervals_match_the_closed_form_values():

@@ -8,7 +8,7 @@ from robo_rl.eval.conditions import Condition
 from robo_rl.eval.episodes import run_condition
 from robo_rl.eval.report import write_suite_report
 from robo_rl.eval.suite import summarize
-from robo_rl.eval.throughput import throughput
+from robo_rl.eval.throughput import rate_text, throughput
 from sim.point_reach import PointReachEnv
 
 T0 = 1_700_000_000.0  # a wall-clock start; the figures depend only on differences
@@ -61,6 +61,8 @@ def test_successes_per_hour_count_resets_and_failures_on_both_clocks():
     assert robot["time_to_success_s"] == pytest.approx((10 + 15 + 5) / 3)
     assert t["primary"] == "control_rate" and t["control_hz"] == CONTROL_HZ
     assert throughput(three_successes_in_two_minutes(), real_robot=True)["primary"] == "wall"
+    assert rate_text(t) == "144 successes/h (control rate)"
+    assert rate_text(throughput(three_successes_in_two_minutes(), real_robot=True)) == "90 successes/h (wall clock)"
     on_robot = [{**r, "real_robot": True} for r in three_successes_in_two_minutes()]  # hand-reset episodes
     assert summarize(Condition("nominal"), on_robot)["throughput"]["primary"] == "wall"
 

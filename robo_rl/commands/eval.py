@@ -311,6 +311,7 @@ def _under_null_nodes(cfg, overrides: list[str]) -> list[str]:
 
 def cmd_eval_suite(overrides: list[str]) -> int:
     from robo_rl.eval.behaviour import farmed_warning
+    from robo_rl.eval.throughput import rate_text
     from robo_rl.eval.unseen import unseen_note
 
     report, out_dir = evaluate_on_suite(overrides, say=lambda text: print(text, file=sys.stderr))
@@ -320,7 +321,7 @@ def cmd_eval_suite(overrides: list[str]) -> int:
         fails = ", ".join(f"{m.replace('_', ' ')} {n}" for m, n in c["failure_modes"].items() if n)
         print(
             f"  {c['name']:<{width}}  {c['successes']:>3}/{c['n']:<3} {c['success_rate']:.2f} {ci_text(c)}  "
-            f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {fails}"
+            f"length {c['mean_length']:.1f}  {c['episode_s']:.3g} s/episode  {rate_text(c.get('throughput'))}  {fails}"
             + (f"  ({unseen_note(c)})" if unseen_note(c) else "")
             + (f"\n  {warning}" if (warning := farmed_warning(c.get("farmed_reward"), c["name"])) else "")
         )

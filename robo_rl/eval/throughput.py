@@ -117,3 +117,11 @@ def throughput_markdown(rows: list[tuple[str, dict]]) -> str:
                 text += f"| {label} | {clock_label(t, clock)} | " + " | ".join(throughput_cells(t, clock)) + " |\n"
     text += "\n" + "".join(f"- {clock}: {meaning}\n" for clock, meaning in CLOCKS.items())
     return text
+
+
+def rate_text(t: dict | None) -> str:
+    """A condition's successes per hour on its primary clock, for a console line ('' where unknown)."""
+    c = (t or {}).get((t or {}).get("primary"))
+    if not c or c["successes_per_hour"] is None:
+        return ""
+    return f"{_fmt(c['successes_per_hour'])} successes/h ({'wall clock' if t['primary'] == 'wall' else 'control rate'})"
