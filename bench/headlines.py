@@ -139,7 +139,8 @@ def restate(x: list[tuple[int, int, int]], y: list[tuple[int, int, int]], reps: 
         "verdict": power["verdict"],
         # part A's verdict reads 'underpowered' there too, though no number of episodes could show that gain
         "ceiling": ky / ny + gain > 1.0,
-        "episodes_per_arm_for_gain": None if ky / ny + gain >= 1.0 else episodes_per_arm(ky / ny, gain),
+        # None where the plan's normal approximation has no variance to work with (Y at 0) or no room (at the ceiling)
+        "episodes_per_arm_for_gain": episodes_per_arm(ky / ny, gain) if 0 < ky / ny and ky / ny + gain <= 1 else None,
         # a rank test on the seeds alone can reach no lower p than both orderings' share of all orderings
         "seed_level_min_p": round(2 / math.comb(len(x) + len(y), len(x)), 4),
         "seeds_note": (

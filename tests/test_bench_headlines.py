@@ -65,6 +65,13 @@ def test_a_baseline_at_one_leaves_no_room_for_the_gain_asked(tmp_path):
     assert row["verdict"] == "underpowered"  # part A's word for it, which the table marks as the ceiling
 
 
+def test_a_baseline_that_never_succeeded_is_detected_against_without_a_plan(tmp_path):
+    _learning_file(tmp_path, "x", {s: [(6000, 20, 50)] for s in range(3)})
+    _learning_file(tmp_path, "y", {s: [(6000, 0, 50)] for s in range(3)})
+    row = _restated(tmp_path, Arm("x", ("x",)), Arm("y", ("y",)))
+    assert row["verdict"] == "detected" and row["episodes_per_arm_for_gain"] is None
+
+
 def test_quoted_rates_and_per_seed_records_read_as_counts(tmp_path):
     assert arm_outcomes(Arm("base", quoted=(0.34, 0.76), episodes=50), tmp_path) == [(0, 17, 50), (1, 38, 50)]
     records = {
