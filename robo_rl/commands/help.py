@@ -88,7 +88,8 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         "       robo-rl eval plan baseline=<rate> gain=<change> [power=0.8] [alpha=0.05] [paired=true] [episode_s=<s>]",
         "Evaluate a checkpoint on eval.episodes seeded episodes and print the success rate with its 95% interval.\n"
         "With a run folder, its saved config is the base (the env it was trained on); env.* overrides change the\n"
-        "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder.\n"
+        "task, e.g. env.cube_xy_range_m=[0.15,0.15]. Writes an eval report into the run folder, of the evaluated\n"
+        "checkpoint eval.select picks (the highest Wilson lower bound by default), with successes per hour.\n"
         "suite=<name> (launch/conf/suite/, or a .yaml) runs each of the suite's conditions (config overrides) on the\n"
         "same seeds in eval.workers env processes; <run>/eval/<suite>/report.{md,html,json}: success with Wilson\n"
         "intervals, lengths, wall times, failure modes, a success and a failure clip per condition (eval.video=false:\n"
@@ -108,6 +109,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
             "eval.episodes",
             "eval.seed",
             "eval.video",
+            "eval.select",
             "env.cube_xy_range_m",
             "env.max_episode_steps",
         ),
