@@ -228,3 +228,47 @@ def test_tripped_guards_reach_the_run_report(tmp_path):
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert [r["guard"] for r in report["guards"]] == ["no_success"] and report["guards"][0]["episodes"] == 3
     assert "no successful episode in the first 3" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_a_real_residual_actor_that_cannot_move_is_flagged_and_a_learning_one_is_not():
+    """The residual algorithm's own metrics feed the guard: on a one-step task whose best action is not the base's,
+    an actor with a learning rate of 1e-12 stays at the base for 8 actor updates (flagged); at 3e-3 it moves (not
+    flagged); Q stays inside the return's range in both (the rewards are -|a - a*|², one step)."""
+    import numpy as np
+
+    from robo_rl.algos.residual import build_residual
+    from tests.test_residual import LinearBase, residual_policy
+
+    target = torch.tensor([[0.2, -0.1, 0.0], [0.0, 0.0, 0.9]])
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        s = torch.rand(64, 3, generator=gen) * 2 - 1
+        a = (torch.rand(64, 2, generator=gen) * 2 - 1) * 0.4
+        zeros, obs = torch.zeros(64, 2), {"state": s, "images": {}}
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": a,
+            "reward": -((a - s @ target.T) ** 2).sum(-1),
+            "discount": torch.zeros(64),
+            "extras": {"base_action": zeros},
+            "next_extras": {"base_action": zeros},
+            "next_extras_valid": torch.ones(64, dtype=torch.bool),
+            "intervention": torch.zeros(64, dtype=torch.bool),
+        }
+
+    flags = {}
+    for lr in (1e-12, 3e-3):
+        torch.manual_seed(0)
+        policy = residual_policy(LinearBase(np.zeros((2, 3), np.float32)))
+        keys = {"batch_size": 64, "n_step": 1, "critic_updates_per_actor": 1, "critic_hidden": [32, 32]}
+        algo = build_residual(policy, make_observation_space(3, {}), 2, lr_actor=lr, precision="float32", **keys)
+        g = guards(base_updates=8)
+        for _ in range(8):
+            b = batch()
+            g.rewards(b["reward"].numpy())
+            metrics = g.update(algo.update([b]))
+        flags[lr] = metrics
+    assert flags[1e-12]["guard_unmoved_actor"] == 1.0 and flags[3e-3]["guard_unmoved_actor"] == 0.0, flags
+    assert flags[1e-12]["guard_q_range"] == flags[3e-3]["guard_q_range"] == 0.0
