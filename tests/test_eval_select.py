@@ -61,7 +61,7 @@ def evaluated_run(root: Path) -> tuple[Path, list[Path]]:
         "success_ci95": MANY["success_ci95"],
         "mean_length": 12.5,
         "mean_return": 0.9,
-        "checkpoint": str(paths[0]),
+        "checkpoint": "/where/it/ran/before/run/checkpoints/step_000010000.pt",  # the run folder moved since
         "env_steps": 10000,
     }
     (run / "eval" / "step_000010000").mkdir(parents=True)
@@ -75,7 +75,9 @@ def test_a_run_report_stands_for_the_earlier_checkpoint_with_the_higher_lower_bo
     result, path, steps = choose(
         run, {**now, "mean_length": 9.0, "mean_return": 0.8}, str(newest), 20000, "lower_bound", SEEDS_OF
     )
-    assert (path, steps) == (str(first), 10000) and result["successes"] == 45 and result["mean_length"] == 12.5
+    assert (
+        (path, steps) == (str(first.resolve()), 10000) and result["successes"] == 45 and result["mean_length"] == 12.5
+    )
     sel = result["selection"]
     assert sel["rule"] == "lower_bound" and [c["env_steps"] for c in sel["candidates"]] == [10000, 20000]
     assert "held out" in sel["heldout"]

@@ -72,8 +72,10 @@ def select_checkpoint(candidates: list[dict], rule: str = "lower_bound") -> dict
 
 def evaluated_checkpoints(run_dir: Path, episodes: int, seed: int) -> list[dict]:
     """Candidates from the reports under <run>/eval/ (their own evaluation and the candidates they list) of
-    checkpoints that still exist, on `episodes` episodes from `seed`; one per checkpoint."""
+    checkpoints still in <run>/checkpoints/, on `episodes` episodes from `seed`; one per checkpoint, its path in this
+    run folder (a report may name it relative to where `robo-rl eval` ran, or where the run was before a move)."""
     found: dict[str, dict] = {}
+    here = Path(run_dir).resolve() / "checkpoints"
     for path in sorted(Path(run_dir, "eval").glob("*/report.json")) + [Path(run_dir, "eval", "report.json")]:
         try:
             report = json.loads(path.read_text())
@@ -84,8 +86,9 @@ def evaluated_checkpoints(run_dir: Path, episodes: int, seed: int) -> list[dict]
         listed = (report.get("selection") or {}).get("candidates") or []
         own = {**of_result(report, report["checkpoint"], report.get("env_steps", 0)), "report": str(path)}
         for c in [own, *listed]:
-            if c.get("seed") == seed and c["episodes"] == episodes and Path(c["checkpoint"]).is_file():
-                found.setdefault(str(Path(c["checkpoint"]).resolve()), c)
+            file = here / Path(c["checkpoint"]).name
+            if c.get("seed") == seed and c["episodes"] == episodes and file.is_file():
+                found.setdefault(str(file), {**c, "checkpoint": str(file)})
     return list(found.values())
 
 
@@ -126,11 +129,10 @@ def choose(
     or an earlier evaluated checkpoint's, with the selection (rule, candidates, held-out note) added; `say` is told
     which and why. Returns (that result, its checkpoint, its env steps)."""
     now = of_result(result, checkpoint, env_steps)
-    same = str(Path(checkpoint).resolve())
     earlier = [
         c
         for c in evaluated_checkpoints(run_dir, result["episodes"], now["seed"])
-        if str(Path(c["checkpoint"]).resolve()) != same
+        if Path(c["checkpoint"]).name != Path(checkpoint).name
     ]
     selection = select_checkpoint([now, *earlier], rule)
     selection["heldout"] = heldout_note(cfg, now["seed"], result["episodes"])
