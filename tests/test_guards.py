@@ -168,6 +168,40 @@ def test_an_actor_that_never_leaves_its_base_is_flagged(caplog):
     assert caplog.text.count("never left its base") == 1  # warned once
 
 
+def test_a_dsrl_noise_actor_that_never_moves_is_flagged_and_a_learning_one_is_not():
+    """DSRL's actor starts at its base's prior: the real algorithm reports how far its weights moved, and the guard
+    trips on an actor whose updates change next to nothing (a learning rate of 1e-12), not on a learning one."""
+    from robo_rl.algos.dsrl import build_dsrl
+    from tests.test_dsrl import SPACE, flow_base, noise_policy
+
+    def batch(gen):
+        s, w = torch.rand(32, 2, generator=gen) * 2 - 1, torch.rand(32, 4, generator=gen) * 2 - 1
+        obs = {"state": s, "images": {}}
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": torch.zeros(32, 2, 2),
+            "reward": -(w**2).sum(-1),
+            "discount": torch.zeros(32),
+            "extras": {"noise": w},
+            "next_extras": {"noise": w},
+            "intervention": torch.zeros(32, dtype=torch.bool),
+            "next_extras_valid": torch.ones(32, dtype=torch.bool),
+        }
+
+    flags = {}
+    for lr in (1e-12, 3e-3):
+        base = flow_base(chunk=2, seed=3)
+        algo = build_dsrl(
+            noise_policy(base, execute_steps=2), SPACE, 2, batch_size=32, lr_actor=lr, precision="float32"
+        )
+        g, gen = guards(base_updates=5), torch.Generator().manual_seed(0)
+        for _ in range(6):
+            flags[lr] = g.update(algo.update([batch(gen)]))
+    assert flags[1e-12]["actor_moved"] < 1e-6 and flags[1e-12]["guard_unmoved_actor"] == 1.0, flags[1e-12]
+    assert flags[3e-3]["actor_moved"] > 1e-3 and flags[3e-3]["guard_unmoved_actor"] == 0.0, flags[3e-3]
+
+
 def test_a_farmed_learned_reward_is_flagged_and_an_agreeing_one_is_not():
     """Per episode the model's best success probability against the simulator's success: 40% scored successes the
     simulator calls failures trips the 30% bar; 10% disagreement does not; episodes without a probability are left

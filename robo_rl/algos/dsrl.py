@@ -166,7 +166,17 @@ class DSRL(Algorithm):
             "alpha": self.alpha.item(),
             "entropy": -log_prob.mean().item(),
             "noise_abs_mean": noise.detach().abs().mean().item(),
+            "actor_moved": self._actor_moved(),
         }
+
+    @torch.no_grad()
+    def _actor_moved(self) -> float:
+        """How far the noise actor's weights are from where this process's first update found them (relative L2):
+        the guards' sign of an actor that never leaves its base (robo_rl/algos/guards.py)."""
+        now = torch.cat([p.detach().flatten() for p in self.policy.actor.parameters()])
+        if getattr(self, "_actor_start", None) is None or self._actor_start.shape != now.shape:
+            self._actor_start = now.clone()
+        return float((now - self._actor_start).norm() / self._actor_start.norm().clamp_min(1e-12))
 
     # --- prior data -----------------------------------------------------------------------------
     def relabel_prior(self, batch: dict) -> dict:

@@ -9,7 +9,9 @@ repeats. PPO's own guards (the recorded log-probabilities, the ratio and KL befo
                     per-step rewards in [r_min, r_max] (the demonstrations' and every online step's) bound it by
                     [min(r_min, r_min/(1-γ)), max(r_max, r_max/(1-γ))], SAC's entropy bonus α·H per step added; a
                     time-limit cut bootstraps, so the infinite horizon is the bound, not the episode's length
-  unmoved_actor     a residual actor whose mean |action − base action| stays below ε over the last N actor updates
+  unmoved_actor     an actor that never leaves its base over the last N actor updates: a residual's mean
+                    |action − base action| below ε, or a DSRL noise actor whose weights moved less than ε (relative)
+                    from where the run's first update found them (its base's prior is where it starts)
   reward_disagrees  a learned reward whose success (p ≥ 0.5 at some step of the episode) differs from the
                     simulator's on more than a share of the last N episodes that recorded both
   no_success        no successful online episode among the first N
@@ -97,9 +99,10 @@ class TrainingGuards:
         """An update's metrics with each guard's state added (`guard_<name>`: 1.0 once it tripped)."""
         if "q_mean" in metrics and self.r_min <= self.r_max:
             self._check_q(float(metrics["q_mean"]), float(metrics.get("alpha", 0.0)) * metrics.get("entropy", 0.0))
-        if "residual_abs_mean" in metrics:
-            self.residuals.append(float(metrics["residual_abs_mean"]))
-            self._check_base()
+        for key in ("residual_abs_mean", "actor_moved"):  # residual RL's and DSRL's distance from the base
+            if key in metrics:
+                self.residuals.append(float(metrics[key]))
+                self._check_base(key)
         skipped = metrics.get("minibatches_skipped_ratio", 0) + metrics.get("minibatches_skipped_kl", 0)
         if skipped:
             self.trip(
@@ -131,12 +134,16 @@ class TrainingGuards:
                 r_max=self.r_max,
             )
 
-    def _check_base(self) -> None:
+    def _check_base(self, key: str = "residual_abs_mean") -> None:
         window = self.residuals
         if len(window) == window.maxlen and max(window) < self.settings.base_epsilon:
+            what = {
+                "residual_abs_mean": "its mean |action - base action|",
+                "actor_moved": "the noise actor's relative weight change since the first update",
+            }[key]
             self.trip(
                 "unmoved_actor",
-                f"the actor never left its base: its mean |action - base action| stayed at or below "
+                f"the actor never left its base: {what} stayed at or below "
                 f"{max(window):.3g} (guards.base_epsilon={self.settings.base_epsilon}) over the last {len(window)} "
                 "actor updates: the run measures the base policy, not RL",
                 residual_max=max(window),
