@@ -25,6 +25,7 @@ from robo_rl.eval.report import (
     write_suite_report,
 )
 from robo_rl.eval.select import choose
+from robo_rl.eval.sources import read_report, sim_vs_real_sources, source_labels
 
 
 def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
@@ -331,43 +332,6 @@ def cmd_eval_suite(overrides: list[str]) -> int:
     return 0 if not report["stopped"] else 1
 
 
-def _read_report(arg: str) -> dict | None:
-    """A report.json given as itself or by its folder (None: not a report, a run or checkpoint to evaluate)."""
-    path = Path(arg)
-    if path.is_dir() and (path / "report.json").exists() and not (path / "checkpoints").is_dir():
-        path = path / "report.json"
-    if path.is_file() and path.suffix == ".json":
-        try:
-            report = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise SuiteError(f"{path}: not a suite report ({e})") from None
-        if not isinstance(report, dict) or "conditions" not in report or "suite" not in report:
-            raise SuiteError(f"{path}: not a suite report (robo-rl eval checkpoint=... suite=... writes one)")
-        report.setdefault("report_dir", str(path.parent))
-        return report
-    return None
-
-
-def _labels(args: list[str]) -> list[str]:
-    """A short name per source: the run folder's (a report at <run>/eval/<suite>/report.json too)."""
-    labels = []
-    for arg in args:
-        p = Path(arg)
-        if p.is_dir() and (p / "report.json").exists() and not (p / "checkpoints").is_dir():
-            p = p / "report.json"
-        if p.suffix == ".json":
-            name = p.parents[2].name if p.parent.parent.name == "eval" else p.parent.name
-        elif p.suffix == ".pt":
-            name = p.parents[1].name if p.parent.name == "checkpoints" else p.stem
-        else:
-            name = p.name
-        label, k = name or arg, 2
-        while label in labels:
-            label, k = f"{name}_{k}", k + 1
-        labels.append(label)
-    return labels
-
-
 def cmd_eval_compare(kind: str, args: list[str]) -> int:
     """`compare <a> <b> ...`: side by side on one suite; `sim_vs_real <run>` or `<sim report> <real report>`."""
     positional = [a for a in args if "=" not in a]
@@ -377,16 +341,16 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     options = [o for o in options if not o.startswith(("out=", "gain="))]
     suite_arg = next((o.split("=", 1)[1] for o in options if o.split("=", 1)[0] in ("suite", "eval.suite")), None)
     if kind == "sim_vs_real":
-        positional, labels, out = _sim_vs_real_sources(positional, suite_arg, out)
+        positional, labels, out = sim_vs_real_sources(positional, suite_arg, out)
     elif len(positional) < 2:
         raise SuiteError(
             "usage: robo-rl eval compare <run or report> <run or report> ... [suite=<name>] [gain=0.1] [out=<folder>]"
         )
     else:
-        labels = _labels(positional)
+        labels = source_labels(positional)
     entries = []
     for label, arg in zip(labels, positional, strict=True):
-        report = _read_report(arg)
+        report = read_report(arg)
         if report is None:
             if suite_arg is None:
                 raise SuiteError(
@@ -410,30 +374,3 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     print(compare_markdown(comparison, title), end="")
     print(f"\nwritten: {md} and {md.with_suffix('.json')}")
     return 0
-
-
-def _sim_vs_real_sources(positional: list[str], suite: str | None, out: str | None):
-    """(sources, labels, out folder): a run folder's <suite>/ and <suite>_real/ reports, or two reports given."""
-    if len(positional) == 2:
-        return positional, ["sim", "real"], out
-    if len(positional) != 1:
-        raise SuiteError(
-            "usage: robo-rl eval sim_vs_real <run> [suite=<name>] | sim_vs_real <sim report> "
-            "<real report> [out=<folder>]"
-        )
-    eval_dir = Path(positional[0]) / "eval"
-    pairs = sorted(
-        p.name[: -len("_real")]
-        for p in eval_dir.glob("*_real")
-        if (p / "report.json").exists() and (eval_dir / p.name[: -len("_real")] / "report.json").exists()
-    )
-    if suite is None and len(pairs) == 1:
-        suite = pairs[0]
-    if suite is None or suite not in pairs:
-        raise SuiteError(
-            f"sim_vs_real: {eval_dir} needs <suite>/report.json (sim) and <suite>_real/report.json "
-            f"(a real robot's) for the same suite; found pairs: {', '.join(pairs) or 'none'}"
-            + ("" if suite is None else f" (asked: {suite})")
-        )
-    sources = [str(eval_dir / suite / "report.json"), str(eval_dir / f"{suite}_real" / "report.json")]
-    return sources, ["sim", "real"], out or str(eval_dir)
