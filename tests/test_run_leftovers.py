@@ -39,6 +39,16 @@ def test_a_train_that_fails_before_its_first_checkpoint_leaves_no_run_folder(tmp
     assert run_folders(tmp_path) == [], "a failed start leaves no run folder"
 
 
+def test_a_train_with_a_learned_reward_that_is_not_there_is_refused_before_recording_demonstrations(tmp_path, capsys):
+    # the README's recipe with the model's training skipped: refused at once, not after 50 s of demonstrations
+    missing = tmp_path / "rewards" / "critic"
+    start = time.monotonic()
+    code = cli.main(["train", *isolated(tmp_path), "reward=model", f"reward.model={missing}"])
+    out = capsys.readouterr()
+    assert code == 2 and f"reward.model={missing}: no reward model there" in out.err, out.err
+    assert "demonstrations" not in out.out + out.err and run_folders(tmp_path) == [] and time.monotonic() - start < 20
+
+
 def test_a_distill_that_cannot_run_is_refused_before_a_run_folder_is_made(tmp_path, capsys):
     from policies.bc import BCPolicy
     from robo_rl.offline.bc import save_atomic

@@ -20,6 +20,7 @@ def cmd_train(overrides: list[str]) -> int:
     from robo_rl.config import load_config
 
     cfg = load_config(overrides)  # first: a bad setting is refused before numpy and the replay are imported
+    _check_reward_model(cfg)
     from robo_rl.runs import discard_unfinished_run, is_resumable
 
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
@@ -36,6 +37,20 @@ def cmd_train(overrides: list[str]) -> int:
     elif code == 130 and fresh and discard_unfinished_run(run_dir):
         print(f"removed the run folder {run_dir}: the run stopped before its first checkpoint")
     return code
+
+
+def _check_reward_model(cfg) -> None:
+    """A learned reward's model folder must be there before demonstrations are recorded for it (a critic served
+    over tcp:// is checked when the actor connects)."""
+    from robo_rl.config import ConfigError
+
+    reward = cfg.get("reward")
+    model = reward.get("model") if reward and "_target_" in reward else None
+    if isinstance(model, str) and "://" not in model and not Path(model).exists():
+        raise ConfigError(
+            f"reward.model={model}: no reward model there (robo-rl reward train kind=... data=<episodes> out={model} "
+            "makes one; README 'Learned rewards')"
+        )
 
 
 def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
