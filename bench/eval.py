@@ -47,13 +47,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from bench._results import write_result  # noqa: E402
 
 
-def untrained_checkpoint(root: Path) -> Path:
-    """A pick-task run folder whose policy is freshly initialised (its episodes run to the time limit)."""
+def fresh_run(run: Path, overrides: list[str]) -> Path:
+    """A run folder holding the config's policy as built, unlearnt, as its checkpoint at env step 0."""
     from robo_rl.config import load_config, make_env, make_policy, save_config
     from robo_rl.runs import save_checkpoint
 
-    cfg = load_config(["experiment=rlpd", "logger.progress=false"])
-    run = root / "untrained"
+    cfg = load_config([*overrides, "logger.progress=false"])
     run.mkdir(parents=True)
     save_config(cfg, run / "config.yaml")
     env = make_env(cfg)
@@ -61,6 +60,11 @@ def untrained_checkpoint(root: Path) -> Path:
     env.close()
     save_checkpoint(run, 0, {"algo": {"policy": policy.state_dict()}, "counters": {"env_steps": 0}})
     return run
+
+
+def untrained_checkpoint(root: Path) -> Path:
+    """A pick-task run folder whose policy is freshly initialised (its episodes run to the time limit)."""
+    return fresh_run(root / "untrained", ["experiment=rlpd"])
 
 
 def quick_suite(root: Path) -> Path:
@@ -154,18 +158,7 @@ def run_folder(outputs: Path) -> Path:
 
 def base_alone(root: Path, seed: int, base: Path) -> Path:
     """A residual run folder at env step 0 on `base`: its residual head is zero-initialised, so it acts as the base."""
-    from robo_rl.config import load_config, make_env, make_policy, save_config
-    from robo_rl.runs import save_checkpoint
-
-    cfg = load_config([f"seed={seed}", f"name=bc_base_s{seed}", f"policy.base.path={base}", "logger.progress=false"])
-    run = root / f"bc_base_s{seed}"
-    run.mkdir(parents=True)
-    save_config(cfg, run / "config.yaml")
-    env = make_env(cfg)
-    policy = make_policy(cfg, env)
-    env.close()
-    save_checkpoint(run, 0, {"algo": {"policy": policy.state_dict()}, "counters": {"env_steps": 0}})
-    return run
+    return fresh_run(root / f"bc_base_s{seed}", [f"seed={seed}", f"name=bc_base_s{seed}", f"policy.base.path={base}"])
 
 
 def recipes(root: Path, seeds: list[int], steps: int, suite: str, episodes: int) -> dict:
