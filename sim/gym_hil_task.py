@@ -38,7 +38,7 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from robo_rl.envs.render import fast_renderer
-from sim.seeding import global_numpy_seed
+from robo_rl.seeding import global_numpy_seed
 
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"
 GRIPPER_CTRL_MAX = 255.0

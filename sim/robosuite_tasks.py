@@ -58,8 +58,8 @@ import numpy as np
 
 from robo_rl.envs import RobotEnv, make_observation_space
 from robo_rl.envs.render import fast_renderer, render_cameras
+from robo_rl.seeding import global_numpy_seed
 from sim.randomize import DomainRandomizer, Randomization
-from sim.seeding import global_numpy_seed
 
 PROPRIO_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 OBJECT_KEYS = {  # the order of robosuite's object-state (robomimic's "object")

@@ -382,8 +382,8 @@ def test_hydra_env_configs_build_env_and_expert(option, env_type, expert_type):
 def test_image_observations_are_upright_and_match_robosuites_renderer():
     import robosuite
 
+    from robo_rl.seeding import global_numpy_seed
     from sim.robosuite_tasks import controller_config
-    from sim.seeding import global_numpy_seed
 
     env = RobosuiteEnv("Lift", observation="image", image_size=64)
     try:

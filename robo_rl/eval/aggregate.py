@@ -8,14 +8,14 @@ under a fixed seed, so a report computed twice prints the same intervals."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from robo_rl.errors import UserError
+from robo_rl.seeding import global_numpy_seed
 
 REPORT_REPS = 2000  # bootstrap repetitions of a report: the 95% bounds move by about 0.01 between seeds there
 CONFIDENCE = 0.95
@@ -40,17 +40,6 @@ class Estimate:
 
     def text(self, digits: int = 2) -> str:
         return f"{self.point:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """rliable's stratified bootstrap draws from numpy's global generator: seeded here, restored after."""
-    state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(state)
 
 
 def score_matrix(scores, name: str = "scores") -> np.ndarray:
@@ -81,7 +70,7 @@ def aggregate(
     from rliable import library
 
     matrices = {name: score_matrix(s, name) for name, s in scores.items()}
-    with seeded(seed):
+    with global_numpy_seed(seed):  # rliable draws from numpy's global generator
         points, intervals = library.get_interval_estimates(
             matrices, _statistics, reps=reps, confidence_interval_size=confidence
         )
@@ -104,7 +93,7 @@ def probability_of_improvement(
     x, y = score_matrix(scores_x, "X"), score_matrix(scores_y, "Y")
     if x.shape[1] != y.shape[1]:
         raise ScoreMatrixError(f"probability of improvement: X has {x.shape[1]} tasks, Y {y.shape[1]}")
-    with seeded(seed):
+    with global_numpy_seed(seed):  # rliable draws from numpy's global generator
         points, intervals = library.get_interval_estimates(
             {"x_over_y": [x, y]}, metrics.probability_of_improvement, reps=reps, confidence_interval_size=confidence
         )
@@ -120,7 +109,7 @@ def performance_profiles(
     from rliable import library
 
     matrices = {name: score_matrix(s, name) for name, s in scores.items()}
-    with seeded(seed):
+    with global_numpy_seed(seed):  # rliable draws from numpy's global generator
         return library.create_performance_profile(matrices, np.asarray(taus, float), reps=reps)
 
 
@@ -163,7 +152,7 @@ def curve_band(
 
     grid = score_matrix(curves, "curves")
     per_point = lambda s: metrics.aggregate_mean(s[:, None, :])  # each point a task of its own  # noqa: E731
-    with seeded(seed):
+    with global_numpy_seed(seed):  # rliable draws from numpy's global generator
         points, intervals = library.get_interval_estimates(
             {"curve": grid}, per_point, reps=reps, confidence_interval_size=confidence
         )
