@@ -1,4 +1,5 @@
-"""Seeding simulators that draw from numpy's global generator (robosuite's placement, gym-hil's block)."""
+"""Blocks run with numpy's global generator seeded: simulators that draw from it (robosuite's placement, gym-hil's
+block) and rliable's bootstrap."""
 
 from __future__ import annotations
 
