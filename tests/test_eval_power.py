@@ -205,3 +205,26 @@ def test_eval_compare_takes_the_gain_asked_and_writes_the_verdicts(tmp_path, cap
     assert test["gain_asked"] == 0.2 and test["verdict"] == "no difference at this power"
     assert main(["eval", "compare", *runs, "gain=ten", f"out={tmp_path}"]) == 2
     assert "gain=ten" in capsys.readouterr().err
+
+
+def test_a_suite_says_which_conditions_drops_it_detected_and_which_it_was_too_small_to_see():
+    """Each condition against the nominal one: a 60-point drop on 50 episodes is detected; a 4-point drop on 50
+    episodes could hide a 10-point one (underpowered); 1,000 episodes a side at 0.90 and 0.89 could not
+    (no difference at this power); the suite report's markdown carries the rows."""
+    from robo_rl.eval.report import against_nominal_markdown
+    from robo_rl.eval.robustness import against_nominal, against_nominal_line
+
+    def cond(name, k, n):
+        return {"name": name, "successes": k, "n": n, "success_rate": k / n if n else 0.0}
+
+    rows = against_nominal(
+        [cond("nominal", 45, 50), cond("mass_x4", 15, 50), cond("friction", 43, 50), cond("not_run", 0, 0)]
+    )
+    assert [(r["condition"], r["verdict"]) for r in rows] == [("mass_x4", "detected"), ("friction", "underpowered")]
+    assert rows[1]["minimum_detectable_gain"] > 0.10 and rows[0]["p"] < 1e-6
+    big = against_nominal([cond("nominal", 900, 1000), cond("light", 890, 1000)])
+    assert big[0]["verdict"] == "no difference at this power" and big[0]["minimum_detectable_gain"] < 0.10
+    assert "1 of 2 changes detected, 1 underpowered" in against_nominal_line(rows)
+    text = against_nominal_markdown(rows)
+    assert "| mass_x4 | -0.60 |" in text and "| friction | -0.04 |" in text and "underpowered" in text
+    assert against_nominal([cond("mass_x4", 15, 50)]) == [] and against_nominal_markdown([]) == ""

@@ -24,6 +24,7 @@ from robo_rl.eval.report import (
     write_comparison,
     write_suite_report,
 )
+from robo_rl.eval.robustness import against_nominal, against_nominal_line
 from robo_rl.eval.select import choose
 from robo_rl.eval.sources import read_report, sim_vs_real_sources, source_labels
 
@@ -270,6 +271,7 @@ def evaluate_on_suite(overrides: list[str], reuse: bool = False, say=print) -> t
             summarize(c, e, clips) for c, e, clips in zip(suite.conditions, run.episodes, run.clips, strict=True)
         ],
     }
+    report["against_nominal"] = against_nominal(report["conditions"])
     write_suite_report(out_dir, report)
     return report, out_dir
 
@@ -326,6 +328,8 @@ def cmd_eval_suite(overrides: list[str]) -> int:
             + (f"  ({unseen_note(c)})" if unseen_note(c) else "")
             + (f"\n  {warning}" if (warning := farmed_warning(c.get("farmed_reward"), c["name"])) else "")
         )
+    if against_nominal_line(report.get("against_nominal", [])):
+        print(against_nominal_line(report["against_nominal"]))
     if report["stopped"]:
         print(f"stopped early: {report['stopped']}")
     print(f"report: {out_dir / 'report.md'} (and report.html, report.json)")

@@ -132,6 +132,22 @@ def _markdown(report: dict) -> str:
         text += "\n## Throughput and time\n\n" + throughput_markdown(rows)
     if farmed_lines(report):
         text += "\n## Learned reward against the simulator\n\n" + "".join(f"- {ln}\n" for ln in farmed_lines(report))
+    return text + against_nominal_markdown(report.get("against_nominal", []))
+
+
+def against_nominal_markdown(rows: list[dict]) -> str:
+    """The suite report's section of robo_rl/eval/robustness.py's rows (none: no nominal condition)."""
+    if not rows:
+        return ""
+    text = (
+        f"\n## Against nominal\n\nEach condition's success against the nominal one's (Fisher's exact test, 5%); "
+        f"'detectable drop': the smallest drop from nominal its episodes detect with 80% power; 'underpowered': not "
+        f"detected, and a drop of {abs(rows[0]['gain_asked']):.2f} could have gone unseen.\n\n"
+        "| condition | change | Fisher p | detectable drop | verdict |\n|---|---|---|---|---|\n"
+    )
+    for r in rows:
+        mdg = "-" if r["minimum_detectable_gain"] is None else f"{r['minimum_detectable_gain']:.2f}"
+        text += f"| {r['condition']} | {r['change']:+.2f} | {r['p']:.3g} | {mdg} | {r['verdict']} |\n"
     return text
 
 
