@@ -27,6 +27,7 @@ from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import stack_obs
+from robo_rl.seeding import ENV_SEED_STRIDE
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.transport.actor_link import ActorLink
@@ -35,8 +36,6 @@ from robo_rl.transport.security import curve_keys
 from robo_rl.transport.threaded import ActorTransport
 
 log = logging.getLogger(__name__)
-
-ENV_SEED_STRIDE = 100_003  # env i of an actor with several starts from seed + i * this (a prime: no overlap soon)
 
 
 def _snapshot(values: collections.deque) -> np.ndarray:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from launch.launcher.ports import CRITIC_PORT
 from launch.layout import Layout, Process, merge_overrides, override_key
+from robo_rl.seeding import ACTOR_SEED_STRIDE
 
-SEED_STRIDE = 1000  # actor i runs seed + i * SEED_STRIDE, as `robo-rl train train.actors=N` does
+SEED_STRIDE = ACTOR_SEED_STRIDE  # actor i runs seed + i * SEED_STRIDE, as `robo-rl train train.actors=N` does
 
 
 @dataclass

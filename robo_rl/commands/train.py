@@ -12,6 +12,7 @@ from pathlib import Path
 
 from robo_rl.commands.common import STARTED_BY_ENV, UsageError, run_dir_for
 from robo_rl.commands.eval import cmd_eval
+from robo_rl.seeding import ACTOR_SEED_STRIDE
 
 
 def cmd_train(overrides: list[str]) -> int:
@@ -113,7 +114,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
                     "actor",
                     *child_args,
                     f"actor.id={name}",
-                    f"seed={int(cfg.seed) + 1000 * i}",
+                    f"seed={int(cfg.seed) + ACTOR_SEED_STRIDE * i}",
                 ],
                 stdout=open(run_dir / f"{name}.log", "w"),
                 stderr=subprocess.STDOUT,

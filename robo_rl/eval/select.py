@@ -19,6 +19,7 @@ from pathlib import Path
 
 from robo_rl.configs.eval import SELECT_RULES as RULES
 from robo_rl.eval.wilson import wilson_interval
+from robo_rl.seeding import ACTOR_SEED_STRIDE, ENV_SEED_STRIDE
 
 MEANINGS = (
     "the highest Wilson 95% lower bound",
@@ -26,8 +27,6 @@ MEANINGS = (
     "the newest checkpoint",
 )
 SELECT_RULES = dict(zip(RULES, MEANINGS, strict=True))
-ACTOR_SEED_STRIDE = 1000  # `robo-rl train train.actors=N`: actor i runs seed + i * 1000
-ENV_SEED_STRIDE = 100_003  # an actor's env i starts at its seed + i * this (robo_rl/actor.py)
 
 
 def candidate(checkpoint: str, env_steps: int, successes: int, episodes: int, seed: int | None) -> dict:
