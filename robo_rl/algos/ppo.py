@@ -228,14 +228,8 @@ class PPO(Algorithm):
         if tol is None:
             return None
         rows = min(len(recorded), b * LOG_PROB_CHECK_CALLS)
-        again = torch.cat(
-            [
-                self.policy.chain_log_prob(obs_rows(obs, slice(lo, min(lo + b, rows))), chain[lo : min(lo + b, rows)])[
-                    0
-                ]
-                for lo in range(0, rows, b)
-            ]
-        )
+        calls = [slice(lo, min(lo + b, rows)) for lo in range(0, rows, b)]
+        again = torch.cat([self.policy.chain_log_prob(obs_rows(obs, s), chain[s])[0] for s in calls])
         diff = float((again - recorded[:rows]).abs().max())
         if not diff <= tol:  # a NaN fails too
             raise LogProbMismatch(

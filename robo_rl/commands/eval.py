@@ -10,7 +10,7 @@ from pathlib import Path
 
 from robo_rl.commands.common import UsageError, shows_progress
 from robo_rl.commands.eval_plan import cmd_eval_plan, gain_option
-from robo_rl.config import ConfigError
+from robo_rl.config import ConfigError, override_value
 from robo_rl.configs.eval import EvalConfig
 from robo_rl.configs.typed import config_from
 from robo_rl.eval.compare_runs import compare_grouped, is_grouped
@@ -41,7 +41,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         return cmd_eval_suite(overrides)
     from omegaconf import OmegaConf
 
-    from robo_rl.config import load_config, load_saved_config, make_policy, override_value
+    from robo_rl.config import load_config, load_saved_config, make_policy
 
     ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
@@ -171,8 +171,6 @@ def parse_request(overrides: list[str]) -> EvalRequest:
 
 def wants_suite_runner(overrides: list[str]) -> bool:
     """`robo-rl eval` goes to the suite runner with a suite, or with a person scoring (a one-condition suite)."""
-    from robo_rl.config import override_value
-
     suite = override_value(overrides, "suite") or override_value(overrides, "eval.suite")
     score = override_value(overrides, "eval.score")
     if score == "reward":
@@ -340,10 +338,10 @@ def cmd_eval_compare(kind: str, args: list[str]) -> int:
     """`compare <a> <b> ...`: side by side on one suite; `sim_vs_real <run>` or `<sim report> <real report>`."""
     positional = [a for a in args if "=" not in a]
     options = [a for a in args if "=" in a]
-    out = next((o.split("=", 1)[1] for o in options if o.startswith("out=")), None)
+    out = override_value(options, "out")
     gain = gain_option(options)  # the gain the verdicts are about
     options = [o for o in options if not o.startswith(("out=", "gain="))]
-    suite_arg = next((o.split("=", 1)[1] for o in options if o.split("=", 1)[0] in ("suite", "eval.suite")), None)
+    suite_arg = override_value(options, "suite") or override_value(options, "eval.suite")
     if kind == "sim_vs_real":
         positional, labels, out = sim_vs_real_sources(positional, suite_arg, out)
     elif len(positional) < 2:

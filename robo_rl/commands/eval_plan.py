@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from robo_rl.config import override_value
 from robo_rl.eval.power import (
     ALPHA,
     GAIN,
@@ -81,7 +82,7 @@ def cmd_eval_plan(args: list[str]) -> int:
 
 def gain_option(options: list[str]) -> float:
     """`eval compare`'s `gain=`: the gain its verdicts are about (default +0.10)."""
-    value = next((o.split("=", 1)[1] for o in options if o.startswith("gain=")), None)
+    value = override_value(options, "gain")
     if value is None:
         return GAIN
     try:

@@ -129,7 +129,7 @@ def control_hz(env) -> float | None:
 
 def _save_video(env, video_dir: Path, result: dict, frames: list[np.ndarray]) -> dict:
     name = f"episode_{result['episode']:03d}_seed{result['seed']}_{'success' if result['success'] else 'failure'}.mp4"
-    fps = float(getattr(getattr(env, "unwrapped", env), "control_hz", 10.0))
+    fps = control_hz(env) or 10.0
     write_mp4(Path(video_dir) / name, frames, fps)
     return {**result, "path": f"{Path(video_dir).name}/{name}", "frames": len(frames)}
 
