@@ -89,6 +89,37 @@ def test_a_killed_actors_replacement_is_welcomed_at_its_first_hello_and_a_live_t
         learner.close()
 
 
+def test_a_heartbeat_read_after_its_connection_closed_does_not_bring_a_killed_actor_back():
+    """ZeroMQ may report a connection's close before the learner reads the last messages that came on it (seen on a
+    loaded CI machine: a killed actor's last heartbeat revived its session and its replacement was refused). Made
+    deterministic here: the heartbeat and the close both wait for one learner poll."""
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="test", actor_timeout_s=60.0)
+    crashed = ActorLink("127.0.0.1", *ports, actor_id="actor-0", learner_timeout_s=60.0)
+    replacement = None
+    try:
+        t_, _ = serve(learner, 5.0, until=hello_answered(learner))
+        crashed.hello("test", timeout_s=5)
+        t_.join()
+        assert learner.alive_actors == ["actor-0"]
+        crashed.heartbeat()  # its last words, then the process is gone: no bye
+        crashed.ctx.destroy(linger=1000)
+        time.sleep(0.5)  # the heartbeat is in the learner's queue and the close on its monitor
+        learner.poll(0)
+        assert learner.alive_actors == [] and learner.stale_heartbeats == 1
+        replacement = ActorLink("127.0.0.1", *ports, actor_id="actor-0", learner_timeout_s=60.0)
+        t_, _ = serve(learner, 5.0, until=lambda: learner.actors["actor-0"]["session"] == replacement.session)
+        replacement.hello("test", timeout_s=5)  # welcomed at its first hello
+        t_.join()
+        replacement.heartbeat()
+        serve_until(learner, lambda: False, 0.3, [])
+        assert learner.alive_actors == ["actor-0"] and learner.stale_heartbeats == 1, "a live heartbeat counts"
+    finally:
+        if replacement is not None:
+            replacement.close(0)
+        learner.close()
+
+
 def test_after_a_learner_restart_nothing_read_from_the_run_folder_opens_a_session(tmp_path):
     """A forger that reads every file of the run folder (the sessions, their seqs and their token hashes in the replay's
     manifest, every hex string anywhere) and tries each as the token of the stored session: refused every time, no

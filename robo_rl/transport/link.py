@@ -70,6 +70,22 @@ def connection_name(actor: str, session: int) -> bytes:
     return f"{actor[:100]}#{session:x}".encode()
 
 
+STALE_AFTER_CLOSE_S = 1.0  # ZeroMQ reconnects in 0.1 s; a heartbeat queued before a close is read with the close
+
+
+def _sent_before_its_close(info: dict, ident: bytes) -> bool:
+    """Whether a heartbeat on a session whose connection has just closed was queued before the close: ZeroMQ may
+    report the close before the process's last messages are read, and such a heartbeat must not bring a killed actor
+    back (its replacement would be refused). A live process's reconnect is heard at its next heartbeat."""
+    closed = info.get("closed")
+    return (
+        not info["alive"]
+        and closed is not None
+        and closed[0] == ident
+        and time.monotonic() - closed[1] < STALE_AFTER_CLOSE_S
+    )
+
+
 def _before_hello(info: dict | None, actor: str, ident: bytes) -> bool:
     """Whether a ctrl message comes from an actor process this learner has not welcomed yet but whose session it
     does not contradict: none is open under its id, or the one stored in the run folder is that connection's."""
@@ -147,7 +163,7 @@ class LearnerLink:
         # actor id → its session: token, acked/durable seq, held frames, connection, liveness, last stats
         self.actors: dict[str, dict] = {}
         self.bad_messages: collections.Counter = collections.Counter()  # reason → count
-        self.duplicates = self.unannounced = self.internal_errors = self.early_heartbeats = 0
+        self.duplicates = self.unannounced = self.internal_errors = self.early_heartbeats = self.stale_heartbeats = 0
         self._log_gate = LogGate()  # drops are counted each; their log lines are thinned per reason
         self.auto_ack = True
         self.first_spec: str | None = None  # the env spec of the first welcomed actor that told one in its hello
@@ -309,6 +325,9 @@ class LearnerLink:
                 f"wrong connection: {kind} for actor {meta['actor']} from one that did not open its session", sender
             )
             return
+        if kind == "heartbeat" and _sent_before_its_close(info, ident):
+            self.stale_heartbeats += 1  # queued by a process that has since died: it proves nothing alive
+            return
         if kind == "heartbeat":
             info["last_seen"], info["fd"] = time.monotonic(), source_fd(body[0])  # ZeroMQ may have reconnected
             info["stats"] = meta.get("stats", {})
@@ -375,6 +394,7 @@ class LearnerLink:
             token_hash=token_hash(token),
             ident=ident,
             fd=fd,
+            closed=None,
             user_id=user_id,
             last_seen=time.monotonic(),
             alive=True,
@@ -399,6 +419,7 @@ class LearnerLink:
             "stats": {},
             "ident": None,
             "fd": None,
+            "closed": None,  # (routing id, when) of its connection's last close
             "user_id": None,
             "alive": False,
             "refused": None,
@@ -469,7 +490,7 @@ class LearnerLink:
         for fd in self.connections.closed():
             for actor, info in self.actors.items():
                 if info["fd"] == fd:
-                    info["fd"] = None
+                    info["fd"], info["closed"] = None, (info["ident"], time.monotonic())
                     if info["alive"]:
                         info["alive"] = False
                         log.warning("actor %s lost: its connection closed", actor)
