@@ -127,6 +127,25 @@ class GymHilPickCubeConfig:
 
 
 @dataclass
+class MetaWorldConfig:
+    """sim/metaworld_tasks.py: Meta-World v3's Sawyer tasks (one, or a group sampled per episode) with instructions."""
+
+    blocks: ClassVar[tuple[str, ...]] = ("expert",)
+
+    task: str = setting(
+        "reach-v3", "a Meta-World task (reach-v3), a group (mt10, mt50, easy, medium, hard, very_hard) or a list a,b"
+    )
+    reward_type: str = setting(
+        "sparse", "sparse: 1 on success | dense: Meta-World's own shaping, 0-10 per step", choices=("dense", "sparse")
+    )
+    max_episode_steps: int = setting(500, f"{TIME_LIMIT} (Meta-World's own limit: 500)", low=1, high=500)
+    terminate_on_success: bool = setting(True, "end the episode on success (as Meta-World's evaluation does)")
+    goal_observable: bool = setting(True, "the goal's xyz in the state (Meta-World's MT setup; false: zeros, as ML)")
+    cameras: tuple[str, ...] = setting((), "cameras in the observation: corner2 (lerobot's view), corner, topview, ...")
+    image_size: int = setting(96, "camera image height and width, pixels", low=1, high=IMAGE_SIZE_MAX)
+
+
+@dataclass
 class PointReachConfig:
     """sim/point_reach.py: a point moves to a goal in the plane, no physics."""
 
@@ -221,6 +240,7 @@ BLOCKS: dict[str, dict[str | None, type]] = {
         "sim.robosuite_tasks.RobosuiteEnv": RobosuiteConfig,
         "sim.gym_hil_task.GymHilPickCubeEnv": GymHilPickCubeConfig,
         "sim.point_reach.PointReachEnv": PointReachConfig,
+        "sim.metaworld_tasks.MetaWorldEnv": MetaWorldConfig,
         "hardware.env.ArmEnv": ArmEnvConfig,
     },
     "env.randomize": {FIXED: RandomizeConfig},
