@@ -81,7 +81,9 @@ def panda_xml_path() -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _build_model(physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float) -> mujoco.MjModel:
+def _build_model(
+    physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float, extra_cubes: tuple = ()
+) -> mujoco.MjModel:
     spec = mujoco.MjSpec.from_file(panda_xml_path())
     spec.option.timestep = physics_dt_s
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST  # implicit servo damping: large stable dt
@@ -109,7 +111,6 @@ def _build_model(physics_dt_s: float, image_size: int, cube_half_size_m: float, 
     world = spec.worldbody
     box = mujoco.mjtGeom.mjGEOM_BOX
     spec.add_material(name="table", rgba=[0.72, 0.62, 0.5, 1], specular=0.05)
-    spec.add_material(name="cube", rgba=[0.85, 0.12, 0.1, 1], specular=0.2)
     world.add_geom(
         name="table",
         type=box,
@@ -121,16 +122,18 @@ def _build_model(physics_dt_s: float, image_size: int, cube_half_size_m: float, 
     world.add_geom(
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2, 2, 0.1], pos=[0, 0, -0.75], rgba=[0.3, 0.32, 0.35, 1]
     )  # catches a cube pushed off the table
-    cube = world.add_body(name="cube", pos=[0.5, 0.0, cube_half_size_m])
-    cube.add_freejoint(name="cube")
-    cube.add_geom(
-        name="cube",
-        type=box,
-        size=[cube_half_size_m] * 3,
-        mass=cube_mass_kg,
-        material="cube",
-        solimp=STIFF_CONTACT_SOLIMP,
-    )
+    for i, (name, rgba) in enumerate((("cube", (0.85, 0.12, 0.1, 1)), *extra_cubes)):  # extra: (name, rgba) each
+        spec.add_material(name=name, rgba=list(rgba), specular=0.2)
+        cube = world.add_body(name=name, pos=[0.5, 0.1 * i, cube_half_size_m])
+        cube.add_freejoint(name=name)
+        cube.add_geom(
+            name=name,
+            type=box,
+            size=[cube_half_size_m] * 3,
+            mass=cube_mass_kg,
+            material=name,
+            solimp=STIFF_CONTACT_SOLIMP,
+        )
     world.add_light(
         name="top",
         pos=[0.5, 0.0, 1.5],
@@ -178,6 +181,7 @@ class PickCubeEnv(RobotEnv):
 
     task_description = "pick up the cube and lift it"
     metadata = {"render_modes": ["rgb_array"]}
+    extra_cubes: tuple = ()  # (name, rgba) of more cubes like "cube" in the scene, for a variant (sim/pick_color.py)
 
     @classmethod
     def spec_from_config(
@@ -263,7 +267,9 @@ class PickCubeEnv(RobotEnv):
             self.task_description = "move the gripper just above the cube"
 
         self.model = copy.copy(
-            _build_model(float(physics_dt_s), int(image_size), self.cube_half_size_m, self.cube_mass_kg)
+            _build_model(
+                float(physics_dt_s), int(image_size), self.cube_half_size_m, self.cube_mass_kg, self.extra_cubes
+            )
         )
         self.data = mujoco.MjData(self.model)
         self._ik_data = mujoco.MjData(self.model)  # scratch kinematics, never stepped

@@ -69,6 +69,17 @@ class PickCubeConfig:
 
 
 @dataclass
+class PickColorConfig(PickCubeConfig):
+    """sim/pick_color.py: pick_cube with a red and a blue cube; the instruction names the one to lift."""
+
+    blocks: ClassVar[tuple[str, ...]] = ("expert",)  # no randomize: it varies pick_cube's one cube only
+
+    target: str = setting(
+        "either", "the cube the instruction names (either: drawn per episode)", choices=("red", "blue", "either")
+    )
+
+
+@dataclass
 class RobosuiteConfig:
     """sim/robosuite_tasks.py: a robosuite task on a Panda (OSC_POSE end-effector deltas)."""
 
@@ -237,6 +248,7 @@ class RandomizeConfig:
 BLOCKS: dict[str, dict[str | None, type]] = {
     "env": {
         "sim.pick_cube.PickCubeEnv": PickCubeConfig,
+        "sim.pick_color.PickColorEnv": PickColorConfig,
         "sim.robosuite_tasks.RobosuiteEnv": RobosuiteConfig,
         "sim.gym_hil_task.GymHilPickCubeEnv": GymHilPickCubeConfig,
         "sim.point_reach.PointReachEnv": PointReachConfig,
