@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from policies.vla_checks import BaseMismatchError, check_instruction_fits
+
 ACTION = "action"
 STATE_INPUTS = ("observation.state", "observation.environment_state")
 IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
@@ -107,6 +109,8 @@ class LeRobotBase:
         pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
         if task is None and any(type(s).__name__ == "TokenizerProcessorStep" for s in pre.steps):
             raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
+        if task is not None:
+            check_instruction_fits(pre, task, f"'{path_or_hub_id}' ({cfg.type})")
         base = cls(policy, pre, post, inputs, action_dim, task, name=f"{cfg.type}:{path_or_hub_id}")
         base.action_range = dataset_action_range(post, action_dim)
         base.state_stats = dataset_state_statistics(pre, inputs, observation_space["state"].shape[0])
@@ -297,7 +301,7 @@ def match_features(cfg, observation_space, action_dim: int, camera_map: dict[str
     if out is None:
         raise ValueError(f"base checkpoint '{name}' has no '{ACTION}' output feature")
     if tuple(out.shape) != (action_dim,):
-        raise ValueError(
+        raise BaseMismatchError(
             f"base checkpoint '{name}' predicts '{ACTION}' of shape {tuple(out.shape)}, the task's "
             f"action dimension is {action_dim}"
         )

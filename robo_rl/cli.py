@@ -35,6 +35,7 @@ commands:
   keys      robo-rl keys generate <dir> [actor ids ...]: CURVE keys for links off loopback
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
             datasets and robomimic files (robo-rl data help)
+  vla       robo-rl vla train dataset=<LeRobot dataset> out=<dir>: a SmolVLA trained by lerobot-train, a base by path
 
 overrides: key=value or group=option, e.g. robo-rl train env=point_reach algo.batch_size=128
 each command's settings and the config groups' options: robo-rl <command> --help
@@ -60,13 +61,14 @@ COMMANDS = {
     "show": "robo_rl.commands.show:cmd_show",
     "keys": "robo_rl.commands.keys:cmd_keys",
     "data": "robo_rl.commands.data:cmd_data",
+    "vla": "robo_rl.commands.vla:cmd_vla",
 }
 # commands whose devices, models or drivers report through logging before any config sets a level
 LOG_LEVELS = {"record": logging.INFO, "critic": logging.INFO, "reward": logging.WARNING, "calibrate": logging.WARNING}
 
 # The policies' own user errors (policies never import robo_rl), looked up only where already imported, so that
 # `robo-rl` does not import torch just to catch them.
-POLICY_ERRORS = (("policies.bc", "BCCheckpointError"),)
+POLICY_ERRORS = (("policies.bc", "BCCheckpointError"), ("policies.vla_checks", "BaseMismatchError"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robo-rl: error: unknown command '{command}'{hint} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     if any(a in HELP_FLAGS for a in overrides):
-        if command == "data":
+        if command in ("data", "vla"):  # their own help pages
             overrides = ["help"]
         else:
             from robo_rl.commands.help import command_help

@@ -1,0 +1,147 @@
+"""A SmolVLA trained by lerobot's own `lerobot-train` on a robo_rl LeRobot export (`robo-rl vla train`), loaded back by
+path as a frozen base and steered by DSRL (noise-space SAC) in an actor and a learner; and its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robo_rl.cli import main
+from robo_rl.envs import make_observation_space
+
+CAMERA, IMAGE = "front", 32
+TASK = "pick up the cube"
+STATE_DIM, ACTION_DIM, CHUNK = 16, 4, 4  # pick_cube's full state and end-effector + gripper action
+ENV = ["env=pick_cube", f"env.cameras=[{CAMERA}]", f"env.image_size={IMAGE}"]
+# a few steps of a tiny SmolVLA (hidden 32) with a chunk of 4: lerobot's own settings, passed through as they are
+LEROBOT = ["--policy.chunk_size=4", "--policy.n_action_steps=4", "--policy.num_steps=4"]
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    """Three scripted pick_cube demonstrations with a 32 px camera, exported as a LeRobot dataset."""
+    from robo_rl.config import load_config
+    from robo_rl.data.datasets import split_episodes
+    from robo_rl.data.datasets.lerobot_v3 import export_lerobot
+    from robo_rl.data.demos import load_or_make_demos
+
+    tmp = tmp_path_factory.mktemp("vla_data")
+    cfg = load_config([*ENV, "demos.num_episodes=3", f"cache_dir={tmp / 'cache'}"])
+    batch, _, _ = load_or_make_demos(cfg, progress=False)
+    return export_lerobot(split_episodes(batch, partition="demos"), tmp / "ds", task=TASK, progress=False)
+
+
+@pytest.fixture(scope="module")
+def trained(export, tmp_path_factory) -> Path:
+    """lerobot-train, in this process (its import is shared with the test's), through the command's own code."""
+    from robo_rl.offline.smolvla_train import train_smolvla
+
+    out = tmp_path_factory.mktemp("vla_run") / "run"
+    return train_smolvla(export, out, vlm="tiny", steps=4, batch_size=4, workers=0, extra=LEROBOT, in_process=True)
+
+
+def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(export, trained, tmp_path):
+    """The checkpoint is lerobot's own (its config, weights, processors with our export's statistics), built on the
+    local tiny VLM with nothing from the hub; as a DSRL base it acts a few hundred pick_cube steps, one noise per
+    chunk of 4, while the learner updates its noise actor."""
+    import torch
+
+    from robo_rl.config import save_config
+    from tests.test_pipeline import run_pair, toy_config
+
+    run = trained.parents[3]
+    cfg = json.loads((trained / "config.json").read_text())
+    assert cfg["type"] == "smolvla" and cfg["vlm_model_name"] == str(run / "vlm") and not cfg["load_vlm_weights"]
+    assert cfg["resize_imgs_with_padding"] == [IMAGE, IMAGE] and cfg["chunk_size"] == CHUNK
+    assert cfg["output_features"]["action"]["shape"] == [ACTION_DIM]
+    train_cfg = json.loads((trained / "train_config.json").read_text())
+    assert train_cfg["dataset"]["root"] == str(export) and train_cfg["steps"] == 4 and not train_cfg["wandb"]["enable"]
+    summary = json.loads((run / "vla_train.json").read_text())
+    assert summary["pretrained_model"] == str(trained) and summary["wall_s"] > 0 and summary["peak_rss_gb"] > 0
+    print(f"\ntiny SmolVLA, 4 lerobot-train steps: {summary['wall_s']} s, peak RSS {summary['peak_rss_gb']} GB")
+    # lerobot's normaliser carries our export's action statistics: what our actions un-normalise by
+    from safetensors.torch import load_file
+
+    post = load_file(next(trained.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors")))
+    stats = json.loads((export / "meta" / "stats.json").read_text())["action"]
+    np.testing.assert_allclose(post["action.mean"].numpy(), stats["mean"], atol=1e-6)
+
+    over = [
+        *ENV,
+        "policy=dsrl",
+        "algo=dsrl",
+        "algo.form=noise",
+        "policy.base.kind=lerobot",
+        f"policy.base.path={trained}",
+        f"policy.base.task={TASK}",
+        "policy.hidden=[32]",
+        "policy.encoder.features=8",
+        "algo.critic_hidden=[32,32]",
+        "algo.batch_size=16",
+        "demos.num_episodes=0",
+        "train.random_steps=40",
+        "train.learning_starts=40",
+        "train.total_env_steps=200",
+    ]
+    config = toy_config(tmp_path, *over)
+    (tmp_path / "run").mkdir()
+    save_config(config, tmp_path / "run" / "config.yaml")
+    torch.set_num_threads(1)
+    learner, reason = run_pair(config, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0 and learner.env_steps >= 200
+    online = learner.replay.online
+    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    assert len(rows) >= 200
+    assert 0.2 <= online.data["extra/decision"][rows, 0].mean() <= 0.35, "one noise per chunk of 4"
+    noise = online.data["extra/noise"][rows]
+    assert noise.shape[1] == CHUNK * 32 and 0 < np.abs(noise).max() <= 1.5  # SmolVLA's padded width, in the box
+    assert np.abs(online.data["action_executed"][rows]).max() <= 1.0
+
+
+def test_a_vla_for_another_action_size_or_a_too_long_instruction_is_refused_in_one_line(trained, tmp_path):
+    from policies.lerobot_base import LeRobotBase
+    from policies.vla_checks import BaseMismatchError
+    from robo_rl.offline.smolvla_train import VLATrainError, check_instructions
+
+    space = make_observation_space(STATE_DIM, {CAMERA: (IMAGE, IMAGE)})
+    with pytest.raises(BaseMismatchError) as err:
+        LeRobotBase.load(trained, space, 7, task=TASK)
+    assert "(4,)" in str(err.value) and "action dimension is 7" in str(err.value) and "\n" not in str(err.value)
+    long = "pick up the cube then place it in the box on the left and push the red block " * 2
+    with pytest.raises(BaseMismatchError) as err:
+        LeRobotBase.load(trained, space, ACTION_DIM, task=long)
+    message = str(err.value)
+    assert "tokens, base" in message and "reads at most 48" in message and "\n" not in message
+    n = int(message.split(" is ")[1].split(" tokens")[0])
+    assert n > 48
+    base = LeRobotBase.load(trained, space, ACTION_DIM, task=TASK)  # the task it was trained on fits
+    assert base.predict_chunk(
+        {"state": np.zeros(STATE_DIM, np.float32), "images": {CAMERA: np.zeros((IMAGE, IMAGE, 3), np.uint8)}}
+    ).shape == (CHUNK, ACTION_DIM)
+    # the same count before training: lerobot's tokenizer step would cut it silently
+    with pytest.raises(VLATrainError, match=f"is {n} tokens, SmolVLA's tokenizer_max_length is 48"):
+        check_instructions([TASK, long], str(trained.parents[3] / "vlm"), 48)
+    check_instructions([TASK, long], str(trained.parents[3] / "vlm"), n)  # a limit that holds it
+
+
+def test_vla_train_refuses_bad_command_lines_in_one_line(export, tmp_path, capsys):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    cases = [
+        (["train", "out=o"], "needs dataset="),
+        (["train", f"dataset={export}", "out=o", "stpes=3"], "'stpes=3' is not one of"),
+        (["train", f"dataset={export}", "out=o", "steps=0"], "steps=0 is out of range"),
+        (["train", f"dataset={tmp_path}", "out=o"], "is not a LeRobot v3 dataset"),
+        (["train", f"dataset={export}", f"out={tmp_path / 'full'}"], "exists and is not empty"),
+        (["train", f"dataset={export}", f"out={tmp_path / 'o'}", "vlm=nowhere"], "neither a size"),
+        (["fit"], "unknown vla command 'fit'"),
+    ]
+    for argv, expected in cases:
+        assert main(["vla", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert expected in err and "\n" not in err, (argv, err)
+    assert main(["vla", "--help"]) == 0
+    assert "policy_path=lerobot/smolvla_base" in capsys.readouterr().out
