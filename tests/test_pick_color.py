@@ -145,6 +145,7 @@ def test_the_front_camera_shows_a_red_and_a_blue_cube():
     image = obs["images"]["front"].astype(int)
     r, g, b = image[..., 0], image[..., 1], image[..., 2]
     assert obs["images"]["front"].dtype == np.uint8 and image.shape == (128, 128, 3)
+    assert PickColorEnv.spec_from_config(cameras=("front",)).cameras == {"front": (128, 128)}
     assert ((r > b + 60) & (r > g + 60)).sum() > 20 and ((b > r + 60) & (b > g + 40)).sum() > 20
 
 
