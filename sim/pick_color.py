@@ -120,6 +120,7 @@ class PickColorEnv(PickCubeEnv):
         return obs, reward, terminated, info
 
     def _lift_of(self, body: int) -> float:
+        """A cube's height above its resting height, in units of lift_height_m (1: lifted, as pick_cube counts it)."""
         return float((self.data.xpos[body][2] - self._cube_half_m) / self.lift_height_m)
 
     def _cube_state(self, body: int) -> list:
