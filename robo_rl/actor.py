@@ -23,6 +23,7 @@ from policies.acting import acting_policy
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
+from robo_rl.data.tasks import TaskTable, pack_instructions
 from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
@@ -97,6 +98,7 @@ class Actor:
             self.envs += [make_actor_env(cfg) for _ in range(num_envs - 1)]
         self.slots = list(range(num_envs))  # row i of a policy call is env i's
         self.fields = fields_for_env(self.env, self.acting)
+        self.tasks = TaskTable()  # this actor's instructions; each message carries those its records use
         self.policy_version = -1  # -1: still the untrained initial policy
         self.policy_since = time.monotonic()  # when this version arrived
         self.stop_reason: str | None = None
@@ -279,7 +281,7 @@ class Actor:
         rng = np.random.default_rng(cfg.seed + 7919)
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
         episode_ids = itertools.count(session * 1_000_000)
-        recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields)) for _ in envs]
+        recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields), self.tasks) for _ in envs]
         obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
         pending = [
             [r.reset(o, next(episode_ids), self.policy_version, time.time())]
@@ -385,4 +387,5 @@ class Actor:
 
     def _send(self, records: list[dict]) -> None:
         env_steps = sum(r["step"] > 0 for r in records)
-        self.transport.send({"policy_version": self.policy_version}, stack_records(records, self.fields), env_steps)
+        batch = pack_instructions(stack_records(records, self.fields), self.tasks.names)  # its instructions travel too
+        self.transport.send({"policy_version": self.policy_version}, batch, env_steps)

@@ -175,6 +175,7 @@ class Learner:
                             "return": self._returns.pop(key),
                             "length": int(arrays["step"][i]),
                             "intervention_steps": self._human.pop(key, 0),
+                            "instruction": self.replay.tasks.name(int(arrays["task"][i])),  # None: the task has none
                             **self._learned.pop(key, {}),
                         }
                     )
@@ -408,12 +409,8 @@ class Learner:
     def _restore(self, payload: dict) -> None:
         self.algo.load_state_dict(payload["algo"])
         c = payload["counters"]
-        self.env_steps, self.updates, self.episodes, self.version = (
-            c["env_steps"],
-            c["updates"],
-            c["episodes"],
-            c["version"],
-        )
+        counters = ("env_steps", "updates", "episodes", "version")
+        self.env_steps, self.updates, self.episodes, self.version = (c[name] for name in counters)
         torch.set_rng_state(payload["rng"]["torch"])
         if self.device.type == "cuda" and "cuda" in payload["rng"]:  # the GPU's generator too (a GPU run resumed there)
             torch.cuda.set_rng_state(payload["rng"]["cuda"], self.device)

@@ -58,10 +58,12 @@ def forged_batch(n: int, state_dim: int, action_dim: int) -> list[tuple[list, by
         "ended_by": ("|i1", []),
         "policy_version": ("<i8", []),
         "timestamp": ("<f8", []),
+        "task": ("<i4", []),
     }
     out = []
     for name, (dtype, shape) in fields.items():
-        a = np.full((n, *shape), FORGED_STATE if dtype[1] == "f" else 1, np.dtype(dtype))
+        value = FORGED_STATE if dtype[1] == "f" else 0 if name == "task" else 1  # task 0: no instruction to carry
+        a = np.full((n, *shape), value, np.dtype(dtype))
         out.append(([name, dtype, [n, *shape]], a.tobytes()))
     return out
 

@@ -12,11 +12,11 @@ from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
 FPS = 10
 CAMS = {"front": (32, 32), "wrist": (32, 32)}
 STATE_DIM, ACTION_DIM = 3, 2
-# (episode id, transitions, terminated, partition, intervention steps, nonzero base action)
+# (episode id, transitions, terminated, partition, intervention steps, nonzero base action, instruction)
 SPECS = [
-    (10, 5, True, "online", (), False),
-    (11, 4, False, "demos", (), True),
-    (12, 6, True, "interventions", (2, 3), False),
+    (10, 5, True, "online", (), False, "pick the red cube"),
+    (11, 4, False, "demos", (), True, "pick the blue cube"),
+    (12, 6, True, "interventions", (2, 3), False, None),
 ]
 
 
@@ -32,7 +32,9 @@ def flat_image(value: int, cam: int) -> np.ndarray:
     return np.broadcast_to(np.array([value, 255 - value, 60 + 100 * cam], np.uint8), (32, 32, 3)).copy()
 
 
-def make_episode(ep_id: int, n: int, terminated: bool, partition: str, interventions, with_base: bool) -> Episode:
+def make_episode(
+    ep_id: int, n: int, terminated: bool, partition: str, interventions, with_base: bool, instruction=None
+) -> Episode:
     fields = step_fields(STATE_DIM, ACTION_DIM, CAMS)
     r = {name: np.zeros((n + 1, *shape), dtype) for name, (shape, dtype) in fields.items()}
     t = np.arange(n + 1)
@@ -53,8 +55,9 @@ def make_episode(ep_id: int, n: int, terminated: bool, partition: str, intervent
     r["timestamp"][:] = t / FPS
     for c, cam in enumerate(CAMS):
         r[f"image/{cam}"][:] = np.stack([flat_image(20 + 30 * k + 3 * (ep_id - 10), c) for k in t])
+    r["task"][:] = 0 if instruction is None else 1  # its code in [instruction], as an imported episode's
     check_step_batch(r, fields)
-    return Episode(r, partition, f"ep{ep_id}")
+    return Episode(r, partition, f"ep{ep_id}", instruction)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +79,7 @@ def test_export_reads_back_through_lerobot(episodes, exported, LeRobotDataset):
     assert ds.num_frames == sum(len(e) for e in episodes)
     assert ds.fps == FPS
     assert ds.meta.video_keys == ["observation.images.front", "observation.images.wrist"]
+    assert sorted(ds.meta.tasks.index) == ["pick the blue cube", "pick the red cube", "robo_rl episode"]
     cols = ds.hf_dataset.with_format("numpy")[:]
     i = 0
     for e_index, ep in enumerate(episodes):
@@ -89,7 +93,7 @@ def test_export_reads_back_through_lerobot(episodes, exported, LeRobotDataset):
         np.testing.assert_array_equal(cols["complementary_info.is_intervention"][rows], r["intervention"][1:])
         for k in range(n):
             item = ds[i + k]
-            assert item["task"] == "robo_rl episode"
+            assert item["task"] == (ep.instruction or "robo_rl episode")  # each episode's own instruction
             for cam in CAMS:
                 img = item[f"observation.images.{cam}"]  # float CHW in [0, 1]
                 assert tuple(img.shape) == (3, 32, 32)
@@ -210,7 +214,11 @@ def test_round_trip_keeps_every_field(episodes, exported, LeRobotDataset):
         np.testing.assert_array_equal(back[ep].records["image/wrist"][k], img)
     assert len(back) == len(episodes)
     for index, (ep, got) in enumerate(zip(episodes, back, strict=True)):
-        assert got.partition == ep.partition and got.interventions == ep.interventions
+        assert (
+            got.partition == ep.partition
+            and got.interventions == ep.interventions
+            and got.instruction == ep.instruction
+        )
         r, g = ep.records, got.records
         assert set(g) == set(r)
         for name in r:

@@ -135,6 +135,7 @@ def _record(args: list[str]) -> int:
     from robo_rl.data.datasets.io import save_store
     from robo_rl.data.demos import rollout_episode
     from robo_rl.data.schema import fields_for_env, stack_records
+    from robo_rl.data.tasks import TaskTable
 
     positional, opts = _options(args)
     if len(positional) != 1:
@@ -158,11 +159,12 @@ def _record(args: list[str]) -> int:
     env = make_env(cfg)
     expert = make_expert(cfg, env, noise_std=cfg.demos.noise_std, seed=cfg.demos.seed)
     fields = fields_for_env(env)
-    episodes = []
+    episodes, tasks = [], TaskTable()
     for i in tqdm(range(cfg.demos.num_episodes), desc="recording", unit="ep", disable=not cfg.logger.progress):
         expert.reset()
-        records, _ = rollout_episode(env, expert.act, cfg.demos.seed + i, episode_id=i, hold_success=hold)
-        episodes.append(Episode(stack_records(records, fields), "demos", "expert"))
+        records, _ = rollout_episode(env, expert.act, cfg.demos.seed + i, i, hold_success=hold, tasks=tasks)
+        instruction = tasks.name(records[0]["task"])
+        episodes.append(Episode(stack_records(records, fields), "demos", "expert", instruction))
     env.close()
     save_store(episodes, positional[0], partition="demos", progress=False)
     wins = sum(e.success for e in episodes)

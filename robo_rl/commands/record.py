@@ -108,6 +108,8 @@ def record_episodes(
                 say(f"episode {counts['attempts']}: not a success ({ended}), discarded (keep=success)")
             else:
                 batch = stack_records(records, fields)
+                if len(recorder.tasks) != len(store.tasks):  # the instructions its records index, on disk first
+                    store.save_tasks(recorder.tasks.names)
                 store.write(batch, np.full(len(records), "human", dtype=object))  # on disk before the next one
                 counts["kept"] += 1
                 bar.update(1)

@@ -15,15 +15,19 @@ from tqdm import tqdm
 from robo_rl.config import ConfigError, make_env, make_expert
 from robo_rl.data.datasets.io import load_step_batch, save_step_batch
 from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.tasks import TaskTable, pack_instructions
 
 
-def rollout_episode(env, act, seed: int, episode_id: int, hold_success: int = 0) -> tuple[list[dict], bool]:
+def rollout_episode(
+    env, act, seed: int, episode_id: int, hold_success: int = 0, tasks: TaskTable | None = None
+) -> tuple[list[dict], bool]:
     """Run one episode with `act(obs) -> action`; return its step records and whether it succeeded.
 
     `hold_success` > 0 (with an env that does not end at its success): a success goes on up to that many steps more,
     so that it shows in more than one frame (a success classifier's positives), and the episode ends at its last
-    success frame if the success is lost before then (a slipping cube); either way its last record is terminal."""
-    recorder = EpisodeRecorder(env.action_space.shape[0])
+    success frame if the success is lost before then (a slipping cube); either way its last record is terminal.
+    Records index the episode's instruction in `tasks` (share one table across the episodes of one batch)."""
+    recorder = EpisodeRecorder(env.action_space.shape[0], tasks=tasks)
     obs, _ = env.reset(seed=seed)
     records, first = [recorder.reset(obs, episode_id)], None
     while True:
@@ -84,13 +88,13 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
     env = make_env(cfg)
     expert = make_expert(cfg, env, noise_std=cfg.demos.noise_std, seed=cfg.demos.seed)
     fields = fields_for_env(env)
-    records, kept, attempts = [], 0, 0
+    records, kept, attempts, tasks = [], 0, 0, TaskTable()
     bar = tqdm(total=cfg.demos.num_episodes, desc="demonstrations", unit="ep", disable=not progress)
     while kept < cfg.demos.num_episodes:
         if attempts >= 3 * cfg.demos.num_episodes:
             raise RuntimeError(f"the scripted expert succeeded in only {kept} of {attempts} episodes")
         expert.reset()
-        episode, success = rollout_episode(env, expert.act, cfg.demos.seed + attempts, episode_id=attempts)
+        episode, success = rollout_episode(env, expert.act, cfg.demos.seed + attempts, attempts, tasks=tasks)
         attempts += 1
         if success:
             records += episode
@@ -98,7 +102,7 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
             bar.update(1)
     bar.close()
     env.close()
-    batch = stack_records(records, fields)
+    batch = pack_instructions(stack_records(records, fields), tasks.names)  # the cache carries its instructions
     path.parent.mkdir(parents=True, exist_ok=True)
     save_step_batch(path, batch)
     return batch, path, False

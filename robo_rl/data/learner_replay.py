@@ -10,6 +10,9 @@ a background thread, at most `flush_every_s` after it arrived. Only then is it a
 actor, which keeps (and after a learner restart resends) what is not acknowledged: a kill -9 of the
 learner loses nothing. A checkpoint flushes first and names the manifest and segment count it goes
 with; restoring re-adds the segments in order, which rebuilds the RAM ring row for row.
+
+The run's task table (`tasks.py`) lives here: each batch's own instructions are mapped into it as the batch
+arrives, and it is written beside the segments (`tasks.json`) before any record that indexes a new entry.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from omegaconf import DictConfig
 from robo_rl.data.replay import DiskReplay, ReplayBuffer, concat_batches
 from robo_rl.data.schema import check_step_batch
 from robo_rl.data.storage import SegmentStore, SegmentWriter, record_nbytes
+from robo_rl.data.tasks import TaskTable, unpack_instructions
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +53,13 @@ class LearnerReplay:
             raise ValueError("replay.storage=disk samples from the segment files: it needs replay.persist=true")
         self.disk = cfg.storage == "disk"
         self.online = DiskReplay(cfg.disk_capacity, fields) if self.disk else ReplayBuffer(cfg.capacity, fields)
+        self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
+        self.tasks = TaskTable(self.store.tasks if self.store else None)  # a resumed run's, before the demos add any
         self.demos = None
         if demos is not None and len(demos["step"]):
+            demos = dict(demos)
+            unpack_instructions(demos, self.tasks)
+            self._save_tasks()
             self.demos = ReplayBuffer(len(demos["step"]), fields)
             # recorded without this policy: its extras are zero (an algorithm that needs them recomputes them)
             zero = {
@@ -59,7 +68,6 @@ class LearnerReplay:
                 if k.startswith("extra/") and k not in demos
             }
             self.demos.add({**demos, **zero}, source="demos")
-        self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
         self.writer = SegmentWriter(self.store) if self.store else None
         self._pending: list[tuple[str, dict]] = []  # records received and not yet handed to the writer
         self._pending_bytes = 0
@@ -95,7 +103,10 @@ class LearnerReplay:
     ) -> None:
         """Store a step batch from `actor` (message `seq` of its `session`, with the hash of the session's token,
         kept in the segment so a restarted learner knows the actor process again); raises ValueError, storing
-        nothing, if the batch does not fit the declared fields."""
+        nothing, if the batch does not fit the declared fields or one of its instructions is not usable text. The
+        batch's `task` column is mapped into the run's table in place (later readers of `arrays` see the run's)."""
+        unpack_instructions(arrays, self.tasks)
+        self._save_tasks()
         if self.disk:
             check_step_batch(arrays, self.fields)  # the ring validates in RAM mode
         else:
@@ -107,6 +118,11 @@ class LearnerReplay:
             if seq is not None:
                 self._seqs[actor] = [session, seq]
                 self._messages.append([actor, session, seq, token_hash])
+
+    def _save_tasks(self) -> None:
+        """Write the task table when it gained an entry (before the segment of any record that indexes it)."""
+        if self.store is not None and len(self.tasks) != len(self.store.tasks):
+            self.store.save_tasks(self.tasks.names)
 
     def poll(self, force: bool = False) -> dict[str, list]:
         """Hand received records to the writer when due; return {actor: [session, seq]} newly on disk."""

@@ -7,16 +7,18 @@ consecutive records of an episode, so each frame travels and is stored once.
 
 A *step batch* is a dict `field name → array` whose first axis indexes records; images use the
 field names `image/<camera>`, and an acting policy's extras (its base action, a DSRL noise, a log-probability:
-whatever it says about the decision that chose this record's action) `extra/<name>`.
+whatever it says about the decision that chose this record's action) `extra/<name>`. `task` is 1 + the index of
+the episode's instruction in the run's task table (0 where the task has none; see `tasks.py`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from robo_rl.data.tasks import TaskTable, instruction_of
 from robo_rl.envs.base import ENDED_BY
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added `task`, the episode's instruction as a code in the run's task table
 
 # ended_by travels as a small integer: 0 while the episode runs, else 1 + its index in ENDED_BY
 ENDED_BY_CODES = {name: i + 1 for i, name in enumerate(ENDED_BY)}
@@ -43,6 +45,7 @@ def step_fields(
         "ended_by": ((), np.int8),
         "policy_version": ((), np.int64),
         "timestamp": ((), np.float64),
+        "task": ((), np.int32),
     }
     for name, (h, w) in cameras.items():
         fields[f"image/{name}"] = ((h, w, 3), np.uint8)
@@ -66,9 +69,13 @@ def extras_of(fields: dict[str, tuple]) -> dict[str, tuple]:
 
 
 class EpisodeRecorder:
-    """Turns env resets and steps into step records, one dict of scalars/arrays per record."""
+    """Turns env resets and steps into step records, one dict of scalars/arrays per record; an observation's
+    instruction becomes its code in `tasks` (the recorder's own table unless one is shared)."""
 
-    def __init__(self, action_dim: int, extras_spec: dict[str, tuple] | None = None) -> None:
+    def __init__(
+        self, action_dim: int, extras_spec: dict[str, tuple] | None = None, tasks: TaskTable | None = None
+    ) -> None:
+        self.tasks = TaskTable() if tasks is None else tasks
         self.zero_action = np.zeros(action_dim, np.float32)
         self.zero_extras = {name: np.zeros(shape, dtype) for name, (shape, dtype) in (extras_spec or {}).items()}
         self.episode_id = -1
@@ -151,6 +158,7 @@ class EpisodeRecorder:
             "ended_by": 0 if ended_by is None else ENDED_BY_CODES[ended_by],
             "policy_version": policy_version,
             "timestamp": timestamp,
+            "task": self.tasks.code(instruction_of(obs)),
         }
         for name, img in obs["images"].items():
             rec[f"image/{name}"] = img

@@ -3,6 +3,7 @@
 A store is a folder:
 
     manifest.jsonl        line 1: the store header (format, schema version, fields); then one line per segment
+    tasks.json            the run's task table: the instructions the records' `task` field indexes (if any)
     seg_000001.rrs        step records in arrival order, raw little-endian arrays, memory-mappable
     seg_000002.rrs        ...
 
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 STORE_FORMAT = 1
 MAGIC = b"RRSEG\x001\n"
+TASKS_FILE = "tasks.json"
 SOURCE_FIELD = "_source"  # per-record index into the segment's `sources` list
 _SEG_RE = re.compile(r"^seg_(\d{6,})\.rrs$")
 _ALIGN = 64
@@ -163,6 +165,7 @@ class SegmentStore:
         self.partition = partition  # what the records are: online, demos (a new store records it in its header)
         self.fields = fields
         self.manifest = self.root / "manifest.jsonl"
+        self.tasks: list[str] = []  # the instructions records' `task` indexes, from tasks.json
         self.segments: list[Segment] = []
         self.problems: list[str] = []  # what was skipped on open, one line each
         if not self.manifest.exists():
@@ -202,6 +205,9 @@ class SegmentStore:
             os.replace(tmp, self.manifest)
         lines = text.splitlines()
         head = json.loads(lines[0])
+        tasks_file = self.root / TASKS_FILE
+        if tasks_file.exists():
+            self.tasks = json.loads(tasks_file.read_text())
         self.partition = head.get("partition", "online")
         if head.get("fields") != fields_spec(self.fields):
             raise StorageError(
@@ -240,6 +246,17 @@ class SegmentStore:
             log.info("adopted segment %s (written before a kill, not yet in the manifest)", name)
         for name in sorted(set(listed) - {s.name for s in self.segments}):
             self.problems.append(f"segment {self.root / name} is listed in the manifest but missing")
+
+    def save_tasks(self, names: list[str]) -> None:
+        """Write the task table (atomically, before any segment whose records index its new entries)."""
+        tmp = self.root / (TASKS_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(list(names)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / TASKS_FILE)
+        _fsync_dir(self.root)
+        self.tasks = list(names)
 
     def _append_manifest(self, seg: Segment) -> None:
         entry = {

@@ -70,7 +70,10 @@ def relabel_prior(cfg, batch: dict) -> dict:
     return join_episodes(
         [
             type(e)(
-                relabel_records(model, shaper, Task(instruction), e.records, demonstration=True), e.partition, e.source
+                relabel_records(model, shaper, Task(instruction), e.records, demonstration=True),
+                e.partition,
+                e.source,
+                e.instruction,
             )
             for e in episodes
         ]

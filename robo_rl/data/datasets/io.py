@@ -12,6 +12,7 @@ import numpy as np
 from robo_rl.data.datasets import Episode, join_episodes, split_episodes
 from robo_rl.data.learner_replay import online_store_root
 from robo_rl.data.storage import SegmentStore, fields_spec
+from robo_rl.data.tasks import INSTRUCTIONS, TaskTable
 from robo_rl.envs.base import ENDED_BY
 
 
@@ -75,7 +76,7 @@ def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Ep
     if not parts:
         return []
     batch = {k: np.concatenate([b[k] for b, _ in parts]) for k in parts[0][0]}
-    episodes = split_episodes(batch, np.concatenate([s for _, s in parts]), partition=store.partition)
+    episodes = split_episodes(batch, np.concatenate([s for _, s in parts]), store.partition, store.tasks)
     for ep in episodes:
         if ep.partition == "online" and ep.interventions:
             ep.partition = "interventions"
@@ -83,7 +84,8 @@ def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Ep
 
 
 def fields_of(records: dict[str, np.ndarray]) -> dict[str, tuple]:
-    return {k: (v.shape[1:], v.dtype) for k, v in records.items()}
+    """The record layout of a step batch (a self-describing batch's own instructions are not a record field)."""
+    return {k: (v.shape[1:], v.dtype) for k, v in records.items() if k != INSTRUCTIONS}
 
 
 def save_store(
@@ -100,12 +102,14 @@ def save_store(
     if dst.exists() and any(dst.iterdir()):
         raise FileExistsError(f"{dst} exists and is not empty: choose a new folder")
     store = SegmentStore(dst, fields_of(episodes[0].records), partition=partition)
+    tasks = TaskTable([e.instruction for e in episodes if e.instruction is not None])
+    store.save_tasks(tasks.names)
     chunk: list[Episode] = []
     for i, ep in enumerate(tqdm(episodes, desc="writing", unit="ep", disable=not progress)):
         chunk.append(ep)
         if sum(len(e.records["step"]) for e in chunk) >= records_per_segment or i == len(episodes) - 1:
             sources = np.concatenate([np.full(len(e.records["step"]), e.source or "data", dtype=object) for e in chunk])
-            store.write(join_episodes(chunk), sources)
+            store.write(join_episodes(chunk, tasks), sources)
             chunk = []
     return dst
 

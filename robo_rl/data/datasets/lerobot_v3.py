@@ -11,6 +11,8 @@ action under `next.*`. An episode of records 0..T (see `robo_rl.data.schema`) be
     complementary_info.action_policy / action_base what the policy proposed / the base policy's action
     complementary_info.ended_by                    ENDED_BY code of record k+1 (0 while running)
     complementary_info.partition                   the episode's index in PARTITIONS
+    task (tasks.parquet, one row per instruction)  the episode's instruction; one without gets `task=` or
+                                                   DEFAULT_TASK, which reads back as no instruction
 
 The final observation (record T) has no frame: LeRobot keeps none. Import puts back a COPY of frame T-1's
 observation as record T; it only matters for a truncated episode (a terminated one never bootstraps
@@ -38,6 +40,7 @@ from tqdm import tqdm
 
 from robo_rl.data.datasets import PARTITIONS, Episode
 from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.tasks import NO_TASK
 
 DEFAULT_TASK = "robo_rl episode"
 STATE, ACTION, REWARD, DONE = "observation.state", "action", "next.reward", "next.done"
@@ -141,7 +144,7 @@ def export_lerobot(
             if writer is None:
                 writer = LeRobotV3Writer(root, repo_id, int(fps), _features(ep.records))
             columns, videos = _columns(ep)
-            writer.add(columns, videos, task or DEFAULT_TASK)
+            writer.add(columns, videos, ep.instruction or task or DEFAULT_TASK)  # each episode's own instruction
         if writer is None:
             raise ValueError("no episode with at least one transition to export")
         writer.finish()
@@ -345,6 +348,9 @@ def import_lerobot(
             partition = PARTITIONS[code]
         if partition == "interventions" and not rec["intervention"].any():
             partition = "demos"
+        tasks = meta.episodes[ep_index].get("tasks") or []  # an episode's instruction is its task (one per episode)
+        instruction = str(tasks[0]) if tasks and tasks[0] != DEFAULT_TASK else None
+        rec["task"][:] = NO_TASK if instruction is None else 1  # its code in [instruction]: a store re-indexes it
         check_step_batch(rec, fields)
-        episodes.append(Episode(rec, partition, source))
+        episodes.append(Episode(rec, partition, source, instruction))
     return episodes

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from robo_rl.data.datasets import Episode
 from robo_rl.data.schema import ENDED_BY_CODES, check_step_batch, step_fields
+from robo_rl.data.tasks import NO_TASK
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTROL_HZ = 20.0  # robosuite's default control_freq, used for timestamps when env_args lacks it
@@ -215,6 +216,7 @@ def _demo_records(grp, actions, state_keys, camera_keys, image_size, flip, succe
         "ended_by": np.zeros(n, np.int8),
         "policy_version": np.zeros(n, np.int64),
         "timestamp": np.arange(n, dtype=np.float64) / hz,
+        "task": np.full(n, NO_TASK, np.int32),  # robomimic files name no instruction
     }
     rec["terminated" if dones[-1] else "truncated"][-1] = True
     rec["success"][-1] = success_ep
