@@ -6,7 +6,8 @@ post-processor pipelines. Our observation is mapped onto the policy's input feat
 
     observation.state, observation.environment_state   our state vector (the whole of it)
     observation.images.<camera>, observation.image      our uint8 HWC image of that camera, as float CHW in [0, 1]
-    task                                               the task text, for policies that tokenise one (VLAs)
+    task                                               the observation's instruction, else the configured task
+                                                       text, for policies that tokenise one (VLAs)
 
 Its actions, un-normalised by its post-processor, are in the action space of the dataset it was trained on;
 for a dataset robo_rl exported that is our normalised action space, so they are clipped to [-1, 1].
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from policies.language import instruction_rows, task_texts
 from policies.vla_checks import BaseMismatchError, check_instruction_fits
 
 ACTION = "action"
@@ -170,6 +172,7 @@ class LeRobotBase:
                 "images": {
                     name: torch.from_numpy(np.ascontiguousarray(image))[None] for name, image in obs["images"].items()
                 },
+                **instruction_rows([obs]),
             }
         )
 
@@ -183,7 +186,7 @@ class LeRobotBase:
             else:
                 image = obs["images"][source[7:]].cpu()
                 batch[key] = image.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
-        batch["task"] = [self.task or ""] * len(obs["state"])
+        batch["task"] = task_texts(obs, self.task, len(obs["state"]))  # the env's instruction, else self.task
         return batch
 
 

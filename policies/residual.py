@@ -23,6 +23,7 @@ from torch import nn
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing, state_statistics
 from policies.encoders import EncoderConfig, encoder_for_space
+from policies.language import instruction_row
 from policies.mlp import mlp
 
 MIN_HALF_RANGE = 0.05  # a dimension the demonstrations never moved can still be corrected a little
@@ -73,7 +74,8 @@ def _full_bound_if_absent(state_dict, prefix, *args) -> None:
 
 def observation_row(obs: dict, i: int) -> dict:
     """Row `i` of a batch of observations (tensors) as one contract observation (numpy), as a base takes it."""
-    return {"state": obs["state"][i].cpu().numpy(), "images": {k: v[i].cpu().numpy() for k, v in obs["images"].items()}}
+    images = {k: v[i].cpu().numpy() for k, v in obs["images"].items()}
+    return {"state": obs["state"][i].cpu().numpy(), "images": images, **instruction_row(obs, i)}
 
 
 class ResidualPolicy(nn.Module, ActingPolicy):

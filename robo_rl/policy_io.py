@@ -6,12 +6,14 @@ import numpy as np
 import torch
 
 from policies.acting import acting_policy
+from policies.language import instruction_rows
 
 
 def obs_to_torch(obs: dict, batch: bool = True) -> dict:
     """A contract observation (numpy) → tensors; images stay uint8."""
     wrap = (lambda a: torch.from_numpy(np.asarray(a)).unsqueeze(0)) if batch else (lambda a: torch.from_numpy(a))
-    return {"state": wrap(obs["state"]), "images": {k: wrap(v) for k, v in obs["images"].items()}}
+    images = {k: wrap(v) for k, v in obs["images"].items()}
+    return {"state": wrap(obs["state"]), "images": images, **instruction_rows([obs])}  # a VLA base reads it
 
 
 def batch_to_torch(batch: dict, device: torch.device | None = None) -> dict:
@@ -51,6 +53,7 @@ def stack_obs(observations: list[dict]) -> dict:
         "images": {
             k: torch.from_numpy(np.stack([o["images"][k] for o in observations])) for k in observations[0]["images"]
         },
+        **instruction_rows(observations),  # one per row, for a policy that reads language
     }
 
 

@@ -1,6 +1,7 @@
 """`RobotEnv`: the one Gymnasium interface that every simulated task and every robot driver implements.
 
 Observation: ``{"state": float32[D], "images": {camera_name: uint8[H, W, 3]}}`` (``images`` may be empty).
+A task with an instruction adds ``"instruction"``: one ``str`` for the whole episode (also ``env.instruction``).
 Action: float32 in ``[-1, 1]^A``; the env scales it to physical units.
 ``terminated`` (a true end, bootstrapping stops) and ``truncated`` (time limit, human abort) stay apart.
 Every ``info`` returned by ``step`` carries the keys in ``INFO_KEYS``.
@@ -127,6 +128,8 @@ def check_observation(obs: Any, space: gym.spaces.Dict) -> None:
     """Raise ValueError if `obs` breaks the observation contract of `space`."""
     if not isinstance(obs, dict) or "state" not in obs or "images" not in obs:
         raise ValueError("observation must be a dict with keys 'state' and 'images'")
+    if not isinstance(obs.get("instruction", ""), str):  # the task's instruction, where it has one
+        raise ValueError(f"obs['instruction'] must be a str, got {type(obs['instruction']).__name__}")
     state = obs["state"]
     if not isinstance(state, np.ndarray) or state.dtype != np.float32 or state.shape != space["state"].shape:
         raise ValueError(f"obs['state'] must be float32{list(space['state'].shape)}")

@@ -12,10 +12,12 @@ from tqdm import tqdm
 
 from robo_rl.algos.guards import guards_markdown, run_guards
 from robo_rl.data.demos import rollout_episode
+from robo_rl.data.tasks import TaskTable
 from robo_rl.eval.behaviour import farmed_reward_check, farmed_warning
 from robo_rl.eval.conditions import HUMAN_LABELS, Condition, is_real_robot_config
 from robo_rl.eval.curves import plot_learning_curve
 from robo_rl.eval.failures import SAFETY_ENDINGS, classify, task_key
+from robo_rl.eval.per_task import per_instruction, per_instruction_markdown
 from robo_rl.eval.prompt import PROMPT_POLL_S, EvaluationStopped, HumanPrompt, human_devices
 from robo_rl.eval.throughput import throughput, throughput_markdown
 from robo_rl.eval.video import render_frame, write_mp4
@@ -72,6 +74,8 @@ def evaluate_policy(
         "farmed_reward": farmed_reward_check(results),
         "per_episode": results,
     }
+    if (by_instruction := per_instruction(results)) is not None:
+        out["per_instruction"] = by_instruction
     if farmed_warning(out["farmed_reward"], "evaluation"):
         print(farmed_warning(out["farmed_reward"], "evaluation"), file=sys.stderr)
     if video_dir is not None:
@@ -93,7 +97,8 @@ def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, lis
         return given_act(obs)
 
     started_at = time.time()
-    records, success = rollout_episode(env, act, seed, index)
+    tasks = TaskTable()
+    records, success = rollout_episode(env, act, seed, index, tasks=tasks)
     ended_at = time.time()
     if film:
         frames.append(render_frame(env))
@@ -109,6 +114,7 @@ def _run_episode(env, act, seed: int, index: int, film: bool) -> tuple[dict, lis
         "control_hz": control_hz(env),
         "interventions": int(sum(bool(r.get("intervention")) for r in records[1:])),
         "ended_by": records[-1].get("ended_by") if len(records) > 1 else None,
+        "instruction": tasks.name(records[0]["task"]),
     }
     result.update(learned_reward_seen(env))
     return result, frames
@@ -148,6 +154,7 @@ def write_report(out_dir: Path, result: dict, checkpoint: str, env_steps: int, m
         f"| {result['episodes']} | {result['success_rate']:.2f} | [{low:.2f}, {high:.2f}] "
         f"| {result['mean_length']:.1f} | {result['mean_return']:.2f} |\n\n![learning curve](learning_curve.png)\n"
     )
+    text += per_instruction_markdown(result.get("per_instruction"))
     if result.get("throughput"):
         text += "\n## Throughput and time\n\n" + throughput_markdown([("evaluation", result["throughput"])])
     if farmed := result.get("farmed_reward"):
@@ -199,6 +206,7 @@ def run_episode(
     start = time.perf_counter()
     obs, _ = env.reset(seed=seed)
     cameras = sorted(obs.get("images") or {}) if isinstance(obs, dict) else []  # what the policy observes
+    instruction = obs.get("instruction") if isinstance(obs, dict) else None  # the episode's, for per-task figures
     steps_start = time.perf_counter()
     reset_s = steps_start - start + hand_reset_s
     length, ret, interventions, takeovers, human = 0, 0.0, 0, 0, False
@@ -256,6 +264,7 @@ def run_episode(
         "return": ret,
         "ended_by": ended_by,
         "task": task_key(env),
+        "instruction": instruction,
         "grasped_ever": grasped_ever,
         "grasped_at_end": grasped,
         "progress_max": progress_max,

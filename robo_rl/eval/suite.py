@@ -136,6 +136,7 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
     """A condition's line of the report: success with its Wilson 95% interval, lengths, wall times, the failure modes
     its task names, throughput and time (robo_rl/eval/throughput.py), the farmed-reward check where a learned reward
     scored the episodes."""
+    from robo_rl.eval.per_task import per_instruction
     from robo_rl.eval.wilson import wilson_interval
 
     n, k = len(episodes), sum(r["success"] for r in episodes)
@@ -175,6 +176,7 @@ def summarize(cond: Condition, episodes: list[dict], clips: dict | None = None) 
         "seen": seen_part(list(cond.overrides), unseen),
         "clips": clips or {},
         "episodes": episodes,
+        **({"per_instruction": by} if (by := per_instruction(episodes)) else {}),  # a multi-task env's, per task
     }
 
 
