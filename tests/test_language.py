@@ -262,3 +262,23 @@ def test_an_actor_and_a_learner_carry_each_episode_instruction_into_the_replay_a
     ended = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m["kind"] == "episode"]
     assert ended and {m["instruction"] for m in ended} == {PICK_RED, PICK_BLUE}
     assert (tmp_path / "run" / "replay" / "online" / "tasks.json").is_file()
+
+
+def test_demonstrations_keep_their_instructions_in_the_cache_and_in_the_learner_replay(tmp_path):
+    from robo_rl.data.demos import load_or_make_demos
+    from tests.test_pipeline import toy_config
+
+    cfg = toy_config(tmp_path, "env._target_=tests.test_language.TwoInstructionReach", "demos.num_episodes=4")
+    made, path, cached = load_or_make_demos(cfg, progress=False)
+    again, _, from_cache = load_or_make_demos(cfg, progress=False)
+    assert not cached and from_cache and path.is_file()
+    for demos in (made, again):
+        assert [e.instruction for e in split_episodes(demos)] == [PICK_RED, PICK_BLUE] * 2
+    fields = fields_for_env(TwoInstructionReach())
+    replay = LearnerReplay(replay_config(), fields, tmp_path / "run", again)  # as the learner hands it its demos
+    assert replay.tasks.names == [PICK_RED, PICK_BLUE]
+    assert (tmp_path / "run" / "replay" / "online" / "tasks.json").is_file()
+    demo_rows = {k: v[: replay.demos.size] for k, v in replay.demos.data.items()}
+    first_codes = demo_rows["task"][demo_rows["step"] == 0].tolist()  # one per episode
+    assert [replay.tasks.name(c) for c in first_codes] == [PICK_RED, PICK_BLUE] * 2
+    replay.close()
