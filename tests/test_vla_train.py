@@ -55,6 +55,7 @@ def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(
     run = trained.parents[3]
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["type"] == "smolvla" and cfg["vlm_model_name"] == str(run / "vlm") and not cfg["load_vlm_weights"]
+    assert not cfg["train_expert_only"] and not cfg["freeze_vision_encoder"]  # a random VLM trains with the expert
     assert cfg["resize_imgs_with_padding"] == [IMAGE, IMAGE] and cfg["chunk_size"] == CHUNK
     assert cfg["output_features"]["action"]["shape"] == [ACTION_DIM]
     train_cfg = json.loads((trained / "train_config.json").read_text())

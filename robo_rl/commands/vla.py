@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from robo_rl.commands.common import UsageError
 
-HELP = """usage: robo-rl vla train dataset=<LeRobot dataset> out=<run folder> [vlm=reduced] [steps=20000] [options]
+HELP = """usage: robo-rl vla train dataset=<LeRobot dataset> out=<run folder> [vlm=reduced] [steps=6000] [options]
 
 Trains SmolVLA with lerobot's own trainer (lerobot-train: its config, processors, normalisation, checkpoint) on a
 LeRobot v3 dataset (robo-rl data convert <run or store> <folder> to=lerobot, or record format=lerobot), offline:
@@ -21,14 +21,15 @@ the VLM (the backbone SmolVLA builds on):
   policy_path=lerobot/smolvla_base    fine-tune the whole pretrained SmolVLA instead (a hub id or its folder)
 
 options:
-  steps=20000          training steps              batch_size=8        samples per step
+  steps=6000           training steps (reduced: about an hour on 2 cores)   batch_size=8   samples per step
   device=cpu           cpu | cuda | mps            workers=2           data loader processes
   seed=1000            lerobot's seed              tokenizer_max_length=48   the longest instruction, tokens
   --<lerobot key>=<v>  passed to lerobot-train as it is (e.g. --policy.chunk_size=10 --policy.optimizer_lr=1e-4)
 
 then, as a frozen base (DSRL steers its noise; residual RL corrects its actions):
-  robo-rl train env=pick_cube env.cameras=[front] env.image_size=64 policy=dsrl algo=dsrl algo.form=noise \\
-      policy.base.kind=lerobot policy.base.path=<out>/lerobot/checkpoints/last/pretrained_model
+  robo-rl train env=pick_cube env.cameras=[front] env.image_size=64 experiment=dsrl_pick_cube algo.form=noise \\
+      policy.base.kind=lerobot policy.base.path=<out>/lerobot/checkpoints/last/pretrained_model \\
+      policy.base.task="pick up the cube"   (an env's own instruction, where it gives one, comes first)
 """
 
 INTS = ("steps", "batch_size", "seed", "workers", "tokenizer_max_length")

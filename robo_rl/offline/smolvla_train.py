@@ -7,7 +7,7 @@ only chooses its arguments and lays out a run folder:
     <out>/vlm/                                      a SmolVLM architecture (a size of policies/smolvlm_backbone.py)
     <out>/lerobot/                                  lerobot-train's output_dir (its checkpoints, train_config.json)
     <out>/lerobot/checkpoints/last/pretrained_model  the trained policy: policy.base.kind=lerobot policy.base.path=<it>
-    <out>/vla_train.json                            the arguments, wall time and peak memory of the run
+    <out>/vla_train.json, <out>/lerobot_train.log   the arguments, wall time and peak memory; lerobot-train's output
 
 The VLM comes from a local folder, never the hub unless named: `vlm=tiny|reduced|smolvlm2_500m` writes that
 architecture (random init, `load_vlm_weights=false`); `vlm=<folder or hub id>` loads its weights
@@ -18,6 +18,7 @@ its folder) fine-tunes the whole pretrained SmolVLA instead.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -27,7 +28,12 @@ from pathlib import Path
 from robo_rl.errors import UserError
 
 LAST_MODEL = Path("lerobot") / "checkpoints" / "last" / "pretrained_model"
-SUMMARY = "vla_train.json"
+SUMMARY, LOG = "vla_train.json", "lerobot_train.log"
+# lerobot-train's own entry point, after hiding the torchcodec traceback lerobot prints on its working PyAV fallback
+LEROBOT_TRAIN = (
+    "import sys; from robo_rl.quiet import quiet_library_noise; quiet_library_noise(); sys.argv[0] = 'lerobot-train'; "
+    "from lerobot.scripts.lerobot_train import main; main()"
+)
 # SmolVLA's own default where the VLM is a folder or hub id of ours to keep: lerobot's config field
 DEFAULT_TOKENIZER_MAX_LENGTH = 48
 
@@ -125,6 +131,8 @@ def lerobot_train_args(
             args.append(f"--policy.resize_imgs_with_padding=[{image_size},{image_size}]")
         if vlm_layers:
             args.append(f"--policy.num_vlm_layers={vlm_layers}")
+        if not load_vlm_weights:  # SmolVLA trains its action expert alone by default: a random VLM must learn too
+            args += ["--policy.train_expert_only=false", "--policy.freeze_vision_encoder=false"]
     args += [
         f"--dataset.repo_id=local/{dataset.name}",
         f"--dataset.root={dataset}",
@@ -143,9 +151,10 @@ def lerobot_train_args(
     return args + list(extra)
 
 
-def run_lerobot_train(args: list[str], in_process: bool = False) -> tuple[float, float]:
-    """Run lerobot-train with `args`: in a child process (its memory returned when it ends), or in this one (a test
-    that has imported SmolVLA already saves its import). Returns (wall seconds, peak resident memory, GB)."""
+def run_lerobot_train(args: list[str], log: Path, in_process: bool = False) -> tuple[float, float]:
+    """Run lerobot-train with `args`: in a child process (its memory returned when it ends; its output shown and
+    kept in `log`), or in this one (a test that has imported SmolVLA already saves its import). Returns (wall
+    seconds, peak resident memory of the largest process, GB)."""
     start = time.perf_counter()
     if in_process:
         from lerobot.scripts import lerobot_train
@@ -157,10 +166,19 @@ def run_lerobot_train(args: list[str], in_process: bool = False) -> tuple[float,
             sys.argv = argv
         peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     else:
-        run = subprocess.run([sys.executable, "-m", "lerobot.scripts.lerobot_train", *args])
-        if run.returncode:
-            raise VLATrainError(f"lerobot-train failed (exit {run.returncode}); its own message is above")
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        child = subprocess.Popen(
+            [sys.executable, "-c", LEROBOT_TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        with open(log, "wb") as kept:
+            while chunk := os.read(child.stdout.fileno(), 65536):  # raw bytes: tqdm's carriage returns kept
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+                kept.write(chunk)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest of all children so far
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode:
+            raise VLATrainError(f"lerobot-train failed (exit {child.returncode}): its output is in {log}")
+        peak_kb = usage.ru_maxrss
     return time.perf_counter() - start, peak_kb / 2**20
 
 
@@ -168,7 +186,7 @@ def train_smolvla(
     dataset: str | Path,
     out: str | Path,
     vlm: str = "reduced",
-    steps: int = 20_000,
+    steps: int = 6000,  # vlm=reduced: about an hour on a 2-core CPU (bench/results/vla_train.json)
     batch_size: int = 8,
     device: str = "cpu",
     seed: int = 1000,
@@ -204,7 +222,7 @@ def train_smolvla(
         policy_path,
         extra,
     )
-    wall_s, peak_gb = run_lerobot_train(args, in_process)
+    wall_s, peak_gb = run_lerobot_train(args, out / LOG, in_process)
     model = out / LAST_MODEL
     summary = {
         "dataset": str(dataset),
