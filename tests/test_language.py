@@ -161,7 +161,7 @@ def test_a_malformed_instruction_is_refused_whole_and_the_table_untouched(tmp_pa
 
 
 def test_episodes_keep_their_instruction_through_a_store_and_a_self_describing_batch(tmp_path):
-    from robo_rl.data.datasets.io import load_episodes, save_store
+    from robo_rl.data.datasets.io import load_episodes, save_store, summarize
 
     env, table = TwoInstructionReach(max_episode_steps=20), TaskTable()
     batch = pack_instructions(stack_records(record_episodes(env, table, 3), fields_for_env(env)), table.names)
@@ -169,7 +169,9 @@ def test_episodes_keep_their_instruction_through_a_store_and_a_self_describing_b
     assert [e.instruction for e in episodes] == [PICK_RED, PICK_BLUE, PICK_RED]
     assert [e.instruction for e in split_episodes(join_episodes(episodes))] == [PICK_RED, PICK_BLUE, PICK_RED]
     save_store(episodes, tmp_path / "store", progress=False)
-    assert [e.instruction for e in load_episodes(tmp_path / "store", progress=False)] == [PICK_RED, PICK_BLUE, PICK_RED]
+    stored = load_episodes(tmp_path / "store", progress=False)
+    assert [e.instruction for e in stored] == [PICK_RED, PICK_BLUE, PICK_RED]
+    assert summarize(stored)["demos"]["instructions"] == {PICK_RED: 2, PICK_BLUE: 1}  # robo-rl data inspect's
 
 
 @pytest.mark.slow

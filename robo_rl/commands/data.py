@@ -85,6 +85,8 @@ def _inspect(args: list[str]) -> int:
             f"({s['intervention_steps']} steps)  ended by "
             + ", ".join(f"{why} {n}" for why, n in s["ended_by"].items())
         )
+        if s["instructions"]:  # a multi-task dataset: its episodes per instruction
+            print("    instructions: " + ", ".join(f"{text!r} {n}" for text, n in s["instructions"].items()))
     if opts.get("episodes", "").lower() == "true":
         for ep in episodes:
             print(

@@ -115,7 +115,7 @@ def save_store(
 
 
 def summarize(episodes: list[Episode]) -> dict:
-    """Counts, lengths, success and interventions per partition."""
+    """Counts, lengths, success, interventions and episodes per instruction, per partition."""
     out = {}
     by_partition = collections.defaultdict(list)
     for ep in episodes:
@@ -137,6 +137,7 @@ def summarize(episodes: list[Episode]) -> dict:
             "terminated": sum(1 for e in eps if e.records["terminated"][-1]),
             "truncated": sum(1 for e in eps if e.records["truncated"][-1]),
             "ended_by": dict(ended),
+            "instructions": dict(collections.Counter(e.instruction for e in eps if e.instruction is not None)),
         }
     return out
 
