@@ -21,8 +21,8 @@ MAX_ARRAYS = 1024  # arrays in one message (a policy's state dict has a few hund
 MAX_NDIM = 8
 MAX_DIM = 2**40  # elements along one axis; the frame's byte count is the real bound
 # The wire protocol's version (the step record's layout has its own, `schema.SCHEMA_VERSION`): 2 added the
-# per-session token, and checked meta fields.
-PROTOCOL_VERSION = 2
+# per-session token, and checked meta fields; 3 step batches with a task code and their own instructions.
+PROTOCOL_VERSION = 3
 
 
 def encode(kind: str, meta: dict | None = None, arrays: dict[str, np.ndarray] | None = None) -> list:
