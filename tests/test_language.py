@@ -142,18 +142,29 @@ def malformed(batch: dict, kind: str) -> dict:
         bad["task"] = np.full_like(batch["task"], 3)
     elif kind == "no instructions":
         del bad[INSTRUCTIONS]
+    elif kind == "task of another dtype":
+        bad["task"] = batch["task"].astype(np.int64)
     return bad
 
 
 @pytest.mark.parametrize(
-    "kind", ["too long", "not text", "not bytes", "control characters", "index past the list", "no instructions"]
+    "kind",
+    [
+        "too long",
+        "not text",
+        "not bytes",
+        "control characters",
+        "index past the list",
+        "no instructions",
+        "task of another dtype",
+    ],
 )
 def test_a_malformed_instruction_is_refused_whole_and_the_table_untouched(tmp_path, kind):
     env = TwoInstructionReach(max_episode_steps=20)
     fields, table = fields_for_env(env), TaskTable()
     replay = LearnerReplay(replay_config(persist=False), fields, tmp_path, None)
     good = pack_instructions(stack_records(record_episodes(env, table, 2), fields), table.names)
-    with pytest.raises(ValueError, match="instruction|task code"):
+    with pytest.raises(ValueError, match="instruction|task"):
         replay.add("actor-0", over_the_wire(malformed(good, kind)))
     assert replay.online.size == 0 and replay.tasks.names == []
     replay.add("actor-0", over_the_wire(good))  # the next good batch is stored as ever

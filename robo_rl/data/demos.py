@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from robo_rl.config import ConfigError, make_env, make_expert
 from robo_rl.data.datasets.io import load_step_batch, save_step_batch
-from robo_rl.data.schema import EpisodeRecorder, fields_for_env, stack_records
+from robo_rl.data.schema import SCHEMA_VERSION, EpisodeRecorder, fields_for_env, stack_records
 from robo_rl.data.tasks import TaskTable, pack_instructions
 
 
@@ -50,6 +50,7 @@ def demos_path(cfg: DictConfig) -> Path:
         "env": OmegaConf.to_container(cfg.env, resolve=True),
         "demos": OmegaConf.to_container(cfg.demos),
         "source": [_source_digest(cfg.env._target_), _source_digest(cfg.env.get("expert", {}).get("_target_"))],
+        "schema": SCHEMA_VERSION,  # a cache of another record layout is recorded again, not loaded
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cfg.cache_dir) / "demos" / f"{cfg.env._target_.rsplit('.', 1)[-1]}_{digest}.npz"

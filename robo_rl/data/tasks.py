@@ -102,8 +102,8 @@ def unpack_instructions(arrays: dict, table: TaskTable) -> None:
     instruction is not UTF-8 text of 1-MAX_INSTRUCTION printable characters or an index points past the list."""
     raw = arrays.pop(INSTRUCTIONS, None)
     task = arrays.get("task")
-    if task is None or not isinstance(task, np.ndarray) or task.dtype.kind not in "iu":
-        return  # the batch's field check names the missing or mistyped field
+    if not isinstance(task, np.ndarray) or task.dtype != np.int32:
+        return  # the batch's field check names the missing or mistyped field (before any name enters the table)
     names = [] if raw is None else decode_instructions(raw)
     if task.size and (task.min() < NO_TASK or task.max() > len(names)):
         raise ValueError(f"a record's task code is outside [0, {len(names)}] (the batch's instructions)")
