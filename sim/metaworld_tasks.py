@@ -110,7 +110,10 @@ def resolve_tasks(task: str) -> tuple[str, ...]:
 
 
 class MetaWorldEnv(RobotEnv):
-    """Meta-World `task` (one, a group, or a list: one sampled per episode) as a `RobotEnv` (module docstring)."""
+    """Meta-World `task` (one, a group, or a list: one sampled per episode) as a `RobotEnv` (module docstring).
+
+    `tasks` and `instructions` list what it can draw, in order; `task_name` and `instruction` are this episode's;
+    ``reset(options={"task": name})`` picks one of `tasks` (per-task evaluation), and reset's info names it."""
 
     def __init__(
         self,
