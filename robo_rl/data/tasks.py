@@ -4,9 +4,10 @@ An observation's "instruction" is a string, the same for a whole episode, so it 
 `TaskTable` gives it an index the first time it is seen, and the record's `task` field holds 1 + that index (0, as in a
 zero-filled record, where the task has none; `ended_by` counts the same way).
 On the wire a step batch carries its own small table (`pack_instructions`): the instructions its records use,
-UTF-8 and NUL-separated in one uint8 array, and its `task` column indexes that list; the learner checks each
-instruction and maps it into the run's table (`unpack_instructions`), so every message stands alone (a resend,
-a restarted learner, many actors) and nothing but plain bytes crosses the wire.
+UTF-8 and NUL-separated in one uint8 array, and its `task` column holds codes into that list (a demonstration
+cache is kept the same way); the learner checks each instruction and maps it into the run's table
+(`unpack_instructions`), so every message stands alone (a resend, a restarted learner, many actors) and nothing but
+plain bytes crosses the wire.
 """
 
 from __future__ import annotations
