@@ -120,13 +120,18 @@ class BCBase:
 
 
 def load_bc_base(
-    path: str | Path, observation_space, action_dim: int, state_names=None, device: str | torch.device = "cpu"
+    path: str | Path,
+    observation_space,
+    action_dim: int,
+    state_names=None,
+    device: str | torch.device = "cpu",
+    task: str | None = None,
 ):
     """A BC checkpoint (an MLP, a flow or a diffusion policy) as a frozen base, refused in one line if missing,
-    unreadable or made for another task."""
+    unreadable or made for another task; `task`: a task-conditioned flow's instruction where an observation has none."""
     payload = read_bc_checkpoint(path)
     if payload["kind"] != BC_KIND:
-        return load_generative_base(payload, observation_space, action_dim, state_names, device)
+        return load_generative_base(payload, observation_space, action_dim, state_names, device, task)
     config = payload["config"]
     problem = feature_mismatch(config, observation_space, action_dim, state_names)
     if problem:

@@ -40,8 +40,10 @@ from policies.checkpoint import (
 )
 from policies.cpu_sampler import CpuSampler
 from policies.encoders import EncoderConfig, ObservationEncoder
+from policies.language import instruction_rows
 from policies.mlp import mlp
 from policies.state_norm import NORMALISED_CLIP, set_normalisation
+from policies.task_embedding import TaskEmbedding
 
 KINDS = ("flow", "diffusion")
 MAX_STEPS = 1000
@@ -49,7 +51,8 @@ COSINE_OFFSET = 0.008  # the cosine schedule's s (Nichol & Dhariwal)
 
 
 class ChunkGenerator(nn.Module):
-    """The network and its sampler; `config` rebuilds it (plain containers)."""
+    """The network and its sampler; `config` rebuilds it (plain containers). With `task_embedding` > 0 the features
+    end with a learned vector of the observation's instruction, one per entry of `tasks` (task_embedding.py)."""
 
     def __init__(
         self,
@@ -64,6 +67,8 @@ class ChunkGenerator(nn.Module):
         state_names: list[str] | None = None,
         time_features: int = 32,
         diffusion_timesteps: int = 100,
+        task_embedding: int = 0,
+        tasks: list[str] | None = None,
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -88,13 +93,16 @@ class ChunkGenerator(nn.Module):
             "time_features": int(time_features),
             "diffusion_timesteps": int(diffusion_timesteps),
         }
+        if task_embedding:  # only a task-conditioned model's config names them: the others' stay as they were
+            self.config.update(task_embedding=int(task_embedding), tasks=list(tasks or []))
         self.state_dim, self.action_dim, self.chunk_size = state_dim, action_dim, chunk_size
         self.kind, self.steps = kind, int(steps)
         self.encoder = ObservationEncoder(
             state_dim, {n: tuple(s) for n, s in cameras.items()}, config=EncoderConfig.parse(self.config["encoder"])
         )
         width = chunk_size * action_dim
-        self.net = mlp(self.encoder.out_dim + width + time_features, list(hidden), width, layer_norm=True)
+        self.task_embedding = TaskEmbedding(tasks or [], task_embedding) if task_embedding else None
+        self.net = mlp(self.feature_dim + width + time_features, list(hidden), width, layer_norm=True)
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
         freqs = torch.exp(torch.linspace(0.0, math.log(1000.0), time_features // 2))
@@ -113,7 +121,7 @@ class ChunkGenerator(nn.Module):
 
     @property
     def feature_dim(self) -> int:
-        return self.encoder.out_dim
+        return self.encoder.out_dim + (self.task_embedding.width if self.task_embedding is not None else 0)
 
     @staticmethod
     def pooled(features: torch.Tensor) -> torch.Tensor:
@@ -129,7 +137,10 @@ class ChunkGenerator(nn.Module):
     def features(self, obs: dict) -> torch.Tensor:
         state = ((obs["state"] - self.state_mean) / self.state_std).clamp(-NORMALISED_CLIP, NORMALISED_CLIP)
         images = {name: obs["images"][name] for name in self.config["cameras"]}
-        return self.encoder({"state": state, "images": images})
+        features = self.encoder({"state": state, "images": images})
+        if self.task_embedding is None:
+            return features
+        return torch.cat([features, self.task_embedding(obs, len(features))], dim=-1)  # the row's instruction
 
     def time_embedding(self, t: torch.Tensor | float, batch: int) -> torch.Tensor:
         """[B, time_features] sinusoids of t ∈ [0, 1] (a tensor [B], or one float for the whole batch: sampling
@@ -326,6 +337,8 @@ class GenerativeBase:
 
     def cpu_sampler(self):
         """numpy's sampler for one observation (`policies/cpu_sampler.py`) where it covers this model, else None."""
+        if self.model.task_embedding is not None:  # numpy's sampler has no instruction input
+            return None
         return CpuSampler.build(self.model)
 
     def reset(self) -> None:
@@ -341,7 +354,7 @@ class GenerativeBase:
         images = {
             n: torch.as_tensor(np.asarray(obs["images"][n]), device=self.device).unsqueeze(0) for n in self.cameras
         }
-        return {"state": state, "images": images}
+        return {"state": state, "images": images, **instruction_rows([obs])}
 
     def chunks(self, obs: dict, z: torch.Tensor) -> torch.Tensor:
         """The chunks [B, chunk, A] this policy makes of a batch of observations (tensors) and noises."""
@@ -389,15 +402,21 @@ def build_generator(payload: dict) -> ChunkGenerator:
 
 
 def load_generative_base(
-    payload: dict, observation_space, action_dim: int, state_names=None, device: str | torch.device = "cpu"
+    payload: dict,
+    observation_space,
+    action_dim: int,
+    state_names=None,
+    device: str | torch.device = "cpu",
+    task: str | None = None,
 ) -> GenerativeBase:
+    """`task`: the instruction of an observation that carries none, for a task-conditioned model (others ignore it)."""
     problem = feature_mismatch(payload["config"], observation_space, action_dim, state_names)
     if problem:
         raise BCCheckpointError(f"base checkpoint {payload['path']} does not fit this task: its {problem}")
-    rng = payload.get("action_range")
-    return GenerativeBase(
-        build_generator(payload), device, payload.get("execute_steps"), (rng["low"], rng["high"]) if rng else None
-    )
+    model, rng = build_generator(payload), payload.get("action_range")
+    if model.task_embedding is not None:
+        model.task_embedding.set_default(task)
+    return GenerativeBase(model, device, payload.get("execute_steps"), (rng["low"], rng["high"]) if rng else None)
 
 
 class GenerativePolicy(nn.Module, ActingPolicy):
@@ -418,6 +437,7 @@ class GenerativePolicy(nn.Module, ActingPolicy):
         time_features: int,
         diffusion_timesteps: int,
         encoder: dict | None = None,
+        task_embedding: int = 0,  # what `robo-rl bc` trains from the demonstrations' instructions; a path keeps its own
     ) -> None:
         super().__init__()
         if path:

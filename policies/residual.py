@@ -43,7 +43,7 @@ def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> Ba
     if kind == "bc":
         from policies.bc import load_bc_base
 
-        return load_bc_base(path, observation_space, action_dim)
+        return load_bc_base(path, observation_space, action_dim, task=spec.get("task"))
     if kind == "lerobot":
         from policies.lerobot_base import LeRobotBase
 

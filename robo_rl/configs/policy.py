@@ -83,7 +83,10 @@ class BasePolicyConfig:
     execute_steps: int | None = setting(
         None, "actions run from each base chunk (null: the checkpoint's, or all)", low=1
     )
-    task: str | None = setting(None, "lerobot: the task text a language-conditioned base wants")
+    task: str | None = setting(
+        None,
+        "the task text of a language-conditioned base (lerobot, or a flow with a task embedding) where none is given",
+    )
 
 
 @dataclass
@@ -147,6 +150,12 @@ class GenerativeModelConfig:
     time_features: int = setting(32, "sinusoidal features of the flow time / diffusion timestep", low=2)
     diffusion_timesteps: int = setting(
         100, "diffusion only: DDPM training timesteps T (cosine schedule)", low=1, high=10000
+    )
+    task_embedding: int = setting(
+        0,
+        "width of a learned vector per instruction of the demonstrations (0: none; one model, several tasks)",
+        low=0,
+        high=1024,
     )
 
 

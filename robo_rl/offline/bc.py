@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from robo_rl.configs.typed import config_from
 from robo_rl.data.demos import load_or_make_demos, rollout_episode
 from robo_rl.data.replay import ReplayBuffer
 from robo_rl.data.schema import step_fields
+from robo_rl.data.tasks import INSTRUCTIONS, decode_instructions
 from robo_rl.eval.episodes import wilson_interval
 from robo_rl.runs import MetricsWriter
 
@@ -43,6 +44,7 @@ class BCData:
     episodes: int
     val_episodes: int
     source: str  # where the demonstrations came from
+    instructions: list[str] = field(default_factory=list)  # the task table the records' `task` codes index
 
 
 def episode_index(batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -74,7 +76,8 @@ def demos_dataset(batch: dict[str, np.ndarray], val_fraction: float, seed: int, 
         )
     val_eps = np.random.default_rng(seed).permutation(episodes)[:n_val]
     held_out = np.isin(labels[rows], val_eps)
-    return BCData(buffer, rows[~held_out], rows[held_out], episodes, n_val, source)
+    instructions = decode_instructions(batch[INSTRUCTIONS]) if INSTRUCTIONS in batch else []
+    return BCData(buffer, rows[~held_out], rows[held_out], episodes, n_val, source, instructions)
 
 
 def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device) -> tuple[dict, torch.Tensor, torch.Tensor]:
@@ -84,6 +87,9 @@ def chunk_batch(data: BCData, rows: np.ndarray, chunk: int, device) -> tuple[dic
     mask = b["action_mask"] if chunk > 1 else np.ones((len(rows), 1), bool)
     to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
     obs = {"state": to(b["obs"]["state"]), "images": {k: to(v) for k, v in b["obs"]["images"].items()}}
+    if data.instructions:  # each row's instruction, for a task-conditioned policy (the others ignore it)
+        names = [None, *data.instructions]
+        obs["instruction"] = [names[c] for c in data.buffer.data["task"][rows].tolist()]
     return obs, to(action), to(mask).float()
 
 
@@ -132,19 +138,36 @@ def generative_spec(cfg) -> dict | None:
         spec = OmegaConf.to_container(policy.model, resolve=True)
     else:
         return None
-    keys = ("kind", "chunk_size", "execute_steps", "steps", "hidden", "time_features", "diffusion_timesteps")
+    keys = (
+        "kind",
+        "chunk_size",
+        "execute_steps",
+        "steps",
+        "hidden",
+        "time_features",
+        "diffusion_timesteps",
+        "task_embedding",
+    )
     return {k: spec[k] for k in keys if spec.get(k) is not None}
 
 
-def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = None) -> BCPolicy | ChunkGenerator:
+def build_policy(
+    bc_cfg, env, encoder: dict | None, generative: dict | None = None, tasks: list[str] | None = None
+) -> BCPolicy | ChunkGenerator:
     """A fresh policy for this env (an MLP, or the flow/diffusion model of `generative`): state only, or with its
-    cameras when `bc.images` is on."""
+    cameras when `bc.images` is on; a flow/diffusion model with `task_embedding` learns a vector per entry of `tasks`
+    (the demonstrations' instructions)."""
     space = env.observation_space
     cameras = {n: list(s.shape[:2]) for n, s in space["images"].spaces.items()} if bc_cfg.images else {}
     if bc_cfg.images and not cameras:
         raise ConfigError("bc.images=true but this env has no cameras (e.g. env.cameras=[front] or env.camera=true)")
     if generative is not None:
         arch = {k: v for k, v in generative.items() if k != "execute_steps"}
+        if arch.get("task_embedding") and not tasks:
+            raise ConfigError(
+                f"policy task_embedding={arch['task_embedding']} learns a vector per instruction, and these "
+                "demonstrations carry none: record them from an env with instructions, or set it to 0"
+            )
         try:
             return ChunkGenerator(
                 space["state"].shape[0],
@@ -152,6 +175,7 @@ def build_policy(bc_cfg, env, encoder: dict | None, generative: dict | None = No
                 cameras=cameras,
                 encoder=encoder,
                 state_names=list(getattr(env, "state_names", ())),
+                tasks=list(tasks or []) if arch.get("task_embedding") else None,
                 **arch,
             )
         except ValueError as e:
@@ -318,7 +342,7 @@ def train_bc(cfg, run_dir: str | Path, data: BCData | None = None, progress: boo
     try:
         torch.manual_seed(int(cfg.seed))  # the initial weights too: one config, one policy
         generative = generative_spec(cfg)
-        policy = build_policy(bc, env, encoder, generative)
+        policy = build_policy(bc, env, encoder, generative, data.instructions)
         if policy.state_dim != data.buffer.fields["state"][0][0] or (
             policy.action_dim != data.buffer.fields["action_executed"][0][0]
         ):
