@@ -15,6 +15,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from policies.language import instruction_subset
+
 
 @runtime_checkable
 class BasePolicy(Protocol):
@@ -116,4 +118,5 @@ def copy_sharing(obj, memo: dict, *shared):
 
 def obs_rows(obs: dict, rows) -> dict:
     """The observations of the given rows (an index, slice or tensor of indices) of a batched observation dict."""
-    return {"state": obs["state"][rows], "images": {k: v[rows] for k, v in obs["images"].items()}}
+    images = {k: v[rows] for k, v in obs["images"].items()}
+    return {"state": obs["state"][rows], "images": images, **instruction_subset(obs, rows)}  # a base reads it

@@ -30,3 +30,23 @@ def instruction_row(obs: dict, i: int) -> dict:
     texts = obs.get(INSTRUCTION)
     text = None if texts is None else texts[i]
     return {} if text is None else {INSTRUCTION: text}
+
+
+def instruction_subset(obs: dict, rows) -> dict:
+    """The instructions of the given rows (an index array or tensor, a list or a slice) of a batch of observations,
+    as {"instruction": [...]}, or {} where the batch carries none (what `obs_rows` and a base's call keep)."""
+    texts = obs.get(INSTRUCTION)
+    if texts is None:
+        return {}
+    if isinstance(rows, slice):
+        return {INSTRUCTION: texts[rows]}
+    index = rows.tolist() if hasattr(rows, "tolist") else rows if isinstance(rows, int) else list(rows)
+    if isinstance(index, int):  # one row, unbatched: its instruction as an observation holds it
+        return {} if texts[index] is None else {INSTRUCTION: texts[index]}
+    return {INSTRUCTION: [texts[i] for i in index]}
+
+
+def instructions_repeated(obs: dict, n: int) -> dict:
+    """Each row's instruction `n` times in a row (as `repeat_interleave(n)` repeats the tensors), or {}."""
+    texts = obs.get(INSTRUCTION)
+    return {} if texts is None else {INSTRUCTION: [t for t in texts for _ in range(n)]}

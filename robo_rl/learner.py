@@ -23,6 +23,7 @@ from robo_rl.config import ConfigError, config_hash, make_algorithm, make_policy
 from robo_rl.data.demos import load_or_make_demos
 from robo_rl.data.learner_replay import LearnerReplay
 from robo_rl.data.schema import EXTRA, fields_for_env
+from robo_rl.data.tasks import with_row_instructions
 from robo_rl.envs.spec import EnvSpec, learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
@@ -90,7 +91,7 @@ class Learner:
         self.metrics = metrics_writer(cfg, self.run_dir)  # metrics.jsonl, plus TensorBoard or W&B if chosen
         demos, _, _ = load_or_make_demos(cfg, progress=False)
         if demos is not None:
-            demos = self.algo.relabel_prior(demos)
+            demos = self.algo.relabel_prior(with_row_instructions(demos))  # a base recomputed reads each's
             if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
                 demos = relabel_prior(cfg, demos)
         self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)

@@ -18,9 +18,12 @@ def obs_to_torch(obs: dict, batch: bool = True) -> dict:
 
 def batch_to_torch(batch: dict, device: torch.device | None = None) -> dict:
     """A replay batch (nested numpy dicts) → tensors: on the CPU without copying; on a GPU through pinned host
-    memory with non-blocking copies (the next batch is gathered while this one travels)."""
+    memory with non-blocking copies (the next batch is gathered while this one travels). A list (an observation's
+    instruction per row) stays as it is."""
     if isinstance(batch, dict):
         return {k: batch_to_torch(v, device) for k, v in batch.items()}
+    if isinstance(batch, list):
+        return batch
     tensor = torch.from_numpy(np.ascontiguousarray(batch))
     if device is None or device.type == "cpu":
         return tensor

@@ -109,8 +109,10 @@ class UpdateToData:
 class RolloutThenUpdate:
     """On-policy: one update per rollout of the current policy version's decisions."""
 
-    def __init__(self, spec: BatchSpec, max_lead_steps: int, execute_steps: int) -> None:
-        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps)
+    def __init__(
+        self, spec: BatchSpec, max_lead_steps: int, execute_steps: int, instructions: list[str] | None = None
+    ) -> None:
+        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps, instructions)  # the run's task table's names
         self.extras = spec.extras
         self.lead_steps = min(max_lead_steps, 2 * execute_steps)  # room to finish the chunk under way
 
@@ -153,5 +155,6 @@ def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Gener
         total = cfg.get("train", {}).get("total_env_steps")  # a schedule built for a test may have no budget
         if total and (note := unused_rollout_note(int(total), spec.rollout_env_steps)):
             log.warning(note)
-        return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, acting_policy(policy).execute_steps)
+        names = replay.tasks.names if hasattr(replay, "tasks") else None
+        return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, acting_policy(policy).execute_steps, names)
     return UpdateToData(spec, cfg, replay, rng)

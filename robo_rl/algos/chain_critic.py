@@ -149,14 +149,23 @@ class ChainActionCritic:
 
 
 def map_tensors(tree, fn):
+    """`fn` on each tensor of a batch; a list (an observation's instruction per row) is kept as it is."""
     if isinstance(tree, dict):
         return {k: map_tensors(v, fn) for k, v in tree.items()}
-    return fn(tree)
+    return tree if isinstance(tree, list) else fn(tree)
 
 
-def concat(a: dict, b: dict) -> dict:
-    return {k: concat(a[k], b[k]) if isinstance(a[k], dict) else torch.cat([a[k], b[k]]) for k in a}
+def concat(a, b):
+    """Two batches joined along the rows; an observation's instructions (a list per row) too."""
+    if isinstance(a, dict):
+        return {k: concat(a[k], b[k]) for k in a}
+    return a + b if isinstance(a, list) else torch.cat([a, b])
 
 
-def take(tree: dict, rows) -> dict:
-    return map_tensors(tree, lambda t: t[rows])
+def take(tree, rows):
+    """The given rows (a slice or a tensor of indices) of a batch, instructions included."""
+    if isinstance(tree, dict):
+        return {k: take(v, rows) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return tree[rows] if isinstance(rows, slice) else [tree[i] for i in rows.tolist()]
+    return tree[rows]

@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from policies.dsrl import NoisePolicy
 from policies.encoders import frozen_backbones, frozen_feature_cache
+from policies.language import instruction_subset, instructions_repeated
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, soft_update
 from robo_rl.configs.algo import DSRLConfig
@@ -132,7 +133,8 @@ class DSRL(Algorithm):
         """Aliased: Q^W(s, w) ← min_i Q^A_i(s, π_base(s, w)), w half from N(0, I) in the box, half from π_W."""
         n, obs = self.cfg.alias_samples, batch["obs"]
         repeat = lambda x: x.repeat_interleave(n, dim=0)  # noqa: E731
-        obs_n = {"state": repeat(obs["state"]), "images": {k: repeat(v) for k, v in obs["images"].items()}}
+        images = {k: repeat(v) for k, v in obs["images"].items()}
+        obs_n = {"state": repeat(obs["state"]), "images": images, **instructions_repeated(obs, n)}
         with torch.no_grad():
             b = len(obs["state"])
             prior = torch.randn(b * n, self.policy.noise_dim, device=self.device).clamp(
@@ -202,6 +204,7 @@ class DSRL(Algorithm):
                         for k, v in batch.items()
                         if k.startswith("image/")
                     },
+                    **instruction_subset(batch, part - 1),  # each record's instruction (the learner adds them)
                 }
                 with torch.no_grad():
                     features = model.features(obs)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from policies.encoders import frozen_backbones, frozen_feature_cache
+from policies.language import instruction_row
 from policies.residual import ResidualPolicy, observation_row
 from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, soft_update
@@ -160,6 +161,7 @@ class ResidualAlgorithm(Algorithm):
             obs = {
                 "state": np.asarray(batch["state"][i]),
                 "images": {k[len("image/") :]: np.asarray(v[i]) for k, v in batch.items() if k.startswith("image/")},
+                **instruction_row(batch, i),  # the record's instruction, where the learner added them
             }
             base[i + 1] = self.policy.base.act(obs)  # the decision at obs_i chose record i + 1's action
         self.policy.base.reset()

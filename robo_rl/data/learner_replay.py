@@ -55,12 +55,15 @@ class LearnerReplay:
         self.online = DiskReplay(cfg.disk_capacity, fields) if self.disk else ReplayBuffer(cfg.capacity, fields)
         self.store = SegmentStore(online_store_root(run_dir), fields) if cfg.persist else None
         self.tasks = TaskTable(self.store.tasks if self.store else None)  # a resumed run's, before the demos add any
+        self.online.instructions = self.tasks.names  # the same list: samples name each row's instruction
         self.demos = None
         if demos is not None and len(demos["step"]):
             demos = dict(demos)
+            demos.pop("instruction", None)  # each record's, for `relabel_prior`: the table's codes say it
             unpack_instructions(demos, self.tasks)
             self._save_tasks()
             self.demos = ReplayBuffer(len(demos["step"]), fields)
+            self.demos.instructions = self.tasks.names
             # recorded without this policy: its extras are zero (an algorithm that needs them recomputes them)
             zero = {
                 k: np.zeros((len(demos["step"]), *shape), dtype)

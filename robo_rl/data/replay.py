@@ -13,6 +13,7 @@ import numpy as np
 
 from robo_rl.data.intervention_index import InterventionIndex
 from robo_rl.data.schema import check_step_batch
+from robo_rl.data.tasks import NO_TASK
 
 
 class ReplayBuffer:
@@ -35,6 +36,9 @@ class ReplayBuffer:
         self.writes = 0
         self._last: dict[tuple, tuple[int, int]] = {}  # (source, episode_id) → (row, uid) of its latest record
         self.interventions = InterventionIndex(capacity)  # the interventions partition, kept on every write
+        # the run's task table's instructions (shared, append-only): once it names any, sampled observations carry
+        # each row's instruction (`obs["instruction"]`, one per row, None where its record has none)
+        self.instructions: list[str] = []
 
     def __len__(self) -> int:
         return self.size
@@ -144,7 +148,10 @@ class ReplayBuffer:
 
     def _obs(self, rows: np.ndarray) -> dict:
         images = {c: self._field(f"image/{c}", rows) for c in self.cameras}
-        return {"state": self._field("state", rows), "images": images}
+        obs = {"state": self._field("state", rows), "images": images}
+        if self.instructions and "task" in self.data:  # as a policy's batched observation carries them
+            obs["instruction"] = instructions_of(self._field("task", rows), self.instructions)
+        return obs
 
     def gather(
         self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1, extras: tuple[str, ...] = ()
@@ -238,9 +245,17 @@ class DiskReplay(ReplayBuffer):
         return out
 
 
+def instructions_of(codes: np.ndarray, names: list[str]) -> list[str | None]:
+    """The instruction of each `task` code (None for NO_TASK), from the run's table's `names`."""
+    return [None if c == NO_TASK else names[c - 1] for c in np.asarray(codes).tolist()]
+
+
 def concat_batches(batches: list[dict]) -> dict:
-    """Concatenate transition batches (nested dicts of arrays) along the first axis."""
+    """Concatenate transition batches (nested dicts of arrays; lists, such as the instructions, joined) along the
+    first axis."""
     first = batches[0]
     if isinstance(first, dict):
         return {k: concat_batches([b[k] for b in batches]) for k in first}
+    if isinstance(first, list):
+        return [x for b in batches for x in b]
     return np.concatenate(batches, axis=0)

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from robo_rl.data.replay import instructions_of
 from robo_rl.data.schema import EXTRA
 
 
 class Rollout:
-    def __init__(self, gamma: float, env_steps: int) -> None:
+    def __init__(self, gamma: float, env_steps: int, instructions: list[str] | None = None) -> None:
         self.gamma, self.wanted = gamma, int(env_steps)
+        # the run's task table's instructions (the replay's list, append-only): where it names any, each decision's
+        # observations carry their row's instruction, as the replay's samples do
+        self.instructions = [] if instructions is None else instructions
         self.version = 1  # the policy version whose decisions are collected
         self.streams: dict[tuple, list[dict]] = {}  # (actor, episode) → its records not yet assembled, in order
         self.ready: list[dict] = []  # assembled decisions of `version`
@@ -30,7 +34,7 @@ class Rollout:
         keys = [
             k
             for k in arrays
-            if k in ("state", "reward", "terminated", "truncated", "step", "policy_version")
+            if k in ("state", "reward", "terminated", "truncated", "step", "policy_version", "task")
             or k.startswith(("image/", EXTRA))
         ]
         touched = set()
@@ -96,10 +100,13 @@ class Rollout:
         cams = [k for k in rows[0]["before"] if k.startswith("image/")] if rows else []
 
         def obs(which: str) -> dict:
-            return {
+            out = {
                 "state": np.stack([r[which]["state"] for r in rows]),
                 "images": {c[6:]: np.stack([r[which][c] for r in rows]) for c in cams},
             }
+            if self.instructions and rows and "task" in rows[0][which]:
+                out["instruction"] = instructions_of(np.array([r[which]["task"] for r in rows]), self.instructions)
+            return out
 
         # a row continues into the next row only if that row is the following decision of the same episode: its
         # observation is this chunk's last record (an episode that ended starts the next from a reset record)

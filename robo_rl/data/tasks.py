@@ -112,3 +112,17 @@ def unpack_instructions(arrays: dict, table: TaskTable) -> None:
         raise ValueError(f"the run's task table is full ({MAX_TASKS} distinct instructions)")
     mapping = np.array([NO_TASK] + [table.code(name) for name in names], np.int32)
     arrays["task"] = mapping[task].astype(task.dtype)
+
+
+def with_row_instructions(batch: dict) -> dict:
+    """A self-describing batch (a demonstration cache) with each record's instruction beside it under "instruction"
+    (an object array of str, None where it has none: it splits and joins with the records), for what runs a base on
+    its records before the replay maps its codes (an algorithm's `relabel_prior`); the batch as it is where none has
+    one."""
+    raw = batch.get(INSTRUCTIONS)
+    if raw is None or "task" not in batch:
+        return batch
+    names, codes = [None, *decode_instructions(raw)], np.asarray(batch["task"])
+    if codes.size and (codes.min() < NO_TASK or codes.max() >= len(names)):
+        return batch  # the replay's check refuses it, naming the problem
+    return {**batch, "instruction": np.array([names[c] for c in codes.tolist()], dtype=object)}
