@@ -6,9 +6,10 @@ export code). Each size trains once through the command's own code (a child lero
 it) with lerobot logging every step: a step's time is lerobot's own update + data time (the median after the first,
 which also starts the data loader); start-up (imports, dataset, model build, checkpoint) is the rest of the wall
 time, reported apart. An hour's steps: (3600 s - start-up) / step time. Peak memory: the largest process's resident
-set.
+set. The measured size runs with torch's threads (every core) and with one (`threads=1`): on a 2-core machine shared
+with other work, threads spinning on busy cores can cost more than they add.
 
-    python bench/vla_train.py                 # reduced, 50 steps (several minutes on 2 cores); tiny, 10 steps
+    python bench/vla_train.py                 # reduced, 50 steps, torch's threads and one; tiny, 10 steps
     python bench/vla_train.py --quick         # tiny only (about a minute)
     python bench/vla_train.py --vlm smolvlm2_500m --device cuda   # SmolVLM2-500M's architecture on a GPU
 
@@ -62,12 +63,12 @@ STEP_LINE = re.compile(r"step:(\d+) .*?updt_s:([\d.]+) data_s:([\d.]+)")  # lero
 PARAMS_LINE = re.compile(r"num_(learnable|total)_params=(\d+)")
 
 
-def timed_training(dataset: Path, work: Path, vlm: str, steps: int, args) -> dict:
+def timed_training(dataset: Path, work: Path, vlm: str, steps: int, args, threads: int | None = None) -> dict:
     """One `robo-rl vla train` run in a child process: lerobot's own time of each step (update and data), the run's
     wall time, the rest of it (start-up: imports, dataset, model build, checkpoint) and the child's peak memory."""
     from robo_rl.offline.smolvla_train import LOG, SUMMARY, train_smolvla
 
-    out = work / vlm
+    out = work / f"{vlm}_{threads or 'all'}_threads"
     extra = [f"--policy.chunk_size={CHUNK}", f"--policy.n_action_steps={CHUNK}", "--log_freq=1"]
     train_smolvla(
         dataset,
@@ -78,6 +79,7 @@ def timed_training(dataset: Path, work: Path, vlm: str, steps: int, args) -> dic
         device=args.device,
         workers=args.workers,
         extra=extra,
+        threads=threads,
     )
     summary = json.loads((out / SUMMARY).read_text())
     config = json.loads((out / "lerobot" / "checkpoints" / "last" / "pretrained_model" / "config.json").read_text())
@@ -93,6 +95,7 @@ def timed_training(dataset: Path, work: Path, vlm: str, steps: int, args) -> dic
     steps_per_hour = int((HOUR_S - startup) / step_s)
     return {
         "vlm": vlm,
+        "threads": threads or os.cpu_count(),
         "steps": steps,
         "wall_s": summary["wall_s"],
         "s_per_step_median": round(step_s, 3),
@@ -127,6 +130,7 @@ def main() -> None:
         sizes = [timed_training(dataset, work, "tiny", 10, args)]
         if not args.quick:
             sizes.append(timed_training(dataset, work, args.vlm, args.steps, args))
+            sizes.append(timed_training(dataset, work, args.vlm, args.steps, args, threads=1))
         frames = json.loads((dataset / "meta" / "info.json").read_text())["total_frames"]
     result = {
         "device": args.device,
@@ -142,8 +146,8 @@ def main() -> None:
     for size in sizes:
         ratio = size["s_per_step_median"] / tiny["s_per_step_median"]
         print(
-            f"{size['vlm']:>14}: {size['s_per_step_median']:.2f} s/step ({ratio:.1f}x tiny), start-up "
-            f"{size['startup_s']} s, "
+            f"{size['vlm']:>14}, {size['threads']} thread(s): {size['s_per_step_median']:.2f} s/step "
+            f"({ratio:.1f}x tiny), start-up {size['startup_s']} s, "
             f"{size['steps_per_hour']} steps/hour at batch {args.batch_size}, peak RSS {size['peak_rss_gb']} GB, "
             f"{size['params'] / 1e6:.1f}M parameters ({size['params_trained'] / 1e6:.1f}M trained)"
         )

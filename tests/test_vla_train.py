@@ -40,7 +40,9 @@ def trained(export, tmp_path_factory) -> Path:
     from robo_rl.offline.smolvla_train import train_smolvla
 
     out = tmp_path_factory.mktemp("vla_run") / "run"
-    return train_smolvla(export, out, vlm="tiny", steps=4, batch_size=4, workers=0, extra=LEROBOT, in_process=True)
+    return train_smolvla(
+        export, out, vlm="tiny", steps=4, batch_size=4, workers=0, extra=LEROBOT, in_process=True, threads=1
+    )
 
 
 def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(export, trained, tmp_path):
@@ -135,6 +137,7 @@ def test_vla_train_refuses_bad_command_lines_in_one_line(export, tmp_path, capsy
         (["train", "out=o"], "needs dataset="),
         (["train", f"dataset={export}", "out=o", "stpes=3"], "'stpes=3' is not one of"),
         (["train", f"dataset={export}", "out=o", "steps=0"], "steps=0 is out of range"),
+        (["train", f"dataset={export}", "out=o", "threads=two"], "threads=two is not a whole number"),
         (["train", f"dataset={tmp_path}", "out=o"], "is not a LeRobot v3 dataset"),
         (["train", f"dataset={export}", f"out={tmp_path / 'full'}"], "exists and is not empty"),
         (["train", f"dataset={export}", f"out={tmp_path / 'o'}", "vlm=nowhere"], "neither a size"),

@@ -24,6 +24,8 @@ options:
   steps=6000           training steps (reduced: about an hour on 2 cores)   batch_size=8   samples per step
   device=cpu           cpu | cuda | mps            workers=2           data loader processes
   seed=1000            lerobot's seed              tokenizer_max_length=48   the longest instruction, tokens
+  threads=<all cores>  torch's CPU threads; 1 can be faster on a small machine busy with other work (measured on
+                       2 cores at load 5: 0.60 s/step with 1 against 2.45 with 2; idle, 2 are slightly faster)
   --<lerobot key>=<v>  passed to lerobot-train as it is (e.g. --policy.chunk_size=10 --policy.optimizer_lr=1e-4)
 
 then, as a frozen base (DSRL steers its noise; residual RL corrects its actions):
@@ -32,7 +34,7 @@ then, as a frozen base (DSRL steers its noise; residual RL corrects its actions)
       policy.base.task="pick up the cube"   (an env's own instruction, where it gives one, comes first)
 """
 
-INTS = ("steps", "batch_size", "seed", "workers", "tokenizer_max_length")
+INTS = ("steps", "batch_size", "seed", "workers", "tokenizer_max_length", "threads")
 KEYS = ("dataset", "out", "vlm", "policy_path", "device", *INTS)
 
 

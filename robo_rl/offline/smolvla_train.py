@@ -151,23 +151,32 @@ def lerobot_train_args(
     return args + list(extra)
 
 
-def run_lerobot_train(args: list[str], log: Path, in_process: bool = False) -> tuple[float, float]:
+def run_lerobot_train(
+    args: list[str], log: Path, in_process: bool = False, threads: int | None = None
+) -> tuple[float, float]:
     """Run lerobot-train with `args`: in a child process (its memory returned when it ends; its output shown and
-    kept in `log`), or in this one (a test that has imported SmolVLA already saves its import). Returns (wall
-    seconds, peak resident memory of the largest process, GB)."""
+    kept in `log`), or in this one (a test that has imported SmolVLA already saves its import). `threads`: torch's
+    CPU threads (None: its default, every core). Returns (wall seconds, peak resident memory of the largest process,
+    GB)."""
     start = time.perf_counter()
     if in_process:
+        import torch
         from lerobot.scripts import lerobot_train
 
-        argv, sys.argv = sys.argv, ["lerobot-train", *args]
+        argv, sys.argv, own_threads = sys.argv, ["lerobot-train", *args], torch.get_num_threads()
+        torch.set_num_threads(threads or own_threads)
         try:
             lerobot_train.main()
         finally:
             sys.argv = argv
+            torch.set_num_threads(own_threads)
         peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     else:
         child = subprocess.Popen(
-            [sys.executable, "-c", LEROBOT_TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            [sys.executable, "-c", LEROBOT_TRAIN, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None,  # torch's intra-op threads
         )
         with open(log, "wb") as kept:
             while chunk := os.read(child.stdout.fileno(), 65536):  # raw bytes: tqdm's carriage returns kept
@@ -195,6 +204,7 @@ def train_smolvla(
     tokenizer_max_length: int = DEFAULT_TOKENIZER_MAX_LENGTH,
     extra: list[str] = (),
     in_process: bool = False,
+    threads: int | None = None,
 ) -> Path:
     """Train SmolVLA on the LeRobot dataset `dataset` into the run folder `out`; return its pretrained_model."""
     dataset, out = Path(dataset).expanduser().resolve(), Path(out).expanduser().resolve()
@@ -206,7 +216,7 @@ def train_smolvla(
     if not policy_path:
         vlm_name, load_weights, image_size, layers = prepare_vlm(vlm, out, layout["tasks"])
         check_instructions(layout["tasks"], vlm_name, tokenizer_max_length)
-    extra = [*extra, f"--policy.tokenizer_max_length={tokenizer_max_length}"] if not policy_path else list(extra)
+    extra = [f"--policy.tokenizer_max_length={tokenizer_max_length}", *extra] if not policy_path else list(extra)
     args = lerobot_train_args(
         dataset,
         out,
@@ -222,7 +232,7 @@ def train_smolvla(
         policy_path,
         extra,
     )
-    wall_s, peak_gb = run_lerobot_train(args, out / LOG, in_process)
+    wall_s, peak_gb = run_lerobot_train(args, out / LOG, in_process, threads)
     model = out / LAST_MODEL
     summary = {
         "dataset": str(dataset),
@@ -232,6 +242,7 @@ def train_smolvla(
         "steps": steps,
         "batch_size": batch_size,
         "device": device,
+        "threads": threads,
         "lerobot_train_args": args,
         "wall_s": round(wall_s, 1),
         "peak_rss_gb": round(peak_gb, 2),
