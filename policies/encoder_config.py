@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 KINDS = ("cnn", "resnet10")
+TASK_CONDITIONINGS = ("none", "onehot")  # what of the observation's instruction the state features carry
 POOLS = ("spatial_embedding", "spatial_softmax", "avg")  # resnet10 heads (policies/resnet.py)
 
 
@@ -23,6 +24,8 @@ class EncoderConfig:
     channels: int = 32  # cnn: channels of every convolution
     kernels: list[int] = field(default_factory=lambda: [3, 3, 3, 3])  # cnn: one convolution per entry
     strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])
+    task_conditioning: str = "none"  # onehot: the state features end with a one-hot of the row's instruction
+    instructions: list[str] = field(default_factory=list)  # onehot: the vocabulary, in order (the env's `instructions`)
 
     @classmethod
     def parse(cls, spec: EncoderConfig | dict | None, image_features: int | None = None) -> EncoderConfig:
@@ -58,6 +61,19 @@ class EncoderConfig:
             raise ValueError(
                 f"policy.encoder.kernels {self.kernels} and .strides {self.strides} must be non-empty "
                 "lists of the same length, and channels positive"
+            )
+        if self.task_conditioning not in TASK_CONDITIONINGS:
+            raise ValueError(
+                f"unknown policy.encoder.task_conditioning '{self.task_conditioning}'; the options are "
+                f"{', '.join(TASK_CONDITIONINGS)}"
+            )
+        if self.task_conditioning == "onehot" and (
+            not self.instructions or len(set(self.instructions)) != len(self.instructions)
+        ):
+            raise ValueError(
+                "policy.encoder.task_conditioning=onehot needs the instructions it tells apart "
+                "(policy.encoder.instructions: distinct, in order; robo-rl train takes them from the env's "
+                f"`instructions`), got {list(self.instructions)}"
             )
         if self.resize is not None and (len(self.resize) != 2 or min(self.resize) < 1):
             raise ValueError(f"policy.encoder.resize must be [height, width], got {self.resize}")

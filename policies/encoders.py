@@ -166,7 +166,10 @@ class ObservationEncoder(nn.Module):
                     probe = torch.zeros(1, 3, h, w, device=module_device(self.backbone))
                     _, c, fh, fw = self.backbone(probe).shape
                 self.cameras[name] = PoolHead(config.pool or "spatial_embedding", c, fh, fw, config.features)
-        self.out_dim = state_dim + config.features * len(cameras)
+        # onehot task conditioning: the state features end with a one-hot of the row's instruction over the vocabulary
+        self.instructions = list(config.instructions) if config.task_conditioning == "onehot" else []
+        self._instruction_index = {text: i for i, text in enumerate(self.instructions)}
+        self.out_dim = state_dim + len(self.instructions) + config.features * len(cameras)
         self.state_normalised = False  # see set_state_normalisation
 
     def set_state_normalisation(self, mean, std, clip: float = STATE_CLIP) -> None:
@@ -246,11 +249,30 @@ class ObservationEncoder(nn.Module):
         state = obs["state"]
         if self.state_normalised:
             state = ((state - self.state_mean) / self.state_std).clamp(-self.state_clip, self.state_clip)
-        parts = [state]
+        parts = [state, self.task_onehot(obs, state)] if self.instructions else [state]
         for name, camera in self.cameras.items():
             fmap = self._features(self.backbone_of(name), images[name])
             parts.append(camera.head(fmap) if isinstance(camera, ConvEncoder) else camera(fmap))
         return torch.cat(parts, dim=-1)
+
+    def task_onehot(self, obs: dict, state: torch.Tensor) -> torch.Tensor:
+        """[B, len(instructions)]: each row's instruction (obs["instruction"], one str per row, or one str for
+        all) as a one-hot over the vocabulary; ValueError naming a row's instruction that is not in it (or none)."""
+        given = obs.get("instruction")
+        rows = len(state)
+        texts = [given] * rows if given is None or isinstance(given, str) else list(given)
+        if len(texts) != rows:
+            raise ValueError(f"the observation has {len(texts)} instructions for {rows} rows")
+        index = [self._instruction_index.get(text, -1) for text in texts]
+        if rows and min(index) < 0:
+            text = texts[index.index(-1)]
+            raise ValueError(
+                f"an observation's instruction {text!r} is not one this policy was built for "
+                f"(policy.encoder.task_conditioning=onehot over {self.instructions})"
+            )
+        out = torch.zeros(rows, len(self.instructions), dtype=state.dtype, device=state.device)
+        out[torch.arange(rows, device=state.device), torch.tensor(index, device=state.device)] = 1.0
+        return out
 
     def train(self, mode: bool = True) -> ObservationEncoder:
         super().train(mode)

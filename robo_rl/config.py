@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from robo_rl.configs.settings import MISSING, TYPED_BLOCKS, check_settings, typed_config, typed_prefix
 from robo_rl.configs.typed import FIXED, LABEL_KEYS, defaults_of
 from robo_rl.errors import UserError
+from robo_rl.task_conditioning import policy_arguments
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -365,10 +366,8 @@ def make_policy(cfg: DictConfig, env):
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    try:
-        return instantiate(
-            cfg.policy, observation_space=env.observation_space, action_dim=env.action_space.shape[0], _convert_="all"
-        )
+    try:  # the env's spaces, and for a one-hot of the instruction (policy.encoder.task_conditioning) its instructions
+        return instantiate(cfg.policy, **policy_arguments(cfg.policy, env), _convert_="all")
     except InstantiationException as e:
         if isinstance(e.__cause__, ValueError | FileNotFoundError):  # a base that is missing or does not fit
             raise ConfigError(f"policy: {e.__cause__}") from None

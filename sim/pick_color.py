@@ -41,7 +41,14 @@ class PickColorEnv(PickCubeEnv):
 
     @classmethod
     def spec_from_config(
-        cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0, **_
+        cls,
+        state: str = "full",
+        cameras=(),
+        image_size: int = 128,
+        control_hz: float = 10.0,
+        task: str = "lift",
+        target: str = "either",
+        **_,
     ) -> EnvSpec:
         """The spaces this config gives, without building the simulator (the learner's view)."""
         names = STATE_NAMES_TWO_CUBES if state == "full" else STATE_NAMES_TWO_CUBES[:PROPRIO_DIM]
@@ -52,6 +59,7 @@ class PickColorEnv(PickCubeEnv):
             names,
             ACTION_NAMES,
             float(control_hz),
+            instructions=tuple(INSTRUCTIONS[task].format(c) for c in (COLOURS if target == "either" else (target,))),
         )
 
     def __init__(self, target: str = "either", **pick_cube_settings) -> None:

@@ -62,7 +62,7 @@ def test_the_observation_carries_the_episodes_instruction_and_keeps_the_contract
         seen.add(env.instruction)
     assert seen == {"pick up the red cube", "pick up the blue cube"}, "either draws both colours"
     spec = PickColorEnv.spec_from_config()
-    assert spec.state_dim == 25 and spec.state_names == env.state_names
+    assert spec.state_dim == 25 and spec.state_names == env.state_names and spec.instructions == env.instructions
     assert env.state_names[7:10] == ("red_x", "red_y", "red_z") and env.state_names[16:19] == (
         "blue_x",
         "blue_y",

@@ -69,6 +69,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
         bar.bar.write(f"demonstrations: {episodes} episodes {'from' if cached else 'recorded to'} {demo_path}")
     child_args = [*overrides, f"run_dir={run_dir}", "logger.progress=false"]
     spec = _ensure_env_spec(cfg, run_dir)
+    _keep_task_vocabulary(cfg, run_dir, spec)
     if "base" in cfg.policy:  # a residual policy: its frozen base must exist and fit before any process starts
         child_args.append(f"policy.base.path={_ensure_base(cfg, run_dir, bar, spec)}")
     elif "path" in cfg.policy and cfg.policy.get("model"):  # a flow/diffusion policy to fine-tune: cloned first
@@ -170,6 +171,19 @@ def _ensure_env_spec(cfg, run_dir: Path):
             env.close()
     write_spec(spec, run_dir)
     return spec
+
+
+def _keep_task_vocabulary(cfg, run_dir: Path, spec) -> None:
+    """policy.encoder.task_conditioning=onehot: the env's instructions, in order, written into the run's config.yaml
+    (policy.encoder.instructions), so the checkpoints keep the one-hot layout their weights were trained with."""
+    from omegaconf import OmegaConf
+
+    from robo_rl.config import save_config
+    from robo_rl.task_conditioning import conditioned, env_instructions
+
+    if conditioned(cfg.policy) and not cfg.policy.encoder.get("instructions"):
+        OmegaConf.update(cfg, "policy.encoder.instructions", env_instructions(spec))
+        save_config(cfg, run_dir / "config.yaml")
 
 
 def _ensure_base(cfg, run_dir: Path, bar, spec, key: str = "base.path") -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.encoder_config import KINDS, POOLS, EncoderConfig
+from policies.encoder_config import KINDS, POOLS, TASK_CONDITIONINGS, EncoderConfig
 from robo_rl.configs.typed import FIXED, setting
 
 ENCODER = EncoderConfig()
@@ -39,6 +39,16 @@ class PolicyEncoderConfig:
     channels: int = setting(ENCODER.channels, "cnn: channels of each convolution", low=1)
     kernels: tuple[int, ...] = setting(tuple(ENCODER.kernels), "cnn: kernel size of each convolution", low=1)
     strides: tuple[int, ...] = setting(tuple(ENCODER.strides), "cnn: stride of each convolution", low=1)
+    task_conditioning: str = setting(
+        ENCODER.task_conditioning,
+        "none | onehot: the state features of actor and critics end with a one-hot of the row's instruction (a "
+        "multi-task run: the env's instructions tell tasks apart)",
+        choices=TASK_CONDITIONINGS,
+    )
+    instructions: tuple[str, ...] = setting(
+        tuple(ENCODER.instructions),
+        "onehot: the instructions it tells apart, in order (empty: the env's `instructions`, written here by train)",
+    )
 
 
 @dataclass

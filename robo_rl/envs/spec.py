@@ -41,6 +41,7 @@ class EnvSpec:
     control_hz: float = 10.0
     # what the actor's wrappers add to each record (a reward model's raw env reward, ...): name → (shape, dtype)
     extras: dict[str, tuple[tuple[int, ...], str]] = dataclasses.field(default_factory=dict)
+    instructions: tuple[str, ...] = ()  # every instruction the env can give, in its fixed order (`env.instructions`)
 
     @property
     def record_extras(self) -> dict[str, tuple]:
@@ -61,6 +62,7 @@ class EnvSpec:
             cameras={k: list(v) for k, v in self.cameras.items()},
             state_names=list(self.state_names),
             action_names=list(self.action_names),
+            instructions=list(self.instructions),
             extras={k: [list(shape), str(dtype)] for k, (shape, dtype) in self.extras.items()},
         )
         return out
@@ -78,6 +80,7 @@ class EnvSpec:
                 tuple(map(str, data.get("action_names", ()))),
                 float(data.get("control_hz", 10.0)),
                 {str(k): (tuple(int(x) for x in v[0]), str(np.dtype(v[1]))) for k, v in data.get("extras", {}).items()},
+                tuple(map(str, data.get("instructions", ()))),
             )
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"{where}: malformed env spec ({type(e).__name__}: {e})") from None
@@ -87,7 +90,9 @@ class EnvSpec:
         out = []
         for f in dataclasses.fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if mine != theirs and not (f.name in ("state_names", "action_names") and not (mine and theirs)):
+            if mine != theirs and not (
+                f.name in ("state_names", "action_names", "instructions") and not (mine and theirs)
+            ):
                 out.append(f"{f.name} {mine} vs {theirs}")
         return out
 
@@ -104,6 +109,7 @@ def spec_of(env, extras: dict | None = None) -> EnvSpec:
         tuple(getattr(env, "action_names", ())),
         float(getattr(env, "control_hz", 10.0)),
         _extras_json({**(getattr(env, "record_extras", None) or {}), **(extras or {})}),
+        tuple(getattr(env, "instructions", None) or ()),
     )
 
 
