@@ -194,3 +194,16 @@ def test_dsrl_runs_its_base_on_each_rows_instruction(tmp_path):
     algo.relabel_prior(demos)  # the base run backwards from the demonstrated actions, at each decision's obs
     decided = [table.name(int(records[i - 1]["task"])) for i in range(1, len(records)) if records[i]["step"] > 0]
     assert model.seen == [decided]
+
+
+def test_minibatches_and_the_chain_critics_store_keep_each_rows_instruction():
+    from policies.base import obs_rows
+    from robo_rl.algos.chain_critic import concat, take
+
+    obs = {"state": torch.arange(4.0).view(4, 1), "images": {}, "instruction": [PICK_RED, PICK_BLUE, None, PICK_BLUE]}
+    assert obs_rows(obs, torch.tensor([3, 0]))["instruction"] == [PICK_BLUE, PICK_RED]  # a PPO minibatch
+    assert obs_rows(obs, slice(1, 3))["instruction"] == [PICK_BLUE, None]
+    assert obs_rows(obs, 1)["instruction"] == PICK_BLUE and "instruction" not in obs_rows(obs, 2)  # one row
+    stored = concat({"obs": obs}, {"obs": obs})  # ReinFlow's critic keeps several iterations' decisions
+    picked = take(stored, torch.tensor([5, 0]))["obs"]
+    assert picked["instruction"] == [PICK_BLUE, PICK_RED] and picked["state"][:, 0].tolist() == [1.0, 0.0]
