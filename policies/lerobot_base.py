@@ -61,6 +61,7 @@ class LeRobotBase:
         self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
         self.inputs = inputs  # policy input feature -> "state" or "images/<camera>"
         self.action_dim, self.task, self.name = action_dim, task, name
+        self.fitting_texts = {task}  # instructions checked against its tokenizer's length (`load` checks `task`)
         self.action_range = None  # set by `load` from its dataset statistics, where it kept them
         self.state_stats = None  # (mean, std) of its training state, the same way
         cfg = policy.config
@@ -187,6 +188,9 @@ class LeRobotBase:
                 image = obs["images"][source[7:]].cpu()
                 batch[key] = image.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
         batch["task"] = task_texts(obs, self.task, len(obs["state"]))  # the env's instruction, else self.task
+        for text in set(batch["task"]) - self.fitting_texts:  # an env's instruction: once per distinct text
+            check_instruction_fits(self.preprocessor, text, f"'{self.name}'")
+            self.fitting_texts.add(text)
         return batch
 
 

@@ -121,9 +121,11 @@ def test_a_vla_for_another_action_size_or_a_too_long_instruction_is_refused_in_o
     n = int(message.split(" is ")[1].split(" tokens")[0])
     assert n > 48
     base = LeRobotBase.load(trained, space, ACTION_DIM, task=TASK)  # the task it was trained on fits
-    assert base.predict_chunk(
-        {"state": np.zeros(STATE_DIM, np.float32), "images": {CAMERA: np.zeros((IMAGE, IMAGE, 3), np.uint8)}}
-    ).shape == (CHUNK, ACTION_DIM)
+    obs = {"state": np.zeros(STATE_DIM, np.float32), "images": {CAMERA: np.zeros((IMAGE, IMAGE, 3), np.uint8)}}
+    assert base.predict_chunk(obs).shape == (CHUNK, ACTION_DIM)
+    with pytest.raises(BaseMismatchError, match=f"is {n} tokens, base .* reads at most 48"):  # the env's instruction
+        base.predict_chunk({**obs, "instruction": long})
+    assert base.predict_chunk({**obs, "instruction": "pick up the red cube"}).shape == (CHUNK, ACTION_DIM)
     # the same count before training: lerobot's tokenizer step would cut it silently
     with pytest.raises(VLATrainError, match=f"is {n} tokens, SmolVLA's tokenizer_max_length is 48"):
         check_instructions([TASK, long], str(trained.parents[3] / "vlm"), 48)
