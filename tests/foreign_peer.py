@@ -20,7 +20,7 @@ import numpy as np
 import zmq
 
 FORGED_STATE = 12345.0
-V = 2  # the protocol version this peer imitates
+V = 3  # the protocol version it imitates: codec.PROTOCOL_VERSION (checked by test_wire_identity, not imported)
 
 
 def header(kind, meta, arrays=(), v=V) -> bytes:

@@ -180,5 +180,5 @@ def test_the_start_up_message_states_memory_and_disk_use(tmp_path):
     )
     text = replay.usage()
     assert "98,465 B per record (98,304 B of frames)" in text and "RAM ring of 100,000 records (9.17 GB)" in text
-    assert "disk about 4.58 GB for 50,000 env steps" in text
+    assert "disk about 4.59 GB for 50,000 env steps" in text
     replay.close()

@@ -144,7 +144,10 @@ def test_a_foreign_process_with_no_robo_rl_code_cannot_stop_the_learner_or_plant
     """About a hundred hand-made hostile messages from a process that imports only zmq, msgpack and numpy, sent
     while a real actor trains with a real learner: the run finishes, every message is a counted drop, and
     no forged record is stored."""
-    from tests.foreign_peer import FORGED_STATE
+    from robo_rl.transport.codec import PROTOCOL_VERSION
+    from tests.foreign_peer import FORGED_STATE, V
+
+    assert V == PROTOCOL_VERSION, "the foreign peer speaks an old protocol: its messages would test only the version"
 
     cfg = toy_config(tmp_path, "train.total_env_steps=100000", "replay.flush_every_s=0.1", *SMALL_NETS)
     run = tmp_path / "run"
