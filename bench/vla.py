@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._results import cpu_model, write_result  # noqa: E402
+from policies.smolvlm_backbone import SIZES as SMOLVLM_SIZES  # noqa: E402
 
 MODELS = ("smolvla", "pi0", "pi05")
 STATE_DIM, ACTION_DIM, CAMERAS, CAMERA_HW, QUICK_CAMERA_HW = 6, 6, ("front", "wrist"), (480, 640), (48, 64)
@@ -67,24 +68,17 @@ TOKENS = {"smolvla": (16, 16), "pi0": (48, 16), "pi05": (200, 40)}
 STEPS_FIELD = {"smolvla": "num_steps", "pi0": "num_inference_steps", "pi05": "num_inference_steps"}
 NOISE_BOUND = 1.5  # policies/dsrl.py's default box of the noise
 
-# HuggingFaceTB/SmolVLM2-500M-Video-Instruct: a SmolLM2-360M text model and a SigLIP-B/16-512 vision tower
+# HuggingFaceTB/SmolVLM2-500M-Video-Instruct: a SmolLM2-360M text model and a SigLIP-B/16-512 vision tower, as
+# tests/vla_tiny.write_tiny_smolvlm takes it (the sizes are robo-rl vla train's, policies/smolvlm_backbone.py)
+_TEXT_500M = SMOLVLM_SIZES["smolvlm2_500m"]["text"]
 SMOLVLM2_500M = dict(
-    image_size=512,
-    patch_size=16,
-    hidden=960,
-    layers=32,
-    scale_factor=4,
-    text=dict(
-        intermediate_size=2560,
-        num_attention_heads=15,
-        num_key_value_heads=5,
-        vocab_size=49280,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-    ),
-    vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12),
+    image_size=SMOLVLM_SIZES["smolvlm2_500m"]["image_size"],
+    patch_size=SMOLVLM_SIZES["smolvlm2_500m"]["patch_size"],
+    hidden=_TEXT_500M["hidden_size"],
+    layers=_TEXT_500M["num_hidden_layers"],
+    scale_factor=SMOLVLM_SIZES["smolvlm2_500m"]["scale_factor"],
+    text={k: v for k, v in _TEXT_500M.items() if k not in ("hidden_size", "num_hidden_layers")},
+    vision=SMOLVLM_SIZES["smolvlm2_500m"]["vision"],
 )
 
 
