@@ -15,14 +15,9 @@ from pathlib import Path
 
 import torch
 
+from policies.smolvlm_backbone import IMAGE_TOKENS  # SmolVLM's image tokens, as robo-rl vla train writes them
+
 VLM_FOLDER = "tiny_smolvlm"  # inside the pretrained_model folder, which names it by absolute path
-IMAGE_TOKENS = {
-    "fake_image_token": "<fake_token_around_image>",
-    "image_token": "<image>",
-    "global_image_token": "<global-img>",
-    "end_of_utterance_token": "<end_of_utterance>",
-    "video_token": "<video>",
-}
 CORPUS = ["pick the cube", "place the cube in the box", "push the red block to the left", "open the drawer\n"]
 
 
