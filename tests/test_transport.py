@@ -1,5 +1,6 @@
 """The wire: codec round trips, refusal of bad messages, and the actor/learner link on loopback."""
 
+import contextlib
 import threading
 import time
 
@@ -57,6 +58,27 @@ def serve(learner, seconds=1.0, until=None):
     return t, received
 
 
+@contextlib.contextmanager
+def serving(learner, seconds=30.0):
+    """Poll the learner in a thread while the block runs (at most `seconds`): a test waits on its own condition
+    instead of a fixed serving time; yields what the learner received."""
+    done = threading.Event()
+    t, received = serve(learner, seconds, until=done.is_set)
+    try:
+        yield received
+    finally:
+        done.set()
+        t.join()
+
+
+def wait_for(condition, seconds=5.0) -> bool:
+    """Whether `condition()` came true within `seconds` (checked every 10 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
 def hello_answered(learner, actor="actor-0"):
     """A condition for `serve`: the learner has answered this actor's hello."""
     return lambda: actor in learner.actors
@@ -68,11 +90,12 @@ def test_actor_and_learner_exchange_hello_steps_weights_and_stop():
     learner.publish_weights(1, {"w": np.ones(3, np.float32)})
     actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
     try:
-        t, received = serve(learner)
-        got = actor.hello("abc", timeout_s=2)
-        assert [k for k, _, _ in got] == ["weights"], "a joining actor gets the current weights at once"
-        actor.send_steps({}, {"step": np.arange(3, dtype=np.int32)})
-        t.join()
+        with serving(learner) as received:
+            got = actor.hello("abc", timeout_s=2)
+            assert [k for k, _, _ in got] == ["weights"], "a joining actor gets the current weights at once"
+            actor.send_steps({}, {"step": np.arange(3, dtype=np.int32)})
+            wait_for(lambda: received, seconds=2)
+            time.sleep(0.1)  # a duplicate would come right behind it
         assert len(received) == 1
         assert received[0][0] == "actor-0" and received[0][1]["step"].tolist() == [0, 1, 2]
         learner.stop_actors("done")
@@ -94,10 +117,12 @@ def test_an_actor_told_the_run_is_over_closes_at_once_and_says_its_last_steps_we
     learner = LearnerLink("127.0.0.1", *ports, config_hash="abc")
     transport = ActorTransport(ActorLink("127.0.0.1", *ports, actor_id="actor-0"), lambda p, arrays: None, None)
     try:
-        t, _ = serve(learner, 0.5)
+        t, _ = serve(learner, 5.0, until=hello_answered(learner))
         transport.start("abc", hello_timeout_s=2)
         t.join()  # from here on the learner takes nothing: what the actor sends next stays unacknowledged
         transport.send({}, {"step": np.arange(4, dtype=np.int32)}, env_steps=4)
+        # sent before the stop (else the I/O thread may see the stop first and never send it: nothing to report)
+        assert wait_for(lambda: transport.link.unacked_steps == 4)
         learner.stop_actors("done")
         deadline = time.monotonic() + 2
         while transport.stop_reason is None and time.monotonic() < deadline:
@@ -140,10 +165,8 @@ def test_a_mismatched_config_is_refused_by_name():
     learner = LearnerLink("127.0.0.1", *ports, config_hash="aaa")
     actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
     try:
-        t, _ = serve(learner)
-        with pytest.raises(TransportError, match="config hash bbb differs from the learner's aaa"):
+        with serving(learner), pytest.raises(TransportError, match="config hash bbb differs from the learner's aaa"):
             actor.hello("bbb", timeout_s=2)
-        t.join()
     finally:
         actor.close(0)
         learner.close()
