@@ -224,7 +224,7 @@ def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
         "algo.critic_hidden=[32,32]",
         "policy.hidden=[32]",
     ]
-    cfg = toy_config(tmp_path, *over, "train.total_env_steps=200")
+    cfg = toy_config(tmp_path, *over, "train.total_env_steps=120")  # 80 updates: plumbing and resume, not learning
     (tmp_path / "run").mkdir()
     save_config(cfg, tmp_path / "run" / "config.yaml")
     learner, reason = run_pair(cfg, tmp_path / "run")

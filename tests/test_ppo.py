@@ -262,7 +262,7 @@ def test_ppo_moves_the_policy_towards_higher_return(method):
 
     before = float(np.mean([float(rollout()[1]) for _ in range(4)]))
     metrics = {}
-    for _ in range(4):  # the gain passes 0.3·|before| by the 2nd update and is 0.68-0.84 at the 4th, both methods
+    for _ in range(3):  # the gain is 0.49-0.59·|before| (reinflow), 0.68-0.74 (dppo) at the 3rd update (5 seeds)
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([float(rollout()[1]) for _ in range(4)]))
     assert after > before + 0.3 * abs(before), (before, after, metrics)
@@ -469,11 +469,12 @@ def test_ppo_with_critic_advantages_moves_the_policy_towards_higher_return():
         return bandit_batch(obs, noisy, chain, log_prob, steps=3), float(r.mean())
 
     before = float(np.mean([rollout()[1] for _ in range(4)]))
-    for _ in range(9):  # the gain is 0.64-0.72·|before| at the 9th update (5 seeds), 0.86 at the 15th
+    iterations = 6  # the gain is 0.40-0.54·|before| at the 6th update, 0.64-0.72 at the 9th (5 seeds), 0.86 at the 15th
+    for _ in range(iterations):
         metrics = algo.update([rollout()[0]])
     after = float(np.mean([rollout()[1] for _ in range(4)]))
     assert after > before + 0.3 * abs(before), (before, after, metrics)
-    assert metrics["critic_decisions"] == 9 * 256 and np.isfinite(metrics["critic_loss"])
+    assert metrics["critic_decisions"] == iterations * 256 and np.isfinite(metrics["critic_loss"])
 
 
 def test_the_chain_critic_learns_by_td_clips_its_targets_and_resumes_exactly():
