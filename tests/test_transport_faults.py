@@ -1,6 +1,7 @@
 """Transport faults with real processes on loopback: learner restart, actor death, garbage, no key."""
 
 import collections
+import concurrent.futures
 import ipaddress
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 from robo_rl.transport.security import CurveKeys, generate_keys
-from tests.test_transport import hello_answered, serve
+from tests.test_transport import hello_answered, serve, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,12 @@ def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
     ports = [str(p) for p in free_ports(3)]
     out = tmp_path / "received.txt"
     sink = peer("sink", "--ports", *ports, "--out", str(out))
-    sources = [peer("source", "--ports", *ports, "--actor", f"actor-{i}", "--count", "300") for i in range(2)]
-    try:
-        time.sleep(1.5)  # about half of the stream is through
+    sources = [
+        peer("source", "--ports", *ports, "--actor", f"actor-{i}", "--count", "300", "--period", "0.005")
+        for i in range(2)
+    ]
+    try:  # killed mid-stream, whenever the processes got going: once a quarter of it is stored
+        assert wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 150, seconds=60)
         sink.kill()  # kill -9: no goodbye, no flush
         sink.wait()
         time.sleep(0.5)  # the actors keep producing while no learner is there
@@ -130,12 +134,11 @@ def test_an_actor_speaking_another_schema_version_is_refused_naming_both_version
     newer.setsockopt(zmq.IDENTITY, b"actor-9")
     newer.connect(f"tcp://127.0.0.1:{ports[2]}")
     try:
-        t, _ = serve(learner, 1.0)
-        header = {"v": PROTOCOL_VERSION + 1, "kind": "hello", "meta": {"config_hash": "test"}, "arrays": []}
-        newer.send_multipart([msgpack.packb(header)])
-        assert newer.poll(2000)
-        kind, meta, _ = decode(newer.recv_multipart())
-        t.join()
+        with serving(learner):
+            header = {"v": PROTOCOL_VERSION + 1, "kind": "hello", "meta": {"config_hash": "test"}, "arrays": []}
+            newer.send_multipart([msgpack.packb(header)])
+            assert newer.poll(2000)
+            kind, meta, _ = decode(newer.recv_multipart())
         assert kind == "refused"
         assert (
             f"schema version {PROTOCOL_VERSION + 1} received, this process speaks {PROTOCOL_VERSION}" in meta["reason"]
@@ -167,18 +170,16 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
     intruder = ActorLink("127.0.0.1", *ports, "intruder", curve=intruder_keys)
     plain = ActorLink("127.0.0.1", *ports, "plain")  # no CURVE at all
     try:
-        t, received = serve(learner, 3.0)
-        good.hello("test", timeout_s=2)
-        for client in (intruder, plain):
-            with pytest.raises(TransportError, match="no learner answered"):
-                client.hello("test", timeout_s=1)
-        learner.publish_weights(1, {"w": np.ones(3, np.float32)})
-        for client in (intruder, plain):
-            client.connected = True  # pretend, to push data anyway
-            client.send_steps({}, {"payload": np.array([1], np.int64)})
-        good.send_steps({}, {"payload": np.array([2], np.int64)})
-        time.sleep(0.3)
-        t.join()
+        with serving(learner) as received:
+            good.hello("test", timeout_s=2)
+            unanswered(intruder, plain)
+            learner.publish_weights(1, {"w": np.ones(3, np.float32)})
+            for client in (intruder, plain):
+                client.connected = True  # pretend, to push data anyway
+                client.send_steps({}, {"payload": np.array([1], np.int64)})
+            good.send_steps({}, {"payload": np.array([2], np.int64)})
+            wait_for(lambda: received, seconds=3)
+            time.sleep(0.3)  # time for anything of theirs to come too
         assert [a for a, *_ in received] == ["actor-0"]
         assert learner.unannounced == 0 and not learner.bad_messages, "nothing from them even reached the learner"
         assert set(learner.actors) == {"actor-0"}
@@ -189,6 +190,18 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
         for c in (good, intruder, plain):
             c.close(0)
         learner.close()
+
+
+def unanswered(*clients) -> None:
+    """Each client's hello gets no answer within 1 s; side by side, so the waits cost one second, not one each."""
+
+    def hello(client):
+        with pytest.raises(TransportError, match="no learner answered"):
+            client.hello("test", timeout_s=1)
+
+    with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
+        for done in [pool.submit(hello, c) for c in clients]:
+            done.result()
 
 
 def non_loopback_address() -> str | None:
@@ -214,17 +227,17 @@ def test_an_actor_with_curve_keys_is_served_by_a_learner_bound_to_a_non_loopback
     actor = ActorLink(address, *ports, "actor-0", curve=CurveKeys.load(tmp_path / "keys", "actor-0"))
     plain = ActorLink(address, *ports, "plain")  # no CURVE: the off-loopback learner must not hear it
     try:
-        t, received = serve(learner, 3.0)
-        actor.hello("t", timeout_s=2)
-        with pytest.raises(TransportError, match="no learner answered"):
-            plain.hello("t", timeout_s=1)
-        actor.send_steps({}, {"payload": np.array([7], np.int64)})
-        learner.publish_weights(1, {"w": np.full(3, 2.0, np.float32)})
-        deadline = time.monotonic() + 2.0
-        weights = []
-        while not weights and time.monotonic() < deadline:
-            weights = [(meta, arrays) for kind, meta, arrays in actor.poll(100) if kind == "weights"]
-        t.join()
+        with serving(learner) as received:
+            actor.hello("t", timeout_s=2)
+            unanswered(plain)
+            actor.send_steps({}, {"payload": np.array([7], np.int64)})
+            learner.publish_weights(1, {"w": np.full(3, 2.0, np.float32)})
+            deadline = time.monotonic() + 2.0
+            weights = []
+            while not weights and time.monotonic() < deadline:
+                weights = [(meta, arrays) for kind, meta, arrays in actor.poll(100) if kind == "weights"]
+            wait_for(lambda: received, seconds=2)
+            time.sleep(0.1)  # a second copy would come right behind it
         assert [(a, arrays["payload"].tolist()) for a, arrays, *_ in received] == [("actor-0", [7])]
         assert weights and weights[0][0]["version"] == 1, "weights over TCP (no shared memory off loopback)"
         np.testing.assert_array_equal(weights[0][1]["w"], np.full(3, 2.0, np.float32))
