@@ -22,7 +22,7 @@ from robo_rl.transport.security import CurveKeys, generate_keys
 from sim.point_reach import PointReachEnv
 from tests.test_pipeline import toy_config
 from tests.test_resume import messages
-from tests.test_transport import serve
+from tests.test_transport import hello_answered, serve, serving
 
 SPEC = spec_of(PointReachEnv()).to_json()
 HOSTILE_SPECS = {
@@ -91,14 +91,11 @@ def test_the_runs_spec_comes_only_from_a_welcomed_actor(tmp_path):
     own = ActorLink("127.0.0.1", *ports, "arm1", curve=arm1)
     own.env_spec = json.dumps(SPEC)
     try:
-        t, _ = serve(learner, 2.0)
-        with pytest.raises(TransportError, match="may not speak for actor id 'arm2'"):
+        with serving(learner), pytest.raises(TransportError, match="may not speak for actor id 'arm2'"):
             impostor.hello("h", timeout_s=3)
-        t.join()
         assert learner.first_spec is None
-        t, _ = serve(learner, 1.0)
-        own.hello("h", timeout_s=3)
-        t.join()
+        with serving(learner):
+            own.hello("h", timeout_s=3)
         assert json.loads(learner.first_spec)["action_dim"] == SPEC["action_dim"]
     finally:
         impostor.close(0)
@@ -152,7 +149,7 @@ def test_held_copies_of_messages_the_replay_rejects_are_let_go(tmp_path):
     actor = ActorLink("127.0.0.1", t.data_port, t.weights_port, t.ctrl_port, "actor-0")
     try:
         assert not learner.link.auto_ack  # durable acks: what is received is held until on disk
-        th, _ = serve(learner.link, 1.0)
+        th, _ = serve(learner.link, 5.0, until=hello_answered(learner.link))
         actor.hello(config_hash(cfg), timeout_s=5)
         th.join()
         for batch in messages(3)[:4]:
@@ -177,7 +174,7 @@ def test_held_copies_are_bounded_per_actor():
     learner.auto_ack = False  # acknowledged only when stored, and nothing is stored here
     actor = ActorLink("127.0.0.1", *ports, "actor-0")
     try:
-        t, _ = serve(learner, 1.0)
+        t, _ = serve(learner, 5.0, until=hello_answered(learner))
         actor.hello("h", timeout_s=5)
         t.join()
         for i in range(20):
