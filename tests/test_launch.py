@@ -40,6 +40,10 @@ QUICK = [
     "logger.progress=false",
     "eval.episodes=3",
     "logger.log_every_s=0.5",
+    # these runs check processes, not learning: small networks make the learner's start-up, updates and eval cheap
+    "policy.hidden=[32,32]",
+    "algo.critic_hidden=[32,32]",
+    "algo.batch_size=64",
 ]
 RUN_TIMEOUT_S = 150
 
@@ -254,9 +258,12 @@ def gone(pid: int) -> bool:
 
 def test_sim_one_runs_to_the_end_and_a_killed_actor_is_restarted(tmp_path):
     start = time.monotonic()
-    # 300 steps: the first actor runs at most 200 (learning_starts + actor.max_lead_steps) before any update, so the
-    # kill comes mid-run and the replacement finishes it; one evaluation episode writes the report
-    proc, out = start_launch(tmp_path, "sim_one", "train.total_env_steps=300", "eval.episodes=1")
+    # 300 steps at a real-time 50 Hz: the kill after two episodes (40 steps) comes with 5 s of the first actor's run
+    # left, however fast the small learner updates, and the replacement finishes it; one evaluation episode writes
+    # the report
+    proc, out = start_launch(
+        tmp_path, "sim_one", "train.total_env_steps=300", "eval.episodes=1", "actor.realtime=true", "env.control_hz=50"
+    )
     wait_for(lambda: pids(out, "actor-0") and episodes_seen(run_dir_of(out)) >= 2, proc, out, "running actor")
     first = pids(out, "actor-0")[0]
     os.kill(first, signal.SIGKILL)  # a crash the launcher did not cause
