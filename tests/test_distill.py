@@ -113,6 +113,7 @@ def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
         f"policy.base.path={path}",
         "algo.critic_hidden=[16]",
         "policy.hidden=[16]",
+        "demos.num_episodes=0",  # the learner only writes its policy's checkpoint: no prior data to relabel
     )
     run = tmp_path / "run"
     run.mkdir()
@@ -132,7 +133,7 @@ def test_a_dsrl_run_distils_as_its_noise_actor_on_its_base(teacher, tmp_path):
         toy_config(
             tmp_path,
             f"checkpoint={run}",
-            "distill.iterations=300",
+            "distill.iterations=150",  # copied/plain error 0.27-0.29 at 150 (4 seeds), 0.20-0.23 at 300; the bar is 0.5
             "distill.rollout_episodes=2",
             "distill.eval_episodes=0",
         ),
