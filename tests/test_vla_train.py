@@ -88,6 +88,7 @@ def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(
         "train.random_steps=40",
         "train.learning_starts=40",
         "train.total_env_steps=200",
+        "train.utd=0.2",  # the noise actor's plumbing, not its learning: 32 updates instead of 160
     ]
     config = toy_config(tmp_path, *over)
     (tmp_path / "run").mkdir()
