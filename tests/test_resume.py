@@ -92,7 +92,8 @@ def test_a_resumed_run_fed_the_same_data_ends_with_the_same_parameters_bit_for_b
 
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_one_before_it_used_with_all_stored_data(tmp_path, caplog):
     msgs = messages(20)
-    cfg = toy_config(tmp_path, "train.learning_starts=50", "algo.batch_size=32")
+    # checkpoints and stored data, not learning: small networks
+    cfg = toy_config(tmp_path, "train.learning_starts=50", "algo.batch_size=32", *SMALL_NETS)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     save_config(cfg, run_dir / "config.yaml")

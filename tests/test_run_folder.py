@@ -1,6 +1,5 @@
 """Run folders that do not surprise, and a training bar whose ETA holds."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -101,7 +100,9 @@ def test_a_slow_learner_start_is_waited_for_and_a_timeout_names_its_last_log_lin
         _wait_for_learner(slow, tmp_path, timeout_s=10.0)
 
 
-def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_path):
+def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_path, monkeypatch, capsys):
+    """The learner is a process of its own, not started by `train`; its actor runs `robo-rl actor`'s code in this
+    process (torch is imported here already: a second fresh interpreter would pay ~5 s of CPU for it)."""
     run = tmp_path / "run"
     args = [
         *toy_args(tmp_path),
@@ -113,22 +114,24 @@ def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_p
         "policy.hidden=[32,32]",  # the learner's files, not learning: small networks
         "algo.critic_hidden=[32,32]",
     ]
-    env = {**os.environ, "MUJOCO_GL": "egl"}
-    env.pop(STARTED_BY_ENV, None)
-    start = [sys.executable, "-m", "robo_rl.cli"]
-    learner = subprocess.Popen(
-        [*start, "learner", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    actor = subprocess.Popen(
-        [*start, "actor", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    monkeypatch.delenv(STARTED_BY_ENV, raising=False)
+    learner_err = tmp_path / "learner.stderr"  # a file, not a pipe: nobody reads it while the actor runs here
+    with open(learner_err, "w") as err_file:
+        learner = subprocess.Popen(
+            [sys.executable, "-m", "robo_rl.cli", "learner", *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+        )
     try:
-        _, err = learner.communicate(timeout=180)
+        actor_code = cli.main(["actor", *args])  # until the learner says the run is done
+        learner.wait(timeout=180)
     finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo for pytest
         learner.kill()
-        actor.kill()
-        out, _ = actor.communicate()
-    assert learner.returncode == 0, (err[-2000:], out[-2000:])
+    err, out = learner_err.read_text(), capsys.readouterr()
+    assert learner.returncode == 0, (err[-2000:], actor_code, out.out[-2000:], out.err[-2000:])
     log = (run / "learner.log").read_text()
     assert "learner: run folder" in log and "learner: done" in log and "success" in log, log
     assert not (run / "learner.pid").exists()
