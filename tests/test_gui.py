@@ -101,6 +101,8 @@ class GuiRun:
         return list(self.hub.actors["actor-0"].recent) if "actor-0" in self.hub.actors else []
 
     def close(self):
+        # the actor's close waits (up to 2 s) for its last batch's ack, which comes with the learner's next flush
+        self.learner.cfg.replay.flush_every_s = 0.05
         self.actor.stop_reason = self.actor.stop_reason or "test over"
         deadline = time.monotonic() + 10
         while self.actor_thread.is_alive() and time.monotonic() < deadline:
