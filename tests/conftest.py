@@ -27,6 +27,21 @@ def _one_torch_thread():
 
 
 @pytest.fixture(autouse=True)
+def _signal_handlers_put_back():
+    """A learner or actor run in pytest's process ends by ignoring SIGINT (`ignore_further_interrupts`, so a second
+    Ctrl-C cannot cut its checkpoint short). Left so, every later process this worker starts inherits the ignored
+    SIGINT: a `sleep` stand-in then outlives `train`'s SIGINT and is killed 30 s later, and which test comes later
+    depends on the order of files on the worker."""
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in before.items():
+        if signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+
+
+@pytest.fixture(autouse=True)
 def _no_stale_log_handlers():
     """A CLI run inside a test configures the root logger (`logging.basicConfig`) with a handler on that test's
     captured stderr. Once the test ends that stream is closed: a later test that logs must not write to it (which

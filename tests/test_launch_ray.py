@@ -161,10 +161,17 @@ def local_ray(request):
     in our own folder: removed after, kept (and its logs' tails shown) when a test failed."""
     temp, failed = short_temp_dir(), request.session.testsfailed
     start = time.monotonic()
-    try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
-    except Exception as e:  # Ray's own start-up gave up (e.g. its raylet waiting on a slow agent): say where and why
-        pytest.fail(f"ray.init: {e}\nRay's session files kept in {temp}{ray_log_tails(temp)}")
+    for attempt in (1, 2):  # Ray waits a fixed 30 s for its raylet to register: on a loaded machine, once more
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
+            break
+        except (
+            Exception
+        ) as e:  # Ray's own start-up gave up (e.g. its raylet waiting on a slow agent): say where and why
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(e):
+                pytest.fail(f"ray.init: {e}\nRay's session files kept in {temp}{ray_log_tails(temp)}")
+            print(f"ray.init gave up after {time.monotonic() - start:.1f} s ({e}): starting it once more")
     print(f"ray.init: {time.monotonic() - start:.1f} s")
     yield temp
     ray.shutdown()

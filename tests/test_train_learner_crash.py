@@ -110,7 +110,10 @@ def test_a_learner_that_crashes_again_and_again_is_restarted_three_times_then_th
         started.append((code, n))
         return crashing_learner()
 
-    procs = {"learner": crashing_learner(), "actor": subprocess.Popen(["sleep", "60"])}
+    # the stand-in takes SIGINT's default action even when this pytest was started with SIGINT ignored (a
+    # non-interactive shell's `&` does that, and an ignored signal is inherited): train's SIGINT must end it
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    procs = {"learner": crashing_learner(), "actor": subprocess.Popen(["sleep", "60"], preexec_fn=default_sigint)}
     bar = TrainingBar(toy_config(tmp_path), None, enabled=False)
     assert _follow_progress(None, tmp_path, procs, bar, restart) == LEARNER_RESTARTS == 3
     assert started == [(3, 1), (3, 2), (3, 3)]
