@@ -165,6 +165,7 @@ class Learner:
                 self.recent.append(success)
                 self.guards.episode(success, self._learned.get(key))
                 if log_episodes:
+                    instruction = self.replay.tasks.name(int(arrays["task"][i]))
                     self.metrics.write(
                         {
                             "kind": "episode",
@@ -176,7 +177,7 @@ class Learner:
                             "return": self._returns.pop(key),
                             "length": int(arrays["step"][i]),
                             "intervention_steps": self._human.pop(key, 0),
-                            "instruction": self.replay.tasks.name(int(arrays["task"][i])),  # None: the task has none
+                            **({"instruction": instruction} if instruction is not None else {}),  # a task's own
                             **self._learned.pop(key, {}),
                         }
                     )

@@ -181,6 +181,7 @@ def test_a_whole_actor_learner_run_on_a_dry_run_of_the_so101_config_with_the_saf
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     episodes = [m for m in metrics if m["kind"] == "episode"]
     assert len(episodes) >= 5 and all(e["length"] <= 50 for e in episodes)
+    assert not any("instruction" in e for e in episodes)  # a task without instructions names none
     stats = [m["actor_stats"]["actor-0"] for m in metrics if m.get("actor_stats", {}).get("actor-0")]
     # the end carries the final figures: a heartbeat follows each episode's steps, however fast the run goes
     assert metrics[-1]["kind"] == "end" and stats[-1] is metrics[-1]["actor_stats"]["actor-0"]
