@@ -1,5 +1,5 @@
 """A pytest plugin for `bench/suite_time.py`: each test phase's duration, one line per phase, appended to the file
-that `ROBO_RL_DURATIONS_LOG` names (worker, test id, phase, seconds). Under xdist only the workers write (the
+that `ROBO_RL_DURATIONS_LOG` names (worker, test id, phase, seconds, outcome). Under xdist only the workers write (the
 controller receives every report again), so each phase is counted once."""
 
 from __future__ import annotations
@@ -22,4 +22,4 @@ def pytest_runtest_logreport(report) -> None:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(path, "a") as f:
-        f.write(f"{worker}\t{report.nodeid}\t{report.when}\t{report.duration:.3f}\n")
+        f.write(f"{worker}\t{report.nodeid}\t{report.when}\t{report.duration:.3f}\t{report.outcome}\n")

@@ -69,8 +69,11 @@ def main() -> int:
     tail = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", tail)}
     per_test, per_file, per_worker = collections.Counter(), collections.Counter(), collections.Counter()
+    failed: list[str] = []
     for line in log.read_text().splitlines() if log.exists() else []:
-        worker, nodeid, _phase, seconds = line.split("\t")
+        worker, nodeid, phase, seconds, *outcome = line.split("\t")
+        if outcome and outcome[0] == "failed":  # a failed phase: which test, and where (setup, call, teardown)
+            failed.append(f"{nodeid} ({phase})")
         per_test[nodeid] += float(seconds)
         per_file[nodeid.split("::")[0]] += float(seconds)
         per_worker[worker] += float(seconds)
@@ -86,6 +89,7 @@ def main() -> int:
         "cores_busy_share": round(cpu / (wall * (os.cpu_count() or 1)), 2),
         "test_seconds_total": round(sum(per_worker.values()), 1),
         "test_seconds_per_worker": {k: round(v, 1) for k, v in sorted(per_worker.items())},
+        "failed_tests": failed,
         "slowest_tests_s": {n: round(t, 1) for n, t in per_test.most_common(25)},
         "slowest_files_s": {n: round(t, 1) for n, t in per_file.most_common(20)},
     }
