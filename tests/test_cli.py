@@ -47,19 +47,12 @@ def only_run_dir(tmp_path) -> Path:
 
 def in_this_process(monkeypatch, *argv) -> int:
     """`main(argv)` as the console script runs it, in pytest's process (torch is imported here already: a fresh
-    interpreter would pay ~5 s of CPU for it again); the signal handlers a command installs are put back after."""
-    import signal
-
+    interpreter would pay ~5 s of CPU for it again); conftest puts back the signal handlers a command installs."""
     from robo_rl.cli import main
 
     monkeypatch.chdir(ROOT)  # where the console script is run from in the README
     monkeypatch.setenv("MUJOCO_GL", "egl")
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return main(list(argv))
-    finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
+    return main(list(argv))
 
 
 def test_train_runs_learner_and_actor_processes_and_the_policy_beats_the_untrained_one(tmp_path):

@@ -165,9 +165,8 @@ def local_ray(request):
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
             break
-        except (
-            Exception
-        ) as e:  # Ray's own start-up gave up (e.g. its raylet waiting on a slow agent): say where and why
+        # Ray's own start-up gave up (e.g. its raylet waiting on a slow agent): say where and why
+        except Exception as e:
             ray.shutdown()
             if attempt == 2 or "timed out during startup" not in str(e):
                 pytest.fail(f"ray.init: {e}\nRay's session files kept in {temp}{ray_log_tails(temp)}")

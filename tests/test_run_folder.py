@@ -128,7 +128,6 @@ def test_a_learner_alone_writes_its_log_evaluates_and_removes_its_pid_file(tmp_p
         actor_code = cli.main(["actor", *args])  # until the learner says the run is done
         learner.wait(timeout=180)
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo for pytest
         learner.kill()
     err, out = learner_err.read_text(), capsys.readouterr()
     assert learner.returncode == 0, (err[-2000:], actor_code, out.out[-2000:], out.err[-2000:])
