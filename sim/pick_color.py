@@ -81,6 +81,7 @@ class PickColorEnv(PickCubeEnv):
         }
         template = INSTRUCTIONS[self.task]
         self.instructions = tuple(template.format(c) for c in (COLOURS if target == "either" else (target,)))
+        self.tasks = COLOURS if target == "either" else (target,)  # task names, as Meta-World's: reset's `task` option
         self.instruction: str | None = self.instructions[0] if target != "either" else None  # known at reset
         self.colour: str | None = None if target == "either" else target
         if target != "either":
@@ -103,10 +104,13 @@ class PickColorEnv(PickCubeEnv):
         )
 
     def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
-        """Options: `target` (a colour), `red_xy` and `blue_xy` (m) override what the seed draws."""
+        """Options: `target` or `task` (a colour of `tasks`), `red_xy` and `blue_xy` (m) override the seed's draw."""
         options = dict(options or {})
         drawn = COLOURS[int(rng.integers(2))]  # drawn even when fixed, so a seed places the cubes alike either way
         colour = options.pop("target", drawn if self.target == "either" else self.target)
+        if "task" in options and options["task"] not in self.tasks:
+            raise UserError(f"reset(options={{'task': {options['task']!r}}}): this env's tasks are {list(self.tasks)}")
+        colour = options.pop("task", colour)
         if colour not in COLOURS:
             raise UserError(f"reset option target must be red or blue, got {colour!r}")
         # each colour's place and yaw, independent of which is named: the state at reset does not tell the target
