@@ -18,6 +18,7 @@ from robo_rl.gui.server import PageError, parse_page_message
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import free_ports
 from tests.test_pipeline import toy_config
+from tests.waiting import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("ROBO_RL_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "outputs" / "tests"))
@@ -147,16 +148,6 @@ def browser(chromium):
     yield chromium
     for context in chromium.contexts:
         context.close()
-
-
-def wait_until(condition, timeout_s=10.0, what="the condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def open_page(browser, run, name):

@@ -20,8 +20,8 @@ from tests.test_gui import (  # noqa: F401 - browser, chromium: fixtures
     browser,
     chromium,
     open_page,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 ROW = '.actor[data-actor="actor-0"]'
 

@@ -30,6 +30,7 @@ from launch.launcher import (
 )
 from launch.layout import LayoutError, layout_names, load_layout, merge_overrides, parse_layout, split_options
 from robo_rl.cli import main
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = [
@@ -216,16 +217,20 @@ def start_launch(tmp_path, layout: str, *extra, env=None) -> tuple[subprocess.Po
 
 
 def wait_for(check, proc, out: Path, what: str, timeout_s: float = RUN_TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """`check()`'s first truthy value while the launch runs; if the launch ends first or the time runs out, it is
+    killed and the test fails with the tail of its output."""
+
+    def check_while_running():
         found = check()
-        if found:
-            return found
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError(f"no {what}:\n{out.read_text()[-3000:]}")
+        if not found and proc.poll() is not None:
+            raise AssertionError(f"the launch ended before a {what}")
+        return found
+
+    try:
+        return wait_until(check_while_running, timeout_s, what, every_s=0.2)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(f"no {what}:\n{out.read_text()[-3000:]}") from None
 
 
 def pids(out: Path, name: str) -> list[int]:

@@ -5,7 +5,6 @@ import collections
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from robo_rl.runs import PAUSE_ENV, CheckpointError, read_metrics
 from sim.point_reach import PointReachEnv
 from tests.test_cli import ROOT, isolated
 from tests.test_pipeline import SMALL_NETS, toy_config
+from tests.waiting import wait_until
 
 
 def messages(n_episodes, seed=0, per_message=7):
@@ -143,13 +143,6 @@ def completed_episodes(run_dir):
     }
 
 
-def wait_for(condition, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_path):
     args = [
         *isolated(tmp_path),
@@ -177,7 +170,7 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         def mid_training():
             return len(completed_episodes(run_dir)) >= 12 and list(run_dir.glob("checkpoints/step_*.pt"))
 
-        wait_for(mid_training, 120, "12 episodes and a checkpoint")
+        wait_until(mid_training, 120, "12 episodes and a checkpoint", every_s=0.2)
         learner.kill()
         learner.wait()
         done_before_kill = completed_episodes(run_dir)
@@ -185,7 +178,9 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         # 2. resume, then kill -9 in the middle of writing the next checkpoint
         paused = {**os.environ, PAUSE_ENV: "60"}
         learner = subprocess.Popen([*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}"], env=paused, **quiet)
-        wait_for(lambda: list((run_dir / "checkpoints").glob("*.tmp")), 120, "a checkpoint being written")
+        wait_until(
+            lambda: list((run_dir / "checkpoints").glob("*.tmp")), 120, "a checkpoint being written", every_s=0.2
+        )
         learner.kill()
         learner.wait()
         done_before_second_kill = completed_episodes(run_dir)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from robo_rl.runs import read_metrics
 from tests.test_cli import ROOT, isolated
-from tests.test_resume import stored_episodes, wait_for
+from tests.test_resume import stored_episodes
+from tests.waiting import wait_until
 
 
 def children(pid: int) -> dict[int, str]:
@@ -52,10 +53,12 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
         env={**os.environ, "MUJOCO_GL": "egl"},
     )
     try:
-        wait_for(lambda: list((tmp_path / "outputs").glob("*/*/learner.pid")), 120, "the learner to start")
+        wait_until(
+            lambda: list((tmp_path / "outputs").glob("*/*/learner.pid")), 120, "the learner to start", every_s=0.2
+        )
         (run_dir,) = (tmp_path / "outputs").glob("*/*")
         # killed once data is stored, before any checkpoint: the common case of a crash in the first minutes
-        wait_for(lambda: stored_segments(run_dir), 120, "stored replay")
+        wait_until(lambda: stored_segments(run_dir), 120, "stored replay", every_s=0.2)
         first_learner = int((run_dir / "learner.pid").read_text())
         actor = role_pid(train.pid, "actor")
         assert actor is not None and not list((run_dir / "checkpoints").glob("step_*.pt"))
@@ -66,7 +69,7 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
             pid = role_pid(train.pid, "learner")
             return pid not in (None, first_learner) and (run_dir / "learner.pid").exists()
 
-        wait_for(restarted, 60, "a new learner process")
+        wait_until(restarted, 60, "a new learner process", every_s=0.2)
         assert role_pid(train.pid, "actor") == actor, "the actor process is the same one throughout"
         out, _ = train.communicate(timeout=180)
     finally:

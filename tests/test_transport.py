@@ -11,6 +11,7 @@ import pytest
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import PROTOCOL_VERSION, MessageError, decode, encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports, token_hash
+from tests.waiting import wait_until
 
 
 def test_round_trip_keeps_dtypes_shapes_and_values():
@@ -71,14 +72,6 @@ def serving(learner, seconds=30.0):
         t.join()
 
 
-def wait_for(condition, seconds=5.0) -> bool:
-    """Whether `condition()` came true within `seconds` (checked every 10 ms)."""
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return bool(condition())
-
-
 def hello_answered(learner, actor="actor-0"):
     """A condition for `serve`: the learner has answered this actor's hello."""
     return lambda: actor in learner.actors
@@ -94,7 +87,7 @@ def test_actor_and_learner_exchange_hello_steps_weights_and_stop():
             got = actor.hello("abc", timeout_s=2)
             assert [k for k, _, _ in got] == ["weights"], "a joining actor gets the current weights at once"
             actor.send_steps({}, {"step": np.arange(3, dtype=np.int32)})
-            wait_for(lambda: received, seconds=2)
+            wait_until(lambda: received, 2, "the steps at the learner")
             time.sleep(0.1)  # a duplicate would come right behind it
         assert len(received) == 1
         assert received[0][0] == "actor-0" and received[0][1]["step"].tolist() == [0, 1, 2]
@@ -122,7 +115,7 @@ def test_an_actor_told_the_run_is_over_closes_at_once_and_says_its_last_steps_we
         t.join()  # from here on the learner takes nothing: what the actor sends next stays unacknowledged
         transport.send({}, {"step": np.arange(4, dtype=np.int32)}, env_steps=4)
         # sent before the stop (else the I/O thread may see the stop first and never send it: nothing to report)
-        assert wait_for(lambda: transport.link.unacked_steps == 4)
+        assert wait_until(lambda: transport.link.unacked_steps == 4, 5.0, "four unacknowledged steps")
         learner.stop_actors("done")
         deadline = time.monotonic() + 2
         while transport.stop_reason is None and time.monotonic() < deadline:

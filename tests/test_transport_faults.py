@@ -16,7 +16,8 @@ from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import encode
 from robo_rl.transport.link import LearnerLink, TransportError, free_ports
 from robo_rl.transport.security import CurveKeys, generate_keys
-from tests.test_transport import hello_answered, serve, serving, wait_for
+from tests.test_transport import hello_answered, serve, serving
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +41,7 @@ def test_a_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path):
         for i in range(2)
     ]
     try:  # killed mid-stream, whenever the processes got going: once a quarter of it is stored
-        assert wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 150, seconds=60)
+        assert wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= 150, 60, "a quarter stored")
         sink.kill()  # kill -9: no goodbye, no flush
         sink.wait()
         time.sleep(0.5)  # the actors keep producing while no learner is there
@@ -178,7 +179,7 @@ def test_without_an_authorised_key_a_client_can_neither_send_nor_receive_weights
                 client.connected = True  # pretend, to push data anyway
                 client.send_steps({}, {"payload": np.array([1], np.int64)})
             good.send_steps({}, {"payload": np.array([2], np.int64)})
-            wait_for(lambda: received, seconds=3)
+            wait_until(lambda: received, 3, "the good actor's steps")
             time.sleep(0.3)  # time for anything of theirs to come too
         assert [a for a, *_ in received] == ["actor-0"]
         assert learner.unannounced == 0 and not learner.bad_messages, "nothing from them even reached the learner"
@@ -236,7 +237,7 @@ def test_an_actor_with_curve_keys_is_served_by_a_learner_bound_to_a_non_loopback
             weights = []
             while not weights and time.monotonic() < deadline:
                 weights = [(meta, arrays) for kind, meta, arrays in actor.poll(100) if kind == "weights"]
-            wait_for(lambda: received, seconds=2)
+            wait_until(lambda: received, 2, "the steps at the learner")
             time.sleep(0.1)  # a second copy would come right behind it
         assert [(a, arrays["payload"].tolist()) for a, arrays, *_ in received] == [("actor-0", [7])]
         assert weights and weights[0][0]["version"] == 1, "weights over TCP (no shared memory off loopback)"

@@ -268,7 +268,7 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
     """A learner started alone and stopped with Ctrl-C (or killed) mid-run: the actor in the other terminal takes
     no steps, keeps its data, and goes on when a learner resumes the run; only the finished run ends it."""
     from tests.test_cli import isolated
-    from tests.test_resume import wait_for
+    from tests.waiting import wait_until
 
     args = [
         *isolated(tmp_path),
@@ -299,10 +299,15 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
     learner = start("learner")
     actor = None
     try:
-        wait_for(lambda: (tmp_path / "run" / "learner.pid").exists(), 120, "the learner to start")
+        wait_until(lambda: (tmp_path / "run" / "learner.pid").exists(), 120, "the learner to start", every_s=0.2)
         actor = start("actor")
         # stopped only once the actor's data is stored (on a loaded machine its start can take a minute)
-        wait_for(lambda: list((tmp_path / "run" / "replay" / "online").glob("seg_*.rrs")), 120, "stored actor data")
+        wait_until(
+            lambda: list((tmp_path / "run" / "replay" / "online").glob("seg_*.rrs")),
+            120,
+            "stored actor data",
+            every_s=0.2,
+        )
         if how == "ctrl-c":
             learner.send_signal(signal.SIGINT)
         else:
@@ -310,7 +315,9 @@ def test_an_actor_holds_when_its_learner_stops_before_the_end_and_carries_on_wit
         assert learner.wait(timeout=30) != 0
         time.sleep(3)  # past transport.actor_timeout_s: the actor notices, and holds
         if how == "ctrl-c":  # its log says so, later on a loaded machine
-            wait_for(lambda: "holding" in (tmp_path / "actor.log").read_text(), 60, "the actor to log 'holding'")
+            wait_until(
+                lambda: "holding" in (tmp_path / "actor.log").read_text(), 60, "the actor to log 'holding'", every_s=0.2
+            )
         assert actor.poll() is None, (tmp_path / "actor.log").read_text()[-2000:]
         learner = start("learner", f"resume={tmp_path / 'run'}", "logger.progress=false")
         assert learner.wait(timeout=120) == 0, (tmp_path / "learner.log").read_text()[-2000:]
