@@ -105,6 +105,138 @@ def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(
     assert np.abs(online.data["action_executed"][rows]).max() <= 1.0
 
 
+def _spy_on_the_base(monkeypatch) -> list:
+    """Every chunk the actor's LeRobot base predicts, with the observation and the initial noise it drew: the noise
+    comes from a seeded numpy generator instead of torch's, so a fresh load of the checkpoint can replay a chunk."""
+    from policies.lerobot_base import LeRobotBase
+
+    own, rng, calls = LeRobotBase.predict_chunk, np.random.default_rng(0), []
+
+    def predict_chunk(self, obs, noise=None):
+        noise = rng.standard_normal(self.noise_shape).astype(np.float32) if noise is None else noise
+        chunk = own(self, obs, noise=noise)
+        calls.append((obs, noise, chunk))
+        return chunk
+
+    monkeypatch.setattr(LeRobotBase, "predict_chunk", predict_chunk)
+    return calls
+
+
+def test_a_residual_corrects_the_lerobot_trained_smolvla_in_an_actor_and_learner(trained, tmp_path, monkeypatch):
+    """`experiment=residual_pick_cube policy.base.kind=lerobot policy.base.path=<lerobot-train output>`: the VLA
+    (its saved processors, the task's instruction) acts in chunks of 4, a residual of at most 0.2 corrects every
+    step; the records carry the VLA's own actions, the learner updates the residual, its checkpoint loads back."""
+    import torch
+
+    from robo_rl.config import make_env, make_policy, save_config
+    from robo_rl.runs import load_checkpoint
+    from tests.test_pipeline import run_pair, toy_config
+
+    calls = _spy_on_the_base(monkeypatch)
+    over = [
+        *ENV,
+        "experiment=residual_pick_cube",
+        "policy.base.kind=lerobot",
+        f"policy.base.path={trained}",
+        f"policy.base.task={TASK}",
+        "policy.hidden=[32]",
+        "policy.encoder.features=8",
+        "algo.critic_hidden=[32,32]",
+        "algo.batch_size=16",
+        "algo.actor_start_updates=0",  # the residual's plumbing: it moves from the first update
+        "demos.num_episodes=0",
+        "train.random_steps=40",
+        "train.learning_starts=40",
+        "train.total_env_steps=200",
+        "train.utd=0.2",
+    ]
+    config = toy_config(tmp_path, *over)
+    (tmp_path / "run").mkdir()
+    save_config(config, tmp_path / "run" / "config.yaml")
+    torch.set_num_threads(1)
+    learner, reason = run_pair(config, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0 and learner.env_steps >= 200
+    online = learner.replay.online
+    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    assert len(rows) >= 200
+    # each step's base action is the VLA's: the actions of its chunks, in the order the actor executed them
+    predicted = np.concatenate([chunk for _, _, chunk in calls])
+    base = online.data["extra/base_action"][rows]
+    assert len(calls) >= len(rows) // CHUNK and np.abs(base).sum() > 0
+    assert all(np.isclose(predicted, b, atol=1e-6).all(-1).any() for b in base)
+    np.testing.assert_array_equal(base[:CHUNK], calls[0][2])  # the first episode opens with the first chunk
+    # the correction: at most s = 0.2 of the half-width of the actions lerobot's saved statistics kept, widened by 1 + s
+    half = learner.algo.policy.action_half.numpy()
+    assert np.all(half <= 1.2 + 1e-6) and half.min() < 1.2, half  # pick_cube's demonstrations never span all of ±1
+    executed = online.data["action_executed"][rows]
+    assert np.all(np.abs(executed - base) <= 0.2 * half + 1e-5)
+    # a fresh load of the checkpoint folder (lerobot's config, weights, processors) gives the same chunk
+    from policies.lerobot_base import LeRobotBase
+
+    obs, noise, chunk = calls[0]
+    space = make_observation_space(STATE_DIM, {CAMERA: (IMAGE, IMAGE)})
+    again = LeRobotBase.load(trained, space, ACTION_DIM, task=TASK)
+    np.testing.assert_allclose(again.predict_chunk(obs, noise=noise), chunk, atol=1e-5)
+    # the learner moved the residual off its zero start; the run's checkpoint loads back into a fresh policy
+    head = learner.algo.policy.head
+    assert any(p.abs().sum() > 0 for p in list(head.parameters())[-2:])
+    policy = make_policy(config, make_env(config))
+    policy.load_state_dict(load_checkpoint(tmp_path / "run")["algo"]["policy"])
+    assert any(p.abs().sum() > 0 for p in list(policy.head.parameters())[-2:])
+
+
+def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_actor_and_learner(trained, tmp_path):
+    """`experiment=reinflow_pick_cube policy.path=<lerobot-train output>`: PPO over the VLA's 4 noisy Euler steps
+    in on-policy iterations; its updates move the action expert (and the noise network), never the VLM or the state
+    projection; the run's checkpoint loads back into the policy built from the same folder."""
+    import torch
+
+    from policies.vla_flow import EXPERT_PARTS
+    from robo_rl.config import make_env, make_policy, save_config
+    from robo_rl.runs import load_checkpoint
+    from tests.test_pipeline import run_pair, toy_config
+
+    over = [
+        *ENV,
+        "experiment=reinflow_pick_cube",
+        f"policy.path={trained}",
+        f"policy.task={TASK}",
+        "policy.noise_hidden=[32]",
+        "algo.value_hidden=[32]",
+        "algo.rollout_env_steps=80",
+        "algo.batch_size=40",
+        "algo.epochs=1",
+        "demos.num_episodes=0",
+        "train.total_env_steps=200",
+    ]
+    config = toy_config(tmp_path, *over)
+    (tmp_path / "run").mkdir()
+    save_config(config, tmp_path / "run" / "config.yaml")
+    torch.set_num_threads(1)
+    learner, reason = run_pair(config, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages and learner.updates >= 2 and learner.env_steps >= 200
+    online = learner.replay.online
+    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    assert 0.2 <= online.data["extra/decision"][rows, 0].mean() <= 0.35, "one chain per chunk of 4"
+    assert online.data["extra/chain"].shape[1] == (4 + 1) * CHUNK * 32  # the VLA's padded width, 4 Euler steps
+    assert np.abs(online.data["action_executed"][rows]).max() <= 1.0
+    fresh = make_policy(config, make_env(config)).state_dict()
+    tuned = learner.algo.policy.state_dict()
+    assert fresh.keys() == tuned.keys()
+    # the VLA's weights: both from the same folder, so a difference is PPO's (the noise network starts at random)
+    vla = [k for k in tuned if k.startswith("model.vla.")]
+    moved = {k.removeprefix("model.vla.model.") for k in vla if not torch.equal(tuned[k], fresh[k])}
+    frozen = [k for k in vla if ".vlm_with_expert.vlm." in k or ".state_proj." in k]
+    assert frozen and all(torch.equal(tuned[k], fresh[k]) for k in frozen), "the frozen VLM moved"
+    assert any(k.startswith("vlm_with_expert.lm_expert.") for k in moved), moved
+    assert all(k.startswith(EXPERT_PARTS) for k in moved), sorted(k for k in moved if not k.startswith(EXPERT_PARTS))
+    saved = load_checkpoint(tmp_path / "run")["algo"]["policy"]
+    policy = make_policy(config, make_env(config))
+    policy.load_state_dict(saved)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+
+
 def test_a_vla_for_another_action_size_or_a_too_long_instruction_is_refused_in_one_line(trained, tmp_path):
     from policies.lerobot_base import LeRobotBase
     from policies.vla_checks import BaseMismatchError
