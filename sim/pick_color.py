@@ -15,10 +15,8 @@ import inspect
 
 import numpy as np
 
-from robo_rl.envs import make_observation_space
-from robo_rl.envs.spec import EnvSpec
 from robo_rl.errors import UserError
-from sim.pick_cube import ACTION_NAMES, POS_SCALE_M, PROPRIO_DIM, STATE_NAMES, PickCubeEnv
+from sim.pick_cube import POS_SCALE_M, PROPRIO_DIM, STATE_NAMES, PickCubeEnv
 
 COLOURS = ("red", "blue")  # "red" is pick_cube's own cube, so the red cube's pose and material are pick_cube's
 BLUE_RGBA = (0.1, 0.25, 0.85, 1.0)
@@ -38,29 +36,12 @@ class PickColorEnv(PickCubeEnv):
 
     task_description = "pick up the red or the blue cube, as the instruction says"
     extra_cubes = (("blue_cube", BLUE_RGBA),)
+    full_state_names = STATE_NAMES_TWO_CUBES
 
     @classmethod
-    def spec_from_config(
-        cls,
-        state: str = "full",
-        cameras=(),
-        image_size: int = 128,
-        control_hz: float = 10.0,
-        task: str = "lift",
-        target: str = "either",
-        **_,
-    ) -> EnvSpec:
-        """The spaces this config gives, without building the simulator (the learner's view)."""
-        names = STATE_NAMES_TWO_CUBES if state == "full" else STATE_NAMES_TWO_CUBES[:PROPRIO_DIM]
-        return EnvSpec(
-            len(names),
-            len(ACTION_NAMES),
-            {c: (int(image_size), int(image_size)) for c in cameras},
-            names,
-            ACTION_NAMES,
-            float(control_hz),
-            instructions=tuple(INSTRUCTIONS[task].format(c) for c in (COLOURS if target == "either" else (target,))),
-        )
+    def instructions_for(cls, task: str = "lift", target: str = "either", **_) -> tuple[str, ...]:
+        """One instruction per colour the env may name, in COLOURS' order."""
+        return tuple(INSTRUCTIONS[task].format(c) for c in (COLOURS if target == "either" else (target,)))
 
     def __init__(self, target: str = "either", **pick_cube_settings) -> None:
         if target not in TARGETS:
@@ -79,19 +60,12 @@ class PickColorEnv(PickCubeEnv):
             colour: (m.body(name).id, m.geom(name).id, m.jnt_qposadr[m.joint(name).id])
             for colour, name in zip(COLOURS, ("cube", "blue_cube"), strict=True)
         }
-        template = INSTRUCTIONS[self.task]
-        self.instructions = tuple(template.format(c) for c in (COLOURS if target == "either" else (target,)))
+        self.instructions = self.instructions_for(task=self.task, target=target)
         self.tasks = COLOURS if target == "either" else (target,)  # task names, as Meta-World's: reset's `task` option
         self.instruction: str | None = self.instructions[0] if target != "either" else None  # known at reset
         self.colour: str | None = None if target == "either" else target
         if target != "either":
             self.task_description = self.instruction
-        self.state_names = self.full_state_names = STATE_NAMES_TWO_CUBES
-        if self.state_mode == "proprio":
-            self.state_names = STATE_NAMES_TWO_CUBES[:PROPRIO_DIM]
-        self.observation_space = make_observation_space(
-            len(self.state_names), {c: (self.image_size, self.image_size) for c in self.camera_names}
-        )
 
     def _draw_places(self, rng: np.random.Generator) -> np.ndarray:
         """Both cubes' xy (red, blue), uniform in the spawn box and at least CUBE_MIN_DISTANCE_M apart."""

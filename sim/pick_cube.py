@@ -182,13 +182,19 @@ class PickCubeEnv(RobotEnv):
     task_description = "pick up the cube and lift it"
     metadata = {"render_modes": ["rgb_array"]}
     extra_cubes: tuple = ()  # (name, rgba) of more cubes like "cube" in the scene, for a variant (sim/pick_color.py)
+    full_state_names: tuple[str, ...] = STATE_NAMES  # state="full"'s names; a variant with more cubes names its own
+
+    @classmethod
+    def instructions_for(cls, **config) -> tuple[str, ...]:
+        """Every instruction an env of this config can give, in its fixed order: none, the task is the goal."""
+        return ()
 
     @classmethod
     def spec_from_config(
-        cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0, **_
+        cls, state: str = "full", cameras=(), image_size: int = 128, control_hz: float = 10.0, **config
     ) -> EnvSpec:
         """The spaces this config gives, without building the simulator (the learner's view)."""
-        names = STATE_NAMES if state == "full" else STATE_NAMES[:PROPRIO_DIM]
+        names = cls.full_state_names if state == "full" else cls.full_state_names[:PROPRIO_DIM]
         return EnvSpec(
             len(names),
             len(ACTION_NAMES),
@@ -196,6 +202,7 @@ class PickCubeEnv(RobotEnv):
             names,
             ACTION_NAMES,
             float(control_hz),
+            instructions=cls.instructions_for(**config),
         )
 
     def __init__(
@@ -289,8 +296,7 @@ class PickCubeEnv(RobotEnv):
         self._q_low, self._q_high = m.jnt_range[:7, 0].copy(), m.jnt_range[:7, 1].copy()
         self._pad_sets = (frozenset(self._left_pads), frozenset(self._right_pads))
 
-        self.state_names = STATE_NAMES
-        self.full_state_names = self.state_names
+        self.state_names = self.full_state_names
         if state == "proprio":
             self.state_names = self.state_names[:PROPRIO_DIM]
         self.camera_names = tuple(cameras)
