@@ -5,7 +5,7 @@ time and memory, not behaviour):
 
   smolvla   SmolVLA's defaults (16 of the backbone's 32 layers, an action expert 0.75 as wide, chunk 50, 10 flow
             steps, images resized to 512) on a SmolVLM2-500M-sized backbone: a local folder with its config at the
-            real dimensions (tests/vla_tiny.py writes it, with a tiny tokenizer), `load_vlm_weights=False`
+            real dimensions (policies/smolvlm_backbone.py writes it, with a tiny tokenizer), `load_vlm_weights=False`
   pi0/pi05  lerobot's PI0Config / PI05Config defaults: PaliGemma (SigLIP-So400m + Gemma 2B) with a Gemma-300M
             action expert, chunk 50, 10 flow steps, images resized to 224
   task      SO-101-like: a state of 6, two cameras of 480x640, actions of 6
@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._results import cpu_model, write_result  # noqa: E402
-from policies.smolvlm_backbone import SIZES as SMOLVLM_SIZES  # noqa: E402
+from policies.smolvlm_backbone import write_smolvlm  # noqa: E402
 
 MODELS = ("smolvla", "pi0", "pi05")
 STATE_DIM, ACTION_DIM, CAMERAS, CAMERA_HW, QUICK_CAMERA_HW = 6, 6, ("front", "wrist"), (480, 640), (48, 64)
@@ -67,19 +67,6 @@ STATE_DIM, ACTION_DIM, CAMERAS, CAMERA_HW, QUICK_CAMERA_HW = 6, 6, ("front", "wr
 TOKENS = {"smolvla": (16, 16), "pi0": (48, 16), "pi05": (200, 40)}
 STEPS_FIELD = {"smolvla": "num_steps", "pi0": "num_inference_steps", "pi05": "num_inference_steps"}
 NOISE_BOUND = 1.5  # policies/dsrl.py's default box of the noise
-
-# HuggingFaceTB/SmolVLM2-500M-Video-Instruct: a SmolLM2-360M text model and a SigLIP-B/16-512 vision tower, as
-# tests/vla_tiny.write_tiny_smolvlm takes it (the sizes are robo-rl vla train's, policies/smolvlm_backbone.py)
-_TEXT_500M = SMOLVLM_SIZES["smolvlm2_500m"]["text"]
-SMOLVLM2_500M = dict(
-    image_size=SMOLVLM_SIZES["smolvlm2_500m"]["image_size"],
-    patch_size=SMOLVLM_SIZES["smolvlm2_500m"]["patch_size"],
-    hidden=_TEXT_500M["hidden_size"],
-    layers=_TEXT_500M["num_hidden_layers"],
-    scale_factor=SMOLVLM_SIZES["smolvlm2_500m"]["scale_factor"],
-    text={k: v for k, v in _TEXT_500M.items() if k not in ("hidden_size", "num_hidden_layers")},
-    vision=SMOLVLM_SIZES["smolvlm2_500m"]["vision"],
-)
 
 
 def sync(device: str) -> None:
@@ -119,10 +106,8 @@ def build_smolvla(quick: bool, device: str, dtype: str, work: Path, compile_mode
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
-    from tests.vla_tiny import write_tiny_smolvlm
-
-    sizes = dict(image_size=32) if quick else SMOLVLM2_500M
-    vlm = write_tiny_smolvlm(work / ("smolvlm_tiny" if quick else "smolvlm2_500m"), **sizes)
+    # the architecture alone (random init), as robo-rl vla train's vlm=tiny / vlm=smolvlm2_500m writes it
+    vlm = write_smolvlm(work / ("smolvlm_tiny" if quick else "smolvlm2_500m"), "tiny" if quick else "smolvlm2_500m")
     cfg = SmolVLAConfig(
         **features(quick),
         vlm_model_name=str(vlm),

@@ -5,7 +5,8 @@ SmolVLA takes its backbone by name (`vlm_model_name`, a hub id or a local folder
 folder's config (no VLM weights are read with `load_vlm_weights=False`: they are part of SmolVLA's own weights),
 reads its processor there (the tokenizer's image tokens), and its pre-processor tokenises the task with that folder's
 tokenizer. So a local folder with a tiny SmolVLM config, a byte-level BPE tokenizer trained on a few sentences and a
-SmolVLM processor stands in for `HuggingFaceTB/SmolVLM2-500M-Video-Instruct`; nothing is downloaded.
+SmolVLM processor (`robo-rl vla train`'s `vlm=tiny`, policies/smolvlm_backbone.py) stands in for
+`HuggingFaceTB/SmolVLM2-500M-Video-Instruct`; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,85 +16,9 @@ from pathlib import Path
 
 import torch
 
-from policies.smolvlm_backbone import IMAGE_TOKENS  # SmolVLM's image tokens, as robo-rl vla train writes them
+from policies.smolvlm_backbone import CORPUS, SIZES, write_smolvlm
 
 VLM_FOLDER = "tiny_smolvlm"  # inside the pretrained_model folder, which names it by absolute path
-CORPUS = ["pick the cube", "place the cube in the box", "push the red block to the left", "open the drawer\n"]
-
-
-def write_tiny_smolvlm(
-    folder: Path,
-    image_size: int = 32,
-    patch_size: int = 8,
-    hidden: int = 32,
-    layers: int = 2,
-    *,
-    text: dict | None = None,
-    vision: dict | None = None,
-    scale_factor: int = 2,
-) -> Path:
-    """A SmolVLM (Idefics3 architecture) config, tokenizer and processor in `folder`, as AutoConfig, AutoTokenizer and
-    AutoProcessor read them; square images of `image_size` px, (image_size / patch_size / scale_factor)^2 tokens per
-    image. `text` and `vision`: config fields over the tiny ones (bench/vla.py writes SmolVLM2-500M's sizes so); the
-    tokenizer stays the tiny one, whatever the text model's vocab_size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMProcessor
-    from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMVideoProcessor
-
-    folder.mkdir(parents=True, exist_ok=True)
-    special = ["<pad>", "<|im_start|>", *IMAGE_TOKENS.values()]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    # byte-level: every text tokenises, with no unknown token; a few merges from the corpus
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=special,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    bpe.train_from_iterator(CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        pad_token="<pad>",
-        bos_token="<|im_start|>",
-        eos_token=IMAGE_TOKENS["end_of_utterance_token"],
-        extra_special_tokens=dict(IMAGE_TOKENS),
-    )
-    size = {"longest_edge": image_size}
-    processor = SmolVLMProcessor(
-        image_processor=SmolVLMImageProcessor(size=size, max_image_size=size, do_image_splitting=False),
-        tokenizer=tokenizer,
-        video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size),
-        image_seq_len=(image_size // patch_size // scale_factor) ** 2,
-    )
-    processor.save_pretrained(folder)
-    text = {
-        **dict(
-            model_type="llama",
-            vocab_size=len(tokenizer),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=256,
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        **(text or {}),
-    }
-    vision = {
-        **dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2),
-        **(vision or {}),
-        "image_size": image_size,
-        "patch_size": patch_size,
-    }
-    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKENS["image_token"])
-    config = SmolVLMConfig(
-        text_config=text, vision_config=vision, scale_factor=scale_factor, image_token_id=image_token_id
-    )
-    config.save_pretrained(folder)
-    return folder
 
 
 def write_tiny_smolvla(
@@ -105,7 +30,6 @@ def write_tiny_smolvla(
     chunk_size: int = 4,
     max_action_dim: int = 32,
     num_steps: int = 4,
-    image_size: int = 32,
     action_stats: dict | None = None,
     seed: int = 0,
 ) -> Path:
@@ -117,7 +41,8 @@ def write_tiny_smolvla(
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
     folder = Path(folder).resolve()
-    vlm = write_tiny_smolvlm(folder / VLM_FOLDER, image_size=image_size)
+    vlm = write_smolvlm(folder / VLM_FOLDER, "tiny")
+    image_size = SIZES["tiny"]["image_size"]
     cfg = SmolVLAConfig(
         **_features(state_dim, camera, image_hw, action_dim),
         chunk_size=chunk_size,
