@@ -26,6 +26,7 @@ Other policies (ACT, VQ-BeT, ...) and closed-loop runs (select_action draws its 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -40,6 +41,7 @@ STATE_INPUTS = ("observation.state", "observation.environment_state")
 IMAGE_PREFIX, SINGLE_IMAGE = "observation.images.", "observation.image"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
+TOKENIZER_STEP = "tokenizer_processor"  # lerobot's registry name of the step that tokenises the task text
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 FLOW_NOISE_TYPES = ("smolvla", "pi0", "pi05")  # sample_actions(noise=): [batch, chunk_size, max_action_dim], float32
 DIFFUSION_TYPE = "diffusion"  # conditional_sample(noise=): [batch, horizon, action_dim], the parameters' dtype
@@ -95,6 +97,7 @@ class LeRobotBase:
         cfg = PreTrainedConfig.from_pretrained(folder)
         cfg.device, cfg.pretrained_path = device, folder
         inputs = match_features(cfg, observation_space, action_dim, camera_map or {}, str(path_or_hub_id))
+        moved = relocate_vlm(cfg, folder, str(path_or_hub_id))
         missing = [f for f in PROCESSOR_FILES if not (folder / f).is_file()]
         if missing:
             raise ValueError(
@@ -108,7 +111,8 @@ class LeRobotBase:
         check_weights_fit(policy, folder, f"'{path_or_hub_id}' ({cfg.type})")
         policy.to(device).eval()
         policy.requires_grad_(False)
-        overrides = {"device_processor": {"device": device}}  # run where the policy runs, not where it trained
+        # run where the policy runs, not where it trained; its tokenizer from where its VLM folder is now
+        overrides = {"device_processor": {"device": device}, **moved}
         pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder), preprocessor_overrides=overrides)
         if task is None and any(type(s).__name__ == "TokenizerProcessorStep" for s in pre.steps):
             raise ValueError(f"base checkpoint '{path_or_hub_id}' ({cfg.type}) needs a task description: pass task=")
@@ -216,6 +220,32 @@ def check_weights_fit(policy, folder: Path, name: str) -> None:
             fitting += 1
     if not fitting:
         raise ValueError(f"base checkpoint {name}: none of the weights in {WEIGHTS_FILE} belongs to its policy")
+
+
+def relocate_vlm(cfg, folder: Path, name: str) -> dict:
+    """A VLA built on a local VLM folder (`robo-rl vla train` writes <run>/vlm) whose run folder has moved since: its
+    config.json and tokenizer step name the old absolute path. The folder of that name beside or above the checkpoint
+    takes its place (`cfg.vlm_model_name`; the returned preprocessor overrides point the tokenizer there); {} where
+    the VLM is a hub id or still where it was. One-line ValueError where it is nowhere."""
+    vlm = getattr(cfg, "vlm_model_name", None)
+    if not vlm or not Path(vlm).is_absolute() or Path(vlm).exists():
+        return {}
+    here = next((p / Path(vlm).name for p in [folder, *folder.parents][:6] if (p / Path(vlm).name).is_dir()), None)
+    if here is None:
+        raise ValueError(
+            f"base checkpoint '{name}' builds on the VLM folder {vlm} (vlm_model_name in its {CONFIG_FILE}), which "
+            f"does not exist, nor does a '{Path(vlm).name}' folder beside or above the checkpoint: copy the run's "
+            f"VLM folder with it"
+        )
+    cfg.vlm_model_name = str(here)
+    saved = json.loads((folder / PROCESSOR_FILES[0]).read_text()) if (folder / PROCESSOR_FILES[0]).is_file() else {}
+    names = [
+        s.get("config", {}).get("tokenizer_name")
+        for s in saved.get("steps", ())
+        if s.get("registry_name") == TOKENIZER_STEP
+    ]
+    gone = names and names[0] and not Path(names[0]).exists()
+    return {TOKENIZER_STEP: {"tokenizer_name": str(here)}} if gone else {}
 
 
 def noise_shape(cfg) -> tuple[int, int] | None:

@@ -237,6 +237,36 @@ def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_ac
         assert torch.equal(v, saved[k]), k
 
 
+def test_a_moved_run_folder_finds_its_vlm_and_one_without_it_is_refused_in_one_line(trained, tmp_path):
+    """lerobot-train writes the VLM folder's absolute path into the checkpoint (config.json, the tokenizer step): a
+    run folder copied elsewhere (to the robot's machine) loads with the VLM beside its checkpoint, and acts as before;
+    without that folder it is refused in one line that names the path."""
+    import shutil
+
+    from policies.lerobot_base import LeRobotBase
+
+    run = trained.parents[3]
+    trained_at = tmp_path / "trained_at"  # a run trained here, then moved: its files name this folder
+    shutil.copytree(run, trained_at, symlinks=True)
+    for file in trained_at.rglob("*.json"):
+        file.write_text(file.read_text().replace(str(run), str(trained_at)))
+    moved = trained_at.rename(tmp_path / "moved")
+    model = moved / trained.relative_to(run)
+    space = make_observation_space(STATE_DIM, {CAMERA: (IMAGE, IMAGE)})
+    base = LeRobotBase.load(model, space, ACTION_DIM, task=TASK)
+    assert base.policy.config.vlm_model_name == str(moved / "vlm")
+    obs = {"state": np.ones(STATE_DIM, np.float32), "images": {CAMERA: np.full((IMAGE, IMAGE, 3), 90, np.uint8)}}
+    z = np.random.default_rng(0).standard_normal(base.noise_shape).astype(np.float32)
+    original = LeRobotBase.load(trained, space, ACTION_DIM, task=TASK)
+    np.testing.assert_allclose(base.predict_chunk(obs, noise=z), original.predict_chunk(obs, noise=z), atol=1e-6)
+    shutil.rmtree(moved / "vlm")
+    with pytest.raises(ValueError) as err:
+        LeRobotBase.load(model, space, ACTION_DIM, task=TASK)
+    message = str(err.value)
+    assert f"builds on the VLM folder {trained_at / 'vlm'} (vlm_model_name in its config.json)" in message
+    assert "copy the run's VLM folder with it" in message and "\n" not in message
+
+
 def test_a_vla_for_another_action_size_or_a_too_long_instruction_is_refused_in_one_line(trained, tmp_path):
     from policies.lerobot_base import LeRobotBase
     from policies.vla_checks import BaseMismatchError
