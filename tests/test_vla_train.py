@@ -1,5 +1,6 @@
 """A SmolVLA trained by lerobot's own `lerobot-train` on a robo_rl LeRobot export (`robo-rl vla train`), loaded back by
-path as a frozen base and steered by DSRL (noise-space SAC) in an actor and a learner; and its refusals."""
+path in an actor and a learner as a frozen base steered by DSRL (noise-space SAC) or corrected by a residual, and as
+the policy ReinFlow fine-tunes (its action expert); a moved run folder; and the refusals."""
 
 from __future__ import annotations
 

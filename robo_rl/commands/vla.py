@@ -28,10 +28,16 @@ options:
                        2 cores at load 5: 0.60 s/step with 1 against 2.45 with 2; idle, 2 are slightly faster)
   --<lerobot key>=<v>  passed to lerobot-train as it is (e.g. --policy.chunk_size=10 --policy.optimizer_lr=1e-4)
 
-then, as a frozen base (DSRL steers its noise; residual RL corrects its actions):
+then, as a frozen base (DSRL steers its noise; residual RL corrects its actions), or fine-tuned (ReinFlow: PPO on
+its action expert, the VLM frozen); an env's own instruction, where it gives one, comes before the task given here:
   robo-rl train env=pick_cube env.cameras=[front] env.image_size=64 experiment=dsrl_pick_cube algo.form=noise \\
       policy.base.kind=lerobot policy.base.path=<out>/lerobot/checkpoints/last/pretrained_model \\
-      policy.base.task="pick up the cube"   (an env's own instruction, where it gives one, comes first)
+      policy.base.task="pick up the cube"
+  robo-rl train ... experiment=residual_pick_cube demos.num_episodes=0 policy.base.kind=lerobot \\
+      policy.base.path=<out>/lerobot/checkpoints/last/pretrained_model policy.base.task="pick up the cube"
+  robo-rl train ... experiment=reinflow_pick_cube demos.num_episodes=0 \\
+      policy.path=<out>/lerobot/checkpoints/last/pretrained_model policy.task="pick up the cube"
+The checkpoint names <out>/vlm by its absolute path: move or copy <out> as a whole (the VLM is found beside it).
 """
 
 INTS = ("steps", "batch_size", "seed", "workers", "tokenizer_max_length", "threads")
@@ -68,5 +74,5 @@ def cmd_vla(args: list[str]) -> int:
 
     model = train_smolvla(**options, extra=extra)
     print(f"trained SmolVLA: {model}")
-    print(f"use it as a base: policy.base.kind=lerobot policy.base.path={model}")
+    print(f"use it as a base: policy.base.kind=lerobot policy.base.path={model}; fine-tune it: policy.path={model}")
     return 0
