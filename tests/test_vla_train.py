@@ -19,6 +19,7 @@ STATE_DIM, ACTION_DIM, CHUNK = 16, 4, 4  # pick_cube's full state and end-effect
 ENV = ["env=pick_cube", f"env.cameras=[{CAMERA}]", f"env.image_size={IMAGE}"]
 # a few steps of a tiny SmolVLA (hidden 32) with a chunk of 4: lerobot's own settings, passed through as they are
 LEROBOT = ["--policy.chunk_size=4", "--policy.n_action_steps=4", "--policy.num_steps=4"]
+LONG = "pick up the cube then place it in the box on the left and push the red block " * 2  # over 48 tokens
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +185,12 @@ def test_a_residual_corrects_the_lerobot_trained_smolvla_in_an_actor_and_learner
     policy = make_policy(config, make_env(config))
     policy.load_state_dict(load_checkpoint(tmp_path / "run")["algo"]["policy"])
     assert any(p.abs().sum() > 0 for p in list(policy.head.parameters())[-2:])
+    # an env's instruction, where it gives one, is what the VLA reads (pick_cube gives none: the task above)
+    from policies.vla_checks import BaseMismatchError
+    from robo_rl.policy_io import obs_to_torch
+
+    with pytest.raises(BaseMismatchError, match="tokens, base .* reads at most 48"):
+        policy.base_action(obs_to_torch({**obs, "instruction": LONG}))
 
 
 def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_actor_and_learner(trained, tmp_path):
@@ -236,6 +243,23 @@ def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_ac
     policy.load_state_dict(saved)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, saved[k]), k
+    # an env's instruction, where it gives one, is what the VLA reads (pick_cube gives none: policy.task)
+    from policies.vla_checks import BaseMismatchError
+    from robo_rl.policy_io import stack_obs
+
+    rng = np.random.default_rng(1)
+    obs = {"state": rng.standard_normal(STATE_DIM).astype(np.float32)}
+    obs["images"] = {CAMERA: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8)}
+
+    def chunk(instruction):
+        torch.manual_seed(0)  # the same initial noise: the chunk then depends on the observation alone
+        chain, _ = policy.sample_chain(stack_obs([{**obs, "instruction": instruction}]), deterministic=True)
+        return policy.model.to_actions(chain[0, -1])
+
+    with torch.no_grad():
+        assert torch.equal(chunk(None), chunk(TASK)) and not torch.equal(chunk(TASK), chunk("push the red block"))
+        with pytest.raises(BaseMismatchError, match="tokens, base .* reads at most 48"):
+            chunk(LONG)
 
 
 def test_a_moved_run_folder_finds_its_vlm_and_one_without_it_is_refused_in_one_line(trained, tmp_path):
@@ -277,7 +301,7 @@ def test_a_vla_for_another_action_size_or_a_too_long_instruction_is_refused_in_o
     with pytest.raises(BaseMismatchError) as err:
         LeRobotBase.load(trained, space, 7, task=TASK)
     assert "(4,)" in str(err.value) and "action dimension is 7" in str(err.value) and "\n" not in str(err.value)
-    long = "pick up the cube then place it in the box on the left and push the red block " * 2
+    long = LONG
     with pytest.raises(BaseMismatchError) as err:
         LeRobotBase.load(trained, space, ACTION_DIM, task=long)
     message = str(err.value)
