@@ -24,6 +24,7 @@ from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.data.tasks import TaskTable, pack_instructions
+from robo_rl.envs.actor_task import ActorTaskError, check_actor_task, env_tasks, reset_options
 from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
@@ -69,6 +70,12 @@ class Actor:
         self._realtime = bool(a.realtime)
         self.progress = progress
         self.env = make_actor_env(cfg)  # the task's env inside `actor.wrappers` (the human's arbitration, ...)
+        try:  # actor.task: one of the env's tasks, every episode (None: the env draws one per episode)
+            check_actor_task(a.task, env_tasks(self.env))
+        except ActorTaskError:
+            self.env.close()
+            raise
+        self._reset_options = reset_options(a.task)
         self.gui = None
         if cfg.gui.enabled:  # the page can always take over: a web device joins the human's devices
             from robo_rl.gui.bridge import attach_web_device
@@ -282,7 +289,9 @@ class Actor:
         session = int(time.time()) % 100000  # keeps episode ids unique across actor restarts
         episode_ids = itertools.count(session * 1_000_000)
         recorders = [EpisodeRecorder(self.env.action_space.shape[0], extras_of(self.fields), self.tasks) for _ in envs]
-        obs = [env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE)[0] for i, env in enumerate(envs)]
+        obs = [
+            env.reset(seed=cfg.seed + i * ENV_SEED_STRIDE, options=self._reset_options)[0] for i, env in enumerate(envs)
+        ]
         pending = [
             [r.reset(o, next(episode_ids), self.policy_version, time.time())]
             for r, o in zip(recorders, obs, strict=True)
@@ -353,7 +362,8 @@ class Actor:
                             self._send(pending[i])
                             self.transport.beat_soon()
                             self._obs = obs[i]
-                            obs[i], _ = env.reset()  # after a safety stop: waits for a human's acknowledgement
+                            # after a safety stop: waits for a human's acknowledgement
+                            obs[i], _ = env.reset(options=self._reset_options)
                             self.acting.reset(i)  # a policy with per-episode state (a chunk queue) starts afresh
                             pending[i] = [
                                 recorders[i].reset(obs[i], next(episode_ids), self.policy_version, time.time())

@@ -22,13 +22,14 @@ def cmd_train(overrides: list[str]) -> int:
 
     cfg = load_config(overrides)  # first: a bad setting is refused before numpy and the replay are imported
     _check_reward_model(cfg)
+    actor_tasks = _actor_tasks(cfg)  # before the run folder: a task the env cannot draw is refused in one line
     from robo_rl.runs import discard_unfinished_run, is_resumable
 
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
     print(f"run folder: {run_dir}")
     try:
-        code = _train(cfg, overrides, run_dir, fresh)
+        code = _train(cfg, overrides, run_dir, fresh, actor_tasks)
     except BaseException:
         if fresh and discard_unfinished_run(run_dir):
             print(f"removed the run folder {run_dir}: the run stopped before its first checkpoint")
@@ -54,8 +55,34 @@ def _check_reward_model(cfg) -> None:
         )
 
 
-def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
-    """The demonstrations, the base, the processes and the report of `cmd_train`, in `run_dir`."""
+def _actor_tasks(cfg) -> list[list[str]]:
+    """Each actor's `actor.task=` override (none: as configured): train.actor_tasks=split gives actor i the env's task
+    i mod the number of tasks. A task the env cannot draw, or a split over fewer than two, is refused (ActorTaskError)
+    before anything starts; the bare env is built for its task names only when a task is asked for."""
+    from robo_rl.envs.actor_task import check_actor_task, env_tasks, split_tasks
+
+    actors, split = int(cfg.train.actors), cfg.train.actor_tasks == "split"
+    if cfg.actor.task is None and not split:
+        return [[] for _ in range(actors)]
+    if split and cfg.actor.task is not None:
+        raise UsageError(
+            f"actor.task={cfg.actor.task} and train.actor_tasks=split each choose the actors' tasks: set one"
+        )
+    from robo_rl.config import make_env
+
+    env = make_env(cfg)
+    try:
+        tasks = env_tasks(env)
+    finally:
+        env.close()
+    check_actor_task(cfg.actor.task, tasks)
+    # quoted for hydra: the value is always a string (task names hold dashes)
+    return [[f"actor.task='{t}'"] for t in split_tasks(tasks, actors)] if split else [[] for _ in range(actors)]
+
+
+def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: list[list[str]]) -> int:
+    """The demonstrations, the base, the processes and the report of `cmd_train`, in `run_dir`; `actor_tasks`: each
+    actor's extra overrides (`_actor_tasks`)."""
     from robo_rl.data.demos import load_or_make_demos
     from robo_rl.progress import TrainingBar
 
@@ -89,7 +116,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
             bar.phase(f"starting the {role}")
             log = open(run_dir / f"{role}.log", "w")
             procs[role] = subprocess.Popen(
-                [sys.executable, "-m", "robo_rl.cli", role, *child_args],
+                [sys.executable, "-m", "robo_rl.cli", role, *child_args, *(actor_tasks[0] if role == "actor" else [])],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=child_env,
@@ -116,6 +143,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool) -> int:
                     *child_args,
                     f"actor.id={name}",
                     f"seed={int(cfg.seed) + ACTOR_SEED_STRIDE * i}",
+                    *actor_tasks[i],
                 ],
                 stdout=open(run_dir / f"{name}.log", "w"),
                 stderr=subprocess.STDOUT,

@@ -31,6 +31,12 @@ class TrainConfig:
     actors: int = setting(
         1, "sim actor processes `robo-rl train` starts (actor-0, actor-1, ..., each its own seed)", low=1, high=64
     )
+    actor_tasks: str = setting(
+        "episode",
+        "a multi-task env's tasks across those actors: episode (each draws a task per episode) | split (actor i "
+        "runs only the env's task i mod the number of tasks, via actor.task)",
+        choices=("episode", "split"),
+    )
 
 
 @dataclass
@@ -97,6 +103,11 @@ class ActorConfig:
         "dppo; also sac); a robot is one env per actor",
         low=1,
         high=256,
+    )
+    task: str | None = setting(
+        None,
+        "a multi-task env's task name (env.tasks) this actor runs every episode, reset with options={task: name} "
+        "(null: the env draws one per episode); the learner keeps the env's whole task vocabulary",
     )
     wrappers: tuple[str, ...] = setting(
         ("safety", "human", "reward"),
