@@ -1,4 +1,4 @@
-"""SAC/RLPD details: TD-target clipping and its config check."""
+"""SAC/RLPD details: TD-target clipping and its config check, the entropy backup, human actions in the actor loss."""
 
 import pytest
 import torch
@@ -77,3 +77,39 @@ def test_human_actions_pull_the_mean_action_only_with_the_intervention_weight():
         assert ("intervention_bc_loss" in m) == (weight > 0)
     assert torch.allclose(moved[5.0], wanted, atol=0.05), moved[5.0]
     assert (moved[0.0] - wanted).abs().max() > 0.2, "without the weight, human steps teach only through the critic"
+
+
+@pytest.mark.parametrize("backup_entropy", [True, False])
+def test_without_the_entropy_backup_a_rewardless_task_is_worth_nothing(backup_entropy):
+    """algo.backup_entropy: with reward 0 everywhere and no end, the soft value is the discounted entropy bonus
+    (positive here: a tanh-Gaussian in 2 dims at init has log-prob below 0, alpha 0.5); without the backup Q stays 0."""
+    torch.manual_seed(0)
+    space = make_observation_space(3, {})
+    policy = TanhGaussianPolicy(space, 2, hidden=[32, 32])
+    cfg = SACConfig(
+        critic_hidden=(32, 32),
+        lr_critic=3e-3,
+        tau=0.05,
+        gamma=0.9,
+        init_temperature=0.5,
+        lr_alpha=1e-9,
+        lr_actor=1e-9,
+        backup_entropy=backup_entropy,
+        precision="float32",
+    )
+    sac = SAC(policy, space, cfg)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        obs = {"state": torch.rand(64, 3, generator=gen), "images": {}}
+        batch = {
+            "obs": obs,
+            "next_obs": obs,
+            "action": torch.rand(64, 2, generator=gen) * 2 - 1,
+            "reward": torch.zeros(64),
+            "discount": torch.full((64,), 0.9),
+        }
+        m = sac.update([batch])
+    if backup_entropy:
+        assert m["q_mean"] > 0.5  # heading for 0.5 x entropy (about 1) / (1 - 0.9): about 2 after 150 updates
+    else:
+        assert abs(m["q_mean"]) < 0.1  # about 0.02 after 150 updates

@@ -113,7 +113,7 @@ class DSRL(Algorithm):
             next_in = self.executed(batch["next_obs"], next_noise) if self.cfg.form == "aliased" else next_noise
             target_qs = self.target_critic(batch["next_obs"], next_in)
             pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
-            next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob
+            next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob * self.cfg.backup_entropy
             target_q = batch["reward"] + batch["discount"] * next_v
             if self.cfg.target_q_clip is not None:
                 target_q = target_q.clamp(*self.cfg.target_q_clip)

@@ -104,7 +104,7 @@ class SAC(Algorithm):
             next_action, next_log_prob = self.policy.sample(self.policy.encoder(batch["next_obs"]))
             target_qs = self.target_critic(batch["next_obs"], next_action)
             pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
-            next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob
+            next_v = target_qs[pair].min(dim=0).values - self.alpha * next_log_prob * self.cfg.backup_entropy
             # `discount` is γ^n on a live step and 0 after a true termination; truncation still bootstraps
             target_q = batch["reward"] + batch["discount"] * next_v
             if self.cfg.target_q_clip is not None:

@@ -31,6 +31,12 @@ class SACConfig:
     lr_alpha: float = setting(SAC_LR, "temperature learning rate", above=0, high=1)
     init_temperature: float = setting(0.1, "initial SAC temperature alpha", above=0)
     target_entropy: float | None = setting(None, "SAC target entropy (null: -|A|/2)")
+    backup_entropy: bool = setting(
+        True,
+        "the TD target includes the next step's entropy bonus (soft Q, as SAC); false: Q is the reward's alone, and "
+        "the entropy shapes only the actor (SERL's option; with a 0/1 success reward the bonus summed over a long "
+        "episode can outweigh the success)",
+    )
     num_critics: int = setting(2, "critics in the ensemble", low=1)
     critic_subsample: int = setting(2, "critics the TD target takes the min over (at most num_critics)", low=1)
     critic_hidden: tuple[int, ...] = setting((256, 256), "critic MLP widths", low=1)
