@@ -5,6 +5,10 @@ tasks' demonstrations together, then improved per task by DSRL and by residual R
     python bench/metaworld.py --tasks reach-v3,button-press-v3,drawer-open-v3,drawer-close-v3,window-open-v3 \\
         --seeds 0 1 2 --steps 20000          # the issue's protocol (hours on 2 cores; see the result's note)
     python bench/metaworld.py --tasks ... --methods '' --episodes 20   # the bases alone: which tasks land in 20-70%
+    python bench/metaworld.py --tasks <12 tasks> --rl-tasks <those in the band> --reuse   # RL on some, the base on all
+
+`--reuse` goes on from `--out`: a seed's base, its evaluations and every RL run already finished at this `--steps`
+are kept (partial.json), so the protocol's hours can be spread over several sittings.
 
 Per seed: (1) per task, `--demos` episodes of Meta-World's scripted expert with action noise `--noise-std`, recorded
 and cached by the project's recorder (`load_or_make_demos`, env.task=<task>; few and noisy, so the base is imperfect);
@@ -42,11 +46,14 @@ from bench._results import RESULTS, write_result  # noqa: E402
 
 QUICK_TASKS = ("reach-v3", "button-press-v3")
 METHODS = {
-    "dsrl": ["experiment=dsrl_pick_cube", "algo.form=noise"],
-    "residual": ["experiment=residual_pick_cube"],
+    # Meta-World's state is in metres (and holds a zero-padded second object): both read it normalised by the
+    # base's statistics, as the robosuite experiments do (the first quick run did not: no gain, residual lost reach)
+    "dsrl": ["experiment=dsrl_pick_cube", "algo.form=noise", "policy.state_norm=base"],
+    "residual": ["experiment=residual_pick_cube", "policy.state_norm=base"],
     # the quick run's residual (bound 0.2 after 250 critic-only updates) saturated and lost reach-v3 (0.68 -> 0.00)
     "residual_ramped": [
         "experiment=residual_pick_cube",
+        "policy.state_norm=base",
         "policy.scale=0.1",
         "algo.actor_start_updates=1000",
         "algo.bound_ramp_updates=3000",
@@ -205,28 +212,41 @@ def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method
     wall = float((run / "bench_wall_s.txt").read_text())
     return {
         "run": str(run),
+        "steps": args.steps,
+        "overrides": METHODS[method],
         "train_wall_s": wall,
         "env_steps_per_s": round(args.steps / wall, 1),
         "after": evaluate_final(run, args.episodes),
     }
 
 
-def measure_seed(args, seed: int, batch: dict) -> dict:
+def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
+    """One seed's base and RL runs; with --reuse, what an earlier (stopped) run of this seed measured is kept: its
+    base checkpoint, base evaluations and finished RL runs (partial.json), so the protocol's hours can be spread."""
     folder = Path(args.out) / f"s{seed}"
-    saved = folder / "seed.json"
-    if args.reuse and saved.exists():
-        return json.loads(saved.read_text())
-    base = train_base(args, seed, batch, folder / "base")
+    saved, partial = folder / "seed.json", folder / "partial.json"
+    base_file = folder / "base" / "base.json"
+    if args.reuse and base_file.exists():
+        base = json.loads(base_file.read_text())
+    else:
+        base = train_base(args, seed, batch, folder / "base")
+        base_file.write_text(json.dumps(base, indent=1))
     print(f"seed {seed}: base trained in {base['wall_s']} s", flush=True)
-    tasks = {}
-    for task, instruction in zip(args.tasks, base["instructions"], strict=True):
-        record = {"instruction": instruction, "base": evaluate_base(args, task, base["checkpoint"])}
+    tasks = json.loads(partial.read_text()) if args.reuse and partial.exists() else {}
+    for task in args.tasks:
+        # the task's own instruction (two Meta-World tasks may share one: push-v3 and push-back-v3 in lerobot's table)
+        record = tasks.get(task) or {"instruction": demos[task]["instruction"]}
+        if record.get("base", {}).get("sampled", {}).get("episodes") != args.episodes:
+            record["base"] = evaluate_base(args, task, base["checkpoint"])
         print(f"  {task}: base {record['base']['sampled']['success_rate']:.2f}", flush=True)
-        for method in args.methods:
-            record[method] = run_rl(args, seed, task, instruction, base["checkpoint"], method, folder / "runs")
+        for method in args.methods if task in args.rl_tasks else ():
+            if record.get(method, {}).get("steps") != args.steps:  # not run yet, or at another budget
+                record[method] = run_rl(
+                    args, seed, task, record["instruction"], base["checkpoint"], method, folder / "runs"
+                )
             print(f"  {task}: {method} {record[method]['after']['success_rate']:.2f}", flush=True)
         tasks[task] = record
-        (folder / "partial.json").write_text(json.dumps(tasks, indent=1))  # what a stopped run had measured
+        partial.write_text(json.dumps(tasks, indent=1))  # what a stopped run had measured (--reuse goes on from it)
     record = {"seed": seed, "base_training": base, "tasks": tasks}
     saved.write_text(json.dumps(record, indent=1))
     return record
@@ -236,8 +256,8 @@ def summary(args, seeds: list[dict]) -> dict:
     """Per task the seeds' figures and gains (points); across task x seed the aggregates with intervals."""
     from robo_rl.eval.aggregate import REPORT_REPS, aggregate, probability_of_improvement
 
-    def matrix(pick) -> list[list[float]]:  # runs (seeds) x tasks
-        return [[pick(s["tasks"][t]) for t in args.tasks] for s in seeds]
+    def matrix(pick) -> list[list[float]]:  # runs (seeds) x the tasks RL ran on
+        return [[pick(s["tasks"][t]) for t in args.rl_tasks] for s in seeds]
 
     scores = {
         "base": matrix(lambda r: r["base"]["sampled"]["success_rate"]),
@@ -248,14 +268,16 @@ def summary(args, seeds: list[dict]) -> dict:
     reps = 200 if args.quick else REPORT_REPS
     agg = {name: {k: asdict(v) for k, v in stats.items()} for name, stats in aggregate(scores, reps).items()}
     per_task = {}
-    for i, task in enumerate(args.tasks):
+    for i, task in enumerate(args.rl_tasks):
         per_task[task] = {name: [run[i] for run in m] for name, m in scores.items()}
         per_task[task]["gain_points"] = {
             m: [round(100 * (a - b), 1) for a, b in zip(per_task[task][m], per_task[task]["base"], strict=True)]
             for m in args.methods
         }
     gains = {m: np.subtract(scores[m], scores["base"]).ravel() for m in args.methods}
+    bases = {t: [s["tasks"][t]["base"]["sampled"]["success_rate"] for s in seeds] for t in args.tasks}
     return {
+        "base_per_task_all": bases,
         "per_task": per_task,
         "aggregate": agg,
         "mean_gain_points": {m: round(100 * float(g.mean()), 1) for m, g in gains.items()},
@@ -278,11 +300,20 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=150, help="env.max_episode_steps")
     parser.add_argument("--task-embedding", type=int, default=32, help="width of the instruction's vector")
     parser.add_argument("--bc-updates", type=int, default=3000, help="the base's BC gradient steps at least")
+    parser.add_argument(
+        "--rl-tasks", default=None, help="the tasks RL runs on (default: all --tasks; the base is trained on all)"
+    )
+    parser.add_argument("--name", default=None, help="the result file's name (default metaworld / metaworld_quick)")
     parser.add_argument("--methods", default="dsrl,residual", help=f"RL methods from the base: {', '.join(METHODS)}")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_metaworld"))
-    parser.add_argument("--reuse", action="store_true", help="read each seed's seed.json from --out if there")
+    parser.add_argument(
+        "--reuse", action="store_true", help="go on from --out: each seed's base, base evaluations and finished runs"
+    )
     args = parser.parse_args()
     args.tasks = args.tasks.split(",") if args.tasks else list(QUICK_TASKS)
+    args.rl_tasks = args.rl_tasks.split(",") if args.rl_tasks else list(args.tasks)
+    if set(args.rl_tasks) - set(args.tasks):
+        raise SystemExit(f"--rl-tasks: {sorted(set(args.rl_tasks) - set(args.tasks))} are not among --tasks")
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     args.steps = args.steps or (3000 if args.quick else 20000)
     args.methods = [m for m in args.methods.split(",") if m]
@@ -291,11 +322,12 @@ def main() -> None:
         raise SystemExit(f"--methods: {sorted(unknown)} unknown; choose from {sorted(METHODS)}")
     start = time.monotonic()
     batch, demos = record_demos(args)
-    seeds = [measure_seed(args, seed, batch) for seed in args.seeds]
+    seeds = [measure_seed(args, seed, demos, batch) for seed in args.seeds]
     settings = {
         k: getattr(args, k)
         for k in (
             "tasks",
+            "rl_tasks",
             "seeds",
             "steps",
             "demos",
@@ -314,7 +346,7 @@ def main() -> None:
         "wall_s": round(time.monotonic() - start),
         "seeds_detail": seeds,
     }
-    name = "metaworld_quick" if args.quick else "metaworld"
+    name = args.name or ("metaworld_quick" if args.quick else "metaworld")
     path = write_result(name, result, quick=args.quick, folder=RESULTS)
     print(json.dumps({k: result[k] for k in ("mean_gain_points", "tasks_below_base", "wall_s")}))
     print(f"written: {path}")

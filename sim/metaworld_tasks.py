@@ -23,8 +23,10 @@ upright (Meta-World's corner cameras render upside down: turned 180 degrees, as 
 ``corner2`` sits where lerobot moves it (lerobot/envs/metaworld.py), so frames resemble lerobot's Meta-World data.
 
 Instructions and difficulty groups: lerobot's ``lerobot/envs/metaworld_config.json``, read where lerobot installed
-it. Seeding: the episode's generator picks the task (in a group) and seeds Meta-World's own generator, which draws
-the positions: the same ``reset(seed=...)`` gives the same episode.
+it. That table gives push-v3 and push-back-v3 the same instruction ("Push the puck to a goal"; no other two of the 50
+share one): a language-conditioned policy tells those two apart only by the state (the goal), and the run's task
+table has one entry for both. Seeding: the episode's generator picks the task (in a group) and seeds Meta-World's own
+generator, which draws the positions: the same ``reset(seed=...)`` gives the same episode.
 """
 
 from __future__ import annotations
