@@ -47,15 +47,28 @@ def trained(export, tmp_path_factory) -> Path:
     )
 
 
-def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(export, trained, tmp_path):
-    """The checkpoint is lerobot's own (its config, weights, processors with our export's statistics), built on the
-    local tiny VLM with nothing from the hub; as a DSRL base it acts a few hundred pick_cube steps, one noise per
-    chunk of 4, while the learner updates its noise actor."""
+def run_online(tmp_path: Path, over: list[str]):
+    """An actor and a learner (tests/test_pipeline.py's pair, one torch thread) run `over` to its end cleanly: the
+    config, the learner, its online replay and the rows that follow a step (not an episode's first observation)."""
     import torch
 
     from robo_rl.config import save_config
     from tests.test_pipeline import run_pair, toy_config
 
+    config = toy_config(tmp_path, *over)
+    (tmp_path / "run").mkdir()
+    save_config(config, tmp_path / "run" / "config.yaml")
+    torch.set_num_threads(1)
+    learner, reason = run_pair(config, tmp_path / "run")
+    assert reason == "done" and not learner.link.bad_messages and learner.env_steps >= 200
+    online = learner.replay.online
+    return config, learner, online, np.arange(online.size)[online.data["step"][: online.size] > 0]
+
+
+def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(export, trained, tmp_path):
+    """The checkpoint is lerobot's own (its config, weights, processors with our export's statistics), built on the
+    local tiny VLM with nothing from the hub; as a DSRL base it acts a few hundred pick_cube steps, one noise per
+    chunk of 4, while the learner updates its noise actor."""
     run = trained.parents[3]
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["type"] == "smolvla" and cfg["vlm_model_name"] == str(run / "vlm") and not cfg["load_vlm_weights"]
@@ -92,14 +105,8 @@ def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(
         "train.total_env_steps=200",
         "train.utd=0.2",  # the noise actor's plumbing, not its learning: 32 updates instead of 160
     ]
-    config = toy_config(tmp_path, *over)
-    (tmp_path / "run").mkdir()
-    save_config(config, tmp_path / "run" / "config.yaml")
-    torch.set_num_threads(1)
-    learner, reason = run_pair(config, tmp_path / "run")
-    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0 and learner.env_steps >= 200
-    online = learner.replay.online
-    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    config, learner, online, rows = run_online(tmp_path, over)
+    assert learner.updates > 0
     assert len(rows) >= 200
     assert 0.2 <= online.data["extra/decision"][rows, 0].mean() <= 0.35, "one noise per chunk of 4"
     noise = online.data["extra/noise"][rows]
@@ -128,11 +135,8 @@ def test_a_residual_corrects_the_lerobot_trained_smolvla_in_an_actor_and_learner
     """`experiment=residual_pick_cube policy.base.kind=lerobot policy.base.path=<lerobot-train output>`: the VLA
     (its saved processors, the task's instruction) acts in chunks of 4, a residual of at most 0.2 corrects every
     step; the records carry the VLA's own actions, the learner updates the residual, its checkpoint loads back."""
-    import torch
-
-    from robo_rl.config import make_env, make_policy, save_config
+    from robo_rl.config import make_env, make_policy
     from robo_rl.runs import load_checkpoint
-    from tests.test_pipeline import run_pair, toy_config
 
     calls = _spy_on_the_base(monkeypatch)
     over = [
@@ -152,14 +156,8 @@ def test_a_residual_corrects_the_lerobot_trained_smolvla_in_an_actor_and_learner
         "train.total_env_steps=200",
         "train.utd=0.2",
     ]
-    config = toy_config(tmp_path, *over)
-    (tmp_path / "run").mkdir()
-    save_config(config, tmp_path / "run" / "config.yaml")
-    torch.set_num_threads(1)
-    learner, reason = run_pair(config, tmp_path / "run")
-    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0 and learner.env_steps >= 200
-    online = learner.replay.online
-    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    config, learner, online, rows = run_online(tmp_path, over)
+    assert learner.updates > 0
     assert len(rows) >= 200
     # each step's base action is the VLA's: the actions of its chunks, in the order the actor executed them
     predicted = np.concatenate([chunk for _, _, chunk in calls])
@@ -200,9 +198,8 @@ def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_ac
     import torch
 
     from policies.vla_flow import EXPERT_PARTS
-    from robo_rl.config import make_env, make_policy, save_config
+    from robo_rl.config import make_env, make_policy
     from robo_rl.runs import load_checkpoint
-    from tests.test_pipeline import run_pair, toy_config
 
     over = [
         *ENV,
@@ -217,14 +214,8 @@ def test_reinflow_fine_tunes_the_lerobot_trained_smolvlas_action_expert_in_an_ac
         "demos.num_episodes=0",
         "train.total_env_steps=200",
     ]
-    config = toy_config(tmp_path, *over)
-    (tmp_path / "run").mkdir()
-    save_config(config, tmp_path / "run" / "config.yaml")
-    torch.set_num_threads(1)
-    learner, reason = run_pair(config, tmp_path / "run")
-    assert reason == "done" and not learner.link.bad_messages and learner.updates >= 2 and learner.env_steps >= 200
-    online = learner.replay.online
-    rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
+    config, learner, online, rows = run_online(tmp_path, over)
+    assert learner.updates >= 2
     assert 0.2 <= online.data["extra/decision"][rows, 0].mean() <= 0.35, "one chain per chunk of 4"
     assert online.data["extra/chain"].shape[1] == (4 + 1) * CHUNK * 32  # the VLA's padded width, 4 Euler steps
     assert np.abs(online.data["action_executed"][rows]).max() <= 1.0
