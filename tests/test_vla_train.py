@@ -47,6 +47,26 @@ def trained(export, tmp_path_factory) -> Path:
     )
 
 
+def on_the_vla(trained: Path) -> list[str]:
+    """A short off-policy run on the lerobot-trained VLA as the frozen base, small networks: the plumbing, not the
+    learning (train.utd=0.2: 32 updates instead of 160)."""
+    return [
+        *ENV,
+        "policy.base.kind=lerobot",
+        f"policy.base.path={trained}",
+        f"policy.base.task={TASK}",
+        "policy.hidden=[32]",
+        "policy.encoder.features=8",
+        "algo.critic_hidden=[32,32]",
+        "algo.batch_size=16",
+        "demos.num_episodes=0",
+        "train.random_steps=40",
+        "train.learning_starts=40",
+        "train.total_env_steps=200",
+        "train.utd=0.2",
+    ]
+
+
 def run_online(tmp_path: Path, over: list[str]):
     """An actor and a learner (tests/test_pipeline.py's pair, one torch thread) run `over` to its end cleanly: the
     config, the learner, its online replay and the rows that follow a step (not an episode's first observation)."""
@@ -87,24 +107,7 @@ def test_lerobot_train_makes_a_smolvla_that_dsrl_steers_in_an_actor_and_learner(
     stats = json.loads((export / "meta" / "stats.json").read_text())["action"]
     np.testing.assert_allclose(post["action.mean"].numpy(), stats["mean"], atol=1e-6)
 
-    over = [
-        *ENV,
-        "policy=dsrl",
-        "algo=dsrl",
-        "algo.form=noise",
-        "policy.base.kind=lerobot",
-        f"policy.base.path={trained}",
-        f"policy.base.task={TASK}",
-        "policy.hidden=[32]",
-        "policy.encoder.features=8",
-        "algo.critic_hidden=[32,32]",
-        "algo.batch_size=16",
-        "demos.num_episodes=0",
-        "train.random_steps=40",
-        "train.learning_starts=40",
-        "train.total_env_steps=200",
-        "train.utd=0.2",  # the noise actor's plumbing, not its learning: 32 updates instead of 160
-    ]
+    over = ["policy=dsrl", "algo=dsrl", "algo.form=noise", *on_the_vla(trained)]
     config, learner, online, rows = run_online(tmp_path, over)
     assert learner.updates > 0
     assert len(rows) >= 200
@@ -139,23 +142,8 @@ def test_a_residual_corrects_the_lerobot_trained_smolvla_in_an_actor_and_learner
     from robo_rl.runs import load_checkpoint
 
     calls = _spy_on_the_base(monkeypatch)
-    over = [
-        *ENV,
-        "experiment=residual_pick_cube",
-        "policy.base.kind=lerobot",
-        f"policy.base.path={trained}",
-        f"policy.base.task={TASK}",
-        "policy.hidden=[32]",
-        "policy.encoder.features=8",
-        "algo.critic_hidden=[32,32]",
-        "algo.batch_size=16",
-        "algo.actor_start_updates=0",  # the residual's plumbing: it moves from the first update
-        "demos.num_episodes=0",
-        "train.random_steps=40",
-        "train.learning_starts=40",
-        "train.total_env_steps=200",
-        "train.utd=0.2",
-    ]
+    # the residual's plumbing: it moves from the first update
+    over = ["experiment=residual_pick_cube", *on_the_vla(trained), "algo.actor_start_updates=0"]
     config, learner, online, rows = run_online(tmp_path, over)
     assert learner.updates > 0
     assert len(rows) >= 200
