@@ -227,10 +227,13 @@ def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
     folder = Path(args.out) / f"s{seed}"
     saved, partial = folder / "seed.json", folder / "partial.json"
     base_file = folder / "base" / "base.json"
+    recipe = {k: getattr(args, k) for k in ("tasks", "demos", "noise_std", "horizon", "task_embedding", "bc_updates")}
     if args.reuse and base_file.exists():
         base = json.loads(base_file.read_text())
+        if base.get("recipe") != recipe:
+            raise SystemExit(f"--reuse: the base in {base_file} was trained with {base.get('recipe')}, not {recipe}")
     else:
-        base = train_base(args, seed, batch, folder / "base")
+        base = {**train_base(args, seed, batch, folder / "base"), "recipe": recipe}
         base_file.write_text(json.dumps(base, indent=1))
     print(f"seed {seed}: base trained in {base['wall_s']} s", flush=True)
     tasks = json.loads(partial.read_text()) if args.reuse and partial.exists() else {}
@@ -241,7 +244,8 @@ def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
             record["base"] = evaluate_base(args, task, base["checkpoint"])
         print(f"  {task}: base {record['base']['sampled']['success_rate']:.2f}", flush=True)
         for method in args.methods if task in args.rl_tasks else ():
-            if record.get(method, {}).get("steps") != args.steps:  # not run yet, or at another budget
+            done = record.get(method, {})
+            if (done.get("steps"), done.get("overrides")) != (args.steps, METHODS[method]):  # not run yet like this
                 record[method] = run_rl(
                     args, seed, task, record["instruction"], base["checkpoint"], method, folder / "runs"
                 )
