@@ -38,10 +38,15 @@ class PickColorEnv(PickCubeEnv):
     extra_cubes = (("blue_cube", BLUE_RGBA),)
     full_state_names = STATE_NAMES_TWO_CUBES
 
+    @staticmethod
+    def colours_for(target: str = "either") -> tuple[str, ...]:
+        """The colours an env of this target may name (its task names, as Meta-World's), in COLOURS' order."""
+        return COLOURS if target == "either" else (target,)
+
     @classmethod
     def instructions_for(cls, task: str = "lift", target: str = "either", **_) -> tuple[str, ...]:
         """One instruction per colour the env may name, in COLOURS' order."""
-        return tuple(INSTRUCTIONS[task].format(c) for c in (COLOURS if target == "either" else (target,)))
+        return tuple(INSTRUCTIONS[task].format(c) for c in cls.colours_for(target))
 
     def __init__(self, target: str = "either", **pick_cube_settings) -> None:
         if target not in TARGETS:
@@ -61,7 +66,7 @@ class PickColorEnv(PickCubeEnv):
             for colour, name in zip(COLOURS, ("cube", "blue_cube"), strict=True)
         }
         self.instructions = self.instructions_for(task=self.task, target=target)
-        self.tasks = COLOURS if target == "either" else (target,)  # task names, as Meta-World's: reset's `task` option
+        self.tasks = self.colours_for(target)  # reset's `task` option picks one
         self.instruction: str | None = self.instructions[0] if target != "either" else None  # known at reset
         self.colour: str | None = None if target == "either" else target
         if target != "either":
