@@ -6,8 +6,8 @@ bench/results/metaworld_probes.json.
         experiment=residual_pick_cube policy.state_norm=base policy.scale=0.1 algo.actor_start_updates=1000 \\
         algo.bound_ramp_updates=3000
 
-The base is seed `--seed`'s in `--out` (its base/base.json); the env settings are bench/metaworld.py's defaults
-(150-step episodes, sparse success, 5 demonstrations with noise 0.3: the cached ones). The run's final checkpoint is
+The base is seed `--seed`'s in `--out` (its base/base.json); the episode length and the demonstrations are those its
+recipe names (the cached ones), the reward sparse success as bench/metaworld.py's. The run's final checkpoint is
 evaluated on `--episodes` fixed seeds with deterministic actions, and the base on the same seeds, sampled.
 """
 
@@ -38,7 +38,11 @@ def main() -> None:
     parser.add_argument("overrides", nargs="+", help="the method's overrides (as bench/metaworld.py's METHODS)")
     args = parser.parse_args()
     base = json.loads((Path(args.out) / f"s{args.seed}" / "base" / "base.json").read_text())
-    settings = argparse.Namespace(horizon=150, demos=5, noise_std=0.3, out=args.out, steps=args.steps)
+    # the env and demonstrations the base was trained with (its recipe), so the run reuses its cached demos
+    recipe = base["recipe"]
+    settings = argparse.Namespace(
+        horizon=recipe["horizon"], demos=recipe["demos"], noise_std=recipe["noise_std"], out=args.out, steps=args.steps
+    )
     settings.episodes = args.episodes
     from sim.metaworld_tasks import lerobot_metaworld_config
 
