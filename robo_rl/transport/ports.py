@@ -13,6 +13,7 @@ def endpoint(host: str, port: int) -> str:
 
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 FREE_PORT_SPAN = 10_000  # free ports are drawn from this many ports just below the kernel's ephemeral range
+_HANDED_OUT: set[int] = set()  # the ports this process was given: a later call gives none of them again
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -21,13 +22,17 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     Drawn at random from just below the kernel's ephemeral range where Linux says where that is: a port the kernel
     hands out itself (bind to port 0) is one an outgoing connection of any process can take between this choice and
     the learner's bind, and on a busy machine one did; outside that range only another listener can. Elsewhere, or
-    if too few are free there, the kernel's own choice."""
+    if too few are free there, the kernel's own choice. No port is handed out twice in one process (until half the
+    span has been): two calls made before either caller binds (a GUI's port, then its learner's) once drew the same
+    port, and the second bind failed."""
+    if len(_HANDED_OUT) > FREE_PORT_SPAN // 2:
+        _HANDED_OUT.clear()
     low = _ephemeral_low()
     socks: list[socket.socket] = []
     try:
         if low is not None:
             candidates = np.random.default_rng().permutation(np.arange(max(1024, low - FREE_PORT_SPAN), low))
-            for port in candidates[: 50 * n]:
+            for port in [int(c) for c in candidates if int(c) not in _HANDED_OUT][: 50 * n]:
                 s = socket.socket()
                 try:
                     s.bind((host, int(port)))
@@ -41,7 +46,9 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s = socket.socket()
             socks.append(s)
             s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
+        ports = [s.getsockname()[1] for s in socks]
+        _HANDED_OUT.update(ports)
+        return ports
     finally:
         for s in socks:
             s.close()
