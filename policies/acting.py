@@ -38,6 +38,19 @@ class ActingPolicy:
         residual around its base); None: the actor explores with uniform random actions."""
         return None
 
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        """`actor.chunking` (policies/chunking.py): how its chunks reach the loop. Default: a policy that does not
+        run chunks through an executor acts synchronously only."""
+        if mode != "sync":
+            raise ValueError(
+                f"actor.chunking={mode}: {type(self).__name__} does not compute its actions in chunks off the loop "
+                "(a flow or diffusion policy, or a residual on a chunked base, does): use actor.chunking=sync"
+            )
+
+    def chunk_stats(self) -> dict:
+        """Its chunks' figures for the heartbeat (policies/chunking.py's `stats`); {} for a policy without chunks."""
+        return {}
+
     def reset(self, slot: int | None = None) -> None:
         """Env `slot`'s episode starts afresh (every env's when None): drop its per-episode state (a chunk queue).
         Default: a policy that keeps none has nothing to drop."""
@@ -68,6 +81,17 @@ class _Fitted(ActingPolicy):
 
     def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict] | None:
         return None if self._explore is None else self._explore(obs)
+
+    def chunk_stats(self) -> dict:
+        own = getattr(self.policy, "chunk_stats", None)
+        return {} if own is None else own()
+
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        own = getattr(self.policy, "use_chunking", None)
+        if own is None:
+            super().use_chunking(mode, delay_steps, period_s)
+        else:
+            own(mode, delay_steps, period_s)
 
     def reset(self, slot: int | None = None) -> None:
         if self._reset is None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import collections
 import copy
-import time
+import inspect
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from policies.chunking import ChunkExecutor, Guide, blend
 from policies.language import instruction_subset
 
 
@@ -36,31 +37,48 @@ class BasePolicy(Protocol):
 
 
 class ChunkedBase:
-    """Acts one step at a time from a base's chunks: a queue refilled when empty, emptied at `reset`."""
+    """Acts one step at a time from a base's chunks (policies/chunking.py: sync by default, async or real-time
+    chunking by `use_chunking`); the episode's chunks are dropped at `reset`; each inference is timed."""
 
     def __init__(self, base: BasePolicy, execute_steps: int | None = None, timing_window: int = 1000) -> None:
         self.base = base
         # how many of each chunk run before the next inference (ACT runs all, others fewer)
         self.execute_steps = min(execute_steps or base.chunk_size, base.chunk_size)
-        self.queue: collections.deque = collections.deque()
-        self.inference_ms: collections.deque = collections.deque(maxlen=timing_window)
+        self.executor = ChunkExecutor(self.execute_steps, timing_window=timing_window)
+        self._guided = "guide" in inspect.signature(base.predict_chunk).parameters  # steered while it samples
+
+    @property
+    def queue(self) -> collections.deque:
+        return self.executor.queue
+
+    @property
+    def inference_ms(self) -> collections.deque:
+        return self.executor.inference_ms
+
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        """`actor.chunking`: sync, async or rtc, with a fixed delay in steps or one measured against `period_s`."""
+        self.executor.configure(mode, delay_steps, period_s)
 
     def reset(self) -> None:
-        self.queue.clear()
+        self.executor.reset()
         self.base.reset()
 
     def act(self, obs: dict) -> np.ndarray:
-        if not self.queue:
-            start = time.perf_counter()
+        return self.executor.step(obs, self._produce)
+
+    def _produce(self, obs: dict, guide: Guide | None) -> np.ndarray:
+        if guide is not None and self._guided:
+            chunk = np.asarray(self.base.predict_chunk(obs, guide=guide), np.float32)
+        else:
             chunk = np.asarray(self.base.predict_chunk(obs), np.float32)
-            self.inference_ms.append((time.perf_counter() - start) * 1e3)
-            if chunk.ndim != 2 or chunk.shape[1] != self.base.action_dim or not len(chunk):
-                raise ValueError(
-                    f"the base policy returned actions of shape {chunk.shape}, expected "
-                    f"[{self.base.chunk_size}, {self.base.action_dim}]"
-                )
-            self.queue.extend(chunk[: self.execute_steps])
-        return self.queue.popleft()
+            if guide is not None:
+                chunk = blend(chunk, guide)
+        if chunk.ndim != 2 or chunk.shape[1] != self.base.action_dim or not len(chunk):
+            raise ValueError(
+                f"the base policy returned actions of shape {chunk.shape}, expected "
+                f"[{self.base.chunk_size}, {self.base.action_dim}]"
+            )
+        return chunk
 
     def timing(self) -> dict:
         """Inference time in ms (p50, p99) over the recent inferences; empty before the first."""

@@ -21,7 +21,6 @@ One idea past ~400 lines: the chunk generator and the policy that samples it.
 
 from __future__ import annotations
 
-import collections
 import math
 
 import numpy as np
@@ -38,6 +37,7 @@ from policies.checkpoint import (
     feature_mismatch,
     read_bc_checkpoint,
 )
+from policies.chunking import ChunkExecutor, blend, guided_flow_sample
 from policies.cpu_sampler import CpuSampler
 from policies.encoders import EncoderConfig, ObservationEncoder
 from policies.language import instruction_rows
@@ -360,13 +360,22 @@ class GenerativeBase:
         """The chunks [B, chunk, A] this policy makes of a batch of observations (tensors) and noises."""
         return self.model.sample(self.model.features(obs), z)
 
-    def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
+    def predict_chunk(self, obs: dict, noise: np.ndarray | None = None, guide=None) -> np.ndarray:
         """float32 [chunk, A]; from `noise` [chunk, A] when given, else from a fresh N(0, I) draw. On the CPU, for a
-        state-only model, by numpy's sampler (the same arithmetic, a third of torch's time at batch 1)."""
+        state-only model, by numpy's sampler (the same arithmetic, a third of torch's time at batch 1). `guide`
+        (real-time chunking's committed actions, policies/chunking.py): a flow model is steered towards them while
+        it samples, a diffusion model's chunk blended with them."""
         if noise is None:
             noise = self.rng.standard_normal(self.noise_shape, dtype=np.float32)
         else:
             noise = check_noise(noise, self.noise_shape)
+        if guide is not None:
+            if self.model.kind != "flow":
+                return blend(self.predict_chunk(obs, noise), guide)
+            with torch.no_grad():
+                features = self.model.features(self.obs_tensors(obs))
+            z = torch.as_tensor(noise, device=self.device)[None]
+            return guided_flow_sample(self.model, features, z, guide)[0].cpu().numpy().astype(np.float32)
         if self.fast is not None:
             if not self.fast.current(self.model):  # weights or step count changed since it was built
                 self.fast = self.cpu_sampler()
@@ -464,21 +473,35 @@ class GenerativePolicy(nn.Module, ActingPolicy):
             )
         self.action_dim = action_dim
         self.execute_steps = min(execute_steps or self.model.chunk_size, self.model.chunk_size)
-        self.queue = collections.deque()
+        self.executor = ChunkExecutor(self.execute_steps)  # sync unless `use_chunking` says otherwise
 
-    def __deepcopy__(self, memo):  # the episode's chunk queue is one, whichever weights act
-        return copy_sharing(self, memo, self.queue)
+    @property
+    def queue(self):
+        return self.executor.queue
+
+    def __deepcopy__(self, memo):  # the episode's chunks are one, whichever weights act
+        return copy_sharing(self, memo, self.executor)
+
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        self.executor.configure(mode, delay_steps, period_s)
+
+    def chunk_stats(self) -> dict:
+        return self.executor.stats()
 
     def reset(self, slot: int | None = None) -> None:
-        self.queue.clear()
+        self.executor.reset()
 
-    @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
-        """The next action of the current chunk (a batch of one); a new chunk when it is used up."""
-        if not self.queue:
-            features = self.model.features(obs)
-            noise = torch.randn(len(features), *self.model.noise_shape)
-            if deterministic:
-                noise.zero_()
-            self.queue.extend(self.model.sample(features, noise)[0, : self.execute_steps])
-        return self.queue.popleft()[None]
+        """The next action of the current chunk (a batch of one); a new chunk when it is due."""
+
+        @torch.no_grad()  # on the executor's worker thread too, where the caller's grad mode does not reach
+        def produce(row: dict, guide) -> np.ndarray:
+            features = self.model.features(row)
+            noise = torch.zeros if deterministic else torch.randn
+            z = noise(len(features), *self.model.noise_shape)
+            if guide is not None and self.model.kind == "flow":
+                return guided_flow_sample(self.model, features, z, guide)[0].numpy()
+            chunk = self.model.sample(features, z)[0].numpy()
+            return chunk if guide is None else blend(chunk, guide)
+
+        return torch.from_numpy(np.asarray(self.executor.step(obs, produce), np.float32))[None]

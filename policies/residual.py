@@ -153,6 +153,13 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         algorithm ramps the bound up while its critic is young."""
         return self.bound_fraction * self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
 
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        """The base's chunks sync, async or real-time chunked; the correction is computed every step, on top."""
+        self.base.use_chunking(mode, delay_steps, period_s)
+
+    def chunk_stats(self) -> dict:
+        return self.base.executor.stats()
+
     def reset(self, slot: int | None = None) -> None:
         """A new episode (it acts for one env: `slot` is that one): the base's chunk queue starts afresh."""
         self.base.reset()

@@ -95,6 +95,11 @@ class Actor:
                 log.warning("could not write the env spec into %s: %s", run_dir, e)
         self.policy = make_policy(cfg, self.env).eval()  # what new weights replace
         self.acting = acting_policy(self.policy)  # the same policy, as the loop calls it (policies/acting.py)
+        try:  # actor.chunking: a chunked policy's next chunk computed off the loop (policies/chunking.py)
+            self.acting.use_chunking(a.chunking, a.inference_delay_steps, 1.0 / self.env.control_hz)
+        except ValueError as e:
+            self.env.close()
+            raise ConfigError(str(e)) from None
         self.envs = [self.env]  # `actor.num_envs` copies of the task's env, stepped together (sim only)
         num_envs = cfg.actor.num_envs
         if num_envs != 1:
@@ -180,6 +185,7 @@ class Actor:
         if len(decide):
             p50, p99 = np.percentile(decide, [50, 99])
             stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
+        stats.update(self.acting.chunk_stats())  # a chunked policy's inference, delay, waits and switches
         if self.reward is not None:  # a learned reward: fallback steps (a critic down or slow), scoring time
             try:
                 stats.update(self.reward.stats())

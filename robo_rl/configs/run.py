@@ -97,6 +97,19 @@ class ActorConfig:
         600, "when the learner stops before the run is done, hold this long for it to come back, s", low=0
     )
     realtime: bool = setting(False, "sleep to hold env.control_hz (true on hardware)")
+    chunking: str = setting(
+        "sync",
+        "a chunked policy's next chunk: sync (computed when the last is used up: the loop waits) | async (on a "
+        "thread from the newest observation while the current chunk runs, its delay compensated) | rtc (async, and "
+        "agreeing with the actions already committed: real-time chunking)",
+        choices=("sync", "async", "rtc"),
+    )
+    inference_delay_steps: int | None = setting(
+        None,
+        "async/rtc: the control steps a chunk's inference is taken to last (a simulation given a robot's delay); "
+        "null: measured, the slow end of recent inferences against env.control_hz",
+        low=1,
+    )
     num_envs: int = setting(
         1,
         "simulated envs stepped together by this actor, one batched policy call a step (on-policy runs: reinflow, "
