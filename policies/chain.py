@@ -279,6 +279,14 @@ class ChainPolicy(nn.Module, ActingPolicy):
         return (log_prob, entropy, initial, steps / self.stochastic_steps) if split else (log_prob, entropy)
 
     # --- acting ---------------------------------------------------------------------------------
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        if mode != "sync":
+            raise ValueError(
+                f"actor.chunking={mode}: ReinFlow and DPPO learn on-policy from each chunk's log-probability at the "
+                "observation it acts on; a chunk that takes over steps later is off that policy: use "
+                "actor.chunking=sync"
+            )
+
     def reset(self, slot: int | None = None) -> None:
         """A new episode in env `slot` (every env's when None): its chunk is dropped."""
         if slot is None:

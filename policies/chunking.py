@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -69,7 +70,7 @@ class _Request:
     obs_step: int  # the episode step whose observation it was computed from
     delay: int  # it takes over at obs_step + delay
     generation: int  # the episode it belongs to
-    started: float
+    context: object  # what `choose` decided for it (None without one)
 
 
 # produce(obs, guide) -> the chunk [C, A] for that observation (guide None: unguided)
@@ -99,6 +100,7 @@ class ChunkExecutor:
         self._step = 0  # steps taken this episode
         self._since_switch = 0  # steps taken from the current chunk
         self._last: np.ndarray | None = None  # the action last executed
+        self.requested, self.request_context, self.context = False, None, None  # see `step`
         self.chunk_id = -1  # of the chunk the last action came from; ids count over the executor's life
         self.obs_age = 0  # steps between that chunk's observation and the last action
         self.waits = 0  # steps the loop waited for a chunk, episode starts not counted
@@ -131,27 +133,37 @@ class ChunkExecutor:
         self._pending = None
         self.queue.clear()
         self._step = self._since_switch = 0
-        self._last = None
+        self._last = self.context = None
 
-    def step(self, obs: dict, produce: Produce) -> np.ndarray:
-        """This step's action, from the current chunk (taking the next one when due) for observation `obs`."""
+    def step(self, obs: dict, produce: Produce, choose: Callable[[dict], object] | None = None) -> np.ndarray:
+        """This step's action, from the current chunk (taking the next one when due) for observation `obs`.
+
+        `choose(obs)`, if given, runs on the loop's thread whenever a chunk is asked for (a decision: DSRL's noise,
+        drawn with the weights acting now, never on the worker while new weights load) and its result goes to
+        `produce(obs, guide, context=...)`. After the call `requested` says whether this step asked for a chunk
+        (`request_context` what `choose` gave then) and `context` is that of the chunk this step's action came
+        from; one request a step at most."""
+        self.requested = False
         p = self._pending
         if p is not None and (not self.queue or self._step >= p.obs_step + p.delay):
             self._take(p)
         if not self.queue:  # episode start, or sync at a chunk's end: compute here and wait for it
             start = time.perf_counter()
-            chunk = self._timed(produce, obs, None)
+            context = self._decide(obs, choose)
+            chunk = self._timed(_bound(produce, choose, context), obs, None)
             if self._step == 0:
                 self.start_waits += 1
             else:
                 self.waits += 1
                 self.wait_s += time.perf_counter() - start
-            self._switch(chunk, 0, self.execute_steps if self.mode == "sync" else len(chunk))
+            self._switch(chunk, 0, self.execute_steps if self.mode == "sync" else len(chunk), context)
         action = self.queue.popleft()
         self._since_switch += 1
         self.obs_age = self._age_base + self._since_switch - 1
-        if self.mode != "sync" and self._pending is None and self._since_switch > self.execute_steps - self.delay:
-            self._request(obs, produce, action)
+        # due: `delay` steps before the planned switch, or sooner when what is left would not cover the delay
+        due = self._since_switch > self.execute_steps - self.delay or len(self.queue) < self.delay
+        if self.mode != "sync" and self._pending is None and due and not self.requested:
+            self._request(obs, produce, action, choose)
         self._step += 1
         self._last = action
         return action
@@ -198,16 +210,22 @@ class ChunkExecutor:
             raise ValueError(f"the policy returned a chunk of shape {chunk.shape}, expected [chunk, action]")
         return chunk
 
-    def _request(self, obs: dict, produce: Produce, current: np.ndarray) -> None:
+    def _decide(self, obs: dict, choose) -> object:
+        self.requested = True
+        self.request_context = None if choose is None else choose(obs)
+        return self.request_context
+
+    def _request(self, obs: dict, produce: Produce, current: np.ndarray, choose) -> None:
         delay = self.delay
+        context = self._decide(obs, choose)
         guide = None
         if self.mode == "rtc":
             committed = np.stack([current, *self.queue]).astype(np.float32)  # for steps t, t+1, ... as planned now
             guide = Guide(committed, rtc_weights(len(committed), delay), delay)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chunk-inference")
-        future = self._pool.submit(self._timed, produce, obs, guide)
-        self._pending = _Request(future, self._step, delay, self._generation, time.perf_counter())
+        future = self._pool.submit(self._timed, _bound(produce, choose, context), obs, guide)
+        self._pending = _Request(future, self._step, delay, self._generation, context)
 
     def _take(self, p: _Request) -> None:
         self._pending = None
@@ -222,9 +240,9 @@ class ChunkExecutor:
             self.skipped += len(chunk)  # the loop computes afresh
             return
         self.skipped += skip
-        self._switch(chunk[skip:], skip, len(chunk) - skip)
+        self._switch(chunk[skip:], skip, len(chunk) - skip, p.context)
 
-    def _switch(self, actions: np.ndarray, age: int, keep: int) -> None:
+    def _switch(self, actions: np.ndarray, age: int, keep: int, context: object) -> None:
         if self._last is not None:
             jump = float(np.max(np.abs(actions[0] - self._last)))
             self.jumps.append(jump)
@@ -233,8 +251,14 @@ class ChunkExecutor:
         self.queue.clear()
         self.queue.extend(actions[:keep])
         self.chunk_id += 1
+        self.context = context
         self._since_switch = 0
         self._age_base = age
+
+
+def _bound(produce: Produce, choose, context) -> Produce:
+    """`produce` with the decision's context bound, where a `choose` made one."""
+    return produce if choose is None else functools.partial(produce, context=context)
 
 
 MAX_GUIDANCE = 5.0  # the paper's clip on the guidance weight (β)

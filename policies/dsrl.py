@@ -12,7 +12,7 @@ config and never sent: actors receive only the noise actor's weights.
 
 from __future__ import annotations
 
-import collections
+import inspect
 
 import numpy as np
 import torch
@@ -20,19 +20,11 @@ from torch import nn
 
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, copy_sharing
+from policies.chunking import ChunkExecutor, blend
 from policies.gaussian import TanhGaussianPolicy
 from policies.residual import load_base, normalise_state_like_base, observation_row
 
 WARMUPS = ("base", "uniform")
-
-
-class _Chunk:
-    """The chunk being executed: its remaining actions and the noise that made it (one per episode, shared by
-    every copy of the policy, so new weights never cut a chunk short)."""
-
-    def __init__(self) -> None:
-        self.queue: collections.deque = collections.deque()
-        self.noise: torch.Tensor | None = None
 
 
 class NoisePolicy(nn.Module, ActingPolicy):
@@ -79,15 +71,25 @@ class NoisePolicy(nn.Module, ActingPolicy):
         )
         self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
         normalise_state_like_base(self.encoder, self.base, state_norm)  # the critics copy it (algos/dsrl.py)
-        self.chunk = _Chunk()
+        self.executor = ChunkExecutor(self.execute_steps)  # the episode's chunks; sync unless `use_chunking` says
         self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32)}
 
-    def __deepcopy__(self, memo):  # the base is frozen; the episode's chunk goes on whichever weights act
-        return copy_sharing(self, memo, self.base, self.chunk)
+    def __deepcopy__(self, memo):  # the base is frozen; the episode's chunks go on whichever weights act
+        return copy_sharing(self, memo, self.base, self.executor)
+
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        """Async or real-time chunking (policies/chunking.py): the noise is still chosen on the loop's thread, from
+        the observation of the step that asks for the chunk, and that step is the record's decision. Its chunk
+        takes over d steps later, so a decision's E-step reward window starts while the previous chunk still runs
+        (a delayed MDP whose state does not show the committed actions: an approximation for small d, exact at
+        d = 0, which is sync)."""
+        self.executor.configure(mode, delay_steps, period_s)
+
+    def chunk_stats(self) -> dict:
+        return self.executor.stats()
 
     def reset(self, slot: int | None = None) -> None:  # it acts for one env: `slot` is that one
-        self.chunk.queue.clear()
-        self.chunk.noise = None
+        self.executor.reset()
         self.base.reset()
 
     def sample_noise(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,20 +102,28 @@ class NoisePolicy(nn.Module, ActingPolicy):
         return self.noise_bound * torch.tanh(self.actor.distribution_params(features)[0])
 
     def _step(self, obs: dict, choose) -> tuple[torch.Tensor, dict]:
-        decision = not self.chunk.queue
-        if decision:
-            noise = choose().reshape(1, self.noise_dim).float()
-            chunk = self.base.predict_chunk(observation_row(obs, 0), noise=noise[0].numpy().reshape(self.noise_shape))
+        guided = "guide" in inspect.signature(self.base.predict_chunk).parameters
+
+        def produce(row: dict, guide, context: torch.Tensor) -> np.ndarray:
+            noise = context[0].numpy().reshape(self.noise_shape)
+            if guide is not None and guided:
+                chunk = self.base.predict_chunk(row, noise=noise, guide=guide)
+            else:
+                chunk = self.base.predict_chunk(row, noise=noise)
             chunk = np.asarray(chunk, np.float32)
             if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not np.all(np.isfinite(chunk)):
                 raise FloatingPointError(
                     f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
                     f"or not {self.action_dim}-dimensional"
                 )
-            self.chunk.queue.extend(chunk[: self.execute_steps])
-            self.chunk.noise = noise
-        action = torch.from_numpy(np.asarray(self.chunk.queue.popleft(), np.float32))[None]
-        return action, {"noise": self.chunk.noise, "decision": torch.tensor([[float(decision)]])}
+            return chunk if guide is None or guided else blend(chunk, guide)
+
+        row = observation_row(obs, 0)
+        ex = self.executor
+        action = ex.step(row, produce, choose=lambda _: choose().reshape(1, self.noise_dim).float())
+        noise = ex.request_context if ex.requested else ex.context  # a decision's own noise, else the running one
+        action = torch.from_numpy(np.asarray(action, np.float32))[None]
+        return action, {"noise": noise, "decision": torch.tensor([[float(ex.requested)]])}
 
     @torch.no_grad()
     def act_with_extras(

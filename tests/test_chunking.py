@@ -145,3 +145,13 @@ def test_guided_flow_sampling_inpaints_the_committed_actions():
     err_guided = np.abs(guided[:3] - 0.6).mean()
     assert err_guided < 0.25 * err_free, (err_guided, err_free)
     assert np.abs(guided[5:] - free[5:]).mean() < err_free
+
+
+def test_an_actor_refuses_async_chunking_for_a_policy_without_chunks(tmp_path):
+    """SAC's MLP acts closed-loop: `actor.chunking=async` on it is refused in one line before any socket opens."""
+    from robo_rl.actor import Actor
+    from robo_rl.config import ConfigError
+    from tests.test_pipeline import toy_config
+
+    with pytest.raises(ConfigError, match="actor.chunking=async: .* does not compute its actions in chunks"):
+        Actor(toy_config(tmp_path, "actor.chunking=async"), progress=False)

@@ -50,6 +50,26 @@ def test_one_noise_per_chunk_held_over_it_and_a_new_chunk_each_episode():
     assert np.abs(steps[0][1]["noise"]).max() <= 1.5
 
 
+def test_async_chunks_keep_each_decision_with_its_own_observation_and_noise():
+    """actor.chunking=async with a delay of 2: a chunk is asked for 2 steps before the current one's 4 executed
+    actions end, from that step's observation, with a noise drawn then; that step is the record's decision (its
+    noise the new one), and the chunk's actions from index 2 on run at the next 4 steps."""
+    policy = noise_policy(base=flow_base(chunk=6), execute_steps=4)
+    policy.use_chunking("async", delay_steps=2)
+    obs = [{"state": np.array([t / 10, -0.2], np.float32), "images": {}} for t in range(20)]
+    steps = [policy_step(policy, o, deterministic=False) for o in obs]
+    decisions = [t for t, (_, e) in enumerate(steps) if e["decision"][0] == 1]
+    assert decisions == [0, 2, 6, 10, 14, 18]
+    for t in decisions[1:-1]:
+        noise = steps[t][1]["noise"].reshape(6, 2)
+        planned = policy.base.predict_chunk(obs[t], noise=noise)
+        executed = np.stack([a for a, _ in steps[t + 2 : t + 6]])
+        np.testing.assert_allclose(executed, planned[2:6], atol=1e-5)
+        assert np.array_equal(steps[t + 2][1]["noise"], steps[t][1]["noise"])  # the running chunk's, after
+        assert not np.array_equal(steps[t + 1][1]["noise"], steps[t][1]["noise"])  # the previous one's, before
+    assert policy.chunk_stats()["chunk_skipped"] == 2 * 4
+
+
 def test_the_warm_up_is_the_bases_own_behaviour_within_the_box():
     policy = noise_policy(noise_bound=1.0)
     obs = obs_to_torch({"state": np.zeros(2, np.float32), "images": {}})
@@ -206,8 +226,8 @@ def _flow_checkpoint(tmp_path):
     return save_atomic(model.checkpoint(execute_steps=2), tmp_path / "bc" / "policy.pt")
 
 
-@pytest.mark.parametrize("form", ["aliased", "noise"])
-def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
+@pytest.mark.parametrize("form,chunking", [("aliased", "sync"), ("noise", "sync"), ("noise", "rtc")])
+def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form, chunking):
     from robo_rl.config import save_config
     from tests.test_pipeline import run_pair
     from tests.test_resume import toy_config_ports
@@ -223,6 +243,8 @@ def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
         "train.learning_starts=40",
         "algo.critic_hidden=[32,32]",
         "policy.hidden=[32]",
+        f"actor.chunking={chunking}",
+        "actor.inference_delay_steps=1",  # rtc: a chunk of 2 asked for at its first step, taking over at the next
     ]
     cfg = toy_config(tmp_path, *over, "train.total_env_steps=120")  # 80 updates: plumbing and resume, not learning
     (tmp_path / "run").mkdir()
@@ -232,7 +254,10 @@ def test_an_actor_and_a_learner_run_dsrl_end_to_end_and_resume(tmp_path, form):
     online = learner.replay.online
     rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
     decision = online.data["extra/decision"][rows, 0]
-    assert 0.4 < decision.mean() < 0.6, "one chunk of 2 per decision"
+    if chunking == "sync":
+        assert 0.4 < decision.mean() < 0.6, "one chunk of 2 per decision"
+    else:  # a chunk of 2 asked for at each step, taking over one step later: one action of each runs
+        assert decision.mean() > 0.9
     noise = online.data["extra/noise"][rows]
     assert np.abs(noise).max() <= 1.5 and np.abs(noise).sum() > 0
     assert learner.replay.demos.data["extra/decision"][: learner.replay.demos.size].sum() > 0, "demos relabelled"
