@@ -31,6 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 CHUNKING = ("sync", "async", "rtc")
+# stored with every action of a chunked policy (`extra/chunk`): the chunk's id (counted over the actor's life; with
+# the episode id it names the chunk) and the steps since the observation it was computed from (its index in the
+# chunk: the inference delay plus the steps run from it), so the learner knows what ran, on which observation
+CHUNK_EXTRA = {"chunk": ((2,), np.int64)}
 PERCENTILE = 95  # the measured delay covers this share of the recent inferences
 
 
@@ -167,6 +171,10 @@ class ChunkExecutor:
         self._step += 1
         self._last = action
         return action
+
+    def record(self) -> np.ndarray:
+        """`extra/chunk` of the action just taken, one row: [chunk id, steps since its observation]."""
+        return np.array([[self.chunk_id, self.obs_age]], np.int64)
 
     @property
     def delay(self) -> int:

@@ -20,7 +20,7 @@ from torch import nn
 
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, copy_sharing
-from policies.chunking import ChunkExecutor, blend
+from policies.chunking import CHUNK_EXTRA, ChunkExecutor, blend
 from policies.gaussian import TanhGaussianPolicy
 from policies.residual import load_base, normalise_state_like_base, observation_row
 
@@ -72,7 +72,7 @@ class NoisePolicy(nn.Module, ActingPolicy):
         self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
         normalise_state_like_base(self.encoder, self.base, state_norm)  # the critics copy it (algos/dsrl.py)
         self.executor = ChunkExecutor(self.execute_steps)  # the episode's chunks; sync unless `use_chunking` says
-        self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32)}
+        self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32), **CHUNK_EXTRA}
 
     def __deepcopy__(self, memo):  # the base is frozen; the episode's chunks go on whichever weights act
         return copy_sharing(self, memo, self.base, self.executor)
@@ -123,7 +123,8 @@ class NoisePolicy(nn.Module, ActingPolicy):
         action = ex.step(row, produce, choose=lambda _: choose().reshape(1, self.noise_dim).float())
         noise = ex.request_context if ex.requested else ex.context  # a decision's own noise, else the running one
         action = torch.from_numpy(np.asarray(action, np.float32))[None]
-        return action, {"noise": noise, "decision": torch.tensor([[float(ex.requested)]])}
+        decision = torch.tensor([[float(ex.requested)]])
+        return action, {"noise": noise, "decision": decision, "chunk": torch.from_numpy(ex.record())}
 
     @torch.no_grad()
     def act_with_extras(

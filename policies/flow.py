@@ -37,7 +37,7 @@ from policies.checkpoint import (
     feature_mismatch,
     read_bc_checkpoint,
 )
-from policies.chunking import ChunkExecutor, blend, guided_flow_sample
+from policies.chunking import CHUNK_EXTRA, ChunkExecutor, blend, guided_flow_sample
 from policies.cpu_sampler import CpuSampler
 from policies.encoders import EncoderConfig, ObservationEncoder
 from policies.language import instruction_rows
@@ -490,6 +490,14 @@ class GenerativePolicy(nn.Module, ActingPolicy):
 
     def reset(self, slot: int | None = None) -> None:
         self.executor.reset()
+
+    extras_spec = CHUNK_EXTRA
+
+    def act_with_extras(
+        self, obs: dict, deterministic: bool = False, slots: list[int] | None = None
+    ) -> tuple[torch.Tensor, dict]:
+        action = self.act(obs, deterministic)
+        return action, {"chunk": torch.from_numpy(self.executor.record())}
 
     def act(self, obs: dict, deterministic: bool = False) -> torch.Tensor:
         """The next action of the current chunk (a batch of one); a new chunk when it is due."""

@@ -67,6 +67,8 @@ def test_async_chunks_keep_each_decision_with_its_own_observation_and_noise():
         np.testing.assert_allclose(executed, planned[2:6], atol=1e-5)
         assert np.array_equal(steps[t + 2][1]["noise"], steps[t][1]["noise"])  # the running chunk's, after
         assert not np.array_equal(steps[t + 1][1]["noise"], steps[t][1]["noise"])  # the previous one's, before
+        chunk = np.stack([e["chunk"] for _, e in steps[t + 2 : t + 6]])  # extra/chunk: [id, steps since its obs]
+        assert len(set(chunk[:, 0])) == 1 and chunk[:, 1].tolist() == [2, 3, 4, 5]
     assert policy.chunk_stats()["chunk_skipped"] == 2 * 4
 
 

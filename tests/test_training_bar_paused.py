@@ -27,6 +27,7 @@ def env():
 def _heartbeat_stats(human) -> dict:
     """The actor's heartbeat stats for this human wrapper, through the wire codec and its checks."""
     loop = SimpleNamespace(policy_version=3, refused_steps=0, step_starts=deque(), decide_ms=deque())
+    loop.acting = SimpleNamespace(chunk_stats=dict)  # a policy without chunks
     loop.reward = loop.safety = None
     loop.human = human
     stats = Actor.loop_stats(loop)

@@ -32,6 +32,19 @@ LEARNER_FIELDS = (
 )
 
 
+# the control loop's figures the page shows: its period and jitter, and a chunked policy's inference, the delay it
+# compensates, the steps it waited and its chunk switches (policies/chunking.py)
+LOOP_FIGURES = (
+    "period_ms_p50",
+    "jitter_ms_p99",
+    "chunking",
+    "chunk_inference_ms_p99",
+    "chunk_delay_steps",
+    "chunk_waits",
+    "chunk_switches",
+)
+
+
 class ActorView:
     def __init__(self, actor, web) -> None:
         g = actor.cfg.gui
@@ -152,7 +165,7 @@ class ActorView:
         now = time.monotonic()
         if now - self._loop_at > 1.0:  # percentiles over the recent steps: once a second is plenty
             stats = self.actor.loop_stats()
-            self._loop = {k: stats[k] for k in ("period_ms_p50", "jitter_ms_p99") if k in stats}
+            self._loop = {k: stats[k] for k in LOOP_FIGURES if k in stats}
             self._loop_at = now
         return self._loop
 

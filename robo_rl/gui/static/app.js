@@ -28,6 +28,15 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
 const arr = (x) => (Array.isArray(x) ? x : []);
 
+// a chunked policy's figures (policies/chunking.py): how its chunks are computed, their inference, the delay the
+// loop compensates, the steps the robot waited for a chunk, and the chunk switches
+function chunkText(loop) {
+  if (typeof loop.chunking !== 'string' || !isNum(loop.chunk_switches)) return '';
+  const ms = isNum(loop.chunk_inference_ms_p99) ? ` ${loop.chunk_inference_ms_p99.toFixed(0)} ms p99,` : '';
+  return ` · chunks ${loop.chunking}:${ms} delay ${fmt(loop.chunk_delay_steps)} steps, ` +
+    `${fmt(loop.chunk_waits)} waits, ${fmt(loop.chunk_switches)} switches`;
+}
+
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(props)) {
@@ -274,7 +283,7 @@ function updateRow(r, a) {
   setText(r.ratesText, `success ${sr} · interventions ${ir} (last ${n} episode${n === 1 ? '' : 's'})`);
   const loop = a.loop && typeof a.loop === 'object' ? a.loop : {};
   const jitter = isNum(loop.jitter_ms_p99) ? ` · jitter ${loop.jitter_ms_p99.toFixed(1)} ms p99` : '';
-  setText(r.loop, isNum(loop.period_ms_p50) ? `loop ${loop.period_ms_p50.toFixed(1)} ms p50${jitter}` : '');
+  setText(r.loop, isNum(loop.period_ms_p50) ? `loop ${loop.period_ms_p50.toFixed(1)} ms p50${jitter}${chunkText(loop)}` : '');
   setText(r.notice, typeof a.notice === 'string' ? a.notice : '');  // e.g. a learned reward that does not answer
   setText(r.safety, safetyText(a));
   r.safety.classList.toggle('stopped', a.mode === 'SAFETY');
