@@ -380,8 +380,8 @@ class Actor:
                             # the newest record waits for its decision: a refused one ends the episode in that record
                             self._send(pending[i][:-1])
                             pending[i] = pending[i][-1:]
-                    if self._realtime:
-                        next_tick += period
+                    if self._realtime:  # a late step moves the schedule on: no burst of commands to catch up
+                        next_tick = max(next_tick + period, time.monotonic())
                         time.sleep(max(0.0, next_tick - time.monotonic()))
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
