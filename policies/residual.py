@@ -30,8 +30,9 @@ MIN_HALF_RANGE = 0.05  # a dimension the demonstrations never moved can still be
 
 
 def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> BasePolicy:
-    """A base from its config: `{kind: bc, path}` (our behaviour cloning) or `{kind: lerobot, path}` (a local
-    pretrained_model folder or a hub id); a BasePolicy object is taken as it is."""
+    """A base from its config: `{kind: bc, path}` (our behaviour cloning), `{kind: lerobot, path}` (a local
+    pretrained_model folder or a hub id) or `{kind: remote, path: tcp://host:port}` (a policy server); a BasePolicy
+    object is taken as it is."""
     if not isinstance(spec, dict):
         return spec
     kind, path = spec.get("kind", "bc"), spec.get("path")
@@ -48,7 +49,12 @@ def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> Ba
         from policies.lerobot_base import LeRobotBase
 
         return LeRobotBase.load(path, observation_space, action_dim, task=spec.get("task"))
-    raise ValueError(f"policy.base.kind must be bc or lerobot, got '{kind}'")
+    if kind == "remote":  # `robo-rl policy serve` elsewhere: path is its tcp://host:port
+        from policies.remote import DEFAULT_TIMEOUT_S, RemoteBase
+
+        timeout_s, key = spec.get("timeout_s") or DEFAULT_TIMEOUT_S, spec.get("curve_key")
+        return RemoteBase(path, observation_space, action_dim, timeout_s, spec.get("task"), key)
+    raise ValueError(f"policy.base.kind must be bc, lerobot or remote, got '{kind}'")
 
 
 def normalise_state_like_base(encoder, base: BasePolicy, mode: str) -> None:

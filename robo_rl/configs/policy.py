@@ -86,8 +86,9 @@ class BasePolicyConfig:
 
     kind: str = setting(
         "bc",
-        "bc: a `robo-rl bc` checkpoint | lerobot: a pretrained_model folder or hub id (DSRL: a sampler taking noise)",
-        choices=("bc", "lerobot"),
+        "bc: a `robo-rl bc` checkpoint | lerobot: a pretrained_model folder or hub id (DSRL: a sampler taking noise) "
+        "| remote: a `robo-rl policy serve` server, path tcp://<host>:<port>",
+        choices=("bc", "lerobot", "remote"),
     )
     path: str | None = setting(None, "the base (null with `robo-rl train`: one is behaviour-cloned from the demos)")
     execute_steps: int | None = setting(
@@ -96,6 +97,14 @@ class BasePolicyConfig:
     task: str | None = setting(
         None,
         "the task text of a language-conditioned base (lerobot, or a flow with a task embedding) where none is given",
+    )
+    timeout_s: float = setting(
+        2.0, "remote: the wait for each chunk; a late one fails the step (never reused)", above=0
+    )
+    curve_key: str | None = setting(
+        None,
+        "remote off loopback: this machine's <dir>/<name>.key_secret from `robo-rl keys generate` "
+        "(<dir>/learner.key: the server's)",
     )
 
 
