@@ -28,6 +28,7 @@ commands:
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
   critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
+  policy    robo-rl policy serve <checkpoint> [host=] [port=5610]: a base policy (a VLA on a GPU) for actors elsewhere
   gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
   doctor    check a robot workstation (arm, cameras, rate, workspace, e-stop, watchdog): doctor env=so101 | twin=so101
   calibrate record an arm's workspace box and home pose by moving it: calibrate env=so101 [out=<file>]
@@ -55,6 +56,7 @@ COMMANDS = {
     "record": "robo_rl.commands.record:cmd_record",
     "reward": "robo_rl.commands.reward:cmd_reward",
     "critic": "robo_rl.commands.critic:cmd_critic",
+    "policy": "robo_rl.commands.policy_serve:cmd_policy",
     "gui": "robo_rl.commands.gui:cmd_gui",
     "doctor": "robo_rl.commands.robot:cmd_doctor",
     "calibrate": "robo_rl.commands.robot:cmd_calibrate",

@@ -213,6 +213,15 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         (),
         False,
     ),
+    "policy": (
+        "robo-rl policy serve <checkpoint> [kind=bc|lerobot] [host=127.0.0.1] [port=5610] [keys_dir=<dir>] "
+        "[device=cpu|cuda] [task=<text>]",
+        "Serve a base policy (a robo-rl bc MLP, flow or diffusion checkpoint, or a LeRobot pretrained_model folder\n"
+        "such as a VLA) over ZeroMQ (no pickle; CURVE keys off loopback) for actors that act with it as\n"
+        "policy.base.kind=remote policy.base.path=tcp://<host>:5610; each chunk waits at most policy.base.timeout_s.",
+        (),
+        False,
+    ),
     "keys": (
         "robo-rl keys generate <dir> [actor ids ...]",
         "Generate CURVE key pairs for links off loopback: <dir>/learner.key(_secret), one pair per actor\n"
