@@ -244,8 +244,9 @@ class ChunkExecutor:
             self.wait_s += time.perf_counter() - start
         chunk = p.future.result()  # the policy's own error, raised in the loop
         skip = self._step - p.obs_step
-        if skip >= len(chunk):  # all of it is past (a chunk no longer than the delay): the old chunk goes on, or
-            self.skipped += len(chunk)  # the loop computes afresh
+        # all of it is past (a chunk no longer than the delay): the old chunk goes on, or the loop computes afresh
+        if skip >= len(chunk):
+            self.skipped += len(chunk)
             return
         self.skipped += skip
         self._switch(chunk[skip:], skip, len(chunk) - skip, p.context)

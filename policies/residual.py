@@ -22,6 +22,7 @@ from torch import nn
 
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing, state_statistics
+from policies.chunking import CHUNK_EXTRA
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.language import instruction_row
 from policies.mlp import mlp
@@ -118,6 +119,9 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         self.set_action_range(action_range)
         normalise_state_like_base(self.encoder, self.base.base, state_norm)  # its critic copies it (algos/residual.py)
         self.extras_spec = {"base_action": ((action_dim,), np.float32)}  # stored with every step (see schema.py)
+        self.chunked = self.base.base.chunk_size > 1  # its records also say which chunk each base action is from
+        if self.chunked:
+            self.extras_spec.update(CHUNK_EXTRA)
         self.nan_base_steps = 0
         # the share of the bound s the residual may use now (`algo.bound_ramp_updates` grows it from 0 to 1): in
         # the state dict, so actors receive it with the weights and a checkpoint resumes it
@@ -186,7 +190,7 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         res = self.residual(self.encoder(obs), base)
         if not deterministic:
             res = (res + self.exploration_noise_std() * torch.randn_like(res)).clamp(-self.scale, self.scale)
-        return self.compose(base, res), {"base_action": base}
+        return self.compose(base, res), self._extras(base)
 
     def exploration_noise_std(self) -> torch.Tensor:
         """exploration_std · max(bound share, exploration_floor): with a floor below 1 the noise grows with the
@@ -203,4 +207,10 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         """Warm-up (before learning starts): the base plus uniform noise of ±warmup_noise (normalised units)."""
         base = self.base_action(obs)
         noise = (torch.rand_like(base) * 2 - 1) * self.warmup_noise
-        return self.compose(base, noise), {"base_action": base}
+        return self.compose(base, noise), self._extras(base)
+
+    def _extras(self, base: torch.Tensor) -> dict:
+        extras = {"base_action": base}
+        if self.chunked:
+            extras["chunk"] = torch.from_numpy(self.base.executor.record())
+        return extras

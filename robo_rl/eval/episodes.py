@@ -348,7 +348,7 @@ def build_env(cfg, score: str = "env"):
 
 
 def load_policy(cfg, env, payload: dict):
-    from robo_rl.config import make_policy
+    from robo_rl.config import ConfigError, make_policy
     from robo_rl.runs import CheckpointError
 
     policy = make_policy(cfg, env)
@@ -358,4 +358,12 @@ def load_policy(cfg, env, payload: dict):
         raise CheckpointError(
             f"checkpoint {payload.get('path')} does not fit this policy/env config ({str(e)[:120]})"
         ) from None
+    chunking = cfg.actor.get("chunking", "sync")
+    if chunking != "sync":  # evaluated as the actor would run it: each chunk takes over d steps after its observation
+        from policies.acting import acting_policy
+
+        try:
+            acting_policy(policy).use_chunking(chunking, cfg.actor.inference_delay_steps, 1.0 / (control_hz(env) or 10))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return policy.eval()
