@@ -14,6 +14,11 @@ from types import MappingProxyType
 import torch
 
 
+class NoAction(RuntimeError):
+    """This step has no action from the policy (a policy server late or out of reach): the actor ends the episode
+    there by the safety rule, the arm holding, keeps every record, and asks again at the next episode."""
+
+
 class ActingPolicy:
     # what else it decides, stored with every step as `extra/<name>`: name -> (shape, numpy dtype) of one row
     extras_spec: Mapping[str, tuple] = MappingProxyType({})

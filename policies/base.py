@@ -80,6 +80,12 @@ class ChunkedBase:
             )
         return chunk
 
+    def stats(self) -> dict:
+        """The chunks' figures (policies/chunking.py) and the base's own where it keeps any (a policy server's round
+        trip, timeouts and stale answers)."""
+        own = getattr(self.base, "stats", None)
+        return {**self.executor.stats(), **(own() if callable(own) else {})}
+
     def timing(self) -> dict:
         """Inference time in ms (p50, p99) over the recent inferences; empty before the first."""
         if not self.inference_ms:

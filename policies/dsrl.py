@@ -85,8 +85,9 @@ class NoisePolicy(nn.Module, ActingPolicy):
         d = 0, which is sync)."""
         self.executor.configure(mode, delay_steps, period_s)
 
-    def chunk_stats(self) -> dict:
-        return self.executor.stats()
+    def chunk_stats(self) -> dict:  # and a policy server's figures where the base is served
+        own = getattr(self.base, "stats", None)
+        return {**self.executor.stats(), **(own() if callable(own) else {})}
 
     def reset(self, slot: int | None = None) -> None:  # it acts for one env: `slot` is that one
         self.executor.reset()

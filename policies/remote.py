@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from policies.acting import NoAction
 from policies.remote_protocol import WireError, decode, encode
 
 DEFAULT_TIMEOUT_S = 2.0  # a VLA's chunk on a GPU takes 0.1-0.3 s; the wait covers a slow network too
@@ -41,6 +42,10 @@ TIMING_WINDOW = 200  # requests the timing percentiles cover
 class RemotePolicyError(ValueError):
     """A policy server that cannot serve a request: unreachable, late, refusing it, or serving a policy made for
     another task. The text names the address and, for a timeout, the wait."""
+
+
+class PolicyServerLate(RemotePolicyError, NoAction):
+    """No answer in time (the server late, gone or out of reach): this step has no action, the next may."""
 
 
 class RemoteBase:
@@ -71,7 +76,7 @@ class RemoteBase:
         self._sock: zmq.Socket | None = None
         self._open()
         self._ids = itertools.count(1)
-        self.counts: collections.Counter = collections.Counter()
+        self.counts: collections.Counter = collections.Counter(timeouts=0, stale=0, bad_answers=0)
         self.server_ms: collections.deque = collections.deque(maxlen=TIMING_WINDOW)
         self.round_trip_ms: collections.deque = collections.deque(maxlen=TIMING_WINDOW)
         self.rng = np.random.default_rng(seed)  # the initial noises it draws for a noise-taking policy
@@ -196,7 +201,7 @@ class RemoteBase:
             if not self._sock.poll(int(timeout_s * 1000) + 1, zmq.POLLOUT):
                 self.counts["timeouts"] += 1
                 hint = " (with CURVE: does it hold this machine's public key?)" if self._curve else ""
-                raise RemotePolicyError(
+                raise PolicyServerLate(
                     f"no connection to the policy server at {self.address} within {timeout_s:.2f} s: is "
                     f"`robo-rl policy serve` running there{hint}?"
                 )
@@ -223,7 +228,7 @@ class RemoteBase:
                 return reply
             self.counts["timeouts"] += 1
             self._reopen()  # the late answer, if it ever comes, arrives at a socket that is gone
-            raise RemotePolicyError(
+            raise PolicyServerLate(
                 f"the policy server at {self.address} did not answer within {timeout_s:.2f} s (policy.base.timeout_s)"
             )
 

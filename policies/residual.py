@@ -168,7 +168,7 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         self.base.use_chunking(mode, delay_steps, period_s)
 
     def chunk_stats(self) -> dict:
-        return self.base.executor.stats()
+        return self.base.stats()
 
     def reset(self, slot: int | None = None) -> None:
         """A new episode (it acts for one env: `slot` is that one): the base's chunk queue starts afresh."""

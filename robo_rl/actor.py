@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from policies.acting import acting_policy
+from policies.acting import NoAction, acting_policy
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
@@ -38,6 +38,7 @@ from robo_rl.transport.security import curve_keys
 from robo_rl.transport.threaded import ActorTransport
 
 log = logging.getLogger(__name__)
+NO_ACTION_STOP = 3  # steps in a row without an action from the policy (a policy server late) before the actor stops
 
 
 def _snapshot(values: collections.deque) -> np.ndarray:
@@ -136,6 +137,7 @@ class Actor:
         self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
+        self._no_action_in_a_row = 0  # steps with no action from the policy (a policy server late), in a row
         self.decide_ms: collections.deque = collections.deque(maxlen=2000)  # policy (base + residual) inference
         self._warned_slow = False
         if cfg.gui.enabled:
@@ -333,8 +335,13 @@ class Actor:
                         actions, extras = self._decide(obs, rng)
                         refused = ~np.isfinite(actions).reshape(len(envs), -1).all(axis=1)
                         why = "the policy gave a non-finite action"
-                    except FloatingPointError as e:  # the policy refused to act (a base's non-finite action)
+                    except (FloatingPointError, NoAction) as e:  # a non-finite action; a policy server late
                         actions, extras, refused, why = None, {}, np.ones(len(envs), bool), str(e)
+                        self._no_action_in_a_row = self._no_action_in_a_row + 1 if isinstance(e, NoAction) else 0
+                        if self._no_action_in_a_row >= NO_ACTION_STOP:  # gone, not late: stop, records kept
+                            raise NoAction(f"{e} ({NO_ACTION_STOP} times in a row: the actor stops)") from None
+                    else:
+                        self._no_action_in_a_row = 0
                     for i, env in enumerate(envs):
                         if refused[i]:  # refused: env i's episode ends here, by the safety rule
                             self.refused_steps += 1

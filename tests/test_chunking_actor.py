@@ -93,3 +93,57 @@ def test_an_evaluation_runs_a_chunked_policy_as_the_actor_would_and_refuses_one_
             load_policy(sac, env, {"algo": {"policy": make_policy(sac, env).state_dict()}})
     finally:
         env.close()
+
+
+def test_a_step_without_an_action_ends_the_episode_and_three_in_a_row_stop_the_actor(tmp_path, monkeypatch):
+    """A policy server late (NoAction from the base): that episode ends by the safety rule with its records kept and
+    the actor goes on; late three times in a row, it stops and says why, every record still sent."""
+    import threading
+
+    import pytest
+
+    from policies.acting import NoAction
+    from robo_rl.data.schema import ENDED_BY_CODES
+
+    model = ChunkGenerator(4, 2, chunk_size=4, steps=2, hidden=[16])
+    path = save_atomic(model.checkpoint(execute_steps=4), tmp_path / "bc" / "policy.pt")
+    fast, calls, late = GenerativeBase.predict_chunk, [], set()  # the actor's calls, once its learner is built
+
+    def flaky(self, obs, noise=None, guide=None):
+        calls.append(1)
+        if len(calls) in late:
+            raise NoAction("the policy server at tcp://gpu:5610 did not answer within 2.00 s")
+        return fast(self, obs, noise, guide)
+
+    monkeypatch.setattr(GenerativeBase, "predict_chunk", flaky)
+    for name, when, steps in (("once", {3}, 60), ("gone", set(range(3, 1000)), 10_000)):
+        cfg = toy_config(
+            tmp_path / name,
+            "policy=residual",
+            "algo=residual",
+            f"policy.base.path={path}",
+            "policy.hidden=[32]",
+            "actor.throttle_to_learner=false",
+            "train.learning_starts=100000",
+            f"train.total_env_steps={steps}",
+        )
+        run = tmp_path / name / "run"
+        run.mkdir(parents=True)
+        late.clear()
+        learner = Learner(cfg, run, progress=False)  # it labels the demonstrations with the base: never late here
+        thread = threading.Thread(target=learner.run)
+        thread.start()
+        calls.clear()
+        late.update(when)
+        actor = Actor(cfg, progress=False)
+        if name == "once":
+            assert actor.run() == "done" and actor.refused_steps == 1
+        else:
+            with pytest.raises(NoAction, match="did not answer within 2.00 s .3 times in a row: the actor stops"):
+                actor.run()
+            time.sleep(0.5)  # the records the stopping actor sent reach the learner
+            learner.cfg.train.total_env_steps = 0  # no actor comes back: the learner's run ends
+        thread.join(timeout=60)
+        online = learner.replay.online
+        safety = ENDED_BY_CODES["safety"]
+        assert online.size >= 3 and (online.data["ended_by"][: online.size] == safety).sum() >= 1, name

@@ -345,6 +345,7 @@ def test_a_residual_policy_acts_on_a_remote_base_async_with_the_delay_compensate
     assert np.all(np.isfinite(remote_actions)) and np.all(np.abs(remote_actions) <= 1)
     assert stats["chunk_switches"] >= 3 and stats["chunk_skipped"] == 2 * stats["chunk_switches"], stats
     assert runs["local"][2]["chunk_switches"] == stats["chunk_switches"]
+    assert stats["remote_round_trip_ms_p50"] > 0 and stats["remote_timeouts"] == 0  # the heartbeat shows the server
 
 
 def test_dsrl_steers_a_remote_flow_through_its_noise_as_a_local_one(checkpoint, address):
