@@ -28,6 +28,9 @@ figures are the steady state. Per mode:
              on the executed actions; all dimensions, and the arm's alone: the gripper's ±1 flips dominate the first)
   success    k/n with its Wilson 95% interval; inference p50/p99 ms (the executor's timings: what the actor reports)
 
+and for the flow policy, success unpaced with a fixed delay of d = 1 and 4 steps (async, rtc) against sync, on 100
+episodes: what running each chunk's actions d steps after their observation costs this policy, apart from timing.
+
     python bench/realtime.py             # all three policies: ~20 min (bench/results/realtime_<date>_<commit>.json)
     python bench/realtime.py --quick     # synthetic and flow (a short training), 2 episodes per mode: ~2 min
 """
@@ -278,6 +281,31 @@ def measure(base, env, execute_steps: int, latency_s: float, modes, episodes: in
     return {name: summarise(runs[name], policies[name].executor, period, success) for name in policies}
 
 
+def staleness(base, env, episodes: int) -> dict:
+    """Success with each chunk's actions run d steps after their observation, unpaced: the executor's fixed delay (a
+    simulated robot with that delay; the inference itself takes ~1 ms). What the policy, trained with no delay, loses
+    to stale actions alone, apart from any timing."""
+    from policies.base import ChunkedBase
+    from robo_rl.eval.wilson import wilson_interval
+
+    out = {}
+    for mode, delay in (("sync", None), ("async", 1), ("async", 4), ("rtc", 1), ("rtc", 4)):
+        policy, k = ChunkedBase(base, EXECUTE), 0
+        policy.use_chunking(mode, delay, None)
+        for i in range(episodes):
+            base.reseed(SEED + i)
+            (obs, _), done = env.reset(seed=SEED + i), False
+            policy.reset()
+            while not done:
+                obs, _, terminated, truncated, info = env.step(policy.act(obs))
+                done = terminated or truncated
+            k += bool(info.get("success"))
+        policy.executor.close()
+        name = mode if delay is None else f"{mode}_d{delay}"
+        out[name] = {"k": k, "n": episodes, "rate": k / episodes, "ci95": list(wilson_interval(k, episodes))}
+    return out
+
+
 def verdicts(figures: dict) -> dict:
     """The issue's targets against one policy's figures."""
     out = {}
@@ -303,22 +331,16 @@ def verdicts(figures: dict) -> dict:
 
 
 def table(name: str, figures: dict) -> None:
-    print(f"\n{name}")
-    head = (
-        "mode          jitter p50/p99 ms  waits (s)     chunks d  inference p50/p99 ms  jump/within (arm)       success"
-    )
-    print(head)
+    print(f"\n{name}  (jumps: the arm's largest |Δaction| at a boundary / within a chunk, max and p95)")
+    print("mode        jitter p50/p99 ms  waits (s)    chunks  d  inference p50/p99 ms  jump/within max  p95   success")
     for mode, f in figures.items():
-        j, inf = f["jitter_ms"], f["inference_ms"]
-        s = f.get("success")
+        j, inf, s = f["jitter_ms"], f["inference_ms"], f.get("success")
         won = f"{s['k']}/{s['n']} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s else "n/a"
-        jump = (
-            f"{f['boundary_jump']['max']:.2f}/{f['within_chunk_step']['max']:.2f} "
-            f"({f['boundary_jump_arm']['max']:.2f}/{f['within_chunk_step_arm']['max']:.2f})"
-        )
+        b, w = f["boundary_jump_arm"], f["within_chunk_step_arm"]
         print(
-            f"{mode:13s} {j['p50']:7.2f} / {j['p99']:7.2f}  {f['waits']:4d} ({f['wait_s']:5.1f})  {f['switches']:5d} "
-            f"{f['delay_steps']:2d}  {inf['p50'] or 0:8.1f} / {inf['p99'] or 0:8.1f}  {jump:22s}  {won}",
+            f"{mode:11s} {j['p50']:7.2f} / {j['p99']:7.2f}  {f['waits']:4d} ({f['wait_s']:5.1f})  {f['switches']:5d} "
+            f"{f['delay_steps']:2d}  {inf['p50'] or 0:8.1f} / {inf['p99'] or 0:8.1f}  {b['max']:.2f}/{w['max']:.2f}"
+            f"  {b['p95']:.2f}/{w['p95']:.2f}  {won}",
             flush=True,
         )
 
@@ -364,6 +386,7 @@ def main() -> None:
                 try:
                     flow = flow_base(checkpoint, env)
                     results[name] = measure(flow, env, EXECUTE, LATENCY_S, MODES, episodes, True, reference=flow)
+                    results[name]["staleness"] = staleness(flow, env, 10 if args.quick else 100)
                 finally:
                     env.close()
             results[name]["train_s"] = round(train_s, 1) if not args.checkpoint else None
@@ -378,6 +401,11 @@ def main() -> None:
             parser.error(f"--policies: unknown policy '{name}' (synthetic, flow, expert)")
         results[name]["targets"] = verdicts(results[name])
         table(name, {m: f for m, f in results[name].items() if isinstance(f, dict) and "jitter_ms" in f})
+        if "staleness" in results[name]:
+            print(
+                "success unpaced, actions d steps stale:",
+                {m: f"{f['k']}/{f['n']}" for m, f in results[name]["staleness"].items()},
+            )
     record = {
         "latency_s": LATENCY_S,
         "control_hz": 10.0,
