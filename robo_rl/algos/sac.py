@@ -27,12 +27,41 @@ from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
 
 
+def polyak_pairs(target: nn.Module, source: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The target's parameters and their sources, without any tensor both share (a frozen backbone)."""
+    pairs = [(tp, p) for tp, p in zip(target.parameters(), source.parameters(), strict=True) if tp is not p]
+    return [tp for tp, _ in pairs], [p for _, p in pairs]
+
+
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Polyak averaging: target ← (1 − τ)·target + τ·source, parameter by parameter."""
-    pairs = [(tp, p) for tp, p in zip(target.parameters(), source.parameters(), strict=True) if tp is not p]
-    if pairs:  # one fused call instead of one per tensor; a frozen backbone shared by both is skipped
-        torch._foreach_lerp_([tp for tp, _ in pairs], [p for _, p in pairs], tau)
+    targets, sources = polyak_pairs(target, source)
+    if targets:  # one fused call instead of one per tensor
+        torch._foreach_lerp_(targets, sources, tau)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """`nn.utils.clip_grad_norm_` for one device's float32 gradients, bit for bit: the norm of the per-tensor norms,
+    every gradient scaled by min(1, max_norm / (norm + 1e-6)). The same kernels without its per-call grouping of
+    tensors by device and dtype, which costs more than the arithmetic on a small network; `None`: measure only."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+    return total
+
+
+def read_metrics(metrics: dict) -> dict[str, float]:
+    """Tensor metrics to floats in one read-back (one device sync on a GPU instead of one per metric)."""
+    tensors = {k: v for k, v in metrics.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        return dict(metrics)
+    values = torch.stack([v.detach().float().reshape(()) for v in tensors.values()]).tolist()
+    return {**metrics, **dict(zip(tensors, values, strict=True))}
 
 
 class CriticEnsemble(nn.Module):
@@ -94,6 +123,9 @@ class SAC(Algorithm):
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic, fused=True)
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha, fused=True)
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
+        # listed once, not walked through the modules at every step (load_state_dict copies into these tensors)
+        self.critic_params, self.policy_params = list(self.critic.parameters()), list(policy.parameters())
+        self.target_pairs = polyak_pairs(self.target_critic, self.critic)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -114,19 +146,22 @@ class SAC(Algorithm):
         critic_loss = 0.5 * (td_error**2).mean(dim=1).sum()
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip_norm)
+        grad_norm = clip_grad_norm(self.critic_params, self.cfg.grad_clip_norm)
         self.critic_optim.step()
         self._soft_update_target()
-        return {"critic_loss": critic_loss.item(), "q_mean": qs.mean().item(), "critic_grad_norm": grad_norm.item()}
+        # tensors: `update` reads every metric back at once
+        return {"critic_loss": critic_loss.detach(), "q_mean": qs.detach().mean(), "critic_grad_norm": grad_norm}
 
     def update_actor(self, batch: dict) -> dict:
         features = self.policy.encoder(batch["obs"])
         if self.cfg.share_encoder:
             features = features.detach()  # the encoder belongs to the critic's loss
         action, log_prob = self.policy.sample(features)
-        self.critic.requires_grad_(False)  # the actor step must not move the critic
+        for p in self.critic_params:  # the actor step must not move the critic
+            p.requires_grad_(False)
         q = self.critic(batch["obs"], action).mean(dim=0)
-        self.critic.requires_grad_(True)
+        for p in self.critic_params:
+            p.requires_grad_(True)
         actor_loss = (self.alpha.detach() * log_prob - q).mean()
         metrics = {}
         human = batch.get("intervention")
@@ -136,10 +171,10 @@ class SAC(Algorithm):
             mean_action = torch.tanh(self.policy.distribution_params(features[human])[0])
             bc_loss = F.mse_loss(mean_action.float(), batch["action"][human].float())
             actor_loss = actor_loss + self.cfg.intervention_bc_weight * bc_loss
-            metrics["intervention_bc_loss"] = bc_loss.item()
+            metrics["intervention_bc_loss"] = bc_loss.detach()
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
-        nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip_norm)
+        clip_grad_norm(self.policy_params, self.cfg.grad_clip_norm)
         self.actor_optim.step()
 
         alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
@@ -148,9 +183,9 @@ class SAC(Algorithm):
         self.alpha_optim.step()
         return {
             **metrics,
-            "actor_loss": actor_loss.item(),
-            "alpha": self.alpha.item(),
-            "entropy": -log_prob.mean().item(),
+            "actor_loss": actor_loss.detach(),
+            "alpha": self.alpha.detach(),
+            "entropy": -log_prob.detach().mean(),
         }
 
     def update(self, critic_batches: list[dict]) -> dict:
@@ -165,7 +200,7 @@ class SAC(Algorithm):
                     metrics = self.update_critic(batch)
             with autocast(self.compute_dtype, self.device):
                 metrics.update(self.update_actor(critic_batches[-1]))
-        return metrics
+        return read_metrics(metrics)
 
     def prepare_batch(self, batch: dict) -> dict:
         """Images cropped/resized once and augmented (`prepare_images`); the actor step reuses the last critic
@@ -174,7 +209,9 @@ class SAC(Algorithm):
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:
-        soft_update(self.target_critic, self.critic, self.cfg.tau)
+        targets, sources = self.target_pairs  # as soft_update(target_critic, critic), the pairs listed once
+        if targets:
+            torch._foreach_lerp_(targets, sources, self.cfg.tau)
 
     # --- checkpoints: everything needed to resume exactly ---------------------------------------
     def state_dict(self) -> dict:
