@@ -18,7 +18,9 @@ float32; LeRobot as it ships, in float32):
 
 One update = one critic step, one actor step and one temperature step (LeRobot's default utd_ratio 1 and
 policy_update_freq 1; ours `critic_updates_per_actor: 1`), our random shift included, sampling excluded on both
-sides (prebuilt batches). Rates are given per wall second and per CPU second (robust on a shared machine).
+sides (prebuilt batches). Rates are given per wall second and per CPU second (robust on a shared machine). Both
+run in this one process with the heap settings `robo-rl learner` sets (robo_rl/allocator.py; `--malloc-defaults`
+leaves glibc's).
 
     python bench/learner.py            # 20 s per measurement
     python bench/learner.py --quick    # 3 s per measurement, state/pixels/default only (about 45 s in all)
@@ -46,6 +48,7 @@ from bench._results import write_result  # noqa: E402
 from policies.gaussian import TanhGaussianPolicy  # noqa: E402
 from robo_rl.algos.base import resolve_device  # noqa: E402
 from robo_rl.algos.sac import SAC, SACConfig  # noqa: E402
+from robo_rl.allocator import keep_freed_memory  # noqa: E402
 from robo_rl.envs import make_observation_space  # noqa: E402
 from robo_rl.policy_io import batch_to_torch  # noqa: E402
 
@@ -151,14 +154,19 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=None, choices=sorted(CONFIGS))
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto: where both learners run")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (20; --quick: 3)")
+    parser.add_argument(
+        "--malloc-defaults", action="store_true", help="leave glibc's heap trimming as it is (as before issue 50)"
+    )
     args = parser.parse_args()
     device = resolve_device(args.device)
     torch.set_num_threads(1)
+    # as `robo-rl learner` does; one process, so LeRobot's step runs with the same heap settings as ours
+    heap_kept = not args.malloc_defaults and keep_freed_memory()
     # measurement seconds; warm-up seconds for ours; (updates, seconds) of warm-up for LeRobot at least
     seconds, warmup_s, lerobot_warmup = (3.0, 1.0, (1, 1.0)) if args.quick else (20.0, 2.0, (2, 3.0))
     seconds = args.seconds or seconds
     names = args.configs or (["state", "pixels", "default"] if args.quick else list(CONFIGS))
-    result = {"seconds_per_measurement": seconds, "torch_threads": 1, "device": str(device)}
+    result = {"seconds_per_measurement": seconds, "torch_threads": 1, "device": str(device), "heap_kept": heap_kept}
     if device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(device)
     for name in names:

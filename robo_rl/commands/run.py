@@ -16,9 +16,11 @@ from robo_rl.commands.eval import cmd_eval
 
 
 def cmd_learner(overrides: list[str]) -> int:
+    from robo_rl.allocator import keep_freed_memory
     from robo_rl.config import load_config
     from robo_rl.learner import Learner
 
+    keep_freed_memory()  # each update's activations reuse the last one's pages (robo_rl/allocator.py)
     cfg = load_config(overrides)
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
