@@ -74,6 +74,11 @@ class DemosConfig:
     num_episodes: int = setting(20, "scripted-expert demonstrations, mixed into each batch (RLPD)", low=0)
     noise_std: float = setting(0.1, "std of the Gaussian noise on the scripted expert's actions", low=0)
     seed: int = setting(100000, "env seed of the first demonstration (then +1, ...)", low=0)
+    randomize: bool = setting(
+        True,
+        "record the scripted demonstrations under env.randomize; false: on the nominal env (an expert that cannot "
+        "act under the randomised latency), while training still sees env.randomize",
+    )
 
 
 @dataclass

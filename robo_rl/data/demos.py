@@ -44,11 +44,25 @@ def rollout_episode(
             return records, bool(info["success"])
 
 
+def recording_config(cfg: DictConfig) -> DictConfig:
+    """The config the scripted expert records under: the run's, or with `demos.randomize=false` the same without
+    `env.randomize` (a scripted expert fails under a step or two of latency; the learner still trains under it)."""
+    if cfg.demos.get("randomize", True) or cfg.env.get("randomize") is None:
+        return cfg
+    nominal = cfg.copy()
+    nominal.env.randomize = None
+    return nominal
+
+
 def demos_path(cfg: DictConfig) -> Path:
-    """The cache file for this env config, demo config and env/expert source (a changed task re-records)."""
+    """The cache file for the env config the demonstrations are recorded under, the demo config and the env/expert
+    source (a changed task re-records). `demos.randomize` is not in the key: the env it picks is, so a nominal
+    recording is shared with runs that never randomised."""
+    cfg = recording_config(cfg)
+    demo_settings = {k: v for k, v in OmegaConf.to_container(cfg.demos).items() if k != "randomize"}
     key = {
         "env": OmegaConf.to_container(cfg.env, resolve=True),
-        "demos": OmegaConf.to_container(cfg.demos),
+        "demos": demo_settings,
         "source": [_source_digest(cfg.env._target_), _source_digest(cfg.env.get("expert", {}).get("_target_"))],
         "schema": SCHEMA_VERSION,  # a cache of another record layout is recorded again, not loaded
     }
@@ -86,6 +100,7 @@ def load_or_make_demos(cfg: DictConfig, progress: bool = True) -> tuple[dict | N
             return load_step_batch(path), path, True
         except (OSError, ValueError) as e:
             print(f"demo cache {path} is unreadable ({e}); recording it again")
+    cfg = recording_config(cfg)
     env = make_env(cfg)
     expert = make_expert(cfg, env, noise_std=cfg.demos.noise_std, seed=cfg.demos.seed)
     fields = fields_for_env(env)
