@@ -208,6 +208,7 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
         step_starts=Racing([0.0, 0.1, 0.2]),
         decide_ms=Racing([1.0, 2.0]),
         env=SimpleNamespace(control_hz=10),
+        acting=SimpleNamespace(chunk_stats=dict),  # a policy without chunks
         reward=None,
         safety=safety,
         human=None,
