@@ -134,19 +134,20 @@ def pick_env(max_steps: int | None = None):
     return make_env(load_config(["experiment=rlpd", *([f"env.max_episode_steps={max_steps}"] if max_steps else [])]))
 
 
-def train_flow(work: Path, quick: bool) -> str:
-    """`robo-rl bc policy=flow` on the scripted expert's demonstrations (cached under .cache/); the checkpoint's path.
-    Quick: 150 epochs without the 6,000-update floor (a weaker policy, seconds; the timing does not need a good one)."""
+def flow_config(work: Path, quick: bool, chunk: int, execute: int, *task: str):
+    """The config `robo-rl bc policy=flow` trains with on `task`'s overrides (the pick task when none) from the
+    scripted expert's 30 demonstrations (cached under .cache/). Quick: 150 epochs without the 6,000-update floor (a
+    weaker policy, seconds; the timing does not need a good one)."""
     from robo_rl.config import load_config
-    from robo_rl.offline.bc import train_bc
 
     short = ["bc.flow_updates=0", "bc.epochs=150"] if quick else []
-    cfg = load_config(
+    return load_config(
         [
             "experiment=rlpd",
+            *task,
             "policy=flow",
-            f"policy.chunk_size={CHUNK}",
-            f"policy.execute_steps={EXECUTE}",
+            f"policy.chunk_size={chunk}",
+            f"policy.execute_steps={execute}",
             "demos.num_episodes=30",
             f"cache_dir={ROOT / '.cache' / 'robo_rl'}",
             f"outputs_dir={work}",
@@ -157,6 +158,13 @@ def train_flow(work: Path, quick: bool) -> str:
             *short,
         ]
     )
+
+
+def train_flow(work: Path, quick: bool) -> str:
+    """The pick task's flow policy (`flow_config`), trained; the checkpoint's path."""
+    from robo_rl.offline.bc import train_bc
+
+    cfg = flow_config(work, quick, CHUNK, EXECUTE)
     return str(train_bc(cfg, work / "flow", progress=False)["checkpoint"])
 
 

@@ -25,34 +25,16 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import write_result  # noqa: E402
-from bench.realtime import LATENCY_S, MODES, flow_base, measure, table, verdicts  # noqa: E402
+from bench.realtime import LATENCY_S, MODES, flow_base, flow_config, measure, table, verdicts  # noqa: E402
 
 TASK, HORIZON = "reach-v3", 150  # the expert reaches in 40-120 steps
 CHUNK, EXECUTE = 64, 8  # 0.8 s of actions at 80 Hz; a 25-step delay leaves 39 to run and to overlap
 
 
 def config(work: Path, quick: bool):
-    from robo_rl.config import load_config
-
-    short = ["bc.flow_updates=0", "bc.epochs=150"] if quick else []
-    return load_config(
-        [
-            "experiment=rlpd",
-            "env=metaworld",
-            f"env.task={TASK}",
-            f"env.max_episode_steps={HORIZON}",
-            "policy=flow",
-            f"policy.chunk_size={CHUNK}",
-            f"policy.execute_steps={EXECUTE}",
-            "demos.num_episodes=30",
-            f"cache_dir={ROOT / '.cache' / 'robo_rl'}",
-            f"outputs_dir={work}",
-            "torch_threads=1",
-            "bc.eval_episodes=0",
-            "bc.patience=1000",
-            "logger.progress=false",
-            *short,
-        ]
+    """bench/realtime.py's flow recipe on reach-v3, with a chunk long enough for a 300 ms delay at 80 Hz."""
+    return flow_config(
+        work, quick, CHUNK, EXECUTE, "env=metaworld", f"env.task={TASK}", f"env.max_episode_steps={HORIZON}"
     )
 
 

@@ -441,25 +441,7 @@ def test_camera_frames_travel_as_uint8_and_cameras_that_do_not_fit_are_refused()
 def test_an_actor_and_a_learner_run_residual_rl_on_a_served_base(tmp_path, address):
     """The whole loop with `policy.base.kind=remote`: the actor acts on the served base and the learner, which builds
     the same base (it relabels the demonstrations with it), is served too."""
-    from tests.test_pipeline import run_pair, toy_config
+    from tests.test_residual import run_residual_pair
 
-    cfg = toy_config(
-        tmp_path,
-        "policy=residual",
-        "algo=residual",
-        "policy.base.kind=remote",
-        f"policy.base.path={address}",
-        "algo.batch_size=16",
-        "train.total_env_steps=150",
-        "train.random_steps=50",
-        "train.learning_starts=50",
-        "algo.critic_hidden=[32,32]",
-        "policy.hidden=[32]",
-    )
-    (tmp_path / "run").mkdir()
-    learner, reason = run_pair(cfg, tmp_path / "run")
-    assert reason == "done" and not learner.link.bad_messages and learner.updates > 0
-    online = learner.replay.online
-    live = online.data["step"][: online.size] > 0
-    base = online.data["extra/base_action"][: online.size][live]
+    _, _, base = run_residual_pair(tmp_path, "policy.base.kind=remote", f"policy.base.path={address}")
     assert np.all(np.isfinite(base)) and np.abs(base).sum() > 0

@@ -291,15 +291,16 @@ def test_the_residual_experiments_compose(experiment):
     assert cfg.algo.name == "residual" and cfg.policy._target_.endswith("ResidualPolicy")
 
 
-def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
+def run_residual_pair(tmp_path, *base: str):
+    """A small residual run (150 env steps, 100 updates) of an actor and a learner on the base that `base`'s
+    overrides name; the learner and the live records' base actions."""
     from tests.test_pipeline import run_pair
 
-    path = bc_checkpoint(tmp_path, 4, 2)
     cfg = toy_config(
         tmp_path,
         "policy=residual",
         "algo=residual",
-        f"policy.base.path={path}",
+        *base,
         "algo.batch_size=16",
         "train.total_env_steps=150",
         "train.random_steps=50",
@@ -312,7 +313,13 @@ def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
     assert reason == "done" and not learner.link.bad_messages and learner.updates > 0
     online = learner.replay.online
     live = online.data["step"][: online.size] > 0
-    base = online.data["extra/base_action"][: online.size][live]
+    return learner, live, online.data["extra/base_action"][: online.size][live]
+
+
+def test_an_actor_and_a_learner_run_residual_rl_end_to_end(tmp_path):
+    path = bc_checkpoint(tmp_path, 4, 2)
+    learner, live, base = run_residual_pair(tmp_path, f"policy.base.path={path}")
+    online = learner.replay.online
     executed = online.data["action_executed"][: online.size][live]
     assert np.abs(base).sum() > 0, "every step carries the base's action"
     assert np.all(np.abs(executed - base) <= 0.2 + 1e-5), "warm-up noise ±0.2, then a residual within ±0.1"

@@ -52,6 +52,17 @@ def run_dir_for(cfg) -> Path:
     return run_dir
 
 
+def serve_until_interrupted(server) -> int:
+    """A service's loop (`robo-rl critic serve`, `robo-rl policy serve`) until Ctrl-C, then its sockets closed."""
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
 def sigterm_as_interrupt() -> None:
     """`kill` (SIGTERM) shuts a process down like Ctrl-C: the learner still writes its checkpoint; only the first
     of several signals interrupts."""

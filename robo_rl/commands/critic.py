@@ -4,6 +4,7 @@ keys (`robo-rl keys generate <dir>`, then `keys_dir=<dir>`)."""
 
 from __future__ import annotations
 
+from robo_rl.commands.common import serve_until_interrupted
 from robo_rl.commands.reward import RewardUsageError, key_value_options
 
 USAGE = "usage: robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=]"
@@ -29,10 +30,4 @@ def cmd_critic(args: list[str]) -> int:
         f"{o.get('host', '127.0.0.1')}:{o.get('port', 5600)}",
         flush=True,
     )
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0
+    return serve_until_interrupted(server)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from robo_rl.commands.common import UsageError
+from robo_rl.commands.common import UsageError, serve_until_interrupted
 
 USAGE = (
     "usage: robo-rl policy serve <checkpoint> [kind=bc|lerobot] [host=127.0.0.1] [port=5610] [keys_dir=<dir>] "
@@ -55,13 +55,7 @@ def cmd_policy(args: list[str]) -> int:
         f"{served.action_dim}, noise {noise}, a guide {'steers its sampling' if served.guided else 'is blended in'}",
         flush=True,
     )
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0
+    return serve_until_interrupted(server)
 
 
 def _parse(args: list[str]) -> tuple[str, dict[str, str]]:
