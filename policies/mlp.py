@@ -71,9 +71,10 @@ class EnsembleLayerNorm(nn.Module):
         self.register_buffer("zero_shift", torch.zeros(dim), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.weight.dtype and torch.is_autocast_enabled(x.device.type):
-            # bfloat16 autocast: the kernel keeps its statistics in float32 and writes x's dtype, which the next
-            # product reads; autocast's way would copy x to float32 and the result back, twice the memory traffic
+        if x.device.type == "cpu" and x.dtype != self.weight.dtype and torch.is_autocast_enabled("cpu"):
+            # bfloat16 autocast on the CPU, whose kernel takes a bfloat16 input with float32 scale and shift: it keeps
+            # its statistics in float32 and writes bfloat16, which the next product reads; autocast's way would copy
+            # x to float32 and the result back, twice the memory traffic (elsewhere autocast's way, as measured there)
             with torch.autocast(x.device.type, enabled=False):
                 normed = F.layer_norm(x, x.shape[-1:], self.unit_scale, self.zero_shift)
                 return torch.addcmul(self.bias.to(x.dtype), normed, self.weight.to(x.dtype))
