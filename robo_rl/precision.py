@@ -1,10 +1,12 @@
 """The learner's matrix-product precision: float32, or bfloat16 mixed precision where the hardware does it natively.
 
 Mixed precision here means `torch.autocast`: matrix products and convolutions run in bfloat16 with float32
-accumulation, while weights, optimiser state, LayerNorm, losses and every network's *output layer* stay float32
-(`policies.mlp.full_precision`), so Q-values and action means keep float32 resolution. On a CPU with AVX512-BF16
-(or AMX) a 256×256 product is about 4× faster in bfloat16; a CPU without it emulates bfloat16 and is slower, so
-`auto` picks bfloat16 only where it is native (CUDA with bf16 support, x86 CPUs advertising avx512_bf16/amx_bf16).
+accumulation, while weights, optimiser state, LayerNorm statistics, losses and every network's *output layer* stay
+float32 (`policies.mlp.full_precision`), so Q-values and action means keep float32 resolution (on the CPU the critic
+ensemble's LayerNorm writes its output in bfloat16 for the next product: `policies.mlp.EnsembleLayerNorm`). On a CPU
+with AVX512-BF16 (or AMX) a 256×256 product is 2-4× faster in bfloat16 (2× measured on 2026-11-29's VM); a CPU
+without it emulates bfloat16 and is slower, so `auto` picks bfloat16 only where it is native (CUDA with bf16
+support, x86 CPUs advertising avx512_bf16/amx_bf16).
 """
 
 from __future__ import annotations
