@@ -99,7 +99,8 @@ class ChunkExecutor:
         self.queue: collections.deque = collections.deque()
         self.inference_ms: collections.deque = collections.deque(maxlen=timing_window)
         self._warmed: set[bool] = set()  # the kinds of call (guided or not) made once already
-        self._first_ms: list[float] = []  # the first call of each kind: a warm-up, kept apart
+        # every call's time but the first of each kind (a warm-up): what the measured delay is read from
+        self._steady_ms: collections.deque = collections.deque(maxlen=timing_window)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: _Request | None = None
         self._generation = 0
@@ -183,7 +184,7 @@ class ChunkExecutor:
         """The inference delay in steps this executor plans with now."""
         if self.fixed_delay is not None:
             return self.fixed_delay
-        timings = self.inference_ms or self._first_ms  # a warm-up's time only until a chunk's own is known
+        timings = self._steady_ms or self.inference_ms  # a warm-up's time only until a chunk's own is known
         if not timings or not self.period_s:
             return 1
         slow = float(np.percentile(np.asarray(timings), PERCENTILE)) / 1e3
@@ -200,8 +201,8 @@ class ChunkExecutor:
             "chunk_skipped": self.skipped,
             "chunk_jump_max": self.max_jump,
         }
-        if self.inference_ms or self._first_ms:
-            p50, p99 = np.percentile(np.asarray(self.inference_ms or self._first_ms), [50, 99])
+        if self.inference_ms:
+            p50, p99 = np.percentile(np.asarray(self.inference_ms), [50, 99])
             out.update(chunk_inference_ms_p50=float(p50), chunk_inference_ms_p99=float(p99))
         return out
 
@@ -217,11 +218,11 @@ class ChunkExecutor:
         start = time.perf_counter()
         chunk = np.asarray(produce(obs, guide), np.float32)
         ms, kind = (time.perf_counter() - start) * 1e3, guide is not None
+        self.inference_ms.append(ms)
         if kind in self._warmed:
-            self.inference_ms.append(ms)
+            self._steady_ms.append(ms)
         else:  # the first call of a kind builds lazy state (a guided sample's first backward pass: 100x a chunk)
             self._warmed.add(kind)
-            self._first_ms.append(ms)
         if chunk.ndim != 2 or not len(chunk):
             raise ValueError(f"the policy returned a chunk of shape {chunk.shape}, expected [chunk, action]")
         return chunk

@@ -185,4 +185,4 @@ def test_a_slow_first_guided_call_does_not_set_the_delay():
 
     ex = ChunkExecutor(execute_steps=4, mode="rtc", period_s=0.02)
     run(ex, WarmUp(chunk=8), 40)
-    assert ex.delay == 1 and max(ex.inference_ms) < 100, list(ex.inference_ms)
+    assert ex.delay == 1 and max(ex.inference_ms) >= 300, list(ex.inference_ms)  # timed, not planned with
