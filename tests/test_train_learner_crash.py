@@ -37,7 +37,7 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
         "env=point_reach",
         "demos.num_episodes=3",
         "train.learning_starts=100",
-        "train.total_env_steps=400",
+        "train.total_env_steps=1200",  # a fast learner and actor once ran 400 before the first stored segment was seen
         "train.checkpoint_every_s=3600",  # no timed checkpoint before the kill either, however loaded the machine
         "algo.batch_size=32",
         "replay.flush_every_s=0.3",
