@@ -101,6 +101,7 @@ class ChunkExecutor:
         self._warmed: set[bool] = set()  # the kinds of call (guided or not) made once already
         # every call's time but the first of each kind (a warm-up): what the measured delay is read from
         self._steady_ms: collections.deque = collections.deque(maxlen=timing_window)
+        self._delay_cache: tuple = (None, 1)  # (the timings it was read from, the delay in steps)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: _Request | None = None
         self._generation = 0
@@ -187,8 +188,11 @@ class ChunkExecutor:
         timings = self._steady_ms or self.inference_ms  # a warm-up's time only until a chunk's own is known
         if not timings or not self.period_s:
             return 1
-        slow = float(np.percentile(np.asarray(timings), PERCENTILE)) / 1e3
-        return max(1, math.ceil(slow / self.period_s - 1e-9))
+        key = (len(self.inference_ms), self.inference_ms[-1], self.period_s)  # a percentile only when a time came
+        if self._delay_cache[0] != key:
+            slow = float(np.percentile(np.asarray(timings), PERCENTILE)) / 1e3
+            self._delay_cache = (key, max(1, math.ceil(slow / self.period_s - 1e-9)))
+        return self._delay_cache[1]
 
     def stats(self) -> dict:
         """Figures for the heartbeat and the page (ms, counts)."""
