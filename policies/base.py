@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import collections
 import copy
-import inspect
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from policies.chunking import ChunkExecutor, Guide, blend
+from policies.chunking import ChunkExecutor, Guide, chunk_agreeing, takes_guide
 from policies.language import instruction_subset
 
 
@@ -45,7 +44,7 @@ class ChunkedBase:
         # how many of each chunk run before the next inference (ACT runs all, others fewer)
         self.execute_steps = min(execute_steps or base.chunk_size, base.chunk_size)
         self.executor = ChunkExecutor(self.execute_steps, timing_window=timing_window)
-        self._guided = "guide" in inspect.signature(base.predict_chunk).parameters  # steered while it samples
+        self._guided = takes_guide(base.predict_chunk)  # steered while it samples
 
     @property
     def queue(self) -> collections.deque:
@@ -67,18 +66,14 @@ class ChunkedBase:
         return self.executor.step(obs, self._produce)
 
     def _produce(self, obs: dict, guide: Guide | None) -> np.ndarray:
-        if guide is not None and self._guided:
-            chunk = np.asarray(self.base.predict_chunk(obs, guide=guide), np.float32)
-        else:
-            chunk = np.asarray(self.base.predict_chunk(obs), np.float32)
-            if guide is not None:
-                chunk = blend(chunk, guide)
+        return chunk_agreeing(self.base.predict_chunk, self._guided, obs, guide, self._check)
+
+    def _check(self, chunk: np.ndarray) -> None:
         if chunk.ndim != 2 or chunk.shape[1] != self.base.action_dim or not len(chunk):
             raise ValueError(
                 f"the base policy returned actions of shape {chunk.shape}, expected "
                 f"[{self.base.chunk_size}, {self.base.action_dim}]"
             )
-        return chunk
 
     def stats(self) -> dict:
         """The chunks' figures (policies/chunking.py) and the base's own where it keeps any (a policy server's round

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import functools
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -66,6 +67,21 @@ def blend(chunk: np.ndarray, guide: Guide) -> np.ndarray:
     w = guide.weights[:n, None]
     out[:n] = w * guide.actions[:n] + (1.0 - w) * out[:n]
     return out
+
+
+def takes_guide(predict_chunk) -> bool:
+    """Whether a policy's `predict_chunk` steers its sampling by a guide (our flow bases, a served policy)."""
+    return "guide" in inspect.signature(predict_chunk).parameters
+
+
+def chunk_agreeing(predict_chunk, steers: bool, obs: dict, guide: Guide | None, check, **kwargs) -> np.ndarray:
+    """`predict_chunk(obs, **kwargs)` as float32 [C, A], made to agree with `guide` (None: as it comes): steered while
+    it samples where the policy takes a guide (`steers`, from `takes_guide`), else blended after. `check(chunk)`
+    raises on a chunk the caller refuses, before any blending."""
+    steer = guide is not None and steers
+    chunk = np.asarray(predict_chunk(obs, **kwargs, **({"guide": guide} if steer else {})), np.float32)
+    check(chunk)
+    return chunk if guide is None or steer else blend(chunk, guide)
 
 
 @dataclass

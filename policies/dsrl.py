@@ -12,15 +12,13 @@ config and never sent: actors receive only the noise actor's weights.
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import torch
 from torch import nn
 
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, copy_sharing
-from policies.chunking import CHUNK_EXTRA, ChunkExecutor, blend
+from policies.chunking import CHUNK_EXTRA, ChunkExecutor, chunk_agreeing, takes_guide
 from policies.gaussian import TanhGaussianPolicy
 from policies.residual import load_base, normalise_state_like_base, observation_row
 
@@ -71,8 +69,16 @@ class NoisePolicy(nn.Module, ActingPolicy):
         )
         self.encoder, self.encoder_config = self.actor.encoder, self.actor.encoder_config
         normalise_state_like_base(self.encoder, self.base, state_norm)  # the critics copy it (algos/dsrl.py)
+        self._guided = takes_guide(self.base.predict_chunk)  # steered by a guide while it samples (rtc)
         self.executor = ChunkExecutor(self.execute_steps)  # the episode's chunks; sync unless `use_chunking` says
         self.extras_spec = {"noise": ((self.noise_dim,), np.float32), "decision": ((1,), np.float32), **CHUNK_EXTRA}
+
+    def _check(self, chunk: np.ndarray) -> None:
+        if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not np.all(np.isfinite(chunk)):
+            raise FloatingPointError(
+                f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
+                f"or not {self.action_dim}-dimensional"
+            )
 
     def __deepcopy__(self, memo):  # the base is frozen; the episode's chunks go on whichever weights act
         return copy_sharing(self, memo, self.base, self.executor)
@@ -103,21 +109,9 @@ class NoisePolicy(nn.Module, ActingPolicy):
         return self.noise_bound * torch.tanh(self.actor.distribution_params(features)[0])
 
     def _step(self, obs: dict, choose) -> tuple[torch.Tensor, dict]:
-        guided = "guide" in inspect.signature(self.base.predict_chunk).parameters
-
         def produce(row: dict, guide, context: torch.Tensor) -> np.ndarray:
             noise = context[0].numpy().reshape(self.noise_shape)
-            if guide is not None and guided:
-                chunk = self.base.predict_chunk(row, noise=noise, guide=guide)
-            else:
-                chunk = self.base.predict_chunk(row, noise=noise)
-            chunk = np.asarray(chunk, np.float32)
-            if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not np.all(np.isfinite(chunk)):
-                raise FloatingPointError(
-                    f"the base policy gave a chunk of shape {chunk.shape} that is not finite "
-                    f"or not {self.action_dim}-dimensional"
-                )
-            return chunk if guide is None or guided else blend(chunk, guide)
+            return chunk_agreeing(self.base.predict_chunk, self._guided, row, guide, self._check, noise=noise)
 
         row = observation_row(obs, 0)
         ex = self.executor

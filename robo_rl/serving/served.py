@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from policies.base import action_range, state_statistics
-from policies.chunking import Guide, blend
+from policies.chunking import Guide, chunk_agreeing
 from robo_rl.envs.base import make_observation_space
 
 KINDS = ("bc", "lerobot")
@@ -83,12 +83,11 @@ class ServedPolicy:
         if "noise" in arrays:
             kwargs["noise"] = self._noise(arrays["noise"])
         guide = self._guide(meta, arrays)
-        if guide is not None and self.guided:
-            kwargs["guide"] = guide
-        chunk = np.asarray(self.base.predict_chunk(obs, **kwargs), np.float32)
+        return chunk_agreeing(self.base.predict_chunk, self.guided, obs, guide, self._check, **kwargs)
+
+    def _check(self, chunk: np.ndarray) -> None:
         if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or not len(chunk):
             raise RuntimeError(f"the policy returned actions of shape {chunk.shape}, not [chunk, {self.action_dim}]")
-        return blend(chunk, guide) if guide is not None and not self.guided else chunk
 
     def _state(self, arrays: dict) -> np.ndarray:
         state = arrays.get("state")
