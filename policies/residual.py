@@ -99,6 +99,7 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         action_range: str = "data",
         state_norm: str = "none",
         exploration_floor: float = 1.0,
+        action_history: int = 0,
     ) -> None:
         super().__init__()
         if not 0.0 <= exploration_floor <= 1.0:
@@ -106,9 +107,12 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         self.action_dim, self.scale = action_dim, scale
         self.exploration_std, self.warmup_noise = exploration_std, warmup_noise
         self.exploration_floor = exploration_floor
+        if action_history < 0:
+            raise ValueError(f"policy.action_history must be >= 0 steps, got {action_history}")
+        self.history_dim = action_history * action_dim  # the commands still in flight under a delay: see below
         self.encoder_config = EncoderConfig.parse(encoder)  # the critics build theirs from it
         self.encoder = encoder_for_space(observation_space, config=self.encoder_config)
-        self.head = mlp(self.encoder.out_dim + action_dim, list(hidden), action_dim)
+        self.head = mlp(self.encoder.out_dim + action_dim + self.history_dim, list(hidden), action_dim)
         last = [m for m in self.head.modules() if isinstance(m, nn.Linear)][-1]
         nn.init.zeros_(last.weight)
         nn.init.zeros_(last.bias)
@@ -122,6 +126,9 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         self.chunked = self.base.base.chunk_size > 1  # its records also say which chunk each base action is from
         if self.chunked:
             self.extras_spec.update(CHUNK_EXTRA)
+        if self.history_dim:
+            self.extras_spec["prev_actions"] = ((self.history_dim,), np.float32)
+        self.history = torch.zeros(1, self.history_dim)  # this episode's last commands, oldest first
         self.nan_base_steps = 0
         # the share of the bound s the residual may use now (`algo.bound_ramp_updates` grows it from 0 to 1): in
         # the state dict, so actors receive it with the weights and a checkpoint resumes it
@@ -158,10 +165,23 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         """The residual (normalised units, clipped to ±s) that would turn `base` into `executed`."""
         return ((executed - base) / self.action_half).clamp(-self.scale, self.scale)
 
-    def residual(self, features: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
-        """f · s · tanh(MLP(features, base action)), in [-f·s, f·s]; f (`bound_fraction`) is 1 unless the
-        algorithm ramps the bound up while its critic is young."""
-        return self.bound_fraction * self.scale * torch.tanh(self.head(torch.cat([features, base_action], dim=-1)))
+    def residual(
+        self, features: torch.Tensor, base_action: torch.Tensor, history: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """f · s · tanh(MLP(features, base action, history)), in [-f·s, f·s]; f (`bound_fraction`) is 1 unless the
+        algorithm ramps the bound up while its critic is young. `history` (`policy.action_history` > 0): the last
+        k actions this policy sent, oldest first. Under an unobserved delay of d ≤ k steps the arm still has to
+        execute the last d of them: with them in its input the correction can allow for what is in flight (the
+        delay's Markov state), which the observation alone cannot show."""
+        inputs = [features, base_action]
+        if self.history_dim:
+            inputs.append(history if history is not None else features.new_zeros(len(features), self.history_dim))
+        return self.bound_fraction * self.scale * torch.tanh(self.head(torch.cat(inputs, dim=-1)))
+
+    def remember(self, action: torch.Tensor) -> None:
+        """The action just sent joins the history (the oldest leaves)."""
+        if self.history_dim:
+            self.history = torch.cat([self.history[:, self.action_dim :], action.to(self.history)], dim=-1)
 
     def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
         """The base's chunks sync, async or real-time chunked; the correction is computed every step, on top."""
@@ -171,8 +191,10 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         return self.base.stats()
 
     def reset(self, slot: int | None = None) -> None:
-        """A new episode (it acts for one env: `slot` is that one): the base's chunk queue starts afresh."""
+        """A new episode (it acts for one env: `slot` is that one): the base's chunk queue and the history start
+        afresh (an episode starts with nothing in flight, as record 0's zero action says)."""
         self.base.reset()
+        self.history = torch.zeros(1, self.history_dim)
 
     def base_action(self, obs: dict) -> torch.Tensor:
         """The base's action for a batch of one observation (tensors as the actor passes them)."""
@@ -187,10 +209,13 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         self, obs: dict, deterministic: bool = False, slots: list[int] | None = None
     ) -> tuple[torch.Tensor, dict]:
         base = self.base_action(obs)  # one env: `slots` is [0] or None
-        res = self.residual(self.encoder(obs), base)
+        extras, history = self._extras(base), self.history.to(base)
+        res = self.residual(self.encoder(obs), base, history)
         if not deterministic:
             res = (res + self.exploration_noise_std() * torch.randn_like(res)).clamp(-self.scale, self.scale)
-        return self.compose(base, res), self._extras(base)
+        action = self.compose(base, res)
+        self.remember(action)
+        return action, extras
 
     def exploration_noise_std(self) -> torch.Tensor:
         """exploration_std · max(bound share, exploration_floor): with a floor below 1 the noise grows with the
@@ -207,10 +232,14 @@ class ResidualPolicy(nn.Module, ActingPolicy):
         """Warm-up (before learning starts): the base plus uniform noise of ±warmup_noise (normalised units)."""
         base = self.base_action(obs)
         noise = (torch.rand_like(base) * 2 - 1) * self.warmup_noise
-        return self.compose(base, noise), self._extras(base)
+        extras, action = self._extras(base), self.compose(base, noise)
+        self.remember(action)
+        return action, extras
 
     def _extras(self, base: torch.Tensor) -> dict:
         extras = {"base_action": base}
+        if self.history_dim:  # the history this decision saw, so the learner rebuilds its input
+            extras["prev_actions"] = self.history.clone()
         if self.chunked:
             extras["chunk"] = torch.from_numpy(self.base.executor.record())
         return extras

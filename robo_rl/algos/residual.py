@@ -36,8 +36,12 @@ class ResidualAlgorithm(Algorithm):
             num_critics=cfg.num_critics, critic_hidden=cfg.critic_hidden, critic_layer_norm=cfg.critic_layer_norm
         )
         self.device = next(policy.parameters()).device  # the policy's: the learner moved it there
-        self.critic = CriticEnsemble(
-            observation_space, policy.action_dim, critic_cfg, policy.encoder_config, share_frozen_from=policy.encoder
+        self.critic = CriticEnsemble(  # it scores the action with the history it was chosen after (a delay's state)
+            observation_space,
+            policy.action_dim + policy.history_dim,
+            critic_cfg,
+            policy.encoder_config,
+            share_frozen_from=policy.encoder,
         )
         self.critic.encoder.copy_state_normalisation(policy.encoder)  # the state as the residual reads it
         self.critic.to(self.device)
@@ -57,7 +61,7 @@ class ResidualAlgorithm(Algorithm):
         with frozen_feature_cache(self.policy, self.critic, self.target_critic):
             prepared = []
             for batch in batches:  # b' from the raw next observation (a fallback runs the base on it), then images
-                batch = {**batch, "next_base": self.next_base(batch)}
+                batch = {**batch, "next_base": self.next_base(batch), **self.histories(batch)}
                 prepared.append(
                     prepare_images(batch, self.policy.encoder, self.cfg.image_augmentation, self.cfg.augment_pad)
                 )
@@ -97,21 +101,41 @@ class ResidualAlgorithm(Algorithm):
             base[i] = torch.from_numpy(np.asarray(chunk[0], np.float32))
         return base
 
+    def histories(self, batch: dict) -> dict:
+        """`policy.action_history`: the actions in flight at obs (as the actor recorded them) and at next_obs
+        (recorded by the next decision; where there was none, the episode's end, obs's history shifted by the
+        step's action: exact for 1-step returns, and its last n-1 actions missed with n-step ones, only at a
+        time-limit end: a terminal one is not bootstrapped)."""
+        if not self.policy.history_dim:
+            return {"history": None, "next_history": None}
+        history = batch["extras"]["prev_actions"]
+        shifted = torch.cat([history[:, self.policy.action_dim :], batch["action"]], dim=-1)
+        valid = batch["next_extras_valid"].bool().unsqueeze(-1)
+        return {"history": history, "next_history": torch.where(valid, batch["next_extras"]["prev_actions"], shifted)}
+
+    def scored(self, action: torch.Tensor, history: torch.Tensor | None) -> torch.Tensor:
+        """The critic's action input: the action, and the history it was chosen after where there is one."""
+        return action if history is None else torch.cat([action, history], dim=-1)
+
     def update_critic(self, batch: dict) -> dict:
         s = self.policy.scale
         with torch.no_grad():
             next_base = batch["next_base"]
-            residual = self.target_policy.residual(self.target_policy.encoder(batch["next_obs"]), next_base)
+            next_history = batch["next_history"]
+            residual = self.target_policy.residual(
+                self.target_policy.encoder(batch["next_obs"]), next_base, next_history
+            )
             noise = (torch.randn_like(residual) * self.cfg.target_noise_std).clamp(
                 -self.cfg.target_noise_clip, self.cfg.target_noise_clip
             )
             next_action = self.policy.compose(next_base, (residual + noise * s).clamp(-s, s))
-            target_qs = self.target_critic(batch["next_obs"], next_action)
+            target_qs = self.target_critic(batch["next_obs"], self.scored(next_action, next_history))
             pair = torch.randperm(self.cfg.num_critics)[: self.cfg.critic_subsample]
             target_q = batch["reward"] + batch["discount"] * target_qs[pair].min(dim=0).values
             if self.cfg.target_q_clip is not None:
                 target_q = target_q.clamp(*self.cfg.target_q_clip)
-        qs = self.critic(batch["obs"], batch["action"])  # the executed action: the base's, corrected, or a human's
+        # the executed action: the base's, corrected, or a human's
+        qs = self.critic(batch["obs"], self.scored(batch["action"], batch["history"]))
         td_error = qs - target_q.unsqueeze(0)
         critic_loss = 0.5 * (td_error**2).mean(dim=1).sum()
         self.critic_optim.zero_grad(set_to_none=True)
@@ -123,10 +147,10 @@ class ResidualAlgorithm(Algorithm):
 
     def update_actor(self, batch: dict) -> dict:
         base = batch["extras"]["base_action"]
-        residual = self.policy.residual(self.policy.encoder(batch["obs"]), base)
+        residual = self.policy.residual(self.policy.encoder(batch["obs"]), base, batch["history"])
         action = self.policy.compose(base, residual)
         self.critic.requires_grad_(False)  # the actor step must not move the critic
-        q = self.critic(batch["obs"], action).mean(dim=0)
+        q = self.critic(batch["obs"], self.scored(action, batch["history"])).mean(dim=0)
         self.critic.requires_grad_(True)
         actor_loss = -q.mean()
         if self.cfg.residual_l2 > 0:  # a correction must gain more Q than this costs, or it stays at the base
@@ -165,7 +189,22 @@ class ResidualAlgorithm(Algorithm):
             }
             base[i + 1] = self.policy.base.act(obs)  # the decision at obs_i chose record i + 1's action
         self.policy.base.reset()
-        return {**batch, "extra/base_action": base}
+        return {**batch, "extra/base_action": base, **self.prior_histories(batch)}
+
+    def prior_histories(self, batch: dict) -> dict:
+        """Demonstrations carry no history either: the decision at obs_i (record i + 1's extras) came after the
+        actions of records i-k+1 .. i of its episode (record 0's zero action included), zeros before its start."""
+        k = self.policy.history_dim // self.policy.action_dim
+        if not k:
+            return {}
+        actions, dim = np.asarray(batch["action_executed"], np.float32), self.policy.action_dim
+        history = np.zeros((len(actions), k * dim), np.float32)
+        for i in range(len(actions) - 1):
+            for j in range(k):  # slot j holds the action j - k + 1 records back from i (oldest first)
+                back = i - (k - 1 - j)
+                if back >= 0 and batch["step"][i] - batch["step"][back] == i - back:  # the same episode
+                    history[i + 1, j * dim : (j + 1) * dim] = actions[back]
+        return {"extra/prev_actions": history}
 
     # --- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -201,6 +240,6 @@ def build_residual(
         batches=cfg.critic_updates_per_actor,
         n_step=cfg.n_step,
         gamma=cfg.gamma,
-        extras=("base_action",),
+        extras=("base_action", "prev_actions") if policy.history_dim else ("base_action",),
     )
     return ResidualAlgorithm(policy, observation_space, cfg, spec)

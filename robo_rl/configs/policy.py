@@ -134,6 +134,12 @@ class ResidualPolicyConfig:
         low=0,
         high=1,
     )
+    action_history: int = setting(
+        0,
+        "the last k actions sent join the residual's and its critic's input (0: none): under a delay the arm still "
+        "executes some of them, which the observation cannot show",
+        low=0,
+    )
 
 
 @dataclass
