@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from robo_rl.configs.parl import ParlConfig
 from robo_rl.configs.typed import setting
 
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -231,4 +232,5 @@ ALGO_CONFIGS: dict[str, type] = {
     "robo_rl.algos.residual.build_residual": ResidualConfig,
     "robo_rl.algos.dsrl.build_dsrl": DSRLConfig,
     "robo_rl.algos.ppo.build_ppo": PPOConfig,
+    "robo_rl.algos.parl.build_parl": ParlConfig,
 }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from policies.encoder_config import KINDS, POOLS, TASK_CONDITIONINGS, EncoderConfig
+from robo_rl.configs.parl import ParlPolicyConfig
 from robo_rl.configs.typed import FIXED, setting
 
 ENCODER = EncoderConfig()
@@ -249,6 +250,7 @@ BLOCKS: dict[str, dict[str | None, type]] = {
         "policies.dsrl.NoisePolicy": NoisePolicyConfig,
         "policies.flow.GenerativePolicy": GenerativePolicyConfig,
         "policies.chain.ChainPolicy": ChainPolicyConfig,
+        "policies.parl.RankedChunkPolicy": ParlPolicyConfig,
     },
     "policy.encoder": {FIXED: PolicyEncoderConfig},
     "policy.base": {FIXED: BasePolicyConfig},
