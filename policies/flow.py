@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from policies.acting import ActingPolicy
+from policies.advantage import DROPPED, AdvantageEmbedding, guided
 from policies.base import copy_sharing
 from policies.checkpoint import (
     GENERATIVE_FORMAT,
@@ -69,6 +70,8 @@ class ChunkGenerator(nn.Module):
         diffusion_timesteps: int = 100,
         task_embedding: int = 0,
         tasks: list[str] | None = None,
+        advantage_embedding: int = 0,
+        guidance: float = 1.0,
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -95,6 +98,8 @@ class ChunkGenerator(nn.Module):
         }
         if task_embedding:  # only a task-conditioned model's config names them: the others' stay as they were
             self.config.update(task_embedding=int(task_embedding), tasks=list(tasks or []))
+        if advantage_embedding:  # RECAP's label input (policies/advantage.py); sampled with guidance at this scale
+            self.config.update(advantage_embedding=int(advantage_embedding), guidance=float(guidance))
         self.state_dim, self.action_dim, self.chunk_size = state_dim, action_dim, chunk_size
         self.kind, self.steps = kind, int(steps)
         self.encoder = ObservationEncoder(
@@ -102,6 +107,8 @@ class ChunkGenerator(nn.Module):
         )
         width = chunk_size * action_dim
         self.task_embedding = TaskEmbedding(tasks or [], task_embedding) if task_embedding else None
+        self.advantage = AdvantageEmbedding(advantage_embedding) if advantage_embedding else None
+        self.guidance = float(guidance)
         self.net = mlp(self.feature_dim + width + time_features, list(hidden), width, layer_norm=True)
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
@@ -121,7 +128,8 @@ class ChunkGenerator(nn.Module):
 
     @property
     def feature_dim(self) -> int:
-        return self.encoder.out_dim + (self.task_embedding.width if self.task_embedding is not None else 0)
+        extra = [e.width for e in (self.task_embedding, self.advantage) if e is not None]
+        return self.encoder.out_dim + sum(extra)
 
     @staticmethod
     def pooled(features: torch.Tensor) -> torch.Tensor:
@@ -138,9 +146,11 @@ class ChunkGenerator(nn.Module):
         state = ((obs["state"] - self.state_mean) / self.state_std).clamp(-NORMALISED_CLIP, NORMALISED_CLIP)
         images = {name: obs["images"][name] for name in self.config["cameras"]}
         features = self.encoder({"state": state, "images": images})
-        if self.task_embedding is None:
-            return features
-        return torch.cat([features, self.task_embedding(obs, len(features))], dim=-1)  # the row's instruction
+        if self.task_embedding is not None:  # the row's instruction
+            features = torch.cat([features, self.task_embedding(obs, len(features))], dim=-1)
+        if self.advantage is not None:  # the row's advantage label, last (guidance swaps it)
+            features = torch.cat([features, self.advantage(obs, len(features), features.device)], dim=-1)
+        return features
 
     def time_embedding(self, t: torch.Tensor | float, batch: int) -> torch.Tensor:
         """[B, time_features] sinusoids of t ∈ [0, 1] (a tensor [B], or one float for the whole batch: sampling
@@ -204,6 +214,14 @@ class ChunkGenerator(nn.Module):
         return (error * mask).sum() / mask.sum().clamp_min(1.0)
 
     # --- sampling ---------------------------------------------------------------------------------
+    def guided_predict(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+        """`predict` with classifier-free guidance at `self.guidance` for an advantage-conditioned model (the
+        features' label against "dropped"); `predict` itself for any other."""
+        if self.advantage is None or self.guidance == 1.0:
+            return self.predict(features, x, t)
+        unconditional = self.predict(self.advantage.swap_to(features, DROPPED), x, t)
+        return guided(self.predict(features, x, t) if self.guidance else unconditional, unconditional, self.guidance)
+
     def flow_times(self, steps: int) -> list[float]:
         return [k / steps for k in range(steps)]
 
@@ -219,13 +237,13 @@ class ChunkGenerator(nn.Module):
         x = noise
         if self.kind == "flow":
             for t in self.flow_times(steps):
-                x = x + self.predict(features, x, t) / steps
+                x = x + self.guided_predict(features, x, t) / steps
             return x.clamp(-1.0, 1.0)
         timesteps = self.ddim_timesteps(steps)
         T = len(self.alpha_bar)
         for i, k in enumerate(timesteps):
             ab = self.alpha_bar[k - 1]
-            eps = self.predict(features, x, k / T)
+            eps = self.guided_predict(features, x, k / T)
             clean = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1.0, 1.0)
             if i + 1 == len(timesteps):
                 return clean
@@ -337,7 +355,7 @@ class GenerativeBase:
 
     def cpu_sampler(self):
         """numpy's sampler for one observation (`policies/cpu_sampler.py`) where it covers this model, else None."""
-        if self.model.task_embedding is not None:  # numpy's sampler has no instruction input
+        if self.model.task_embedding is not None or self.model.advantage is not None:  # nor an instruction, nor a label
             return None
         return CpuSampler.build(self.model)
 

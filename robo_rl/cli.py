@@ -37,6 +37,7 @@ commands:
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
             datasets and robomimic files (robo-rl data help)
   vla       robo-rl vla train dataset=<LeRobot dataset> out=<dir>: a SmolVLA trained by lerobot-train, a base by path
+  recap     robo-rl recap collect|label|finetune <run>: advantage-conditioned improvement (RECAP, STEAM)
 
 overrides: key=value or group=option, e.g. robo-rl train env=point_reach algo.batch_size=128
 each command's settings and the config groups' options: robo-rl <command> --help
@@ -64,6 +65,7 @@ COMMANDS = {
     "keys": "robo_rl.commands.keys:cmd_keys",
     "data": "robo_rl.commands.data:cmd_data",
     "vla": "robo_rl.commands.vla:cmd_vla",
+    "recap": "robo_rl.commands.recap:cmd_recap",
 }
 # commands whose devices, models or drivers report through logging before any config sets a level
 LOG_LEVELS = {"record": logging.INFO, "critic": logging.INFO, "reward": logging.WARNING, "calibrate": logging.WARNING}
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robo-rl: error: unknown command '{command}'{hint} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     if any(a in HELP_FLAGS for a in overrides):
-        if command in ("data", "vla"):  # their own help pages
+        if command in ("data", "vla", "recap"):  # their own help pages
             overrides = ["help"]
         else:
             from robo_rl.commands.help import command_help
