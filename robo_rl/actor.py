@@ -26,6 +26,7 @@ from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fiel
 from robo_rl.data.tasks import TaskTable, pack_instructions
 from robo_rl.envs.actor_task import ActorTaskError, check_actor_task, env_tasks, reset_options
 from robo_rl.envs.base import SafetyStop
+from robo_rl.envs.groups import GroupedResets
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import stack_obs
@@ -110,6 +111,7 @@ class Actor:
                 raise ConfigError(f"actor.num_envs={num_envs}: {problem}")
             self.envs += [make_actor_env(cfg) for _ in range(num_envs - 1)]
         self.slots = list(range(num_envs))  # row i of a policy call is env i's
+        self.grouped = [g for g in (find_wrapper(e, GroupedResets) for e in self.envs) if g is not None]
         self.fields = fields_for_env(self.env, self.acting)
         self.tasks = TaskTable()  # this actor's instructions; each message carries those its records use
         self.policy_version = -1  # -1: still the untrained initial policy
@@ -221,6 +223,8 @@ class Actor:
                 self.policy_version, self.policy = newer
                 self.acting = acting_policy(self.policy)
                 self.policy_since = time.monotonic()
+                for group in self.grouped:  # a group compares episodes of one policy: new weights start new groups
+                    group.regroup()
         if t.stop_reason:
             self.stop_reason = t.stop_reason
 

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from policies.acting import acting_policy
 from robo_rl.algos.base import BatchSpec
 from robo_rl.configs.settings import unused_rollout_note
+from robo_rl.data.group_rollout import GROUP, GroupRollout
 from robo_rl.data.rollout import Rollout
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,12 @@ class RolloutThenUpdate:
     def __init__(
         self, spec: BatchSpec, max_lead_steps: int, execute_steps: int, instructions: list[str] | None = None
     ) -> None:
-        self.rollout = Rollout(spec.gamma, spec.rollout_env_steps, instructions)  # the run's task table's names
+        if spec.group_size:  # whole episodes by the group they reset in (GRPO)
+            self.rollout = GroupRollout(
+                spec.gamma, spec.rollout_env_steps, spec.group_size, spec.group_outcome, instructions
+            )
+        else:
+            self.rollout = Rollout(spec.gamma, spec.rollout_env_steps, instructions)  # the run's task table's names
         self.extras = spec.extras
         self.lead_steps = min(max_lead_steps, 2 * execute_steps)  # room to finish the chunk under way
 
@@ -127,7 +133,7 @@ class RolloutThenUpdate:
 
     def report(self, metrics: dict, progress: Progress) -> None:
         stale = self.rollout.stale_steps
-        metrics["stale_steps_dropped"] = stale
+        metrics.update(self.rollout.stats())  # dropped steps; with groups, the groups kept and dropped
         log.info(
             "on-policy iteration %d: %d decisions (%d env steps) of version %d; %d env steps of older "
             "weights dropped so far",
@@ -156,5 +162,13 @@ def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Gener
         if total and (note := unused_rollout_note(int(total), spec.rollout_env_steps)):
             log.warning(note)
         names = replay.tasks.names if hasattr(replay, "tasks") else None
+        fields = getattr(replay, "fields", None)
+        if spec.group_size and fields is not None and GROUP not in fields:
+            from robo_rl.config import ConfigError
+
+            raise ConfigError(
+                f"group-relative advantages compare episodes reset from one initial state: the actor's records carry "
+                f"no group ({GROUP}); add group_resets to actor.wrappers (experiment=grpo_pick_cube does)"
+            )
         return RolloutThenUpdate(spec, cfg.actor.max_lead_steps, acting_policy(policy).execute_steps, names)
     return UpdateToData(spec, cfg, replay, rng)

@@ -33,6 +33,8 @@ class BatchSpec:
     extras: tuple[str, ...] = field(default=())  # policy extras gathered with obs and next_obs (`obs["extras"]`)
     where: str | None = None  # only transitions whose policy extra of this name is nonzero (a chunk's decisions)
     rollout_env_steps: int = 0  # > 0: on-policy, an update per this many env steps of one version; 0: off-policy
+    group_size: int = 0  # > 0 (on-policy): whole episodes in groups of this many from one initial state (GRPO)
+    group_outcome: str = "success"  # what compares a group's episodes: each one's success, or its return
 
 
 class Algorithm(ABC):

@@ -18,6 +18,9 @@ batch of decisions, and publish new weights after each update. Per update (one P
   ends the iteration's epochs), is skipped and counted, its weights untouched;
   `advantage=critic`: A(s, a) from an action critic trained by TD on every decision so far instead of GAE
   (`robo_rl/algos/chain_critic.py`), `critic_updates` TD steps per iteration before the policy's epochs;
+  `advantage=group` (GRPO): the rollout is whole groups of episodes from one initial state and each decision's
+  advantage is its episode's outcome against its group's (`robo_rl/algos/grpo.py`), not normalised again; no value
+  network is built or trained; `clip_high` (any advantage): the ratio's upper clip 1 + clip_high (clip-higher);
   with a learned initial noise (`policy.initial_noise=learned`) and `clip_initial_noise`, x_0's term and the steps'
   each get their own ratio and clip, two surrogates summed (each sampling stage its own decision, as DPPO treats
   its denoising steps: choosing where the chain starts moves at its own pace, the velocity field at ReinFlow's)
@@ -36,6 +39,7 @@ from policies.chain import ChainPolicy
 from policies.mlp import mlp
 from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.chain_critic import ChainActionCritic
+from robo_rl.algos.grpo import group_advantages
 from robo_rl.configs.algo import PPOConfig
 from robo_rl.configs.typed import config_from
 from robo_rl.errors import UserError
@@ -53,13 +57,14 @@ class PPO(Algorithm):
     def __init__(self, policy: ChainPolicy, cfg: PPOConfig, spec: BatchSpec) -> None:
         self.policy, self.cfg, self.batch_spec = policy, cfg, spec
         self.device = next(policy.parameters()).device
-        self.value = mlp(policy.model.feature_dim, list(cfg.value_hidden), 1).to(self.device)
+        self.grouped = cfg.advantage == "group"  # GRPO: no value network at all
+        self.value = None if self.grouped else mlp(policy.model.feature_dim, list(cfg.value_hidden), 1).to(self.device)
         head = list(policy.initial_net.parameters()) if policy.initial_noise == "learned" else []
         in_head = set(map(id, head))
         rest = [p for p in policy.parameters() if p.requires_grad and id(p) not in in_head]
         groups = [{"params": rest}] + ([{"params": head, "lr": cfg.lr_initial_noise or cfg.lr_policy}] if head else [])
         self.policy_optim = torch.optim.Adam(groups, lr=cfg.lr_policy)
-        self.value_optim = torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
+        self.value_optim = None if self.grouped else torch.optim.Adam(self.value.parameters(), lr=cfg.lr_value)
         self.iterations = 0
         self.acting_batch = 1  # observations per policy call on an actor (its actor.num_envs: the learner sets it)
         self.critic = (
@@ -112,14 +117,19 @@ class PPO(Algorithm):
         chain = batch["extras"]["chain"].view(n, *p.chain_shape)
         old_log_prob = batch["extras"]["log_prob"].view(n)
         recorded_diff = self.check_recorded_log_probs(batch["obs"], chain, old_log_prob)  # before anything learns
-        adv, returns = self.advantages(batch)
+        if self.grouped:  # each episode against its group: already on a common scale, so not normalised again
+            adv = group_advantages(batch["outcome"], batch["group"], batch["episode"], cfg.group_std_eps)
+            returns = batch["outcome"]
+        else:
+            adv, returns = self.advantages(batch)
         critic_stats = {}
         if self.critic is not None:  # TD on every decision so far, then A = Q(s, a) − E_π Q(s, ·) in place of GAE's
             self.critic.add(batch, self.discount(batch))
             critic_stats = self.critic.update(cfg.critic_updates, cfg.critic_batch_size)
             adv = self.critic.advantages(batch["obs"], chain)
             critic_stats.update(critic_decisions=float(len(self.critic)))
-        norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
+        norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 and not self.grouped else adv
+        high = cfg.clip if cfg.clip_high is None else cfg.clip_high
         stats = {"policy_loss": [], "value_loss": [], "approx_kl": [], "clip_frac": [], "entropy": []}
         stop, first, skipped, largest = False, True, {"ratio": 0, "kl": 0}, 0.0
         warmup = self.iterations < cfg.value_warmup_iterations
@@ -139,7 +149,7 @@ class PPO(Algorithm):
                     raw = [initial - old_parts[0][idx], steps - old_parts[1][idx]]
                     ratio_0 = clamped_log_ratio(initial, old_parts[0][idx], cfg.log_ratio_clamp).exp()
                     ratio_k = clamped_log_ratio(steps, old_parts[1][idx], cfg.log_ratio_clamp).exp()
-                    policy_loss = surrogate(ratio_k, a, cfg.clip) + surrogate(ratio_0, a, cfg.clip_initial_noise)
+                    policy_loss = surrogate(ratio_k, a, cfg.clip, high) + surrogate(ratio_0, a, cfg.clip_initial_noise)
                 else:
                     log_prob, entropy = p.chain_log_prob(obs, chain[idx], features)
                     raw = []
@@ -167,26 +177,29 @@ class PPO(Algorithm):
                             ((ratio_0 - 1).abs() > cfg.clip_initial_noise).float().mean().item()
                         )
                 else:
-                    policy_loss = surrogate(ratio, a, cfg.clip)
-                value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
-                value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
-                loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
+                    policy_loss = surrogate(ratio, a, cfg.clip, high)
+                loss = policy_loss - cfg.entropy_coef * entropy.mean()
+                if self.value is not None:
+                    value = self.value(p.model.pooled(features[0]).detach()).squeeze(-1)
+                    value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
+                    loss = loss + cfg.value_coef * value_loss
+                    stats["value_loss"].append(value_loss.item())
+                    self.value_optim.zero_grad(set_to_none=True)
                 if warmup:  # the value alone (the policy's graph is not backpropagated)
                     loss = cfg.value_coef * value_loss
                 self.policy_optim.zero_grad(set_to_none=True)
-                self.value_optim.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(p.parameters(), cfg.grad_clip_norm)
-                nn.utils.clip_grad_norm_(self.value.parameters(), cfg.grad_clip_norm)
                 if not warmup:
                     self.policy_optim.step()
-                self.value_optim.step()
+                if self.value is not None:
+                    nn.utils.clip_grad_norm_(self.value.parameters(), cfg.grad_clip_norm)
+                    self.value_optim.step()
                 for key, value in (
                     ("policy_loss", policy_loss.item()),
-                    ("value_loss", value_loss.item()),
                     ("approx_kl", kl),
                     ("entropy", entropy.mean().item()),
-                    ("clip_frac", ((ratio - 1).abs() > cfg.clip).float().mean().item()),
+                    ("clip_frac", ((ratio < 1 - cfg.clip) | (ratio > 1 + high)).float().mean().item()),
                 ):
                     stats[key].append(value)
             if stop:
@@ -218,6 +231,8 @@ class PPO(Algorithm):
             value_warmup=float(warmup),
             **critic_stats,
         )
+        if self.grouped:
+            out.update(groups=int(batch["group"].max()) + 1, episodes=int(batch["episode"].max()) + 1)
         return out
 
     @torch.no_grad()
@@ -269,18 +284,32 @@ class PPO(Algorithm):
     def state_dict(self) -> dict:
         return {
             "policy": self.policy.state_dict(),
-            "value": self.value.state_dict(),
             "policy_optim": self.policy_optim.state_dict(),
-            "value_optim": self.value_optim.state_dict(),
             "iterations": self.iterations,
             **({"critic": self.critic.state_dict()} if self.critic is not None else {}),
+            **(
+                {"value": self.value.state_dict(), "value_optim": self.value_optim.state_dict()}
+                if self.value is not None
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if (self.value is None) != ("value" not in state):
+            raise ValueError(
+                "this checkpoint was saved with algo.advantage="
+                + (
+                    "group: it has no value network (resume with algo.advantage=group)"
+                    if self.value is not None
+                    else "gae or critic: its value network has no place in algo.advantage=group (resume with the same "
+                    "algo.advantage)"
+                )
+            )
         self.policy.load_state_dict(state["policy"])
-        self.value.load_state_dict(state["value"])
         self.policy_optim.load_state_dict(state["policy_optim"])
-        self.value_optim.load_state_dict(state["value_optim"])
+        if self.value is not None:
+            self.value.load_state_dict(state["value"])
+            self.value_optim.load_state_dict(state["value_optim"])
         self.iterations = int(state["iterations"])
         if self.critic is not None:
             if "critic" not in state:
@@ -296,9 +325,12 @@ def clamped_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, bound:
     return (log_prob - old_log_prob).clamp(-bound, bound)
 
 
-def surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torch.Tensor:
-    """PPO's clipped surrogate loss."""
-    return -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+def surrogate(
+    ratio: torch.Tensor, advantage: torch.Tensor, clip: float, clip_high: float | None = None
+) -> torch.Tensor:
+    """PPO's clipped surrogate loss; the ratio kept within [1 − clip, 1 + clip_high] (clip_high: clip if None)."""
+    high = clip if clip_high is None else clip_high
+    return -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + high) * advantage).mean()
 
 
 def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_names: tuple = (), **keys) -> PPO:
@@ -314,6 +346,14 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
             f"algo.clip_initial_noise needs policy.initial_noise=learned (got {cfg.clip_initial_noise}, "
             f"policy.initial_noise={policy.initial_noise})"
         )
+    grouped = cfg.advantage == "group"
+    if grouped and cfg.value_warmup_iterations:
+        raise ValueError(
+            f"algo.value_warmup_iterations={cfg.value_warmup_iterations} trains a value network first; "
+            "algo.advantage=group has none: set it to 0"
+        )
+    if cfg.clip_high is not None and cfg.clip_high < cfg.clip:
+        raise ValueError(f"algo.clip_high={cfg.clip_high} must be at least algo.clip={cfg.clip} (the upper clip)")
     clip_q = cfg.critic_target_clip
     if clip_q is not None and clip_q[0] >= clip_q[1]:
         raise ValueError(f"algo.critic_target_clip must be [low, high] with low < high, got {list(clip_q)}")
@@ -322,5 +362,7 @@ def build_ppo(policy: ChainPolicy, observation_space, action_dim: int, state_nam
         gamma=cfg.gamma,
         extras=("chain", "log_prob"),
         rollout_env_steps=int(cfg.rollout_env_steps),
+        group_size=cfg.group_size if grouped else 0,
+        group_outcome=cfg.group_outcome,
     )
     return PPO(policy, cfg, spec)

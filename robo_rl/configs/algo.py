@@ -207,8 +207,25 @@ class PPOConfig:
     advantage: str = setting(
         "gae",
         "gae | critic: A(s, a) = Q(s, a) - E_pi Q(s, .) from an action critic trained by TD on every decision "
-        "so far (robo_rl/algos/chain_critic.py); V(s) is still fitted",
-        choices=("gae", "critic"),
+        "so far (robo_rl/algos/chain_critic.py); V(s) is still fitted | group: GRPO, each episode's outcome against "
+        "its group's (robo_rl/algos/grpo.py), no value network; the actor needs group_resets in actor.wrappers",
+        choices=("gae", "critic", "group"),
+    )
+    group_size: int = setting(
+        8, "advantage=group: episodes per group, each reset from the group's env seed (GRPO's G)", low=2, high=256
+    )
+    group_outcome: str = setting(
+        "success",
+        "advantage=group: what compares a group's episodes: success (at the episode's end) | return (its summed "
+        "reward)",
+        choices=("success", "return"),
+    )
+    group_std_eps: float = setting(1e-6, "advantage=group: A = (outcome - group mean) / (group std + this)", above=0)
+    clip_high: float | None = setting(
+        None,
+        "the ratio's upper clip, 1 + clip_high, at least clip (DAPO's and SimpleVLA-RL's clip-higher: 0.28 beside "
+        "clip 0.2 leaves unlikely chunks room to grow); null: 1 + clip",
+        above=0,
     )
     critic_updates: int = setting(500, "advantage=critic: TD steps per iteration", low=1)
     critic_batch_size: int = setting(256, "advantage=critic: TD minibatch", low=1)

@@ -59,6 +59,7 @@ SETTINGS: dict[str, Setting] = {
         "str", "an env spec file (an actor's env_spec.json) for a learner that cannot tell the spaces", nullable=True
     ),
     "env.driver.control_hz": _pos("the driver's command period (UR servoJ), Hz"),  # a plugin spec's: no dataclass
+    "group_resets.size": _int("episodes the actor resets in a row from one env seed (robo_rl/envs/groups.py)", 2, 256),
 }
 
 
@@ -80,6 +81,7 @@ RELATIONS = (
     ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
     ("policy.log_std_min", "policy.log_std_max", lambda a, b: a < b, "below policy.log_std_max"),
     ("policy.sigma_min", "policy.sigma_max", lambda a, b: a <= b, "at most policy.sigma_max"),
+    ("group_resets.size", "algo.group_size", lambda a, b: a == b, "algo.group_size: the groups the learner compares"),
     (
         "algo.rollout_env_steps",
         "train.total_env_steps",

@@ -34,7 +34,7 @@ class Rollout:
         keys = [
             k
             for k in arrays
-            if k in ("state", "reward", "terminated", "truncated", "step", "policy_version", "task")
+            if k in ("state", "reward", "terminated", "truncated", "success", "step", "policy_version", "task")
             or k.startswith(("image/", EXTRA))
         ]
         touched = set()
@@ -64,8 +64,7 @@ class Rollout:
             stop = ends[0] + 1 if ends else end
             chunk = records[i:stop]
             if int(records[i]["policy_version"]) != self.version:
-                self.stale_steps += len(chunk)
-                self.stale_decisions += 1
+                self._drop(key, chunk)
             else:
                 self._keep(key, records[i - 1], chunk)
             last_consumed = stop - 1  # the chunk's last record is the next decision's observation
@@ -74,21 +73,33 @@ class Rollout:
         else:
             self.streams[key] = records[last_consumed:]
 
+    def _drop(self, key: tuple, chunk: list[dict]) -> None:
+        """A decision of an older policy version: counted, not kept."""
+        self.stale_steps += len(chunk)
+        self.stale_decisions += 1
+
     def _keep(self, key: tuple, before: dict, chunk: list[dict]) -> None:
+        self.ready.append(self._row(key, before, chunk))
+        self.env_steps += len(chunk)
+
+    def _row(self, key: tuple, before: dict, chunk: list[dict]) -> dict:
+        """One decision: its observation, its chunk's records, discounted reward and discount."""
         rewards = np.array([r["reward"] for r in chunk], np.float64)
         last = chunk[-1]
-        self.ready.append(
-            {
-                "key": key,
-                "before": before,
-                "last": last,
-                "first": chunk[0],
-                "n": len(chunk),
-                "reward": float((self.gamma ** np.arange(len(chunk)) * rewards).sum()),
-                "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk),
-            }
-        )
-        self.env_steps += len(chunk)
+        return {
+            "key": key,
+            "before": before,
+            "last": last,
+            "first": chunk[0],
+            "n": len(chunk),
+            "reward": float((self.gamma ** np.arange(len(chunk)) * rewards).sum()),
+            "return": float(rewards.sum()),
+            "discount": 0.0 if last["terminated"] else self.gamma ** len(chunk),
+        }
+
+    def stats(self) -> dict:
+        """The rollout's own figures for the iteration's metrics (cumulative since the start)."""
+        return {"stale_steps_dropped": self.stale_steps}
 
     def take(self, extras: tuple[str, ...]) -> dict:
         """The assembled decisions as arrays, each episode's together and in order (`continues` marks a row whose
