@@ -25,6 +25,8 @@ commands:
             episodes a comparison needs: eval plan baseline=0.55 gain=0.10 [paired=true]
   bc        behaviour-clone a base policy (an MLP, or policy=flow|diffusion) into <run>/bc/policy.pt, evaluate it
   distill   a K-step flow/diffusion policy (or a DSRL run) into a one-step flow: robo-rl distill checkpoint=<..>
+  gate      accept a candidate policy only if fitted Q evaluation says it beats the current one by a margin:
+            robo-rl gate <current> <candidate> data=<run or dataset> [margin=0.05] [eval_episodes=N]
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
   critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
@@ -54,6 +56,7 @@ COMMANDS = {
     "eval": "robo_rl.commands.eval:cmd_eval",
     "bc": "robo_rl.commands.offline:cmd_bc",
     "distill": "robo_rl.commands.offline:cmd_distill",
+    "gate": "robo_rl.commands.gate:cmd_gate",
     "record": "robo_rl.commands.record:cmd_record",
     "reward": "robo_rl.commands.reward:cmd_reward",
     "critic": "robo_rl.commands.critic:cmd_critic",

@@ -155,6 +155,17 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         ),
         True,
     ),
+    "gate": (
+        "robo-rl gate <current checkpoint> <candidate checkpoint> data=<run or dataset> [log=<file>] [settings]",
+        "RL-100's offline-evaluation gate: fit Q of each policy by fitted Q evaluation on the data's held-out\n"
+        "episodes and accept the candidate only if its estimated return beats the current one's by margin=; in sim,\n"
+        "eval_episodes=N also runs both and records whether the call agreed with their real success. One JSON line\n"
+        "per call in log= (default <data>/gate.jsonl); exit status 0: accepted, 1: rejected. Settings (GateConfig,\n"
+        "robo_rl/configs/parl.py): margin, held_out, gamma, fqe_steps, fqe_batch_size, fqe_lr, fqe_hidden, fqe_tau,\n"
+        "seed, eval_episodes.",
+        (),
+        False,
+    ),
     "record": (
         "robo-rl record <dst> [human=keyboard] [episodes=20] [keep=success|all] [format=store|lerobot] [overrides]",
         "Drive the env with a teleop device (human=keyboard | gamepad | spacemouse | web | leader_arm | sim) at its\n"
