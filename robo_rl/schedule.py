@@ -1,9 +1,11 @@
 """When the learner updates, on what, when new weights go out, and how far actors may run ahead: the algorithm's
 schedule, chosen by its `BatchSpec` (`robo_rl/algos/base.py`), so that the learner's loop names no algorithm kind.
 
-- `UpdateToData` (off-policy): `train.utd` updates owed per online env step past `train.learning_starts`, each on
+- `UpdateToData` (off-policy): `train.utd` updates owed per online env step past `train.learning_starts` (and past
+  the end of a WSRL warm-up, `replay.warmup_episodes`: no update before it, actors run freely through it), each on
   fresh batches sampled from the replay; weights go out every `train.weights_every_updates` updates; actors may run
-  `actor.max_lead_steps` ahead of the env steps the updates done have paid for.
+  `actor.max_lead_steps` ahead of the env steps the updates done have paid for. Its metrics say how many prior
+  (offline) rows the update's batches held (`batch_prior_rows`, a mean over its batches).
 - `RolloutThenUpdate` (on-policy, `spec.rollout_env_steps` > 0): the current policy version's decisions are
   collected in a `Rollout`; once it holds that many env steps, one update runs on it and its weights go out at
   once; actors act what the rollout still lacks (and finish a chunk), then wait for the new weights.
@@ -74,9 +76,15 @@ class UpdateToData:
         self.utd, self.learning_starts = cfg.train.utd, cfg.train.learning_starts
         self.weights_every_updates, self.max_lead_steps = cfg.train.weights_every_updates, cfg.actor.max_lead_steps
 
+    def start(self, progress: Progress) -> int | None:
+        """The env step from which updates are owed: past `learning_starts` and a warm-up's end (None: warming up)."""
+        warm = getattr(self.replay, "warmup_steps", 0)
+        return None if warm is None else progress.steps_base + max(self.learning_starts, warm)
+
     def budget(self, progress: Progress) -> float:
-        """Updates owed for the data received: UTD × online steps past `learning_starts`."""
-        return progress.updates_base + self.utd * progress.learning_steps
+        """Updates owed for the data received: UTD × online steps past `start`."""
+        start = self.start(progress)
+        return -1.0 if start is None else progress.updates_base + self.utd * (progress.env_steps - start)
 
     def add(self, actor: str, arrays: dict) -> None:
         pass  # the replay holds it already
@@ -86,11 +94,15 @@ class UpdateToData:
 
     def batches(self) -> Iterator[dict]:
         s = self.spec
+        self._prior_rows = []
         for _ in range(s.batches):
-            yield self.replay.sample(s.batch_size, self.rng, s.gamma, s.n_step, s.chunk, s.extras, s.where)
+            batch = self.replay.sample(s.batch_size, self.rng, s.gamma, s.n_step, s.chunk, s.extras, s.where)
+            self._prior_rows.append(getattr(self.replay, "last_prior_rows", 0))
+            yield batch
 
     def report(self, metrics: dict, progress: Progress) -> None:
-        pass
+        if getattr(self, "_prior_rows", None):
+            metrics["batch_prior_rows"] = float(np.mean(self._prior_rows))
 
     def publish_due(self, progress: Progress) -> bool:
         return progress.updates % self.weights_every_updates < self.spec.batches
@@ -99,12 +111,10 @@ class UpdateToData:
         pass  # every version's data counts
 
     def allowed_env_steps(self, progress: Progress) -> float:
-        return (
-            progress.steps_base
-            + self.learning_starts
-            + (progress.updates - progress.updates_base) / self.utd
-            + self.max_lead_steps
-        )
+        start = self.start(progress)
+        if start is None:  # the warm-up's episodes are the initial policy's: nothing to wait for
+            return progress.env_steps + self.max_lead_steps
+        return start + (progress.updates - progress.updates_base) / self.utd + self.max_lead_steps
 
 
 class RolloutThenUpdate:
@@ -158,6 +168,13 @@ class RolloutThenUpdate:
 def make_schedule(spec: BatchSpec, cfg: DictConfig, replay, rng: np.random.Generator, policy) -> Schedule:
     """The schedule the algorithm's batch spec asks for."""
     if spec.rollout_env_steps:
+        if getattr(replay, "warmup_episodes", 0):
+            from robo_rl.config import ConfigError
+
+            raise ConfigError(
+                f"replay.warmup_episodes={replay.warmup_episodes} is WSRL's warm-up of an off-policy learner's replay; "
+                "an on-policy algorithm updates on each rollout of its current policy: leave it 0"
+            )
         total = cfg.get("train", {}).get("total_env_steps")  # a schedule built for a test may have no budget
         if total and (note := unused_rollout_note(int(total), spec.rollout_env_steps)):
             log.warning(note)

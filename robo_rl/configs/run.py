@@ -59,6 +59,13 @@ class ReplayConfig:
         0.5, "share of each batch from online data; the rest from demos + interventions", low=0, high=1
     )
     interventions_in_prior: bool = setting(True, "human-intervention transitions join the demonstrations as prior data")
+    warmup_episodes: int = setting(
+        0,
+        "WSRL's warm-up: no update until this many online episodes of the initial (pretrained) policy are in the "
+        "replay, then train.utd updates per env step after them (0: none; train.learning_starts holds either way); "
+        "with online_fraction=1 no batch holds a prior row (experiment=wsrl_pick_cube)",
+        low=0,
+    )
     verify_on_load: bool = setting(True, "check every segment's checksums when resuming")
 
 

@@ -3,7 +3,11 @@
 Partitions: `online` (every record the actors send), `demos` (prior demonstrations) and
 `interventions` (online transitions a human took over, a view of the online rows, indexed as they are
 written, so sampling it never scans the ring). A batch takes `online_fraction` from online and the rest from
-the prior data, demos and interventions pooled.
+the prior data, demos and interventions pooled; `last_prior_rows` says how many prior rows the last batch took.
+
+The WSRL warm-up (`warmup_episodes` K > 0) is counted here, on every online record as it is added and again as a
+resume re-adds the stored ones in their order: `warmup_steps` is None until the K-th online episode has ended, then
+the online env steps up to its last record (the schedule owes no update before it, and counts its UTD from it).
 
 Every online record is also written to `<run>/replay/online/` (see `storage.py`) in arrival order, by
 a background thread, at most `flush_every_s` after it arrived. Only then is it acknowledged to the
@@ -79,6 +83,18 @@ class LearnerReplay:
         self.sessions: dict[str, dict] = {}  # after `restore`: actor → its newest stored session (see there)
         self._last_flush = time.monotonic()
         self.total_env_steps = total_env_steps
+        self.last_prior_rows = 0  # prior rows (demos, interventions) in the last batch sampled
+        self.warmup_episodes = int(cfg.get("warmup_episodes", 0))
+        self.online_episodes = self.online_steps = 0  # ended episodes and env steps received (a resume recounts)
+        self.warmup_steps: int | None = None if self.warmup_episodes else 0
+        if self.warmup_episodes:
+            log.info(
+                "WSRL warm-up: no update until %d online episodes of the initial policy are in; then batches take "
+                "%d%% prior rows (replay.online_fraction=%s)",
+                self.warmup_episodes,
+                round(100 * (1 - cfg.online_fraction)),
+                cfg.online_fraction,
+            )
 
     # --- memory and disk ----------------------------------------------------------------------
     def usage(self) -> str:
@@ -114,6 +130,7 @@ class LearnerReplay:
             check_step_batch(arrays, self.fields)  # the ring validates in RAM mode
         else:
             self.online.add(arrays, source=actor)
+        self._count_online(arrays)
         arrays = {name: arrays[name] for name in self.fields}  # fields nobody declared are not stored
         if self.store is not None:
             self._pending.append((actor, arrays))
@@ -121,6 +138,21 @@ class LearnerReplay:
             if seq is not None:
                 self._seqs[actor] = [session, seq]
                 self._messages.append([actor, session, seq, token_hash])
+
+    def _count_online(self, arrays: dict) -> None:
+        """Count the online episodes and env steps of records just stored; note where the warm-up's K-th ends."""
+        live = np.asarray(arrays["step"]) > 0
+        ends = np.flatnonzero(live & (np.asarray(arrays["terminated"]) | np.asarray(arrays["truncated"])))
+        if self.warmup_steps is None and self.online_episodes + len(ends) >= self.warmup_episodes:
+            last = ends[self.warmup_episodes - self.online_episodes - 1]
+            self.warmup_steps = self.online_steps + int(live[: last + 1].sum())
+            log.info(
+                "WSRL warm-up done: %d online episodes, %d env steps of the initial policy; updates start",
+                self.warmup_episodes,
+                self.warmup_steps,
+            )
+        self.online_episodes += len(ends)
+        self.online_steps += int(live.sum())
 
     def _save_tasks(self) -> None:
         """Write the task table when it gained an entry (before the segment of any record that indexes it)."""
@@ -177,6 +209,7 @@ class LearnerReplay:
         n_demo_rows = self.demos.size if self.demos else 0
         n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + n_int_rows else 0
         n_int = int(rng.binomial(n_prior, n_int_rows / (n_demo_rows + n_int_rows))) if n_prior else 0
+        self.last_prior_rows = n_prior
         parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where)]
         if n_int:
             parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where))
@@ -217,6 +250,7 @@ class LearnerReplay:
                 self.online.add_segment(seg.index, batch, sources)
             else:
                 self.online.add({k: np.asarray(v) for k, v in batch.items()}, sources)
+            self._count_online(batch)
             seqs.update(seg.seqs)
             self._note_sessions(seg.messages)
             if position[seg.name] >= upto:
