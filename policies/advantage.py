@@ -78,6 +78,15 @@ def advantage_prompt(instruction: str | None, label: int) -> str:
     return f"{base}. {sentence}" if base and not base.endswith(".") else f"{base} {sentence}".strip()
 
 
+def labelled_prompts(
+    instructions: list[str | None], labels, rate: float, generator: torch.Generator | None = None
+) -> list[str]:
+    """Per training row, the prompt a VLA is fine-tuned on: its instruction with its label (positive / negative),
+    or the plain instruction for the rows whose label the CFG dropout drops (probability `rate`)."""
+    given = dropped_labels(torch.as_tensor(labels, dtype=torch.long), rate, generator)
+    return [advantage_prompt(text, int(label)) for text, label in zip(instructions, given.tolist(), strict=True)]
+
+
 class PromptGuidance:
     """Guided sampling for a generator whose features read the instruction (a SmolVLA through policies/vla_flow.py,
     or any object with `features(obs)` and `predict(features, x, t)`): the features are computed twice, once for the

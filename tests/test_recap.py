@@ -16,6 +16,7 @@ from policies.advantage import (
     advantage_prompt,
     dropped_labels,
     guided,
+    labelled_prompts,
 )
 from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.cli import main
@@ -186,6 +187,9 @@ def test_a_vla_prompt_carries_the_label_and_guidance_runs_both_prompts():
         g = PromptGuidance(StandIn(), w)
         assert torch.equal(g.predict(g.features(obs), x, 0.0), torch.full_like(x, expected))
     assert torch.equal(PromptGuidance(StandIn(), 1.0).sample(obs, x, 4), torch.ones_like(x))
+    prompts = labelled_prompts(["pick"] * 20_000, [POSITIVE] * 10_000 + [NEGATIVE] * 10_000, 0.1)
+    assert prompts[0] in ("pick. Advantage: positive", "pick") and prompts[-1] in ("pick. Advantage: negative", "pick")
+    assert prompts.count("pick") / len(prompts) == pytest.approx(0.1, abs=0.01)  # the CFG dropout: the plain prompt
 
 
 # --- label and fine-tune on a store -------------------------------------------------------------------------------
@@ -275,6 +279,58 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, capsys, option, words):
     assert words in err and len(err.splitlines()) == 1
 
 
+def test_recap_help_names_its_commands(capsys):
+    assert main(["recap", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(verb in out for verb in ("collect", "label", "finetune", "recap.<setting>"))
+    assert main(["recap", "relabel"]) == 2 and "unknown recap command 'relabel'" in capsys.readouterr().err
+
+
 def test_labelling_state_only_data_with_steam_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="needs camera frames"):
         label([store_of(tmp_path, n=4)], settings(value="steam"), progress=False)
+
+
+@pytest.mark.slow  # lerobot's import alone takes half a minute on a loaded 2-core machine
+def test_a_lerobot_dataset_gets_its_labels_beside_it_keyed_by_episode_and_frame(tmp_path, capsys):
+    store = store_of(tmp_path, n=6)
+    dataset = tmp_path / "lerobot"
+    assert main(["data", "convert", str(store), str(dataset), "fps=10", "task=reach"]) == 0
+    before = files_digest(dataset)
+    assert main(["recap", "label", str(dataset), "recap.value_steps=50", "recap.bins=21", "recap.n_step=2"]) == 0
+    assert "labels: " + str(dataset / "recap") in capsys.readouterr().out
+    assert {k: v for k, v in files_digest(dataset).items() if "/recap/" not in k} == before
+    cols, meta = read_labels(dataset / "recap")
+    import pyarrow.parquet as pq
+
+    frames = pq.read_table(sorted((dataset / "data").rglob("*.parquet"))[0]).to_pydict()
+    assert sorted(zip(cols["episode_id"].tolist(), cols["step"].tolist(), strict=True)) == sorted(
+        zip(frames["episode_index"], frames["frame_index"], strict=True)
+    )  # one row per LeRobot frame: (episode_index, frame_index)
+    assert meta["thresholds"].keys() == {"reach"}
+
+
+@pytest.mark.slow
+def test_one_recap_iteration_on_the_pick_task_from_a_small_flow_base(tmp_path, capsys):
+    """bc → collect → label → finetune → collect with the guided policy, all through `robo-rl`, on pick_cube."""
+    common = [f"outputs_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}", "logger.progress=false"]
+    bc = ["bc", "env=pick_cube", "experiment=rlpd", "policy=flow", "demos.num_episodes=8", "bc.epochs=40"]
+    bc += ["bc.patience=40", "bc.flow_updates=0", "bc.eval_episodes=0", "name=base", "policy.hidden=[64,64]"]
+    assert main([*bc, *common]) == 0
+    run = next(tmp_path.glob("*/*_base"))
+    capsys.readouterr()
+    assert main(["recap", "collect", str(run), "episodes=6", "logger.progress=false"]) == 0
+    assert "bc/policy.pt (guidance 1.0): success" in capsys.readouterr().out
+    small = ["recap.value_steps=100", "recap.updates=100", "recap.value_hidden=[64,64]"]
+    assert main(["recap", "label", str(run), *small]) == 0
+    out = capsys.readouterr().out
+    assert "labelled" in out and "14 episodes" in out  # the 6 attempts and the base's 8 demonstrations
+    assert main(["recap", "finetune", str(run), *small, "recap.guidance=1.5"]) == 0
+    assert (run / "recap" / "policy.pt").exists()
+    capsys.readouterr()
+    assert main(["recap", "collect", str(run), "episodes=4", "logger.progress=false"]) == 0
+    assert "recap/policy.pt (guidance 1.5): success" in capsys.readouterr().out
+    from robo_rl.data.datasets.io import load_episodes
+
+    sources = [e.source for e in load_episodes(run, progress=False)]
+    assert sources.count("collect_1") == 6 and sources.count("collect_2") == 4

@@ -87,17 +87,12 @@ def cmd_recap(args: list[str]) -> int:
 
 
 def run_demos(run: Path) -> list[Path]:
-    """A run folder's cached demonstrations (the ones its `robo-rl bc` learned from), where its config names them."""
-    from robo_rl.config import load_saved_config
-    from robo_rl.data.demos import demos_path
-
-    if not (run / "config.yaml").exists():
+    """The demonstrations a run folder's `robo-rl bc` learned from (its bc/summary.json names them), if still there."""
+    summary = run / "bc" / "summary.json"
+    if not summary.exists():
         return []
-    cfg = load_saved_config(run / "config.yaml")
-    if cfg.demos.get("path"):
-        return [Path(cfg.demos.path)]
-    path = demos_path(cfg)
-    return [path] if path.exists() else []
+    source = json.loads(summary.read_text()).get("demonstrations")
+    return [Path(source)] if source and Path(source).exists() else []
 
 
 def cmd_label(args: list[str]) -> int:

@@ -74,7 +74,7 @@ class CategoricalValue(nn.Module):
     def logits(self, obs: dict) -> torch.Tensor:
         state = ((obs["state"] - self.state_mean) / self.state_std).clamp(-NORMALISED_CLIP, NORMALISED_CLIP)
         images = {name: obs["images"][name] for name in self.config["cameras"]}
-        return self.head(self.encoder({"state": state, "images": images}))
+        return self.head(self.encoder({**obs, "state": state, "images": images}))  # a VLA's reads the instruction too
 
     def forward(self, obs: dict) -> torch.Tensor:
         return (F.softmax(self.logits(obs), dim=-1) * self.support).sum(-1)
