@@ -52,8 +52,10 @@ def test_an_algorithm_named_by_target_plugs_into_the_learner_loop_unchanged(tmp_
         demos = learner.replay.demos.data
         learner.ingest("actor-0", {k: v[:30].copy() for k, v in demos.items()}, 1, 1)
         metrics = learner.update()
-        own = {k: v for k, v in metrics.items() if not k.startswith("guard_")}  # the learner's guards add theirs
+        # the learner's guards add theirs, its schedule the prior rows per batch (the demos' half of 8)
+        own = {k: v for k, v in metrics.items() if not k.startswith("guard_") and k != "batch_prior_rows"}
         assert own == {"recorded_batches": 3.0} and learner.updates == 3, "batches per round come from its spec"
+        assert metrics["batch_prior_rows"] == 4.0
         assert all(v == 0.0 for k, v in metrics.items() if k.startswith("guard_")), metrics
         (batches,) = learner.algo.seen
         assert len(batches) == 3 and all(b["reward"].shape == (8,) for b in batches)
