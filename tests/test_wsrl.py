@@ -130,3 +130,29 @@ def test_an_actor_and_a_learner_warm_up_then_train_on_online_rows_only(tmp_path)
     updating = [x for x in lines if x.get("kind") == "learner" and "batch_prior_rows" in x]
     assert updating and all(x["batch_prior_rows"] == 0 for x in updating)
     assert all(x["env_steps"] >= warm for x in updating)
+
+
+@pytest.mark.slow  # a BC base, a residual's warm-up and updates on the pick task and an evaluation: about 65 s
+def test_robo_rl_train_runs_wsrl_on_the_pick_task_to_the_end(tmp_path):
+    from tests.test_cli import ROOT, isolated, only_run_dir, robo_rl
+
+    out = robo_rl(
+        "train",
+        *isolated(tmp_path, "wsrl_pick_cube"),
+        "demos.num_episodes=6",
+        "bc.epochs=5",
+        "bc.eval_episodes=0",
+        "train.total_env_steps=600",
+        "replay.warmup_episodes=3",
+        "algo.actor_start_updates=50",
+        "eval.episodes=4",
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = only_run_dir(tmp_path)
+    assert "WSRL warm-up done: 3 online episodes" in (run / "learner.log").read_text()
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    updating = [x for x in lines if "batch_prior_rows" in x]
+    assert updating and all(x["batch_prior_rows"] == 0 for x in updating)
+    assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "done"
