@@ -258,3 +258,49 @@ def test_a_resumed_parl_learner_fed_the_same_data_ends_with_the_same_parameters_
     assert moved, "distillation changed the base's weights"
     straight.close()
     resumed.close()
+
+
+@pytest.mark.slow
+def test_robo_rl_train_with_parl_completes_and_its_run_goes_through_the_gate(tmp_path):
+    """A short real `robo-rl train` (a flow base behaviour-cloned first, learner and actor processes, the final
+    evaluation), then `robo-rl gate` on the run's checkpoint against its base, with the sim check."""
+    import json
+
+    from tests.test_cli import ROOT, isolated, only_run_dir, robo_rl
+
+    over = [
+        "env=point_reach",
+        "policy=parl",
+        "algo=parl",
+        "train.total_env_steps=400",
+        "train.learning_starts=100",
+        "train.random_steps=100",
+        "demos.num_episodes=5",
+        "bc.epochs=20",
+        "bc.eval_episodes=5",
+        "eval.episodes=5",
+        "policy.samples=8",
+        "policy.critic_hidden=[64,64]",
+        "algo.batch_size=64",
+        "algo.distill_every=5",
+    ]
+    out = robo_rl("train", *isolated(tmp_path), *over, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = only_run_dir(tmp_path)
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    learner = [m for m in metrics if m.get("kind") == "learner"]
+    assert any("distill_loss" in m for m in learner) and learner[-1]["updates"] > 0
+    assert json.loads((run / "eval" / "report.json").read_text())["episodes"] == 5
+    gated = robo_rl(
+        "gate",
+        str(run / "bc" / "policy.pt"),
+        str(run),
+        f"data={run}",
+        "fqe_steps=200",
+        "eval_episodes=5",
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert gated.returncode in (0, 1), gated.stderr[-2000:]
+    line = json.loads((run / "gate.jsonl").read_text().splitlines()[-1])
+    assert line["decision"] == ("accept" if gated.returncode == 0 else "reject") and "agreed" in line["real"]

@@ -39,6 +39,7 @@ class PARL(Algorithm):
         self.distils = cfg.distill_every > 0
         self.base_optim = torch.optim.Adam(policy.sampler.parameters(), lr=cfg.lr_base) if self.distils else None
         self.rounds = 0  # update rounds so far: the distillation's clock (resumed with the rest)
+        self.last_distill: dict = {}
 
     def update(self, batches: list[dict]) -> dict:
         metrics = {}
@@ -47,8 +48,8 @@ class PARL(Algorithm):
         self.rounds += 1
         if self.distils and self.rounds % self.cfg.distill_every == 0:
             for i in range(self.cfg.distill_steps):
-                metrics.update(self.distill(batches[i % len(batches)]))
-        return metrics
+                self.last_distill = self.distill(batches[i % len(batches)])
+        return {**metrics, **self.last_distill}  # the latest distillation's figures in every round's log
 
     def _step(self, optim, params, loss: torch.Tensor) -> float:
         optim.zero_grad(set_to_none=True)
