@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from hardware.arm import ArmDriver, ArmState, VirtualClock
+from hardware.arm_resets import ArmResets
 from hardware.cameras import CameraError
 from hardware.kinematics import quat_mul, rotvec_to_quat
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
@@ -59,7 +60,7 @@ class ReachTask:
         return -float(np.tanh(REACH_SHAPING_PER_M * distance)), distance < self.tolerance_m
 
 
-class ArmEnv(RobotEnv):
+class ArmEnv(ArmResets, RobotEnv):
     metadata = {"render_modes": ["rgb_array"]}
     drives_robot = True
 
@@ -80,8 +81,16 @@ class ArmEnv(RobotEnv):
         recovery_step_rad: float = 0.05,
         reset_timeout_s: float = 20.0,
         terminate_on_success: bool = True,
+        reset_mode: str | None = "human",  # between episodes (hardware/arm_resets.py); None: it homes, unchecked
+        reset_trajectory: str | None = None,
+        reset_tolerance_rad: float = 0.05,
+        reset_person: str = "devices",
+        reset_wait_s: float | None = None,
     ) -> None:
         super().__init__()
+        self.reset_settings = self._reset_settings(
+            reset_mode, reset_trajectory, reset_tolerance_rad, reset_person, reset_wait_s
+        )
         self.driver = _make_driver(driver, dry_run, twin_clock)
         self.model = self.driver.model
         self.dry_run = bool(dry_run)
@@ -170,11 +179,8 @@ class ArmEnv(RobotEnv):
 
     # --- RobotEnv -----------------------------------------------------------------------------
     def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
-        state = self.driver.read()
-        if state.fault:
-            log.warning("%s reports a fault (%s): recovering before the reset", self.driver.robot, state.fault)
-            self.driver.recover()
-        self.driver.home(timeout_s=self.reset_timeout_s)
+        if not (options or {}).get("keep_scene"):  # else the reset protocol (robo_rl/envs/resets.py) moved the arm
+            self.human_reset()
         if self.task is not None:
             self.task.reset(rng)
         state = self._read()

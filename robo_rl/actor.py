@@ -27,6 +27,7 @@ from robo_rl.data.tasks import TaskTable, pack_instructions
 from robo_rl.envs.actor_task import ActorTaskError, check_actor_task, env_tasks, reset_options
 from robo_rl.envs.base import SafetyStop
 from robo_rl.envs.groups import GroupedResets
+from robo_rl.envs.resets import ResetWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
 from robo_rl.policy_io import stack_obs
@@ -112,6 +113,7 @@ class Actor:
             self.envs += [make_actor_env(cfg) for _ in range(num_envs - 1)]
         self.slots = list(range(num_envs))  # row i of a policy call is env i's
         self.grouped = [g for g in (find_wrapper(e, GroupedResets) for e in self.envs) if g is not None]
+        self.resets = [r for r in (find_wrapper(e, ResetWrapper) for e in self.envs) if r is not None]  # reset_mode
         self.fields = fields_for_env(self.env, self.acting)
         self.tasks = TaskTable()  # this actor's instructions; each message carries those its records use
         self.policy_version = -1  # -1: still the untrained initial policy
@@ -195,6 +197,9 @@ class Actor:
                 stats.update(self.reward.stats())
             except RuntimeError:  # the worker appended a scoring time while we read them
                 pass
+        for resets in self.resets:  # counts summed over the envs; which waits for a person, and why
+            for key, value in resets.stats().items():
+                stats[key] = stats.get(key, 0) + value if isinstance(value, int) else value
         if self.safety is not None:
             stats.update({f"safety_{k}": v for k, v in self.safety.stats().items()})
         if self.human is not None:

@@ -31,6 +31,7 @@ import numpy as np
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
 from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
 from robo_rl.envs.spec import EnvSpec
+from sim.pick_cube_reset import PickCubeResets
 from sim.randomize import DomainRandomizer, Randomization
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
@@ -176,7 +177,7 @@ def _build_model(
     return model
 
 
-class PickCubeEnv(RobotEnv):
+class PickCubeEnv(PickCubeResets, RobotEnv):
     """Pick up a randomly placed cube with a Panda (`task="lift"`), or move above it (`task="reach"`)."""
 
     task_description = "pick up the cube and lift it"
@@ -231,8 +232,16 @@ class PickCubeEnv(RobotEnv):
         gripper: str = "absolute",
         state: str = "full",
         randomize: dict | None = None,  # domain randomisation, see sim/randomize.py; None: nominal
+        reset_mode: str | None = None,  # between episodes (sim/pick_cube_reset.py); None: the instant placement
+        reset_trajectory: str | None = None,
+        reset_tolerance_m: float = 0.03,
+        reset_person: str = "devices",
+        reset_wait_s: float | None = None,
     ) -> None:
         super().__init__()
+        self.reset_settings = self._reset_settings(
+            reset_mode, reset_trajectory, reset_tolerance_m, reset_person, reset_wait_s
+        )
         self.randomization = Randomization.from_config(randomize)
         if state not in ("full", "proprio"):
             raise ValueError(f"state must be 'full' or 'proprio' (no cube pose: learn it from cameras), got {state!r}")
@@ -360,7 +369,6 @@ class PickCubeEnv(RobotEnv):
     def _reset(self, rng: np.random.Generator, options: dict | None) -> tuple[dict, dict]:
         options = options or {}
         m, d = self.model, self.data
-        mujoco.mj_resetData(m, d)
         # Draw every random number even when options override it, so the rest of the episode's stream is unchanged.
         cube_xy = self.cube_center_xy_m + rng.uniform(-1, 1, 2) * self.cube_xy_range_m
         yaw = rng.uniform(-1, 1) * self.cube_yaw_range_rad
@@ -370,6 +378,9 @@ class PickCubeEnv(RobotEnv):
             info["randomization"] = self._randomizer.reset(rng)
             cube_xy = cube_xy + self._randomizer.object_xy_offset
             self._cube_half_m = self.cube_half_size_m * self._randomizer.object_scale
+        if options.get("keep_scene"):  # the scene a reset left (robo_rl/envs/resets.py): from where things are
+            return self._keep_scene(info)
+        mujoco.mj_resetData(m, d)
         cube_xy = np.asarray(options.get("cube_xy", cube_xy), float)
         yaw = float(options.get("cube_yaw", yaw))
         self._ee_target = np.clip(ee, self.workspace_low_m, self.workspace_high_m)

@@ -210,6 +210,7 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
         env=SimpleNamespace(control_hz=10),
         acting=SimpleNamespace(chunk_stats=dict),  # a policy without chunks
         reward=None,
+        resets=[],  # no env.reset_mode
         safety=safety,
         human=None,
     )

@@ -17,6 +17,18 @@ CONTROL_HZ_MAX = 1000.0
 IMAGE_SIZE_MAX = 1024
 STEP = "per step at action 1"
 TIME_LIMIT = "steps before the time limit"
+RESET_MODES = ("human", "scripted", "taught", "learned")  # robo_rl/envs/resets.py
+RESET_MODE = (
+    "between episodes (robo_rl/envs/resets.py), then a check that calls a person only when it fails: human (a person "
+    "resets; the run waits) | scripted (the robot puts the scene back itself, physics running) | taught (replays "
+    "env.reset_trajectory, recorded once with a device) | learned (not built yet: refused)"
+)
+RESET_TRAJECTORY = "reset_mode=taught: the recorded reset trajectory file (robo_rl/teleop/reset_teaching.py)"
+RESET_PERSON = (
+    "who answers a failed reset check: devices (a terminal line; the run waits until the check passes, re-checked on "
+    "a device's acknowledge) | sim (a simulated person puts the scene back)"
+)
+RESET_WAIT = "a failed reset check waits this long for a person before the actor stops, s (null: it waits)"
 
 
 @dataclass
@@ -66,6 +78,17 @@ class PickCubeConfig:
         choices=("absolute", "discrete"),
     )
     state: str = setting("full", "full, or proprio (no cube pose: learn it from cameras)", choices=("full", "proprio"))
+    reset_mode: str | None = setting(
+        None,
+        RESET_MODE + "; null: the simulator places the scene instantly, unchecked (as before)",
+        choices=RESET_MODES,
+    )
+    reset_trajectory: str | None = setting(None, RESET_TRAJECTORY)
+    reset_tolerance_m: float = setting(
+        0.03, "reset check: the cube within this of its start region, the arm of its home pose, m", above=0
+    )
+    reset_person: str = setting("devices", RESET_PERSON, choices=("devices", "sim"))
+    reset_wait_s: float | None = setting(None, RESET_WAIT, above=0)
 
 
 @dataclass
@@ -197,6 +220,13 @@ class ArmEnvConfig:
     recovery_step_rad: float = setting(0.05, "that joint-space step's size per joint, rad", above=0)
     reset_timeout_s: float = setting(20.0, "the move home must finish within this, s", above=0)
     terminate_on_success: bool = setting(True, "a reach task's success ends the episode")
+    reset_mode: str | None = setting(
+        "human", RESET_MODE + "; null: the arm homes itself, unchecked", choices=RESET_MODES
+    )
+    reset_trajectory: str | None = setting(None, RESET_TRAJECTORY)
+    reset_tolerance_rad: float = setting(0.05, "reset check: every joint within this of its home pose, rad", above=0)
+    reset_person: str = setting("devices", RESET_PERSON, choices=("devices", "sim"))
+    reset_wait_s: float | None = setting(None, RESET_WAIT, above=0)
 
 
 @dataclass

@@ -9,6 +9,7 @@ an env (it reads an `EnvSpec`, robo_rl/envs/spec.py).
 from __future__ import annotations
 
 from robo_rl.config import ConfigError, make_env
+from robo_rl.envs.resets import ResetWrapper, with_resets
 
 
 def actor_wrapper_nodes(cfg):
@@ -44,8 +45,20 @@ def wrap(env, node, name: str):
 
 def make_actor_env(cfg):
     env = make_env(cfg)
+    try:  # env.reset_mode: innermost, so a safety stop is acknowledged before the reset moves the arm
+        env = with_resets(env)
+    except ValueError as e:  # a taught trajectory that is missing or made for another robot
+        env.close()
+        raise ConfigError(str(e)) from None
     for entry, node in actor_wrapper_nodes(cfg):
         env = wrap(env, node, f"actor wrapper '{entry if isinstance(entry, str) else node._target_}'")
+    resets = find_wrapper(env, ResetWrapper)
+    if resets is not None:  # a failed reset check listens to the human's devices (their `poll`) while it waits
+        layer = env
+        while layer is not None:
+            if hasattr(type(layer), "poll") and hasattr(layer, "devices"):
+                resets.add_poller(layer.poll)
+            layer = getattr(layer, "env", None)
     return env
 
 

@@ -1,0 +1,117 @@
+"""An arm's own resets (`env.reset_mode`, robo_rl/envs/resets.py), the same on its MuJoCo twin and on metal.
+
+`scripted_reset` returns the arm to its home pose, gripper open; `replay_reset` drives it through a taught
+trajectory's joint waypoints. Both move in joint space at a bounded speed and pass every joint target through the
+safety layer's joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the workspace box), as a policy's
+commands are: a move the guard holds never arrives, and the check then calls a person. `human_reset` is what the
+arm did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the
+scene. `reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle.
+`place_scene` is the simulated person: on a twin, the arm moved home by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from hardware.arm import HardwareError
+from robo_rl.envs.resets import ResetSettings
+
+log = logging.getLogger(__name__)
+
+RESET_SPEED_RAD_S = 0.5  # the reset's joint speed (the driver's own home move uses the same)
+ARRIVED_RAD = 0.02  # every joint this close to a waypoint: it is reached
+SETTLE_S = 2.0  # the check waits up to this long (driver clock) for the arm to stop and the gripper to open
+SETTLE_POLL_S = 0.05
+GRIPPER_OPEN = 0.1  # the gripper reading (0 open .. 1 closed) below which it counts as open
+
+
+class ArmResets:
+    """Mixed into ArmEnv: the arm's reset methods (it provides the driver, its model, `joint_guard`, `_read`)."""
+
+    def _reset_settings(self, mode, trajectory, tolerance_rad, person, wait_s) -> ResetSettings:
+        return ResetSettings(mode, trajectory, tolerance_rad, person, wait_s)
+
+    # --- what the arm does --------------------------------------------------------------------
+    def human_reset(self) -> None:
+        self._recover_fault()
+        self.driver.home(timeout_s=self.reset_timeout_s)
+
+    def scripted_reset(self) -> None:
+        self._recover_fault()
+        self._guarded_move(self.driver.home_joints, 0.0)
+
+    def replay_reset(self, waypoints: np.ndarray) -> None:
+        self._recover_fault()
+        dof = self.model.dof
+        for waypoint in waypoints:
+            if not self._guarded_move(waypoint[:dof], float(waypoint[dof])):
+                log.warning("the taught reset stopped short of a waypoint: the reset check decides what follows")
+                return
+
+    def reset_pose_names(self) -> tuple[str, tuple[str, ...]]:
+        return "joints", (*self.model.joint_names, "gripper")
+
+    def reset_pose(self) -> list[float]:
+        state = self.driver.read()
+        return [*state.joints.tolist(), float(state.gripper)]
+
+    def place_scene(self, rng: np.random.Generator) -> None:
+        """A simulated person moves the twin's arm home by hand, gripper open (the metal needs a real person)."""
+        twin = self.driver_twin
+        if twin is None:
+            raise HardwareError(
+                "env.reset_person=sim moves a twin's arm by hand: a real arm needs reset_person=devices"
+            )
+        twin.move_by_hand(self.driver.home_joints, gripper=0.0)
+
+    # --- the check ----------------------------------------------------------------------------
+    def reset_problem(self, tolerance_rad: float) -> str | None:
+        clock = self.driver.clock
+        deadline = clock.now() + SETTLE_S
+        while True:
+            state = self.driver.read()
+            off = np.abs(state.joints - self.driver.home_joints)
+            gripper_open = not self.has_gripper or state.gripper < GRIPPER_OPEN
+            still = float(np.max(np.abs(state.joint_vel))) < ARRIVED_RAD
+            if state.fault or (off.max() <= tolerance_rad and gripper_open and still) or clock.now() >= deadline:
+                break
+            clock.sleep_until(clock.now() + SETTLE_POLL_S)
+        problems = []
+        if state.fault:
+            problems.append(f"the arm reports a fault ({state.fault})")
+        if off.max() > tolerance_rad:
+            joint = self.model.joint_names[int(np.argmax(off))]
+            problems.append(f"the arm is {off.max():.2f} rad from its home pose ({joint})")
+        if not gripper_open:
+            problems.append(f"the gripper is not open ({state.gripper:.2f} closed)")
+        return "; ".join(problems) or None
+
+    # --- moves --------------------------------------------------------------------------------
+    def _recover_fault(self) -> None:
+        state = self.driver.read()
+        if state.fault:
+            log.warning("%s reports a fault (%s): recovering before the reset", self.driver.robot, state.fault)
+            self.driver.recover()
+
+    def _guarded_move(self, q_goal, gripper: float) -> bool:
+        """Joint targets from where the arm is toward `q_goal` at RESET_SPEED_RAD_S, one per control period, each
+        through the safety layer's joint guard; True once the arm is there, False after `reset_timeout_s`."""
+        q_goal = self.model.clip(np.asarray(q_goal, float))
+        clock, period = self.driver.clock, 1.0 / self.control_hz
+        start = tick = clock.now()
+        q_cmd = self._read().joints
+        grip = gripper if self.has_gripper else None
+        while clock.now() - start <= self.reset_timeout_s:
+            state = self._read()
+            if np.max(np.abs(state.joints - q_goal)) < ARRIVED_RAD:
+                return True
+            q_next = q_cmd + np.clip(q_goal - q_cmd, -RESET_SPEED_RAD_S * period, RESET_SPEED_RAD_S * period)
+            if self.joint_guard is not None:
+                q_next, _ = self.joint_guard(q_next, state, period)
+            self.driver.command_joints(q_next, grip)
+            q_cmd = q_next
+            tick = max(tick + period, clock.now())
+            clock.sleep_until(tick)
+        return bool(np.max(np.abs(self._read().joints - q_goal)) < ARRIVED_RAD)

@@ -1,0 +1,181 @@
+"""The pick task's own resets (`env.reset_mode`, robo_rl/envs/resets.py): what the arm does between episodes, with the
+physics running, and the check that the scene is as an episode should start.
+
+`scripted_reset` lets go of whatever the gripper holds, carries the cube back into its start region when it lies
+outside it (grasped from above like the scripted expert does, set down at a point drawn in the region, let go),
+and returns the arm to its home pose with the gripper open, then lets the scene come to rest. A cube it cannot
+reach (pushed off the table) or cannot grasp twice is left where it is: the check then fails and a person is asked.
+`replay_reset` drives the pinch point through a taught trajectory's end-effector waypoints the same way.
+`reset_problem` checks the cube (in its start region, on the table, at rest), the gripper (open) and the arm (at
+home). `place_scene` is what a simulated person does when asked: the env's own instant placement.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from robo_rl.envs.resets import ResetSettings
+
+CARRY_HEIGHT_M = 0.12  # the pinch point's height while carrying or travelling: clears a resting cube
+APPROACH_ABOVE_M = 0.06  # hover this far above the cube centre before descending
+GRASP_ABOVE_M = 0.01  # pinch point this far above the cube centre when closing (the pads cover its side)
+PLACE_MARGIN_M = 0.02  # the set-down point is drawn this far inside the start region: where it lands may drift
+PLACE_ABOVE_M = 0.012  # set down with the centre this far above its resting height: it drops a few mm, not pressed
+CLOSE_STEPS = 3  # control steps with the gripper closing (or opening) before moving on
+MOVE_TOLERANCE_M = 0.006  # a waypoint counts as reached within this
+MOVE_MAX_STEPS = 25  # control steps allowed per waypoint (a 40 cm move takes about 10)
+SETTLE_MAX_STEPS = 15  # control steps of stillness allowed for the scene to come to rest
+GRASP_ATTEMPTS = 2
+AT_REST_M_S = 0.02  # the cube and the pinch point slower than this are at rest
+ON_TABLE_M = 0.01  # the cube's centre at most this above its resting height lies on the table
+GRIPPER_OPEN_RAD = 0.08  # the 2F-85's driver joint below this (a tenth of its stroke) is open
+POSE_NAMES = ("x", "y", "z", "gripper")  # a taught waypoint: pinch point (m) and gripper command (-1 open .. 1 closed)
+
+
+class PickCubeResets:
+    """Mixed into PickCubeEnv: the task's reset methods (it provides the scene, `_step`, `_is_grasped`, `_reset`)."""
+
+    def _reset_settings(self, mode, trajectory, tolerance_m, person, wait_s) -> ResetSettings:
+        settings = ResetSettings(mode, trajectory, tolerance_m, person, wait_s)
+        if mode is not None and self.extra_cubes:
+            raise ValueError(
+                f"env.reset_mode={mode}: this task's resets move pick_cube's one cube, not {self.extra_cubes}"
+            )
+        return settings
+
+    # --- what the arm does --------------------------------------------------------------------
+    def scripted_reset(self) -> None:
+        pinch = self.data.site_xpos[self._pinch]
+        self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
+        if self._cube_outside_start() and self._cube_reachable():
+            for _ in range(GRASP_ATTEMPTS):
+                if self._carry_to(self._draw_start_xy()):
+                    break
+        self._go_home()
+
+    def replay_reset(self, waypoints: np.ndarray) -> None:
+        for waypoint in waypoints:
+            self._move_to(waypoint[:3], float(waypoint[3]))
+        self._settle()
+
+    def reset_pose_names(self) -> tuple[str, tuple[str, ...]]:
+        return "ee", POSE_NAMES
+
+    def reset_pose(self) -> list[float]:
+        return [*self.data.site_xpos[self._pinch].tolist(), float(self._gripper_cmd)]
+
+    def place_scene(self, rng: np.random.Generator) -> None:
+        """A (simulated) person puts the scene back: the env's own placement, drawn afresh."""
+        self._reset(rng, None)
+
+    # --- the check ----------------------------------------------------------------------------
+    def reset_problem(self, tolerance_m: float) -> str | None:
+        d = self.data
+        cube = d.xpos[self._cube_body]
+        problems = []
+        outside = float(np.max(np.abs(cube[:2] - self.cube_center_xy_m) - self.cube_xy_range_m))
+        if outside > tolerance_m:
+            problems.append(f"the cube is {outside * 100:.1f} cm outside its start region")
+        if cube[2] - self._cube_half_m > ON_TABLE_M:
+            problems.append(f"the cube is not resting on the table (its centre {cube[2] * 100:.1f} cm high)")
+        if self._speed(mujoco.mjtObj.mjOBJ_BODY, self._cube_body) > AT_REST_M_S:
+            problems.append("the cube is moving")
+        if d.qpos[self._driver_qpos] > GRIPPER_OPEN_RAD:
+            problems.append("the gripper is not open")
+        away = float(np.max(np.abs(d.site_xpos[self._pinch] - self.ee_start_m)))
+        if away > tolerance_m:
+            problems.append(f"the arm is {away * 100:.1f} cm from its home pose")
+        return "; ".join(problems) or None
+
+    # --- the next episode from where things are -----------------------------------------------
+    def _keep_scene(self, info: dict) -> tuple[dict, dict]:
+        """The episode starts from the scene the reset left: no teleport. Only a randomised cube size moves the cube,
+        by the few millimetres that keep it resting on the table at its new size."""
+        m, d = self.model, self.data
+        z = self._cube_qpos + 2
+        if abs(d.qpos[z] - self._cube_half_m) < 2 * ON_TABLE_M:
+            d.qpos[z] = self._cube_half_m
+        self._ee_target = d.site_xpos[self._pinch].copy()
+        self._q_target = d.qpos[:7].copy()
+        d.ctrl[:7] = self._q_target
+        self._gripper_cmd, d.ctrl[7] = -1.0, 0.0
+        mujoco.mj_forward(m, d)
+        return self._observation(), info
+
+    # --- moves --------------------------------------------------------------------------------
+    def _move_to(self, target, gripper: float, max_steps: int = MOVE_MAX_STEPS) -> bool:
+        """Drive the pinch point to `target` (clipped to the workspace) with the gripper commanded, through the
+        task's own controller and physics; True if it got there."""
+        target = np.clip(np.asarray(target, float), self.workspace_low_m, self.workspace_high_m)
+        action = np.zeros(4, np.float32)
+        action[3] = gripper
+        for _ in range(max_steps):
+            error = target - self.data.site_xpos[self._pinch]
+            if np.max(np.abs(error)) < MOVE_TOLERANCE_M:
+                return True
+            action[:3] = np.clip(error / self.max_ee_step_m, -1.0, 1.0)
+            self._step(action)
+        return bool(np.max(np.abs(target - self.data.site_xpos[self._pinch])) < MOVE_TOLERANCE_M)
+
+    def _hold(self, gripper: float, steps: int) -> None:
+        for _ in range(steps):
+            self._step(np.array([0.0, 0.0, 0.0, gripper], np.float32))
+
+    def _carry_to(self, goal_xy: np.ndarray) -> bool:
+        """Grasp the cube from above, carry it to `goal_xy` and set it down there; False if the grasp failed."""
+        cube = self.data.xpos[self._cube_body].copy()
+        high = self._clear_height()
+        self._move_to([cube[0], cube[1], cube[2] + APPROACH_ABOVE_M], -1.0)
+        self._move_to([cube[0], cube[1], cube[2] + GRASP_ABOVE_M], -1.0)
+        self._hold(1.0, CLOSE_STEPS)
+        self._move_to([cube[0], cube[1], high], 1.0)
+        if not self._is_grasped():
+            self._hold(-1.0, CLOSE_STEPS)
+            return False
+        self._move_to([goal_xy[0], goal_xy[1], high], 1.0)
+        self._move_to([goal_xy[0], goal_xy[1], self._cube_half_m + PLACE_ABOVE_M + GRASP_ABOVE_M], 1.0)
+        self._hold(-1.0, CLOSE_STEPS)
+        self._move_to([goal_xy[0], goal_xy[1], high], -1.0)
+        return True
+
+    def _go_home(self) -> None:
+        self._move_to([*self.ee_start_m[:2], self._clear_height()], -1.0)
+        self._move_to(self.ee_start_m, -1.0)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Hold still, gripper open, until the cube and the arm are at rest (or the allowance is spent)."""
+        for _ in range(SETTLE_MAX_STEPS):
+            if (
+                self._speed(mujoco.mjtObj.mjOBJ_BODY, self._cube_body) < AT_REST_M_S
+                and self._speed(mujoco.mjtObj.mjOBJ_SITE, self._pinch) < AT_REST_M_S
+                and self.data.qpos[self._driver_qpos] < GRIPPER_OPEN_RAD
+            ):
+                return
+            self._hold(-1.0, 1)
+
+    # --- the scene ----------------------------------------------------------------------------
+    def _clear_height(self) -> float:
+        return float(min(CARRY_HEIGHT_M, self.workspace_high_m[2]))
+
+    def _cube_outside_start(self) -> bool:
+        cube = self.data.xpos[self._cube_body]
+        outside = np.any(np.abs(cube[:2] - self.cube_center_xy_m) > self.cube_xy_range_m)
+        return bool(outside or cube[2] - self._cube_half_m > ON_TABLE_M)
+
+    def _cube_reachable(self) -> bool:
+        """On the table and under the workspace (a cube on the floor, or out of the box, needs a person)."""
+        cube = self.data.xpos[self._cube_body]
+        inside = np.all(cube[:2] >= self.workspace_low_m[:2]) and np.all(cube[:2] <= self.workspace_high_m[:2])
+        return bool(inside and cube[2] > 0.0)
+
+    def _draw_start_xy(self) -> np.ndarray:
+        """Where the cube is put down: a point drawn in its start region (the next episode's random start)."""
+        inner = np.maximum(self.cube_xy_range_m - PLACE_MARGIN_M, 0.0)
+        return self.cube_center_xy_m + self.np_random.uniform(-1, 1, 2) * inner
+
+    def _speed(self, kind, index: int) -> float:
+        velocity = np.empty(6)
+        mujoco.mj_objectVelocity(self.model, self.data, kind, index, velocity, 0)
+        return float(np.linalg.norm(velocity[3:]))

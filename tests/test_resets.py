@@ -1,0 +1,304 @@
+"""Resets the robot does and checks (`env.reset_mode`, robo_rl/envs/resets.py): on the pick sim and on the SO-101 twin
+behind its real driver code and the safety layer, each mode puts the scene back (or asks a person), the check refuses
+an unreset scene and only then calls a person, the calls are counted, and bad settings are refused in one line."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from robo_rl.config import ConfigError, load_config, make_env
+from robo_rl.envs.base import SafetyStop
+from robo_rl.envs.resets import ResetWrapper, load_trajectory
+from robo_rl.envs.wrappers import find_wrapper, make_actor_env
+from robo_rl.teleop.base import FakeDevice, TeleopDevice
+from robo_rl.teleop.reset_teaching import record_reset_trajectory
+from sim.pick_cube import PickCubeEnv
+
+PUSH = np.array([0.6, 0.4, -0.6, 1.0], np.float32)  # an episode's worth of motion: away from home, gripper closed
+
+
+def _pick(**kw) -> ResetWrapper:
+    env = PickCubeEnv(**kw)
+    return ResetWrapper(env, env.reset_settings)
+
+
+def _move_cube(env, xy, z=None) -> None:
+    """Where an episode left the cube (pushed aside, knocked off the table)."""
+    task = env.unwrapped
+    q = task._cube_qpos
+    task.data.qpos[q : q + 2] = xy
+    if z is not None:
+        task.data.qpos[q + 2] = z
+    mujoco.mj_forward(task.model, task.data)
+
+
+def _episode(env, steps=6, action=PUSH) -> None:
+    for _ in range(steps):
+        env.step(action)
+
+
+def _cube(env) -> np.ndarray:
+    return env.unwrapped.data.xpos[env.unwrapped._cube_body].copy()
+
+
+# --- the pick sim -----------------------------------------------------------------------------------
+
+
+def test_scripted_reset_carries_the_cube_back_with_the_physics_running_and_the_check_passes():
+    env = _pick(reset_mode="scripted")
+    env.reset(seed=1)
+    for xy in [(0.66, 0.19), (0.34, -0.21)]:
+        _move_cube(env, xy)
+        _episode(env)
+        task = env.unwrapped
+        assert "outside its start region" in task.reset_problem(0.03)
+        t_before = task.data.time
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None and task.reset_problem(0.03) is None
+        assert task.data.time > t_before + 1.0  # simulated seconds passed: carried by the arm, not teleported
+        cube = _cube(env)
+        assert np.all(np.abs(cube[:2] - task.cube_center_xy_m) <= task.cube_xy_range_m + 0.03)
+        np.testing.assert_allclose(obs["state"], task.full_state)  # the episode starts from where things are
+    assert env.stats() == {"resets": 2, "resets_ok": 2, "resets_failed": 0, "reset_calls": 0}
+
+
+def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_simulated_person():
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=2)
+    _episode(env, 2)
+    _move_cube(env, (0.9, 0.45), z=-0.7)  # pushed off the table, onto the floor
+    obs, info = env.reset()
+    assert "not resting on the table" in info["reset"]["problem"] or "outside" in info["reset"]["problem"]
+    assert env.unwrapped.reset_problem(0.03) is None  # the person put it back
+    assert env.stats() == {"resets": 1, "resets_ok": 0, "resets_failed": 1, "reset_calls": 1}
+    _episode(env)  # and a scene a scripted reset can handle needs no one
+    env.reset()
+    assert env.stats()["reset_calls"] == 1 and env.stats()["resets_ok"] == 1
+
+
+def test_human_mode_asks_a_person_after_every_episode_that_left_the_scene_unreset():
+    env = _pick(reset_mode="human", reset_person="sim")
+    env.reset(seed=3)
+    for _ in range(2):
+        _episode(env)
+        obs, info = env.reset()
+        assert "the arm is" in info["reset"]["problem"] and "gripper is not open" in info["reset"]["problem"]
+    assert env.stats() == {"resets": 2, "resets_ok": 0, "resets_failed": 2, "reset_calls": 2}
+
+
+def test_a_failed_check_waits_for_the_person_at_the_devices_says_why_and_stops_if_nobody_comes():
+    env = _pick(reset_mode="human", reset_wait_s=0.3)
+    env.reset(seed=4)
+    seen = []
+    env.add_poller(lambda: seen.append(env.stats().get("reset_waiting_why")) or set())
+    _episode(env)
+    with pytest.raises(SafetyStop, match=r"nobody reset the scene within 0.3 s \(env.reset_wait_s\)") as e:
+        env.reset()
+    assert "\n" not in str(e.value) and "the arm is" in str(e.value)
+    assert seen and all("the reset check failed: " in why for why in seen)  # the heartbeat's field while it waits
+    assert "reset_waiting_why" not in env.stats() and env.stats()["reset_calls"] == 1
+
+
+def test_the_wait_ends_when_a_person_has_reset_the_scene():
+    env = _pick(reset_mode="human")
+    env.reset(seed=5)
+    polls = []
+
+    def person():  # a device's reading; on the third look the person has put the scene back
+        polls.append(1)
+        if len(polls) == 3:
+            env.unwrapped.place_scene(np.random.default_rng(0))
+        return set()
+
+    env.add_poller(person)
+    _episode(env)
+    env.reset()
+    assert len(polls) == 3 and env.stats()["reset_calls"] == 1 and "reset_waiting_why" not in env.stats()
+
+
+def test_an_estop_while_waiting_for_a_person_stops_the_run():
+    device = FakeDevice()
+    device.start()
+    env = _pick(reset_mode="human")
+    env.add_poller(lambda: set(device.read().events))
+    env.reset(seed=6)
+    _episode(env)
+    device.push(events=["estop"])
+    with pytest.raises(SafetyStop, match="e-stop while waiting for a person"):
+        env.reset()
+
+
+class TowardPoint(TeleopDevice):
+    """A scripted teacher: end-effector motion toward a point of the pick sim, gripper open."""
+
+    name = "teacher"
+
+    def __init__(self, env, point) -> None:
+        super().__init__()
+        self.env, self.point = env.unwrapped, np.asarray(point, float)
+
+    def _poll(self) -> None:
+        error = self.point - self.env.data.site_xpos[self.env._pinch]
+        motion = np.zeros(6, np.float32)
+        motion[:3] = np.clip(error / self.env.max_ee_step_m, -1, 1)
+        self._update(motion=motion, gripper=-1.0)
+
+
+def test_taught_reset_replays_a_trajectory_recorded_with_a_device(tmp_path):
+    teach = PickCubeEnv()
+    teach.reset(seed=7)
+    _episode(teach)
+    path = record_reset_trajectory(teach, TowardPoint(teach, teach.ee_start_m), tmp_path / "reset.json", steps=20)
+    waypoints = load_trajectory(path, "ee", ("x", "y", "z", "gripper"))
+    assert len(waypoints) == 21 and np.abs(waypoints[-1][:3] - teach.ee_start_m).max() < 0.01
+
+    env = _pick(reset_mode="taught", reset_trajectory=str(path))
+    env.reset(seed=8)
+    _episode(env, 4)
+    obs, info = env.reset()
+    assert info["reset"]["problem"] is None and env.stats()["resets_ok"] == 1
+
+    away = tmp_path / "away.json"  # a trajectory that ends away from home: the check refuses it and calls a person
+    record_reset_trajectory(teach, TowardPoint(teach, teach.ee_start_m + [0.1, 0.1, 0.0]), away, steps=20)
+    env = _pick(reset_mode="taught", reset_trajectory=str(away), reset_person="sim")
+    env.reset(seed=9)
+    _episode(env, 4)
+    obs, info = env.reset()
+    assert "from its home pose" in info["reset"]["problem"] and env.stats()["reset_calls"] == 1
+
+
+# --- the SO-101 twin, behind lerobot's driver code on a fake bus and the safety layer -------------
+
+
+def _twin(*overrides):
+    cfg = load_config(["env=so101_twin", "safety=default", "experiment=rlpd", *overrides])
+    return make_actor_env(cfg)
+
+
+def test_the_twin_scripted_reset_returns_home_through_the_safety_layers_joint_limits():
+    env = _twin("env.reset_mode=scripted", "safety.max_joint_speed_rad_s=0.2")
+    try:
+        env.reset(seed=0)
+        task = env.unwrapped
+        _episode(env, 15, np.array([1.0, 0.5, 0.5, 1.0], np.float32))
+        assert "from its home pose" in task.reset_problem(0.05)
+        sent = len(task.driver_twin.commands)
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None and task.reset_problem(0.05) is None
+        targets = np.array([q for _, q in task.driver_twin.commands[sent - 1 :]])
+        steps = np.abs(np.diff(targets, axis=0)).max(axis=1)
+        assert len(targets) > 10 and steps.max() <= 0.2 / task.control_hz + 0.01  # the guard's speed limit held
+        assert find_wrapper(env, ResetWrapper).stats() == {
+            "resets": 1,
+            "resets_ok": 1,
+            "resets_failed": 0,
+            "reset_calls": 0,
+        }
+    finally:
+        env.close()
+
+
+def test_the_twin_human_mode_homes_as_before_and_a_taught_reset_away_from_home_calls_the_person(tmp_path):
+    env = _twin()  # the default on an arm: human (the arm homes itself, the person resets the scene)
+    try:
+        env.reset(seed=0)
+        _episode(env, 10, np.array([1.0, 0.0, 0.5, 1.0], np.float32))
+        env.reset()
+        assert find_wrapper(env, ResetWrapper).stats()["resets_ok"] == 1
+        task = env.unwrapped
+        device = FakeDevice()
+        device.start()
+        device.push(motion=[0.0, 0.0, 1.0, 0, 0, 0], gripper=-1.0)  # taught: up, and there it ends (not home)
+        path = record_reset_trajectory(env, device, tmp_path / "arm.json", steps=8)
+        waypoints = load_trajectory(path, "joints", (*task.model.joint_names, "gripper"))
+        assert len(waypoints) == 9 and np.abs(waypoints[-1][:-1] - task.driver.home_joints).max() > 0.05
+    finally:
+        env.close()
+    env = _twin("env.reset_mode=taught", f"env.reset_trajectory={path}", "env.reset_person=sim")
+    try:
+        env.reset(seed=1)
+        _episode(env, 5)
+        obs, info = env.reset()
+        assert "from its home pose" in info["reset"]["problem"]
+        assert env.unwrapped.reset_problem(0.05) is None  # the simulated person moved it home by hand
+        assert find_wrapper(env, ResetWrapper).stats()["reset_calls"] == 1
+    finally:
+        env.close()
+
+
+# --- settings ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["env.reset_mode=sometimes"], "env.reset_mode=sometimes is not allowed: must be human | scripted | taught"),
+        (["env.reset_tolerance_m=0"], "env.reset_tolerance_m=0 is not allowed: must be a number in (0, inf)"),
+        (["env=so101_twin", "env.reset_tolerance_rad=-1"], "env.reset_tolerance_rad=-1 is not allowed"),
+        (["env.reset_person=robot"], "env.reset_person=robot is not allowed: must be devices | sim"),
+    ],
+)
+def test_a_bad_reset_setting_is_refused_in_one_line(overrides, refusal):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    assert refusal in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["env.reset_mode=taught"], "env.reset_mode=taught needs env.reset_trajectory"),
+        (["env.reset_mode=learned"], "env.reset_mode=learned (a reset policy trained alongside the task's) is not"),
+        (["env=pick_color", "env.reset_mode=scripted"], "this task's resets move pick_cube's one cube"),
+    ],
+)
+def test_a_reset_mode_the_env_cannot_do_is_refused_when_it_is_built(overrides, refusal):
+    with pytest.raises(ConfigError) as e:
+        make_env(load_config(overrides))
+    assert refusal in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_taught_trajectory_that_is_missing_or_made_for_another_robot_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        make_actor_env(load_config(["env.reset_mode=taught", f"env.reset_trajectory={tmp_path / 'none.json'}"]))
+    teach = PickCubeEnv()
+    teach.reset(seed=0)
+    device = FakeDevice()
+    device.start()
+    path = record_reset_trajectory(teach, device, tmp_path / "pick.json", steps=2)
+    with pytest.raises(
+        ConfigError, match=r"holds ee waypoints of \['x', 'y', 'z', 'gripper'\]; this env replays joints"
+    ):
+        make_actor_env(load_config(["env=so101_twin", "env.reset_mode=taught", f"env.reset_trajectory={path}"]))
+
+
+def test_the_sims_keep_their_instant_reset_unless_a_mode_is_chosen():
+    env = make_actor_env(load_config(["experiment=rlpd"]))
+    assert find_wrapper(env, ResetWrapper) is None
+    env.close()
+
+
+@pytest.mark.slow
+def test_a_short_train_run_with_scripted_resets_completes_with_its_reset_counts_in_the_metrics(tmp_path):
+    from robo_rl.runs import read_metrics
+    from tests.test_cli import ROOT, isolated, only_run_dir, robo_rl
+
+    args = [
+        "env.reset_mode=scripted",
+        "env.reset_person=sim",  # a cube the arm cannot reach is put back by the simulated person, and counted
+        "train.total_env_steps=1500",
+        "train.learning_starts=200",
+        "demos.num_episodes=5",
+        "eval.episodes=2",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+    ]
+    out = robo_rl("train", *isolated(tmp_path), *args, cwd=ROOT, timeout=10 * 60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = read_metrics(only_run_dir(tmp_path) / "metrics.jsonl")
+    episodes = [m for m in metrics if m["kind"] == "episode"]
+    stats = metrics[-1]["actor_stats"]["actor-0"]
+    assert metrics[-1]["kind"] == "end" and len(episodes) >= 20
+    assert stats["resets"] >= len(episodes) - 1  # every episode after the first began after a checked reset
+    assert stats["resets"] == stats["resets_ok"] + stats["resets_failed"]
+    assert stats["reset_calls"] == stats["resets_failed"] and "reset_waiting_why" not in stats
