@@ -17,6 +17,7 @@ from robo_rl.configs.typed import FIXED, block_problem, setting
 INTERVENTION = "robo_rl.teleop.intervention.InterventionWrapper"
 REWARD = "robo_rl.rewards.wrapper.RewardWrapper"
 SAFETY = "hardware.safety.SafetyWrapper"
+INTERVENTION_REWARD = "robo_rl.rewards.intervention.InterventionReward"
 
 TAKEOVER = ("explicit", "implicit", "both")  # a toggle or a held button | device motion | either
 FALLBACKS = ("env", "zero")  # the env's own reward | none, while no fresh score exists
@@ -78,6 +79,17 @@ class RewardConfig:
     curve_keys_dir: str | None = setting(None, "CURVE keys for a remote critic off loopback (null: none)")
     key_name: str = setting("actor-0", "this actor's CURVE key name")
     kind: str | None = setting(None, "a saved run's older spelling of model_target", choices=("classifier", "progress"))
+
+
+@dataclass
+class InterventionRewardConfig:
+    """`reward=intervention` (RLIF): the only reward is a human's takeover (robo_rl/rewards/intervention.py)."""
+
+    takeover_reward: float = setting(-1.0, "reward on the step a human takes over (a penalty)", below=0)
+    step_cost: float = setting(0.0, "paid on every step as a reward of -step_cost (0: none)", low=0)
+    end_on_takeover: bool = setting(
+        False, "a takeover ends the episode (terminated, ended_by human_failure); false: the correction goes on in it"
+    )
 
 
 @dataclass
@@ -173,7 +185,7 @@ class WorkspaceBox:
 
 BLOCKS: dict[str, dict[str | None, type]] = {
     "human": {INTERVENTION: InterventionConfig},
-    "reward": {REWARD: RewardConfig},
+    "reward": {REWARD: RewardConfig, INTERVENTION_REWARD: InterventionRewardConfig},
     "reward.shaper": {FIXED: ShaperConfig},
     "safety": {SAFETY: SafetyConfig},
     "safety.workspace": {FIXED: WorkspaceBox},

@@ -14,8 +14,10 @@ import logging
 
 import numpy as np
 
+from robo_rl.configs.wrappers import INTERVENTION_REWARD
 from robo_rl.envs.base import ENDED_BY
 from robo_rl.rewards.base import OUTPUTS, RewardModel, Scores, Task, load_model, shaper_settings
+from robo_rl.rewards.intervention import relabel_prior_for_interventions
 from robo_rl.rewards.shaper import RewardShaper, ShaperConfig
 from robo_rl.rewards.wrapper import EXTRAS
 
@@ -53,6 +55,8 @@ def relabel_prior(cfg, batch: dict) -> dict:
     from robo_rl.data.datasets import join_episodes, split_episodes
 
     r = cfg.reward
+    if r.get("_target_") == INTERVENTION_REWARD:  # RLIF: the demonstrations pay no task reward either
+        return relabel_prior_for_interventions(batch, float(r.get("step_cost", 0.0)))
     if str(r.model).startswith("tcp://"):
         log.error(
             "the prior data is not relabelled through a remote critic (%s): the demonstrations keep the env's "
