@@ -304,3 +304,48 @@ def test_robo_rl_train_with_parl_completes_and_its_run_goes_through_the_gate(tmp
     assert gated.returncode in (0, 1), gated.stderr[-2000:]
     line = json.loads((run / "gate.jsonl").read_text().splitlines()[-1])
     assert line["decision"] == ("accept" if gated.returncode == 0 else "reject") and "agreed" in line["real"]
+
+
+@pytest.mark.slow  # writing the tiny SmolVLA takes ~12 s and its ranked decisions ~2 s each on a loaded 2-core CPU
+def test_a_smolvla_base_is_ranked_by_the_same_code_path_and_trains_its_critic_but_is_not_distilled(tmp_path):
+    from policies.lerobot_base import LeRobotBase
+    from tests.vla_tiny import write_tiny_smolvla
+
+    space = make_observation_space(4, {"top": (24, 32)})
+    folder = write_tiny_smolvla(tmp_path / "pretrained_model", 4, 2, "top", (24, 32), chunk_size=4)
+    base = LeRobotBase.load(folder, space, 2, task="pick the cube")
+    policy = RankedChunkPolicy(
+        space, 2, base, samples=4, execute_steps=2, critic_hidden=[16], encoder={"resize": [64, 64]}
+    )
+    policy.critic = PlantedCritic()
+    seen = spy(policy)
+    rng = np.random.default_rng(0)
+    obs = {
+        "state": rng.standard_normal(4).astype(np.float32),
+        "images": {"top": rng.integers(0, 256, (24, 32, 3), np.uint8)},
+    }
+    steps = [policy_step(policy, obs, deterministic=False) for _ in range(2)]
+    cands = seen[0][0]
+    best = cands[(-(cands[:, :2] - TARGET).pow(2).sum((1, 2))).argmax()].numpy()
+    np.testing.assert_allclose(np.stack([a for a, _ in steps]), best[:2], atol=1e-6)
+    assert not any(k.startswith("sampler") for k in policy.state_dict()), "the VLA's weights are neither kept nor sent"
+    policy = RankedChunkPolicy(
+        space, 2, base, samples=4, execute_steps=2, critic_hidden=[16], encoder={"resize": [64, 64]}
+    )
+    with pytest.raises(ValueError, match="is not distilled here; set algo.distill_every=0"):
+        build_parl(policy, space, 2)
+    algo = build_parl(policy, space, 2, distill_every=0, target_samples=2)
+    batch_obs = {
+        "state": torch.randn(3, 4),
+        "images": {"top": torch.randint(0, 256, (3, 24, 32, 3), dtype=torch.uint8)},
+    }
+    batch = {
+        "obs": batch_obs,
+        "next_obs": batch_obs,
+        "action": torch.zeros(3, 2, 2),
+        "reward": torch.ones(3),
+        "discount": torch.full((3,), 0.9),
+        "intervention": torch.zeros(3, dtype=torch.bool),
+        "extras": {},
+    }
+    assert np.isfinite(algo.update([batch])["critic_loss"])  # the learner samples the VLA in batches for its targets
