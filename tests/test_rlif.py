@@ -86,3 +86,11 @@ def test_a_takeover_reward_that_is_no_penalty_is_refused():
         ConfigError, match=r"reward.takeover_reward=0.5 is not allowed: must be a number in \(-inf, 0\)"
     ):
         load_config(["human=sim", "reward=intervention", "reward.takeover_reward=0.5"])
+
+
+def test_a_td_target_clip_that_cannot_hold_the_penalty_is_refused_naming_the_fix():
+    with pytest.raises(ConfigError) as e:  # the default experiment clips to the sparse success's [0, 1]
+        load_config(["human=sim", "reward=intervention"])
+    assert "algo.target_q_clip=[0.0,1.0] must be reaching down to the takeover penalty" in str(e.value)
+    assert "set algo.target_q_clip=null" in str(e.value) and "\n" not in str(e.value)
+    assert load_config(["human=sim", "reward=intervention", "algo.target_q_clip=null"]).algo.target_q_clip is None

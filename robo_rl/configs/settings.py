@@ -81,6 +81,13 @@ RELATIONS = (
     ("algo.critic_subsample", "algo.num_critics", lambda a, b: a <= b, "at most algo.num_critics"),
     ("policy.log_std_min", "policy.log_std_max", lambda a, b: a < b, "below policy.log_std_max"),
     ("policy.sigma_min", "policy.sigma_max", lambda a, b: a <= b, "at most policy.sigma_max"),
+    (
+        "algo.target_q_clip",
+        "reward.takeover_reward",
+        lambda clip, penalty: clip[0] <= penalty,
+        "reaching down to the takeover penalty (reward=intervention: a TD target clipped above it cannot learn "
+        "from it); set algo.target_q_clip=null",
+    ),
     ("group_resets.size", "algo.group_size", lambda a, b: a == b, "algo.group_size: the groups the learner compares"),
     (
         "algo.rollout_env_steps",
