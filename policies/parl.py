@@ -27,7 +27,7 @@ from torch import nn
 from policies.acting import ActingPolicy
 from policies.base import BasePolicy, copy_sharing, obs_rows
 from policies.chunking import CHUNK_EXTRA, ChunkExecutor
-from policies.encoders import EncoderConfig, encoder_for_space
+from policies.encoders import encoder_for_space
 from policies.mlp import EnsembleMLP
 from policies.residual import load_base, normalise_state_like_base
 
@@ -147,7 +147,6 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
             raise ValueError(f"policy.execute_steps={execute} must be in [1, {chunk}] (the base's chunk)")
         self.action_dim, self.execute_steps, self.chunk_size = action_dim, int(execute), chunk
         self.samples, self.action_grad_steps, self.action_grad_lr = int(samples), int(action_grad_steps), action_grad_lr
-        self.encoder_config = EncoderConfig.parse(encoder)
         self.critic = ChunkCritic(
             observation_space, self.execute_steps * action_dim, critics, critic_hidden, critic_layer_norm, encoder
         )
@@ -165,6 +164,13 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
 
     def reset(self, slot: int | None = None) -> None:
         self.executor.reset()
+
+    def use_chunking(self, mode: str, delay_steps: int | None = None, period_s: float | None = None) -> None:
+        if mode != "sync":
+            raise ValueError(
+                f"actor.chunking={mode}: policy=parl picks each chunk on the control loop, its critic ranking the "
+                "candidates from that step's observation (async picking is not built): use actor.chunking=sync"
+            )
 
     def chunk_stats(self) -> dict:
         return self.executor.stats()

@@ -349,3 +349,9 @@ def test_a_smolvla_base_is_ranked_by_the_same_code_path_and_trains_its_critic_bu
         "extras": {},
     }
     assert np.isfinite(algo.update([batch])["critic_loss"])  # the learner samples the VLA in batches for its targets
+
+
+def test_chunks_picked_off_the_loop_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="actor.chunking=async: policy=parl picks each chunk on the control loop"):
+        ranked().use_chunking("async", delay_steps=1)
+    ranked().use_chunking("sync")
