@@ -302,3 +302,15 @@ def test_a_short_train_run_with_scripted_resets_completes_with_its_reset_counts_
     assert stats["resets"] >= len(episodes) - 1  # every episode after the first began after a checked reset
     assert stats["resets"] == stats["resets_ok"] + stats["resets_failed"]
     assert stats["reset_calls"] == stats["resets_failed"] and "reset_waiting_why" not in stats
+
+
+def test_robo_rl_record_mode_reset_writes_a_trajectory_that_a_taught_reset_replays(tmp_path, monkeypatch):
+    from tests.test_cli import in_this_process
+
+    path = tmp_path / "reset.json"
+    device = "human.devices=[{_target_: robo_rl.teleop.base.FakeDevice}]"  # a person who holds the arm still
+    code = in_this_process(monkeypatch, "record", str(path), "mode=reset", "steps=5", device, "actor.realtime=false")
+    assert code == 0 and len(load_trajectory(path, "ee", ("x", "y", "z", "gripper"))) == 6
+    env = make_actor_env(load_config(["experiment=rlpd", "env.reset_mode=taught", f"env.reset_trajectory={path}"]))
+    assert find_wrapper(env, ResetWrapper).waypoints.shape == (6, 4)
+    env.close()

@@ -1,6 +1,7 @@
 """`robo-rl record`: demonstrations with a teleop device, into a replay store or a LeRobot dataset.
 
     robo-rl record <dst> [human=keyboard] [episodes=20] [keep=success|all] [format=store|lerobot] [env=...] ...
+    robo-rl record <file.json> mode=reset [steps=300] [human=keyboard] [env=...]: teach a reset (record_reset.py)
 
 The env runs at its control rate (`actor.realtime`, on by default here) under the device named by `human` (keyboard,
 gamepad, spacemouse, web, leader_arm, or `sim` for the scripted expert); while the device is idle the arm holds
@@ -23,7 +24,7 @@ import numpy as np
 from robo_rl.errors import UserError
 
 RECORD_USAGE = __doc__.split("\n\n", 2)[1]
-OPTIONS = ("episodes", "keep", "format")
+OPTIONS = ("episodes", "keep", "format", "mode", "steps")
 
 
 class RecordUsageError(UserError, ValueError):
@@ -135,6 +136,12 @@ def cmd_record(args: list[str]) -> int:
     overrides = [a for a in args if "=" in a and a.split("=", 1)[0] not in OPTIONS]
     if len(positional) != 1:
         raise RecordUsageError(f"usage: {RECORD_USAGE.strip()}")
+    if options.get("mode", "episodes") != "episodes":  # mode=reset: a reset trajectory, taught once
+        from robo_rl.commands.record_reset import DEFAULT_STEPS, cmd_record_reset
+
+        if options["mode"] != "reset":
+            raise RecordUsageError(f"mode={options['mode']}: episodes (demonstrations) or reset (a reset trajectory)")
+        return cmd_record_reset(positional[0], overrides, int(options.get("steps", DEFAULT_STEPS)))
     fmt, keep = options.get("format", "store"), options.get("keep", "success")
     if fmt not in ("store", "lerobot") or keep not in ("success", "all"):
         raise RecordUsageError("format must be store or lerobot, keep success or all")
