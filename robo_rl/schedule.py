@@ -153,6 +153,16 @@ class RolloutThenUpdate:
             progress.version,
             stale,
         )
+        if "groups_kept" in metrics:  # GRPO: what dynamic sampling and version changes cost so far
+            log.info(
+                "groups so far: %d kept, %d dropped with all outcomes equal (%d env steps), %d incomplete or of "
+                "older weights (%d env steps)",
+                metrics["groups_kept"],
+                metrics["groups_dropped_equal"],
+                metrics["group_steps_dropped_equal"],
+                metrics["groups_dropped_incomplete"],
+                metrics["group_steps_dropped_incomplete"],
+            )
 
     def publish_due(self, progress: Progress) -> bool:
         return True  # the next rollout is the new version's
