@@ -314,3 +314,12 @@ def test_robo_rl_record_mode_reset_writes_a_trajectory_that_a_taught_reset_repla
     env = make_actor_env(load_config(["experiment=rlpd", "env.reset_mode=taught", f"env.reset_trajectory={path}"]))
     assert find_wrapper(env, ResetWrapper).waypoints.shape == (6, 4)
     env.close()
+
+
+def test_a_simulated_person_who_cannot_make_the_check_pass_stops_the_run_instead_of_trying_forever():
+    env = _pick(reset_mode="human", reset_person="sim", reset_tolerance_m=0.001)  # its own placement is not that exact
+    env.reset(seed=10)
+    _episode(env)
+    with pytest.raises(SafetyStop, match="the simulated person could not reset the scene in 3 tries: the arm is"):
+        env.reset()
+    assert env.stats()["reset_calls"] == 1 and "reset_waiting_why" not in env.stats()

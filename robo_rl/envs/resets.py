@@ -40,6 +40,7 @@ RESET_PERSONS = ("devices", "sim")  # who answers a failed check: a person at th
 TRAJECTORY_VERSION = 1  # the taught file's schema version
 WAIT_POLL_S = 0.05  # while a person is asked: how often the devices are read and the scene re-checked
 REMIND_EVERY_S = 30.0  # the terminal line is repeated this often while the run waits
+SIM_PERSON_TRIES = 3  # a simulated person who cannot make the check pass in this many placements stops the run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,24 +170,36 @@ class ResetWrapper(RobotWrapper):
         return obs, info
 
     def _ask_a_person(self, task, problem: str) -> None:
-        """Wait until a person has reset the scene (the check passes again); SafetyStop after `reset_wait_s`."""
+        """Wait until a person has reset the scene (the check passes again); SafetyStop after `reset_wait_s`, or when
+        the simulated person has tried SIM_PERSON_TRIES times."""
         self.counts["reset_calls"] += 1
         self.last_problem = problem
         self.waiting_for_person = f"the reset check failed: {problem}"
-        start = last_said = time.monotonic()
-        if self.settings.person == "sim":  # the simulated person puts the scene back and the check runs again
+        try:
+            if self.settings.person == "sim":
+                self._simulated_person(task, problem)
+            else:
+                self._person_at_the_devices(task, problem)
+        finally:
+            self.waiting_for_person = None
+
+    def _simulated_person(self, task, problem: str) -> None:
+        for _ in range(SIM_PERSON_TRIES):  # it puts the scene back, and the check runs again
             task.place_scene(task.np_random)
             problem = task.reset_problem(self.settings.tolerance)
-        else:
-            log.error("RESET NEEDED: %s. Put the scene back; the run goes on when the check passes", problem)
+            if problem is None:
+                return
+        raise SafetyStop(f"the simulated person could not reset the scene in {SIM_PERSON_TRIES} tries: {problem}")
+
+    def _person_at_the_devices(self, task, problem: str) -> None:
+        log.error("RESET NEEDED: %s. Put the scene back; the run goes on when the check passes", problem)
+        start = last_said = time.monotonic()
         while problem is not None:
             events = set().union(*(poll() or set() for poll in self._pollers)) if self._pollers else set()
             if "estop" in events:
-                self.waiting_for_person = None
                 raise SafetyStop(f"e-stop while waiting for a person to reset the scene ({problem})")
             waited = time.monotonic() - start
             if self.settings.wait_s is not None and waited > self.settings.wait_s:
-                self.waiting_for_person = None
                 raise SafetyStop(
                     f"the reset check failed ({problem}) and nobody reset the scene within "
                     f"{self.settings.wait_s:g} s (env.reset_wait_s)"
@@ -196,7 +209,6 @@ class ResetWrapper(RobotWrapper):
                 log.error("RESET NEEDED (%.0f s): %s", waited, problem)
             time.sleep(WAIT_POLL_S)
             problem = task.reset_problem(self.settings.tolerance)
-        self.waiting_for_person = None
 
     def stats(self) -> dict:
         """Counts for the heartbeat: `resets` done between episodes, `resets_ok` (the check passed), `resets_failed`
