@@ -9,6 +9,7 @@ end-effector target (top-down, fixed yaw) into joint position targets that the a
 during the physics substeps. `randomize` (sim/randomize.py) varies the cube's size, mass and friction (and the
 finger pads'), its start, the lights, both cameras, image and action noise, latency and the step's duration.
 One task in one file (its scene, controller and env; about 480 lines): the parts are not used apart.
+What the arm does between episodes and the check after it (`env.reset_mode`): sim/pick_cube_reset.py.
 
 One idea past ~400 lines: one task, its MuJoCo scene, controller and env together.
 """
