@@ -25,6 +25,8 @@ def test_the_preset_trains_under_latency_within_twice_the_defaults_steps():
     assert spec.action_latency_steps is not None and spec.action_latency_steps[0] == 0
     assert spec.action_latency_steps[1] >= 2  # the suite's latency_2 and all_strong are inside the training range
     assert robust.policy.scale > default.policy.scale  # room for the residual to damp the base's overshoot
+    # the commands still in flight under the largest trained delay are in the residual's input; none by default
+    assert robust.policy.action_history >= spec.action_latency_steps[1] and default.policy.action_history == 0
     assert robust.train.total_env_steps <= 2 * default.train.total_env_steps
     assert robust.demos.randomize is False
     # the rest is the default experiment's: the same residual on the same BC recipe, and the default stays nominal
