@@ -229,6 +229,13 @@ def test_a_resumed_parl_learner_fed_the_same_data_ends_with_the_same_parameters_
 
     straight = learner_in("straight")
     feed(straight, msgs[:half], 1)
+    data, n = straight.replay.online.data, straight.replay.online.size
+    decisions = np.flatnonzero(data["extra/decision"][:n, 0] == 1)
+    assert len(decisions) > 20
+    for row in decisions:  # what the learner stored: each decision's recorded pick is what the next 2 steps ran
+        ran = [r for r in (row, row + 1) if r < n and data["episode_id"][r] == data["episode_id"][row]]
+        chosen = data["extra/chosen"][row].reshape(2, 2)[: len(ran)]
+        np.testing.assert_allclose(data["action_executed"][ran], chosen, atol=1e-6)
     straight.checkpoint()
     feed(straight, msgs[half:], half + 1)
 
