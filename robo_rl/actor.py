@@ -382,6 +382,7 @@ class Actor:
                         if done:
                             episodes += 1
                             self._send(pending[i])
+                            pending[i] = []  # sent: a reset that raises (nobody acknowledged) must not send it again
                             self.transport.beat_soon()
                             self._obs = obs[i]
                             # after a safety stop: waits for a human's acknowledgement

@@ -323,3 +323,40 @@ def test_a_simulated_person_who_cannot_make_the_check_pass_stops_the_run_instead
     with pytest.raises(SafetyStop, match="the simulated person could not reset the scene in 3 tries: the arm is"):
         env.reset()
     assert env.stats()["reset_calls"] == 1 and "reset_waiting_why" not in env.stats()
+
+
+def test_a_reset_nobody_answers_stops_the_actor_with_its_finished_episode_in_the_replay_once(tmp_path):
+    import signal
+    import threading
+    import time
+
+    from robo_rl.actor import Actor
+    from robo_rl.learner import Learner
+    from tests.test_pipeline import SMALL_NETS, toy_config
+
+    cfg = toy_config(
+        tmp_path,
+        "env=pick_cube",
+        "env.reset_mode=human",  # after the first episode the check fails, and no person is there
+        "env.reset_wait_s=0.3",
+        "env.max_episode_steps=8",
+        "demos.num_episodes=0",
+        "train.total_env_steps=1000",
+        *SMALL_NETS,
+    )
+    (tmp_path / "run").mkdir()
+    learner = Learner(cfg, tmp_path / "run", progress=False)
+    thread = threading.Thread(target=learner.run)
+    thread.start()
+    try:
+        actor = Actor(cfg, progress=False)
+        reason = actor.run()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo
+        time.sleep(1.0)  # a record sent twice would reach the learner by now
+    finally:
+        learner.cfg.train.total_env_steps = 0  # the run ends here: the learner would wait for the actor's return
+        thread.join(timeout=60)
+    assert reason.startswith("safety: the reset check failed (") and "(env.reset_wait_s)" in reason
+    assert learner.episodes == 1 and learner.env_steps == 8  # the finished episode kept, and only once
+    stats = actor.loop_stats()
+    assert stats["resets_failed"] == 1 and stats["reset_calls"] == 1 and stats["resets_ok"] == 0
