@@ -360,3 +360,8 @@ def test_a_reset_nobody_answers_stops_the_actor_with_its_finished_episode_in_the
     assert learner.episodes == 1 and learner.env_steps == 8  # the finished episode kept, and only once
     stats = actor.loop_stats()
     assert stats["resets_failed"] == 1 and stats["reset_calls"] == 1 and stats["resets_ok"] == 0
+
+
+def test_grouped_resets_from_one_seeded_state_and_a_reset_mode_are_refused_together():
+    with pytest.raises(ConfigError, match="group_resets needs each group's episodes to start from one seeded state"):
+        make_actor_env(load_config(["experiment=grpo_pick_cube", "env.reset_mode=scripted"]))

@@ -9,6 +9,7 @@ an env (it reads an `EnvSpec`, robo_rl/envs/spec.py).
 from __future__ import annotations
 
 from robo_rl.config import ConfigError, make_env
+from robo_rl.envs.groups import GroupedResets
 from robo_rl.envs.resets import ResetWrapper, with_resets
 
 
@@ -53,6 +54,12 @@ def make_actor_env(cfg):
     for entry, node in actor_wrapper_nodes(cfg):
         env = wrap(env, node, f"actor wrapper '{entry if isinstance(entry, str) else node._target_}'")
     resets = find_wrapper(env, ResetWrapper)
+    if resets is not None and find_wrapper(env, GroupedResets) is not None:
+        env.close()
+        raise ConfigError(
+            f"env.reset_mode={resets.settings.mode} starts each episode where the last left the scene; group_resets "
+            "needs each group's episodes to start from one seeded state: use one of them"
+        )
     if resets is not None:  # a failed reset check listens to the human's devices (their `poll`) while it waits
         layer = env
         while layer is not None:
