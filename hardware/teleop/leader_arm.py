@@ -6,7 +6,15 @@ their `ranges` onto [-1, 1]. The default factory builds the lerobot config with 
 has it, so calibrated joints read -100..100 and grippers 0..100, which are the default ranges.
 
 Whether the human is in control is decided by the arbitration wrapper from the arm's motion; an explicit toggle is
-another device's job. The arm is connected without calibrating (lerobot's calibration prompts on the terminal, which
+another device's job.
+
+A leader with motors (`motors: true`, an SO-101 leader's STS3215s) can be driven to the follower's pose before a
+correction (`human.takeover=dagger`, robo_rl/teleop/dagger.py): `drive_toward` turns its torque on and writes goal
+positions through lerobot's own leader class (`enable_torque`, and `send_feedback`, which writes `Goal_Position`),
+each step at most `max_step_rad` from where the arm is; `release` turns the torque off for the person's hand. The
+follower's pose is in radians from each joint's calibrated mid-range (lerobot's degrees convention, the one the
+SO-101 follower driver reads in) and its gripper 0 open .. 1 closed (`gripper_open_pos`..`gripper_closed_pos` of
+the leader's 0..100 jaw). The arm is connected without calibrating (lerobot's calibration prompts on the terminal, which
 would hang the actor): an uncalibrated arm is reported, with the command that calibrates it. Repeated read failures
 (the arm unplugged) read `connected=False` and hand control back; reads that succeed again reconnect it.
 """
@@ -64,6 +72,9 @@ class LeaderArmDevice(TeleopDevice):
         rate_hz: float = 50.0,
         max_failures: int = 3,
         factory: Callable[..., Any] | None = None,
+        motors: bool = True,
+        gripper_open_pos: float = 100.0,
+        gripper_closed_pos: float = 0.0,
     ) -> None:
         super().__init__(name)
         self.teleop_type, self.port, self.id = teleop_type, port, id
@@ -79,6 +90,10 @@ class LeaderArmDevice(TeleopDevice):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lo = self._hi = np.zeros(0, np.float32)
+        self.motors = bool(motors)
+        self.gripper_open_pos, self.gripper_closed_pos = float(gripper_open_pos), float(gripper_closed_pos)
+        self._bus_lock = threading.Lock()  # the reader thread and a sync share one serial bus
+        self._driving = False
 
     @property
     def label(self) -> str:
@@ -132,7 +147,9 @@ class LeaderArmDevice(TeleopDevice):
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             next_at += period
             try:
-                action = self._to_action(self._teleop.get_action())
+                with self._bus_lock:
+                    values = self._teleop.get_action()
+                action = self._to_action(values)
             except Exception:  # noqa: BLE001 - a bus glitch or an unplugged arm; counted, not fatal
                 failures += 1
                 if failures == self.max_failures:
@@ -142,7 +159,71 @@ class LeaderArmDevice(TeleopDevice):
             self._update(action=action, connected=True)
             next_at = max(next_at, time.monotonic())  # after a slow read, do not try to catch up in a burst
 
+    # --- driving the leader to the follower (takeover=dagger) -----------------------------------
+    def can_drive(self) -> bool:
+        """Whether this leader's motors can be driven: configured so, and its lerobot class can write goals."""
+        teleop = self._teleop
+        return self.motors and all(callable(getattr(teleop, m, None)) for m in ("enable_torque", "send_feedback"))
+
+    def drive_toward(self, pose: dict[str, float], max_step_rad: float) -> float:
+        """One rate-limited step toward `pose` ({joint: rad, "gripper": 0 open .. 1 closed}): torque on, every joint's
+        goal at most `max_step_rad` from where it is; returns the largest joint error (rad) before this step."""
+        teleop, bus = self._teleop, self._teleop.bus
+        with self._bus_lock:
+            if not self._driving:
+                teleop.enable_torque()  # a servo given torque holds where it is until a goal comes
+                self._driving = True
+            present = teleop.get_action()
+        goals, errors = {}, []
+        for joint, target in pose.items():
+            key = f"{joint}.pos"
+            if key not in present:
+                continue
+            if joint == "gripper":
+                goals[key] = self.gripper_open_pos + float(target) * (self.gripper_closed_pos - self.gripper_open_pos)
+                continue
+            now = self._to_rad(bus, joint, present[key])
+            errors.append(abs(float(target) - now))
+            goals[key] = self._from_rad(bus, joint, now + float(np.clip(target - now, -max_step_rad, max_step_rad)))
+        if not errors:
+            raise ValueError(
+                f"{self.label}: has none of the follower's joints {sorted(pose)}; its motors: {list(present)}"
+            )
+        with self._bus_lock:
+            teleop.send_feedback(goals)
+        return max(errors)
+
+    def release(self) -> None:
+        """Torque off, so the person moves the leader (once a drive turned it on)."""
+        if self._driving and self._teleop is not None:
+            with self._bus_lock:
+                self._teleop.disable_torque()
+            self._driving = False
+
+    @staticmethod
+    def _to_rad(bus, motor: str, value: float) -> float:
+        mode = bus.motors[motor].norm_mode.value
+        if mode == "degrees":
+            return float(np.deg2rad(value))
+        if mode != "range_m100_100":
+            raise ValueError(f"leader joint {motor}: cannot drive a joint normalised as {mode}")
+        cal = bus.calibration[motor]
+        step = cal.range_min + (value + 100.0) / 200.0 * (cal.range_max - cal.range_min)
+        return float(np.deg2rad((step - (cal.range_min + cal.range_max) / 2) * 360.0 / _max_step(bus, motor)))
+
+    @staticmethod
+    def _from_rad(bus, motor: str, rad: float) -> float:
+        if bus.motors[motor].norm_mode.value == "degrees":
+            return float(np.rad2deg(rad))
+        cal = bus.calibration[motor]
+        step = (cal.range_min + cal.range_max) / 2 + np.rad2deg(rad) * _max_step(bus, motor) / 360.0
+        return float((step - cal.range_min) / (cal.range_max - cal.range_min) * 200.0 - 100.0)
+
     def _close(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - closing a leader that may already be gone
+            pass
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2.0)
@@ -150,6 +231,11 @@ class LeaderArmDevice(TeleopDevice):
         if self._teleop is not None:
             _disconnect(self._teleop)
             self._teleop = None
+
+
+def _max_step(bus, motor: str) -> int:
+    """lerobot's degrees scale: a turn is the encoder's resolution less one step."""
+    return bus.model_resolution_table[bus.motors[motor].model] - 1
 
 
 def _disconnect(teleop: Any) -> None:

@@ -2,6 +2,8 @@
 
     robo-rl record <dst> [human=keyboard] [episodes=20] [keep=success|all] [format=store|lerobot] [env=...] ...
     robo-rl record <file.json> mode=reset [steps=300] [human=keyboard] [env=...]: teach a reset (record_reset.py)
+    robo-rl record <dst> mode=dagger policy=<checkpoint or run> [human=dagger_leader] [keep=corrections|all]: a person
+        corrects a policy: pause, the leader synced to the robot, correct, hand back (record_dagger.py)
 
 The env runs at its control rate (`actor.realtime`, on by default here) under the device named by `human` (keyboard,
 gamepad, spacemouse, web, leader_arm, or `sim` for the scripted expert); while the device is idle the arm holds
@@ -24,7 +26,7 @@ import numpy as np
 from robo_rl.errors import UserError
 
 RECORD_USAGE = __doc__.split("\n\n", 2)[1]
-OPTIONS = ("episodes", "keep", "format", "mode", "steps")
+OPTIONS = ("episodes", "keep", "format", "mode", "steps", "policy")
 
 
 class RecordUsageError(UserError, ValueError):
@@ -139,8 +141,14 @@ def cmd_record(args: list[str]) -> int:
     if options.get("mode", "episodes") != "episodes":  # mode=reset: a reset trajectory, taught once
         from robo_rl.commands.record_reset import DEFAULT_STEPS, cmd_record_reset
 
+        if options["mode"] == "dagger":  # a policy acts, a person corrects it
+            from robo_rl.commands.record_dagger import cmd_record_dagger
+
+            return cmd_record_dagger(positional[0], overrides, options)
         if options["mode"] != "reset":
-            raise RecordUsageError(f"mode={options['mode']}: episodes (demonstrations) or reset (a reset trajectory)")
+            raise RecordUsageError(
+                f"mode={options['mode']}: episodes (demonstrations), reset (a reset trajectory) or dagger (corrections)"
+            )
         return cmd_record_reset(positional[0], overrides, int(options.get("steps", DEFAULT_STEPS)))
     fmt, keep = options.get("format", "store"), options.get("keep", "success")
     if fmt not in ("store", "lerobot") or keep not in ("success", "all"):

@@ -19,7 +19,8 @@ REWARD = "robo_rl.rewards.wrapper.RewardWrapper"
 SAFETY = "hardware.safety.SafetyWrapper"
 INTERVENTION_REWARD = "robo_rl.rewards.intervention.InterventionReward"
 
-TAKEOVER = ("explicit", "implicit", "both")  # a toggle or a held button | device motion | either
+# a toggle or held button | device motion | either | pause, sync the leader, correct (robo_rl/teleop/dagger.py)
+TAKEOVER = ("explicit", "implicit", "both", "dagger")
 FALLBACKS = ("env", "zero")  # the env's own reward | none, while no fresh score exists
 MANDATORY = "???"  # OmegaConf's mark of a value the run must give (a config that lacks it is refused)
 EVEN_ODDS = 0.5  # the success threshold of a model that chose none
@@ -33,7 +34,8 @@ class InterventionConfig:
 
     takeover: str = setting(
         "both",
-        "how a device takes control: explicit (a toggle or a held button), implicit (device motion) or both",
+        "how a device takes control: explicit (a toggle or a held button), implicit (device motion), both, or "
+        "dagger (pause, a leader synced to the robot, then the correction)",
         choices=TAKEOVER,
     )
     implicit_threshold: float = setting(
@@ -46,6 +48,18 @@ class InterventionConfig:
         3, "steps over which the command ramps from the human's last action back to the policy's", low=0
     )
     success_reward: float | None = setting(1.0, "reward of a step the human labels a success (null: the env's reward)")
+    dagger_commander: str | None = setting(
+        None, "takeover=dagger: the device that drives corrections, a leader arm (null: the device that took over)"
+    )
+    dagger_sync_tolerance_rad: float = setting(
+        0.05, "takeover=dagger: a leader's joints within this of the robot's end the sync, rad", above=0
+    )
+    dagger_sync_speed_rad_s: float = setting(
+        1.0, "takeover=dagger: the fastest a leader is driven to the robot's pose, rad/s", above=0
+    )
+    dagger_sync_timeout_s: float = setting(
+        10.0, "takeover=dagger: a leader not synced by then leaves the robot paused, seconds", above=0
+    )
 
 
 @dataclass

@@ -31,6 +31,8 @@ from robo_rl.configs.wrappers import TAKEOVER, InterventionConfig
 from robo_rl.envs.base import RobotWrapper
 from robo_rl.envs.wrappers import find_safety
 from robo_rl.teleop.base import AXES, DeviceUnavailable, TeleopDevice, TeleopReading
+from robo_rl.teleop.dagger import PHASE_CODES, DaggerTakeover
+from robo_rl.teleop.dagger import RECORD_EXTRAS as DAGGER_EXTRAS
 from robo_rl.teleop.devices import make_device
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ class InterventionWrapper(RobotWrapper):
         handback_steps: int = HUMAN.handback_steps,
         success_reward: float | None = HUMAN.success_reward,
         start_devices: bool = True,
+        dagger_commander: str | None = HUMAN.dagger_commander,
+        dagger_sync_tolerance_rad: float = HUMAN.dagger_sync_tolerance_rad,
+        dagger_sync_speed_rad_s: float = HUMAN.dagger_sync_speed_rad_s,
+        dagger_sync_timeout_s: float = HUMAN.dagger_sync_timeout_s,
     ) -> None:
         super().__init__(env)
         if takeover not in TAKEOVER:
@@ -92,6 +98,27 @@ class InterventionWrapper(RobotWrapper):
         self._safety = find_safety(env)  # a safety layer inside: its stops wait for this human's acknowledgement
         if self._safety is not None:
             self._safety.add_poller(self.poll)
+        self._dagger_who = self._dagger_was = "policy"
+        self.dagger: DaggerTakeover | None = None  # takeover=dagger: pause, sync the leader, correct, hand back
+        if takeover == "dagger":
+            self.dagger = DaggerTakeover(
+                self.devices,
+                tuple(getattr(env.unwrapped, "state_names", ())),
+                float(getattr(env.unwrapped, "control_hz", 10.0)),
+                dagger_commander,
+                dagger_sync_tolerance_rad,
+                dagger_sync_speed_rad_s,
+                dagger_sync_timeout_s,
+            )
+
+    @classmethod
+    def record_extras_from_config(cls, takeover: str = HUMAN.takeover, **_) -> dict:
+        """Under takeover=dagger each record says its phase (`extra/dagger_phase`, robo_rl/teleop/dagger.py)."""
+        return dict(DAGGER_EXTRAS) if takeover == "dagger" else {}
+
+    @property
+    def record_extras(self) -> dict:
+        return {**(getattr(self.env, "record_extras", None) or {}), **(DAGGER_EXTRAS if self.dagger else {})}
 
     @property
     def timeline(self) -> list[list]:
@@ -115,18 +142,24 @@ class InterventionWrapper(RobotWrapper):
         self._last_executed = self._neutral()
         for device in self.devices:
             device.episode_start()
+        if self.dagger is not None:
+            self.dagger.reset()
+            self.paused, self._dagger_was = False, "policy"
         return obs, info
 
     def step(self, action):
         policy_action = np.asarray(action, np.float32)
         readings = self._read(policy_action)
-        human = self._arbitrate(readings)
         events = set().union(*(r.events for r in readings.values())) if readings else set()
-        if human is not None:
-            executed = self._human_action(readings[human], policy_action)
-            self._note_latency(readings[human])
+        if self.dagger is not None:
+            human, executed = self._dagger_decide(readings, events, policy_action)
         else:
-            executed = self._handback(policy_action)
+            human = self._arbitrate(readings)
+            if human is not None:
+                executed = self._human_action(readings[human], policy_action)
+                self._note_latency(readings[human])
+            else:
+                executed = self._handback(policy_action)
         if "estop" in events:  # no new motion from here: the e-stopped step holds still, and the episode ends
             executed = self._hold()
         obs, reward, terminated, truncated, info = self.env.step(executed)
@@ -136,6 +169,9 @@ class InterventionWrapper(RobotWrapper):
         if human is not None:
             info["intervention_device"] = human
             self.counts["intervention_steps"] += 1
+        if self.dagger is not None:
+            self._dagger_info(info, events)
+            events = events - {"pause"}  # the phases answered it
         self.counts["steps"] += 1
         estop_by = next((n for n, r in readings.items() if "estop" in r.events), None)
         self._acknowledge(readings)
@@ -175,7 +211,11 @@ class InterventionWrapper(RobotWrapper):
         """Read the devices without stepping (while paused): returns the events seen; a pause press unpauses."""
         readings = self._read(self._last_executed)
         events = set().union(*(r.events for r in readings.values())) if readings else set()
-        if "pause" in events:
+        if self.dagger is not None:  # its phases decide what a press means; a sync drives the leader
+            self.dagger.poll(readings, events, self._obs)
+            self.paused = self.dagger.holding
+            self.pause_reason = f"dagger: {self.dagger.phase}" if self.paused else None
+        elif "pause" in events:
             self.paused = not self.paused
             self.pause_reason = PAUSED_BY_HAND if self.paused else None
             log.info("human: %s", "paused" if self.paused else "resumed")
@@ -295,8 +335,53 @@ class InterventionWrapper(RobotWrapper):
             info["ended_by"], terminated, truncated = "human_abort", False, True
         return reward, terminated, truncated
 
+    # --- takeover=dagger (robo_rl/teleop/dagger.py) ------------------------------------------
+    def _dagger_decide(self, readings: dict, events: set[str], policy_action: np.ndarray):
+        """(the device acting or None, the action to execute) as the DAgger phases say."""
+        who, device = self.dagger.decide(readings, events, self._obs)
+        self.paused = self.dagger.holding
+        self.pause_reason = f"dagger: {self.dagger.phase}" if self.paused else None
+        reading = readings.get(device) if device is not None else None
+        if who == "human" and (reading is None or not reading.connected):
+            log.warning("teleop device %s cannot command the correction: the robot holds", device)
+            who = "hold"
+        self._dagger_who = who
+        if who == "policy":
+            if self._controller is not None or self._dagger_was != "policy":  # back to the policy: ramp to it
+                self._handback_from, self._handback_left = self._last_executed.copy(), self.handback_steps
+            self._set_controller(None)
+            self._dagger_was = who
+            return None, self._handback(policy_action)
+        self._dagger_was = who
+        if who == "hold":
+            self._set_controller(None)
+            return device or "human", self._hold()
+        self._set_controller(device)
+        self._note_latency(reading)
+        return device, self._human_action(reading, policy_action)
+
+    def _set_controller(self, name: str | None) -> None:
+        """The intervention timeline follows who commands a correction."""
+        if name == self._controller:
+            return
+        if self._controller is not None:
+            self._timeline[-1][1] = self._step
+        if name is not None:
+            self._timeline.append([self._step, None, name])
+            self.counts["takeovers"] += 1
+        self._controller = name
+
+    def _dagger_info(self, info: dict, events: set[str]) -> None:
+        phase = {"policy": "autonomous", "hold": "paused", "human": "correcting"}[self._dagger_who]
+        info["dagger_phase"] = phase
+        info["dagger_handback"] = self.dagger.handed_back()
+        info["record_extras"] = {**info.get("record_extras", {}), "dagger_phase": PHASE_CODES[phase]}
+        self.counts[f"dagger_{phase}_steps"] += 1
+
     def stats(self) -> dict:
         out = {k: int(v) for k, v in self.counts.items()}
+        if self.dagger is not None:
+            out.update({f"dagger_{k}": int(v) for k, v in self.dagger.counts.items()})
         out["intervention_rate"] = out.get("intervention_steps", 0) / max(1, out.get("steps", 0))
         latency = np.array(self.latency_ms)  # read from the actor's transport thread while the loop appends
         if len(latency):
