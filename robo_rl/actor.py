@@ -359,6 +359,8 @@ class Actor:
                             done = True
                         else:
                             obs[i], reward, terminated, truncated, info = env.step(actions[i])
+                            if info.get("dagger_handback"):  # a person handed back: its chunk predates the correction
+                                self.acting.reset(i)
                             step_extras = {k: v[i] for k, v in extras.items()}
                             pending[i].append(
                                 recorders[i].record_step(

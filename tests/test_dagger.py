@@ -257,3 +257,38 @@ def test_record_mode_dagger_refuses_a_missing_policy_and_a_bad_keep(tmp_path):
         cmd_record([str(tmp_path / "out"), "mode=dagger", f"policy={tmp_path}", "keep=some"])
     with pytest.raises(DaggerUsageError, match="does not exist"):
         cmd_record([str(tmp_path / "out"), "mode=dagger", f"policy={tmp_path / 'nope.pt'}"])
+
+
+def test_a_training_run_records_each_steps_phase(tmp_path):
+    """`robo-rl train human=sim human.takeover=dagger`: the simulated human's takeovers (no motors: no sync) reach the
+    learner as correcting records, flagged intervention, and the actor reports its corrections."""
+    from robo_rl.runs import read_metrics
+    from tests.test_pipeline import run_pair, toy_config
+
+    cfg = toy_config(
+        tmp_path, "human=sim", "human.takeover=dagger", "train.total_env_steps=200", "human.devices.0.hold_steps=3"
+    )
+    (tmp_path / "run").mkdir()
+    learner, reason = run_pair(cfg, tmp_path / "run")
+    assert reason == "done"
+    data, n = learner.replay.online.data, learner.replay.online.size
+    phase, human = data["extra/dagger_phase"][:n], data["intervention"][:n].astype(bool)
+    assert human.sum() > 20, "the simulated human took over a random-ish policy"
+    np.testing.assert_array_equal(phase == PHASE_CODES["correcting"], human)  # every takeover step, and only those
+    stats = [m["actor_stats"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m.get("actor_stats")]
+    assert any(s.get("actor-0", {}).get("human_dagger_corrections", 0) > 0 for s in stats), stats[-1]
+
+    # the run's policy, corrected by a person: `robo-rl record <dst> mode=dagger policy=<run> human=sim`
+    from robo_rl.cli import main
+
+    dst = tmp_path / "corrections"
+    (checkpoint,) = (tmp_path / "run" / "checkpoints").glob("step_*.pt")  # a checkpoint given alone: its config too
+    args = ["record", str(dst), "mode=dagger", f"policy={checkpoint}", "human=sim", "episodes=2", "keep=all"]
+    assert main([*args, "env=point_reach", "experiment=rlpd", f"cache_dir={tmp_path}", "actor.realtime=false"]) == 0
+    episodes = load_episodes(dst, progress=False)
+    assert len(episodes) == 2  # whole episodes (keep=all), each to its end
+    assert all(e.records["terminated"][-1] or e.records["truncated"][-1] for e in episodes)
+    for e in episodes:
+        phase, human = e.records["extra/dagger_phase"][1:], e.records["intervention"][1:].astype(bool)
+        np.testing.assert_array_equal(phase == PHASE_CODES["correcting"], human)
+    assert any(e.interventions for e in episodes)

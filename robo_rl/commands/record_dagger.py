@@ -150,14 +150,22 @@ def cmd_record_dagger(dst: str, overrides: list[str], options: dict) -> int:
         raise DaggerUsageError(f"policy={checkpoint} does not exist: pass a checkpoint .pt or a run folder")
     if Path(dst).exists() and any(Path(dst).iterdir()):
         raise DaggerUsageError(f"{dst} exists and is not empty: choose a new folder")
-    defaults = {"human": "human=dagger_leader", "actor.realtime": "actor.realtime=true"}  # at the robot's pace
-    given_keys = {o.split("=", 1)[0] for o in overrides}
-    overrides = [*(d for k, d in defaults.items() if k not in given_keys), *overrides, "human.takeover=dagger"]
+    human = [o for o in overrides if o.split("=", 1)[0] == "human" or o.startswith("human.")]
+    rest = [o for o in overrides if o not in human]
+    if not any(o.startswith("actor.realtime=") for o in rest):
+        rest.append("actor.realtime=true")  # a person corrects at the robot's pace
     run_dir = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
     saved = run_dir / "config.yaml" if run_dir is not None else None
-    cfg = load_saved_config(saved, overrides) if saved is not None and saved.exists() else load_config(overrides)
-    if not OmegaConf.select(cfg, "human.devices", default=None):
+    cfg = load_saved_config(saved, rest) if saved is not None and saved.exists() else load_config(rest)
+    # the person's devices come from this command line, whatever the run trained with; their interpolations
+    # (${env.expert}, ${seed}) resolve against the run's own config
+    chosen = load_config([*(human if any(o.startswith("human=") for o in human) else ["human=dagger_leader", *human])])
+    block = OmegaConf.to_container(chosen.human, resolve=False)
+    if not block.get("devices"):
         raise ConfigError("robo-rl record mode=dagger needs devices: human=dagger_leader | keyboard | gamepad | ...")
+    OmegaConf.set_struct(cfg, False)
+    cfg.human = {**block, "takeover": "dagger"}
+    OmegaConf.set_struct(cfg, True)
     return _run(cfg, dst, given, keep, int(options.get("episodes", cfg.demos.num_episodes)))
 
 
@@ -173,7 +181,8 @@ def _run(cfg, dst: str, checkpoint: Path, keep: str, episodes: int) -> int:
     from robo_rl.runs import load_newest_readable
 
     payload, _ = load_newest_readable(checkpoint)
-    env = make_actor_env(OmegaConf.merge(cfg, {"actor": {"wrappers": ["human"]}}))
+    guards = [w for w in cfg.actor.wrappers if isinstance(w, str) and w == "safety"]  # a robot keeps its safety layer
+    env = make_actor_env(OmegaConf.merge(cfg, {"actor": {"wrappers": [*guards, "human"]}}))
     try:
         policy = load_policy(cfg, env, payload)
         acting = acting_policy(policy)
