@@ -6,7 +6,9 @@ their `ranges` onto [-1, 1]. The default factory builds the lerobot config with 
 has it, so calibrated joints read -100..100 and grippers 0..100, which are the default ranges.
 
 Whether the human is in control is decided by the arbitration wrapper from the arm's motion; an explicit toggle is
-another device's job.
+another device's job. The arm is connected without calibrating (lerobot's calibration prompts on the terminal, which
+would hang the actor): an uncalibrated arm is reported, with the command that calibrates it. Repeated read failures
+(the arm unplugged) read `connected=False` and hand control back; reads that succeed again reconnect it.
 
 A leader with motors (`motors: true`, an SO-101 leader's STS3215s) can be driven to the follower's pose before a
 correction (`human.takeover=dagger`, robo_rl/teleop/dagger.py): `drive_toward` turns its torque on and writes goal
@@ -14,9 +16,13 @@ positions through lerobot's own leader class (`enable_torque`, and `send_feedbac
 each step at most `max_step_rad` from where the arm is; `release` turns the torque off for the person's hand. The
 follower's pose is in radians from each joint's calibrated mid-range (lerobot's degrees convention, the one the
 SO-101 follower driver reads in) and its gripper 0 open .. 1 closed (`gripper_open_pos`..`gripper_closed_pos` of
-the leader's 0..100 jaw). The arm is connected without calibrating (lerobot's calibration prompts on the terminal, which
-would hang the actor): an uncalibrated arm is reported, with the command that calibrates it. Repeated read failures
-(the arm unplugged) read `connected=False` and hand control back; reads that succeed again reconnect it.
+the leader's 0..100 jaw).
+
+`follow` says what the leader commands: `joints` gives its readings as the env's action (`action_keys` onto the
+action vector: an env that takes joint targets), `ee` the end-effector step toward where the leader's joints would put
+the follower's tool (forward kinematics of the env's own arm model, as a fraction of the env's `max_ee_step_m` per
+step) with the jaw's opening as the gripper: the arm envs' action (hardware/env.py). Synced first, an `ee` leader
+commands no motion until the person moves it.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ class LeaderArmDevice(TeleopDevice):
     """A lerobot leader arm; `factory(teleop_type=, port=, id=)` builds the teleoperator (tests pass a fake)."""
 
     name = "leader_arm"
-    needs_env = False
+    needs_env = True  # follow=ee reads the env's arm model and step size
 
     def __init__(
         self,
@@ -75,8 +81,19 @@ class LeaderArmDevice(TeleopDevice):
         motors: bool = True,
         gripper_open_pos: float = 100.0,
         gripper_closed_pos: float = 0.0,
+        follow: str = "joints",
+        env: Any = None,
     ) -> None:
         super().__init__(name)
+        if follow not in FOLLOW:
+            raise ValueError(f"leader_arm follow={follow!r}: one of {', '.join(FOLLOW)}")
+        self.follow, self._env = follow, env
+        if follow == "ee":
+            _check_arm_env(env)
+            if action_keys is None:
+                action_keys = [f"{joint}.pos" for joint in env.model.joint_names] + ["gripper.pos"]
+        self._values: dict[str, Any] | None = None  # follow=ee: the newest joint readings
+        self._ee_now: np.ndarray | None = None  # follow=ee: the tool's position in the newest observation
         self.teleop_type, self.port, self.id = teleop_type, port, id
         self.action_keys = list(action_keys) if action_keys is not None else None
         self.ranges = {key: (float(lo), float(hi)) for key, (lo, hi) in (ranges or {}).items()}
@@ -136,7 +153,7 @@ class LeaderArmDevice(TeleopDevice):
         bounds = np.array([self._range(key) for key in self.action_keys], np.float32).reshape(-1, 2)
         self._lo, self._hi = bounds[:, 0], bounds[:, 1]
         self._teleop = teleop
-        self._update(action=self._to_action(first), connected=True)
+        self._take(first)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-reader", daemon=True)
         self._thread.start()
@@ -149,15 +166,45 @@ class LeaderArmDevice(TeleopDevice):
             try:
                 with self._bus_lock:
                     values = self._teleop.get_action()
-                action = self._to_action(values)
+                self._take(values)
             except Exception:  # noqa: BLE001 - a bus glitch or an unplugged arm; counted, not fatal
                 failures += 1
                 if failures == self.max_failures:
                     self._update(connected=False, is_intervention=False)
                 continue
             failures = 0
-            self._update(action=action, connected=True)
             next_at = max(next_at, time.monotonic())  # after a slow read, do not try to catch up in a burst
+
+    def _take(self, values: dict[str, Any]) -> None:
+        """A reading of the arm: its action now (follow=joints), or kept until the next observation (follow=ee)."""
+        if self.follow == "ee":
+            self._values = values
+            self._update(connected=True)
+        else:
+            self._update(action=self._to_action(values), connected=True)
+
+    # --- follow=ee: the follower's tool toward the leader's ------------------------------------
+    def observe(self, obs: dict, policy_action: np.ndarray) -> None:
+        if self.follow == "ee" and obs is not None:
+            names = list(self._env.state_names)
+            self._ee_now = np.asarray([obs["state"][names.index(n)] for n in EE_STATE], float)
+
+    def _poll(self) -> None:
+        values, ee_now = self._values, self._ee_now
+        if self.follow == "ee" and values is not None and ee_now is not None:
+            self._update(action=self._ee_action(values, ee_now))
+
+    def _ee_action(self, values: dict[str, Any], ee_now: np.ndarray) -> np.ndarray:
+        env, bus = self._env, self._teleop.bus
+        q = np.array([self._to_rad(bus, joint, values[f"{joint}.pos"]) for joint in env.model.joint_names])
+        step = np.clip((env.model.fk(q)[0] - ee_now) / env.max_ee_step_m, -1.0, 1.0)
+        names = list(env.action_names)
+        action = np.zeros(len(names), np.float32)
+        action[[names.index(axis) for axis in "xyz"]] = step
+        if "gripper" in names and "gripper.pos" in values:
+            closed = (self.gripper_open_pos - values["gripper.pos"]) / (self.gripper_open_pos - self.gripper_closed_pos)
+            action[names.index("gripper")] = 2.0 * float(np.clip(closed, 0.0, 1.0)) - 1.0
+        return action
 
     # --- driving the leader to the follower (takeover=dagger) -----------------------------------
     def can_drive(self) -> bool:
@@ -231,6 +278,28 @@ class LeaderArmDevice(TeleopDevice):
         if self._teleop is not None:
             _disconnect(self._teleop)
             self._teleop = None
+
+
+FOLLOW = ("joints", "ee")
+EE_STATE = ("ee_x", "ee_y", "ee_z")  # the arm envs' tool position in the state, m
+
+
+def _check_arm_env(env) -> None:
+    """follow=ee needs an arm env: its model's forward kinematics, step size and the tool's position in the state."""
+    missing = [
+        what
+        for what, ok in (
+            ("model.fk", callable(getattr(getattr(env, "model", None), "fk", None))),
+            ("max_ee_step_m", hasattr(env, "max_ee_step_m")),
+            ("ee_x/ee_y/ee_z in state_names", set(EE_STATE) <= set(getattr(env, "state_names", ()))),
+            ("x/y/z in action_names", set("xyz") <= set(getattr(env, "action_names", ()))),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ValueError(
+            f"leader_arm follow=ee needs an arm env (hardware.env.ArmEnv); this one lacks {', '.join(missing)}"
+        )
 
 
 def _max_step(bus, motor: str) -> int:

@@ -77,10 +77,14 @@ class DaggerTakeover:
         sync_tolerance_rad: float = 0.05,
         sync_speed_rad_s: float = 1.0,
         sync_timeout_s: float = 10.0,
+        missing: tuple[str, ...] = (),
     ) -> None:
         names = [d.name for d in devices]
         if commander is not None and commander not in names:
-            raise ValueError(f"human.dagger_commander='{commander}' is not one of the devices ({', '.join(names)})")
+            if commander not in missing:  # a name no device has: a typo, refused
+                raise ValueError(f"human.dagger_commander='{commander}' is not one of the devices ({', '.join(names)})")
+            log.warning("human: %s is not plugged in: the device that takes over drives the corrections", commander)
+            commander = None
         if not sync_tolerance_rad > 0 or not sync_speed_rad_s > 0 or not sync_timeout_s > 0:
             raise ValueError(
                 "human.dagger_sync_tolerance_rad, dagger_sync_speed_rad_s and dagger_sync_timeout_s must be above 0 "

@@ -63,6 +63,7 @@ class InterventionWrapper(RobotWrapper):
         self.takeover, self.threshold = takeover, float(implicit_threshold)
         self.handback_steps, self.success_reward = int(handback_steps), success_reward
         self.devices: list[TeleopDevice] = []
+        self.unavailable: list[str] = []  # the names of configured devices that could not be opened
         for spec in devices:
             device = spec if isinstance(spec, TeleopDevice) else make_device(dict(spec), env=env.unwrapped)
             if start_devices:
@@ -70,6 +71,7 @@ class InterventionWrapper(RobotWrapper):
                     device.start()
                 except DeviceUnavailable as e:  # the run goes on under the policy: say which device is missing
                     log.error("teleop device unavailable: %s; the policy keeps control", e)
+                    self.unavailable.append(device.name)
                     continue
             self.devices.append(device)
         names = [d.name for d in self.devices]
@@ -109,6 +111,7 @@ class InterventionWrapper(RobotWrapper):
                 dagger_sync_tolerance_rad,
                 dagger_sync_speed_rad_s,
                 dagger_sync_timeout_s,
+                missing=tuple(self.unavailable),
             )
 
     @classmethod
