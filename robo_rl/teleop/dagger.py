@@ -141,7 +141,10 @@ class DaggerTakeover:
     def poll(self, readings: dict, events: set[str], obs) -> None:
         """One control period while the robot holds: a pause press resumes, a claim takes over, syncing drives."""
         claim = self.claimant(readings)
-        if self.phase == "paused":
+        if self.phase in ("autonomous", "correcting"):  # polled between steps (a reset or a safety stop waiting)
+            if "pause" in events:
+                self._enter("paused", by=_presser(readings, "pause"))
+        elif self.phase == "paused":
             if claim is not None:
                 self._take_over(claim, obs)
             elif "pause" in events:
