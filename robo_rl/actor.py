@@ -120,6 +120,7 @@ class Actor:
         self.policy_since = time.monotonic()  # when this version arrived
         self.stop_reason: str | None = None
         self.sent_steps = 0
+        self.sent_records = 0  # records handed to the transport: a long run's loss check counts them
         t = cfg.transport
         link = ActorLink(
             t.host,
@@ -179,6 +180,7 @@ class Actor:
         counts of the layers around the loop (safety, human, learned reward). Called on the transport thread: a
         copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
         stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
+        stats["sent_records"] = self.sent_records
         t = np.diff(_snapshot(self.step_starts))
         if len(t) >= 2:
             jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
@@ -416,6 +418,7 @@ class Actor:
             if self.gui is not None:
                 self.gui.close(obs[0])
             self.transport.close(self.stop_reason or "error")
+            log.info("sent %d records in all", self.sent_records)  # the last word for a loss check
             for env in envs:
                 env.close()
         return self.stop_reason
@@ -424,3 +427,4 @@ class Actor:
         env_steps = sum(r["step"] > 0 for r in records)
         batch = pack_instructions(stack_records(records, self.fields), self.tasks.names)  # its instructions travel too
         self.transport.send({"policy_version": self.policy_version}, batch, env_steps)
+        self.sent_records += len(records)

@@ -1,0 +1,174 @@
+"""The pieces of bench/unattended.py that read a run folder and judge it: a sample of metrics.jsonl, the record check
+(what the actors sent against the replay on disk) and the verdicts against issue 52's targets. Kept apart so that
+tests/test_bench_unattended.py checks them on hand-made inputs, without starting a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+# the issue's targets
+CALLS_PER_HOUR_MAX = 2.0
+MEMORY_GROWTH_PER_HOUR_MAX = 0.05
+JITTER_CHANGE_MAX = 0.20
+SUCCESS_LAST_EPISODES = 50  # "success at the end": the last this many episodes' success
+
+
+# --- reading a run folder -------------------------------------------------------------------------------------------
+def read_metrics(path: Path) -> tuple[list[dict], dict]:
+    """The run's episode records and the newest actor stats per actor (from learner/end records) in metrics.jsonl.
+    A half-written last line (the learner is appending) is skipped."""
+    episodes, actors = [], {}
+    if not path.exists():
+        return episodes, actors
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("kind") == "episode":
+            episodes.append(record)
+        elif record.get("actor_stats"):
+            actors.update(record["actor_stats"])
+    return episodes, actors
+
+
+def metrics_sample(path: Path) -> dict:
+    """What a person would ask of a run at one moment, from its metrics.jsonl: totals so far, summed over actors."""
+    episodes, actors = read_metrics(path)
+    stats = list(actors.values())
+
+    def total(key: str) -> int:
+        return int(sum(s.get(key, 0) for s in stats))
+
+    # the heartbeat's figures cover the actor's last 2,000 control periods, the gaps over between-episode resets too
+    jitter = [s["jitter_ms_p99"] for s in stats if "jitter_ms_p99" in s]
+    median = [s["jitter_ms_p50"] for s in stats if "jitter_ms_p50" in s]
+    return {
+        "episodes": len(episodes),
+        "successes": int(sum(bool(e.get("success")) for e in episodes)),
+        "reset_calls": total("reset_calls"),
+        "resets": total("resets"),
+        "resets_failed": total("resets_failed"),
+        "interventions": total("human_takeovers"),
+        "safety_stops": total("safety_stops"),
+        "jitter_ms_p99": max(jitter) if jitter else None,
+        "jitter_ms_p50": max(median) if median else None,
+        "sent_records": total("sent_records"),
+        "paused": any(s.get("paused") for s in stats),
+        "waiting_why": next((s["reset_waiting_why"] for s in stats if "reset_waiting_why" in s), None),
+    }
+
+
+def disk_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def record_check(folder: Path) -> dict:
+    """Every record the actors sent against the replay on disk: `lost` = sent − stored (0: nothing lost), every
+    finished episode of metrics.jsonl on disk whole (its length + the reset's record), and the actors' own warnings
+    of unstored messages. An episode on disk that metrics.jsonl lacks is the one a stop cut short (sent, stored)."""
+    from robo_rl.data.storage import SegmentStore
+
+    store = SegmentStore.open(folder / "replay" / "online")
+    per_episode: dict[int, int] = {}
+    for _, batch, _ in store.iter_segments():
+        ids, counts = np.unique(batch["episode_id"], return_counts=True)
+        for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
+            per_episode[i] = per_episode.get(i, 0) + n
+    stored = sum(per_episode.values())
+    episodes, _ = read_metrics(folder / "metrics.jsonl")
+    missing = [e["episode_id"] for e in episodes if e["episode_id"] not in per_episode]
+    partial = [e["episode_id"] for e in episodes if per_episode.get(e["episode_id"], 0) not in (0, e["length"] + 1)]
+    sent, unstored = None, 0
+    for log in folder.glob("actor*.log"):
+        text = log.read_text(errors="replace")
+        said = re.findall(r"sent (\d+) records in all", text)
+        sent = (sent or 0) + int(said[-1]) if said else sent
+        unstored += sum(int(n) for n in re.findall(r"(\d+) messages \(\d+ env steps\) were never confirmed", text))
+    return {
+        "records_sent": sent,
+        "records_stored": stored,
+        "lost": None if sent is None else sent - stored,
+        "episodes_logged": len(episodes),
+        "episodes_on_disk": len(per_episode),
+        "episodes_missing": len(missing),
+        "episodes_partial": len(partial),
+        "messages_never_confirmed": unstored,
+        "corrupt_segments": len(store.problems),
+    }
+
+
+# --- verdicts --------------------------------------------------------------------------------------------------------
+def _at(samples: list[dict], t_s: float) -> dict:
+    """The first sample at or after `t_s` (the last one if none is)."""
+    return next((s for s in samples if s["t_s"] >= t_s), samples[-1])
+
+
+def calls_per_hour(samples: list[dict], warmup_s: float) -> float | None:
+    """Human calls (reset calls + takeovers) per hour from the end of the warm-up to the last sample."""
+    start, end = _at(samples, warmup_s), samples[-1]
+    hours = (end["t_s"] - start["t_s"]) / 3600
+    calls = lambda s: s["reset_calls"] + s["interventions"]  # noqa: E731
+    return None if hours <= 0 else (calls(end) - calls(start)) / hours
+
+
+def memory_growth_per_hour(times_s: list[float], rss_mb: list[float], warmup_s: float) -> float | None:
+    """The least-squares slope of resident memory after the warm-up, per hour, as a share of the memory then."""
+    t, m = np.asarray(times_s, float), np.asarray(rss_mb, float)
+    keep = (t >= warmup_s) & np.isfinite(m)
+    if keep.sum() < 3:
+        return None
+    slope_per_s = np.polyfit(t[keep], m[keep], 1)[0]
+    return float(slope_per_s * 3600 / m[keep][0])
+
+
+def jitter_change(samples: list[dict], window_s: float) -> float | None:
+    """The median of the sampled jitter p99 over the last window against the first window's, as (last/first − 1)."""
+    timed = [(s["t_s"], s["jitter_ms_p99"]) for s in samples if s.get("jitter_ms_p99") is not None]
+    if len(timed) < 2:
+        return None
+    t0, t1 = timed[0][0], timed[-1][0]
+    first = [j for t, j in timed if t <= t0 + window_s]
+    last = [j for t, j in timed if t >= t1 - window_s]
+    return float(np.median(last) / max(np.median(first), 1e-9) - 1)
+
+
+def verdicts(samples: list[dict], records: dict, warmup_s: float, window_s: float) -> dict:
+    """The issue's targets for one run's samples and record check; a figure that cannot be computed is None."""
+    calls = calls_per_hour(samples, warmup_s)
+    times = [s["t_s"] for s in samples]
+    memory = {
+        proc: memory_growth_per_hour(times, [s["rss_mb"].get(proc, np.nan) for s in samples], warmup_s)
+        for proc in ("learner", "actor")
+    }
+    jitter = jitter_change(samples, window_s)
+    return {
+        "human_calls_per_hour_after_warmup": calls,
+        "calls_met": None if calls is None else calls <= CALLS_PER_HOUR_MAX,
+        "memory_growth_per_hour": memory,
+        "memory_met": None
+        if None in memory.values()
+        else all(g <= MEMORY_GROWTH_PER_HOUR_MAX for g in memory.values()),
+        "jitter_p99_change_last_vs_first": jitter,
+        "jitter_met": None if jitter is None else jitter <= JITTER_CHANGE_MAX,
+        "records_lost": records.get("lost"),
+        "lost_met": records.get("lost") == 0 and records["episodes_missing"] == 0 and records["episodes_partial"] == 0,
+    }
+
+
+def success_at_end(folder: Path, last: int = SUCCESS_LAST_EPISODES) -> dict:
+    """The success of the last `last` episodes, and of those among them the (simulated) human never touched."""
+    episodes, _ = read_metrics(folder / "metrics.jsonl")
+    tail = episodes[-last:]
+    alone = [e for e in tail if not e.get("intervention_steps")]
+    return {
+        "episodes": len(tail),
+        "success": float(np.mean([bool(e.get("success")) for e in tail])) if tail else None,
+        "unassisted_episodes": len(alone),
+        "unassisted_success": float(np.mean([bool(e.get("success")) for e in alone])) if alone else None,
+    }

@@ -1,0 +1,335 @@
+"""A long unattended run on the twins (issue 52): can one person supervise hours of learning, and is nothing lost?
+
+Two `robo-rl train` runs go side by side, as two robots a person would watch, each with its page open in Debian's
+chromium (Playwright, headless) for the whole run:
+
+  pick          residual RL on the pick task (the default recipe, `experiment=residual_pick_cube`), the cube's mass
+                and friction drawn per episode (`env.randomize`), the simulated human taking over when the policy
+                drifts (`human=sim`)
+  so101_reach   the SO-101 twin reach (`experiment=so101_twin_reach`, SAC) on the twin's real-time clock; the arm env
+                has no `env.randomize` and no scripted expert, so neither perturbations nor the simulated human apply
+
+Both reset themselves and check the scene (`env.reset_mode=scripted`); only a failed check calls the simulated person
+(`env.reset_person=sim`), who is counted. The actors run in real time (`actor.realtime=true`, 10 Hz), so their loop
+jitter means what it would on a robot. The reward is the simulator's: a learned reward with live relabelling
+(robo_rl/rewards/live.py) had not landed when this bench was written; `--reward-model DIR` swaps in a trained reward
+model (`reward=model`) for the pick run without the live part.
+
+Every `--sample-s` it records per run: episodes and successes (metrics.jsonl), human calls (failed reset checks the
+person answered + the simulated human's takeovers), safety stops, the actor's loop jitter p99 (its heartbeat), the
+learner's and actor's resident memory, the run folder's size on disk, and whether the page still shows the actor.
+At the end it stops each actor first (it drains what the learner has not acknowledged, then the learner checkpoints),
+counts the records the actor says it sent against the replay on disk, and resumes the final checkpoint for a short
+run (that a resume is bit-exact is tests/test_resume.py's business, not this bench's).
+
+Targets (the issue's): <= 2 human calls per hour after the warm-up (20 min; --quick: 3 min), memory flat (<= 5% growth
+per hour after the warm-up), jitter p99 over the last window (10 min; --quick: 3 min) within 20% of the first window's,
+zero records lost. `--compare-human` also runs the pick recipe with the env's own reset (a person resetting by hand)
+for the same time and compares the success at the end.
+
+    python bench/unattended.py              # two hours
+    python bench/unattended.py --quick      # ten minutes, writes bench/results/quick/unattended.json
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from bench._results import write_result  # noqa: E402
+from bench._unattended_checks import (  # noqa: E402
+    CALLS_PER_HOUR_MAX,
+    JITTER_CHANGE_MAX,
+    MEMORY_GROWTH_PER_HOUR_MAX,
+    disk_mb,
+    metrics_sample,
+    record_check,
+    success_at_end,
+    verdicts,
+)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+RESETS = ["env.reset_mode=scripted", "env.reset_person=sim"]
+TASKS = {
+    "pick": [
+        "experiment=residual_pick_cube",
+        "env.randomize={object_mass_scale:[0.5,2.0],friction_scale:[0.7,1.3]}",
+        "human=sim",
+        *RESETS,
+    ],
+    "so101_reach": ["experiment=so101_twin_reach", "env.twin_clock=real", *RESETS],
+}
+COMMON = [
+    "actor.realtime=true",
+    "gui.enabled=true",
+    "train.total_env_steps=100000000",  # the clock ends the run, not a step budget
+    "train.checkpoint_every_env_steps=2000",
+    "logger.progress=false",
+    "eval.episodes=1",
+]
+
+
+# --- the runs ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """One `robo-rl train` process tree, its run folder and its page."""
+
+    name: str
+    proc: subprocess.Popen
+    folder: Path
+    gui_port: int
+    samples: list[dict] = field(default_factory=list)
+    page: object = None
+    page_errors: list[str] = field(default_factory=list)
+
+    def children(self) -> dict:
+        """The learner, actor and gui processes (by the verb after `robo_rl.cli`), for their memory."""
+        import psutil
+
+        out = {}
+        try:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                cmd = child.cmdline()
+                if "robo_rl.cli" in cmd and cmd.index("robo_rl.cli") + 1 < len(cmd):
+                    out[cmd[cmd.index("robo_rl.cli") + 1]] = child
+        except psutil.Error:  # a child ended while we listed them
+            pass
+        return out
+
+
+def start_run(name: str, overrides: list[str], out: Path, extra: list[str] = ()) -> Run:
+    """Start a train run with free ports (data, weights, ctrl, the page, the GUI's actor socket); returns once its
+    run folder exists."""
+    from robo_rl.transport.link import free_ports
+
+    data, weights, ctrl, http, gui_zmq = free_ports(5)
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_rl.cli",
+        "train",
+        *overrides,
+        *COMMON,
+        *extra,
+        f"transport.data_port={data}",
+        f"transport.weights_port={weights}",
+        f"transport.ctrl_port={ctrl}",
+        f"gui.port={http}",
+        f"gui.zmq_port={gui_zmq}",
+        f"outputs_dir={out}",
+        f"name=unattended_{name}",
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / f"{name}.train.log"
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = re.search(r"run folder: (\S+)", log.read_text())
+        if found:
+            return Run(name, proc, Path(found.group(1)), http)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"{name}: no run folder within 120 s:\n{log.read_text()[-2000:]}")
+
+
+def open_page(run: Run, browser) -> None:
+    """The run's page in a tab, once the GUI answers; its JavaScript errors are kept."""
+    page = browser.new_page()
+    page.on("pageerror", lambda e: run.page_errors.append(str(e)[:200]))
+    deadline = time.monotonic() + 300  # the GUI starts after the BC base is trained
+    while True:
+        try:
+            page.goto(f"http://127.0.0.1:{run.gui_port}/?name=bench", timeout=10_000)
+            run.page = page
+            return
+        except Exception:  # noqa: BLE001 - Playwright's errors: not up yet
+            if time.monotonic() > deadline or run.proc.poll() is not None:
+                raise
+            time.sleep(2)
+
+
+def page_shows_actor(run: Run) -> bool | None:
+    """Whether the open page (its WebSocket updates, as a person's browser gets them) lists an actor now."""
+    if run.page is None:
+        return None
+    try:
+        return "actor-0" in run.page.inner_text("body", timeout=5_000)
+    except Exception:  # noqa: BLE001 - a page that does not answer is what this reports
+        return False
+
+
+def take_sample(run: Run, t_s: float) -> dict:
+    procs = run.children()
+    rss = {}
+    for verb in ("learner", "actor", "gui"):
+        try:
+            rss[verb] = procs[verb].memory_info().rss / 2**20 if verb in procs else float("nan")
+        except Exception:  # noqa: BLE001 - psutil.Error: ended between listing and reading
+            rss[verb] = float("nan")
+    sample = {"t_s": round(t_s, 1), **metrics_sample(run.folder / "metrics.jsonl")}
+    sample.update(rss_mb=rss, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run))
+    run.samples.append(sample)
+    return sample
+
+
+def stop_run(run: Run, timeout_s: float = 120) -> int:
+    """End a run as a person would end a healthy one: the actor first (it waits for the learner to take what it has
+    sent), then the train command stops the learner, which checkpoints."""
+    actor = run.children().get("actor")
+    if actor is not None:
+        actor.send_signal(signal.SIGINT)
+    try:
+        return run.proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        run.proc.send_signal(signal.SIGINT)
+        return run.proc.wait(timeout=60)
+
+
+def resume_check(run: Run, steps: int = 200) -> dict:
+    """A short `resume=` run from the final checkpoint: it starts from the saved step count and adds a checkpoint."""
+    from robo_rl.transport.link import free_ports
+
+    before = sorted((run.folder / "checkpoints").glob("step_*.pt"))
+    if not before:
+        return {"ok": False, "why": "no checkpoint"}
+    at = int(before[-1].stem.split("_")[1])
+    data, weights, ctrl = free_ports(3)
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_rl.cli",
+        "train",
+        f"resume={run.folder}",
+        f"train.total_env_steps={at + steps}",
+        f"transport.data_port={data}",
+        f"transport.weights_port={weights}",
+        f"transport.ctrl_port={ctrl}",
+        "gui.enabled=false",
+        "eval.episodes=1",
+    ]
+    t = time.monotonic()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    after = sorted((run.folder / "checkpoints").glob("step_*.pt"))
+    last = int(after[-1].stem.split("_")[1]) if after else at
+    ok = done.returncode == 0 and last >= at + steps
+    return {
+        "ok": ok,
+        "from_step": at,
+        "to_step": last,
+        "wall_s": round(time.monotonic() - t, 1),
+        **({} if ok else {"why": (done.stdout + done.stderr)[-800:]}),
+    }
+
+
+def run_bench(tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s: float, window_s: float) -> dict:
+    """Start every run, open its page, sample until `seconds` have passed, stop, check records, resume; per run."""
+    from playwright.sync_api import sync_playwright
+
+    runs = [start_run(name, overrides, out) for name, overrides in tasks.items()]
+    result = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+            for run in runs:
+                open_page(run, browser)
+            t0 = time.monotonic()  # the clock starts with the pages open: training, not BC, is what is timed
+            while time.monotonic() - t0 < seconds:
+                time.sleep(min(sample_s, max(0.0, seconds - (time.monotonic() - t0))))
+                for run in runs:
+                    sample = take_sample(run, time.monotonic() - t0)
+                    line = {k: sample[k] for k in ("t_s", "episodes", "successes", "reset_calls", "interventions")}
+                    print(json.dumps({"run": run.name, **line, "rss_mb": sample["rss_mb"]}), flush=True)
+                    if run.proc.poll() is not None:
+                        raise RuntimeError(f"{run.name} ended early: see {run.folder}")
+            browser.close()
+    finally:
+        codes = {run.name: stop_run(run) for run in runs}
+    for run in runs:
+        records = record_check(run.folder)
+        result[run.name] = {
+            "folder": str(run.folder),
+            "train_exit_code": codes[run.name],
+            "samples": run.samples,
+            "success_at_end": success_at_end(run.folder),
+            "records": records,
+            "page_errors": run.page_errors[:20],
+            "page_showed_actor": sum(bool(s["page_shows_actor"]) for s in run.samples),
+            "verdicts": verdicts(run.samples, records, warmup_s, window_s),
+            "resume": resume_check(run),
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--quick", action="store_true", help="ten minutes in all; results to bench/results/quick/")
+    parser.add_argument("--seconds", type=float, help="the run's length in seconds instead (the slow test: a minute)")
+    parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument("--tasks", nargs="+", default=sorted(TASKS), choices=sorted(TASKS))
+    parser.add_argument("--reward-model", help="a reward model folder for the pick run (reward=model), no live part")
+    parser.add_argument("--compare-human", action="store_true", help="also the pick recipe with the env's own reset")
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_unattended"))
+    parser.add_argument("--name", default="unattended", help="the result file's name")
+    args = parser.parse_args()
+    seconds = args.seconds or (600.0 if args.quick else args.hours * 3600)
+    sample_s = min(args.sample_s, 30.0) if args.quick else args.sample_s
+    warmup_s, window_s = (180.0, 180.0) if args.quick else (1200.0, 600.0)
+    warmup_s, window_s = min(warmup_s, seconds / 3), min(window_s, seconds / 3)  # a short --hours still has a window
+    tasks = {name: list(TASKS[name]) for name in args.tasks}
+    if args.reward_model and "pick" in tasks:
+        tasks["pick"] += ["reward=model", f"reward.model={args.reward_model}"]
+    if args.compare_human and "pick" in tasks:
+        tasks["pick_human_resets"] = [o for o in tasks["pick"] if not o.startswith("env.reset_")]
+    runs = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s)
+    if "pick_human_resets" in runs:
+        own, hand = runs["pick"]["success_at_end"]["success"], runs["pick_human_resets"]["success_at_end"]["success"]
+        runs["pick"]["verdicts"]["success_vs_human_resets"] = [own, hand]
+        runs["pick"]["verdicts"]["success_met"] = None if None in (own, hand) else own >= hand
+    summary = {
+        name: {
+            "success_at_end": r["success_at_end"],
+            "episodes": r["samples"][-1]["episodes"] if r["samples"] else 0,
+            **{k: v for k, v in r["verdicts"].items()},
+            "resume_ok": r["resume"]["ok"],
+        }
+        for name, r in runs.items()
+    }
+    result = {
+        "seconds": seconds,
+        "sample_s": sample_s,
+        "warmup_s": warmup_s,
+        "window_s": window_s,
+        "reward": f"reward model {args.reward_model} (no live relabelling)" if args.reward_model else "the sim's",
+        "targets": {
+            "human_calls_per_hour_max": CALLS_PER_HOUR_MAX,
+            "memory_growth_per_hour_max": MEMORY_GROWTH_PER_HOUR_MAX,
+            "jitter_p99_change_max": JITTER_CHANGE_MAX,
+            "records_lost": 0,
+        },
+        "summary": summary,
+        "runs": runs,
+    }
+    path = write_result(args.name, result, quick=args.quick, measured_code=["bench/unattended.py", "robo_rl"])
+    print(json.dumps({"result": str(path), "summary": summary}, default=float))
+
+
+if __name__ == "__main__":
+    main()

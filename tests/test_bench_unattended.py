@@ -1,0 +1,133 @@
+"""bench/unattended.py (issue 52): its sampler on a hand-made metrics.jsonl, its record check on a small replay with a
+planted loss, its verdicts on planted memory growth, jitter and human calls; and (slow) the bench for a minute."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench._unattended_checks import (
+    calls_per_hour,
+    jitter_change,
+    memory_growth_per_hour,
+    metrics_sample,
+    record_check,
+    success_at_end,
+    verdicts,
+)
+from tests.test_storage import FIELDS, episode
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_metrics(path: Path, episodes: list[dict], stats: list[dict]) -> None:
+    lines = [json.dumps({"kind": "episode", **e}) for e in episodes]
+    lines += [json.dumps({"kind": "learner", "env_steps": 10 * i, "actor_stats": s}) for i, s in enumerate(stats)]
+    path.write_text("\n".join(lines) + '\n{"kind": "learner", "actor_st')  # the learner was mid-line
+
+
+def test_the_sampler_reads_episodes_and_the_newest_actor_stats_summed_over_actors(tmp_path):
+    episodes = [{"episode_id": i, "length": 5, "success": i % 2 == 0, "actor": "actor-0"} for i in range(5)]
+    old = {"actor-0": {"reset_calls": 9, "human_takeovers": 9, "jitter_ms_p99": 99.0}}
+    new = {
+        "actor-0": {"reset_calls": 1, "human_takeovers": 3, "jitter_ms_p99": 12.0, "sent_records": 30},
+        "actor-1": {"reset_calls": 2, "safety_stops": 1, "jitter_ms_p99": 20.0, "reset_waiting_why": "cube off"},
+    }
+    write_metrics(tmp_path / "metrics.jsonl", episodes, [old, new])
+    sample = metrics_sample(tmp_path / "metrics.jsonl")
+    assert sample["episodes"] == 5 and sample["successes"] == 3
+    assert sample["reset_calls"] == 3 and sample["interventions"] == 3 and sample["safety_stops"] == 1
+    assert sample["jitter_ms_p99"] == 20.0 and sample["sent_records"] == 30  # the worst actor's jitter
+    assert sample["waiting_why"] == "cube off"
+    assert metrics_sample(tmp_path / "absent.jsonl")["episodes"] == 0  # a run that has not logged yet
+    episodes[3]["intervention_steps"] = 4  # a failure the human stepped into: not the policy's own
+    write_metrics(tmp_path / "metrics.jsonl", episodes, [new])
+    end = success_at_end(tmp_path, last=4)
+    assert (
+        end["success"] == 0.5 and end["unassisted_episodes"] == 3 and end["unassisted_success"] == pytest.approx(2 / 3)
+    )
+
+
+def run_folder(tmp_path: Path, on_disk: list[int], logged: list[int], sent: int) -> Path:
+    """A run folder: episodes `on_disk` (5 steps each: 6 records) in the replay, `logged` in metrics.jsonl, and an
+    actor log that says it sent `sent` records."""
+    from robo_rl.data.storage import SegmentStore
+
+    store = SegmentStore(tmp_path / "replay" / "online", FIELDS)
+    for i in on_disk:
+        store.write(episode(i), np.full(6, "actor-0", dtype=object))
+    write_metrics(tmp_path / "metrics.jsonl", [{"episode_id": i, "length": 5} for i in logged], [])
+    (tmp_path / "actor.log").write_text(f"x INFO: sent {sent} records in all\nactor-0: interrupted (Ctrl-C)\n")
+    return tmp_path
+
+
+def test_the_record_check_finds_nothing_lost_when_the_replay_holds_what_was_sent(tmp_path):
+    # episode 3 was cut short by the stop: sent and stored, never logged as finished
+    check = record_check(run_folder(tmp_path, [0, 1, 2, 3], [0, 1, 2], sent=24))
+    assert check["records_sent"] == check["records_stored"] == 24 and check["lost"] == 0
+    assert check["episodes_missing"] == check["episodes_partial"] == 0 and check["episodes_on_disk"] == 4
+    assert verdicts([{"t_s": 0, "reset_calls": 0, "interventions": 0, "rss_mb": {}}], check, 0, 1)["lost_met"]
+
+
+def test_the_record_check_counts_a_planted_loss_and_a_missing_episode(tmp_path):
+    check = record_check(run_folder(tmp_path, [0, 2], [0, 1, 2], sent=18))  # episode 1's 6 records never stored
+    assert check["lost"] == 6 and check["episodes_missing"] == 1
+    assert not verdicts([{"t_s": 0, "reset_calls": 0, "interventions": 0, "rss_mb": {}}], check, 0, 1)["lost_met"]
+
+
+def samples(rss_growth_per_hour: float, jitter_last_ms: float, calls_after_warmup: int) -> list[dict]:
+    """Two hours sampled every minute: memory growing linearly, jitter p99 10 ms then `jitter_last_ms` over the last
+    ten minutes, 5 human calls during the 20-minute warm-up and `calls_after_warmup` spread over the rest."""
+    out = []
+    for minute in range(121):
+        t = minute * 60.0
+        later = max(0, minute - 20) / 100
+        out.append(
+            {
+                "t_s": t,
+                "reset_calls": 5 * min(minute, 20) // 20 + int(calls_after_warmup * later) // 2,
+                "interventions": int(calls_after_warmup * later) - int(calls_after_warmup * later) // 2,
+                "jitter_ms_p99": jitter_last_ms if minute >= 110 else 10.0,
+                "rss_mb": {p: 1000.0 * (1 + rss_growth_per_hour * t / 3600) for p in ("learner", "actor")},
+            }
+        )
+    return out
+
+
+def test_the_verdicts_pass_a_flat_run_and_fail_planted_growth_jitter_and_calls():
+    good = verdicts(samples(0.0, 11.0, 3), {"lost": 0, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
+    assert good["calls_met"] and good["memory_met"] and good["jitter_met"] and good["lost_met"]
+    assert good["human_calls_per_hour_after_warmup"] == pytest.approx(3 / (100 / 60))  # the warm-up's 5 not counted
+    bad = samples(0.10, 13.0, 5)
+    # 10%/h from 1,000 MB, measured against the memory at the warm-up's end (1,033 MB)
+    assert memory_growth_per_hour([s["t_s"] for s in bad], [s["rss_mb"]["actor"] for s in bad], 1200) == (
+        pytest.approx(0.1 / (1 + 0.1 / 3), rel=1e-3)
+    )
+    assert jitter_change(bad, 600) == pytest.approx(0.3)
+    assert calls_per_hour(bad, 1200) == pytest.approx(3.0)
+    judged = verdicts(bad, {"lost": 0, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
+    assert not judged["memory_met"] and not judged["jitter_met"] and not judged["calls_met"]
+
+
+def test_too_few_samples_give_no_verdict_rather_than_a_pass():
+    short = samples(0.0, 10.0, 0)[:2]
+    judged = verdicts(short, {"lost": None, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
+    assert judged["memory_met"] is None and judged["calls_met"] is None and judged["lost_met"] is False
+
+
+@pytest.mark.slow
+def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
+    env = {**os.environ, "MUJOCO_GL": "egl"}
+    cmd = [sys.executable, "bench/unattended.py", "--quick", "--seconds", "60", "--sample-s", "20"]
+    cmd += ["--out", str(tmp_path), "--name", "unattended_slow_test"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])["summary"]
+    for name in ("pick", "so101_reach"):
+        assert summary[name]["episodes"] > 0, summary
+        assert summary[name]["records_lost"] == 0 and summary[name]["lost_met"], summary
+        assert summary[name]["resume_ok"], summary
