@@ -124,3 +124,37 @@ def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resum
     assert cli.main(["train", f"resume={run}", *isolated(tmp_path)[1:]]) == 130
     resumed = re.search(r"^resumed at (\d+) env steps: ", capsys.readouterr().out, re.M)
     assert resumed and int(resumed[1]) >= end["env_steps"]  # plus any stored after the checkpoint
+
+
+def test_kill_stops_the_learner_and_the_actor_too_and_the_run_can_resume(tmp_path):
+    """SIGTERM to `train` alone (`kill <pid>`, a service manager's stop): without its handler the command died and
+    left the learner and the actor running on; now it stops them as Ctrl-C does, and the learner checkpoints."""
+    import psutil
+
+    args = [*isolated(tmp_path), "experiment=rlpd", "demos.num_episodes=3", "train.learning_starts=50"]
+    args += ["algo.batch_size=32", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "logger.log_every_s=0.5"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", "train", "train.total_env_steps=100000", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
+        if runs and any(m.get("kind") == "learner" and m["env_steps"] > 0 for m in read_metrics(runs[0])):
+            break
+        time.sleep(0.3)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2, "a learner and an actor under train"
+    proc.send_signal(signal.SIGTERM)  # to train only, not its process group
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running: {[p.cmdline()[-3:] for p in alive]}"
+    (run,) = run_folders(tmp_path)
+    end = read_metrics(run / "metrics.jsonl")[-1]
+    assert end["kind"] == "end" and "interrupted" in end["reason"]
+    assert f"resume with: robo-rl train resume={run}\n" in out, out[-2000:]

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from robo_rl.commands.common import STARTED_BY_ENV, UsageError, run_dir_for
+from robo_rl.commands.common import STARTED_BY_ENV, UsageError, run_dir_for, sigterm_as_interrupt
 from robo_rl.commands.eval import cmd_eval
 from robo_rl.seeding import ACTOR_SEED_STRIDE
 
@@ -21,6 +21,10 @@ def cmd_train(overrides: list[str]) -> int:
     from robo_rl.config import load_config
 
     cfg = load_config(overrides)  # first: a bad setting is refused before numpy and the replay are imported
+    # `kill` (a service manager's stop, a cluster's preemption) stops the run like Ctrl-C: the learner and the actor
+    # are stopped in turn and the learner writes its checkpoint; by default SIGTERM would end this process alone and
+    # leave them running without it
+    sigterm_as_interrupt()
     _check_reward_model(cfg)
     actor_tasks = _actor_tasks(cfg)  # before the run folder: a task the env cannot draw is refused in one line
     from robo_rl.runs import discard_unfinished_run, is_resumable
