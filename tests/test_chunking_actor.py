@@ -147,3 +147,25 @@ def test_a_step_without_an_action_ends_the_episode_and_three_in_a_row_stop_the_a
         online = learner.replay.online
         safety = ENDED_BY_CODES["safety"]
         assert online.size >= 3 and (online.data["ended_by"][: online.size] == safety).sum() >= 1, name
+
+
+def test_the_eval_command_runs_a_checkpoint_under_the_chunking_asked_for(tmp_path, capsys):
+    """`robo-rl eval checkpoint=<file> actor.chunking=async` builds the policy the way the actor would run it (the
+    suite runner always did, the plain command ignored the setting): a policy without chunks is refused in one line."""
+    from omegaconf import OmegaConf
+
+    from robo_rl import cli
+    from robo_rl.config import make_env, make_policy
+    from robo_rl.runs import save_checkpoint
+
+    cfg = toy_config(tmp_path)
+    env = make_env(cfg)
+    weights = make_policy(cfg, env).state_dict()
+    env.close()
+    run = tmp_path / "run"
+    run.mkdir()
+    OmegaConf.save(cfg, run / "config.yaml")
+    ckpt = save_checkpoint(run, 10, {"algo": {"policy": weights}, "counters": {"env_steps": 10}})
+    assert cli.main(["eval", f"checkpoint={ckpt}", "eval.episodes=1", "eval.video=false"]) == 0
+    assert cli.main(["eval", f"checkpoint={ckpt}", "eval.episodes=1", "actor.chunking=async"]) == 2
+    assert "actor.chunking=async: " in capsys.readouterr().err

@@ -41,7 +41,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         return cmd_eval_suite(overrides)
     from omegaconf import OmegaConf
 
-    from robo_rl.config import load_config, load_saved_config, make_policy
+    from robo_rl.config import load_config, load_saved_config
 
     ckpt_arg = override_value(overrides, "checkpoint")
     if not ckpt_arg:
@@ -58,8 +58,8 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
         raise UsageError(f"checkpoint {given} does not exist: pass a .pt file or a run folder")
     guessed = given if given.is_dir() else given.parent.parent if given.parent.name == "checkpoints" else None
     cfg = config_of(guessed)  # a config error answers before torch and the simulators are imported
-    from robo_rl.eval.episodes import evaluate_policy, make_eval_env, write_report
-    from robo_rl.runs import CheckpointError, load_newest_readable
+    from robo_rl.eval.episodes import evaluate_policy, load_policy, make_eval_env, write_report
+    from robo_rl.runs import load_newest_readable
 
     payload, skipped = load_newest_readable(ckpt_arg)
     for problem in skipped:
@@ -80,11 +80,7 @@ def cmd_eval(overrides: list[str], training_report: bool = False) -> int:
     torch.set_num_threads(cfg.torch_threads)
     env = make_eval_env(cfg)  # behind its safety layer as trained; a learned reward it trained on watches
     try:
-        policy = make_policy(cfg, env)
-        try:
-            policy.load_state_dict(payload["algo"]["policy"])
-        except (KeyError, RuntimeError) as e:
-            raise CheckpointError(f"checkpoint {path} does not fit this policy/env config ({str(e)[:120]})") from None
+        policy = load_policy(cfg, env, payload)  # under actor.chunking as the actor runs it, as a suite's is
         settings = config_from(EvalConfig, OmegaConf.to_container(cfg.eval, resolve=True), "eval")
         result = evaluate_policy(
             env,
