@@ -1,0 +1,46 @@
+"""bench/methods.py's own logic: the success line it reads from `robo-rl recap collect`, the PPO rollouts a small
+budget gets, rliable's summary against the base, and an unknown task refused in one line (the runs themselves are
+`robo-rl` commands tested in their own files)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.methods import METHODS, ONLINE, ROOT, SUCCESS, on_policy_rollouts, summarise
+
+
+def test_it_reads_the_success_line_recap_collect_prints():
+    line = "p.pt (guidance 1.0): success 7/10 = 0.70 (Wilson 95% CI [0.40, 0.89]), mean length 41.3"
+    assert SUCCESS.search(line).groups() == ("7", "10", "41.3")
+
+
+def test_a_small_budget_still_gives_the_on_policy_methods_three_updates():
+    assert on_policy_rollouts("grpo", 1500) == ["algo.rollout_env_steps=500"]
+    assert on_policy_rollouts("reinflow", 20000) == [] and on_policy_rollouts("residual", 1500) == []
+
+
+def test_every_method_is_a_preset_or_an_offline_iteration():
+    presets = {p.name[: -len(".yaml")] for p in (ROOT / "launch" / "conf" / "experiment").glob("*.yaml")}
+    assert all(preset in presets for preset, _ in ONLINE.values())
+    assert {"recap", "steam"} <= set(METHODS)
+
+
+def test_the_summary_puts_each_method_against_the_base_over_seeds():
+    runs = {
+        "base": [{"success": {"rate": r}} for r in (0.3, 0.4, 0.35)],
+        "recap": [{"success": {"rate": r}} for r in (0.6, 0.7, 0.65)],
+    }
+    summary = summarise(runs, reps=50)
+    assert summary["recap"]["iqm"][0] == pytest.approx(0.65) and summary["base"]["iqm"][0] == pytest.approx(0.35)
+    assert summary["recap"]["p_improvement_over_base"][0] == pytest.approx(1.0)
+    assert "p_improvement_over_base" not in summary["base"]
+
+
+def test_an_unknown_task_is_refused_in_one_line():
+    run = subprocess.run(
+        [sys.executable, "bench/methods.py", "--task", "metaworld"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 1 and "task 'metaworld' has no presets for every method yet" in run.stderr
