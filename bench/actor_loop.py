@@ -88,7 +88,7 @@ def measure_actor(hz: float, seconds: float) -> dict:
         actor.run()
         stats = actor.loop_stats()
         stats["weight_versions_applied"] = actor.policy_version
-        stats["steps"] = len(actor.step_starts)
+        stats["steps"] = actor.sent_steps
     finally:
         learner.wait(timeout=30)
     return stats

@@ -139,7 +139,10 @@ class Actor:
             heartbeat_every_s=cfg.actor.heartbeat_every_s,
             extra_stats=self.loop_stats,
         )
-        self.step_starts: collections.deque = collections.deque(maxlen=2000)  # for the control-period jitter
+        # the control periods (for their jitter), not the one spanning an episode's reset: a robot's reset move or a
+        # person's is not the loop's timing
+        self.periods: collections.deque = collections.deque(maxlen=2000)
+        self._last_start: float | None = None
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
         self._no_action_in_a_row = 0  # steps with no action from the policy (a policy server late), in a row
@@ -181,7 +184,7 @@ class Actor:
         copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
         stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
         stats["sent_records"] = self.sent_records
-        t = np.diff(_snapshot(self.step_starts))
+        t = _snapshot(self.periods)
         if len(t) >= 2:
             jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
             stats.update(
@@ -341,7 +344,10 @@ class Actor:
                             pending[i] = records[-1:]
                     time.sleep(0.002)
                 else:
-                    self.step_starts.append(time.monotonic())
+                    now = time.monotonic()
+                    if self._last_start is not None:
+                        self.periods.append(now - self._last_start)
+                    self._last_start = now
                     try:
                         actions, extras = self._decide(obs, rng)
                         refused = ~np.isfinite(actions).reshape(len(envs), -1).all(axis=1)
@@ -388,6 +394,7 @@ class Actor:
                             self._send(pending[i])
                             pending[i] = []  # sent: a reset that raises (nobody acknowledged) must not send it again
                             self.transport.beat_soon()
+                            self._last_start = None  # the reset's time is no control period
                             self._obs = obs[i]
                             # after a safety stop: waits for a human's acknowledgement
                             obs[i], _ = env.reset(options=self._reset_options)

@@ -205,7 +205,8 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
     actor = SimpleNamespace(
         policy_version=3,
         refused_steps=0,
-        step_starts=Racing([0.0, 0.1, 0.2]),
+        periods=Racing([0.1, 0.1]),
+        sent_records=0,
         decide_ms=Racing([1.0, 2.0]),
         env=SimpleNamespace(control_hz=10),
         acting=SimpleNamespace(chunk_stats=dict),  # a policy without chunks
@@ -217,7 +218,7 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
     stats = Actor.loop_stats(actor)
     assert stats["safety_steps"] == 120 and stats["safety_workspace"] == 7 and stats["safety_stopped"] == 0
     assert "period_ms_p50" not in stats and "inference_ms_p50" not in stats  # skipped for this beat only
-    actor.step_starts, actor.decide_ms = collections.deque([0.0, 0.1, 0.2]), collections.deque([1.0, 2.0])
+    actor.periods, actor.decide_ms = collections.deque([0.1, 0.1]), collections.deque([1.0, 2.0])
     stats = Actor.loop_stats(actor)
     assert abs(stats["period_ms_p50"] - 100.0) < 1e-6 and stats["inference_ms_p99"] > 1.0
     assert stats["safety_steps"] == 120

@@ -169,3 +169,40 @@ def test_the_eval_command_runs_a_checkpoint_under_the_chunking_asked_for(tmp_pat
     assert cli.main(["eval", f"checkpoint={ckpt}", "eval.episodes=1", "eval.video=false"]) == 0
     assert cli.main(["eval", f"checkpoint={ckpt}", "eval.episodes=1", "actor.chunking=async"]) == 2
     assert "actor.chunking=async: " in capsys.readouterr().err
+
+
+def test_the_loops_jitter_leaves_out_the_time_an_episode_reset_takes(tmp_path, monkeypatch):
+    """A robot's reset move (or a person's) between episodes is not a control period: counted as one, a 0.4 s reset
+    made the heartbeat's jitter p99 the reset's length, hiding what the loop itself does."""
+    import time as clock
+
+    from sim.point_reach import PointReachEnv
+
+    reset = PointReachEnv.reset
+
+    def slow_reset(self, *args, **kwargs):
+        clock.sleep(0.4)
+        return reset(self, *args, **kwargs)
+
+    monkeypatch.setattr(PointReachEnv, "reset", slow_reset)
+    cfg = toy_config(
+        tmp_path,
+        "actor.realtime=true",
+        "env.control_hz=50",
+        "env.max_episode_steps=10",
+        "train.total_env_steps=60",
+        "demos.num_episodes=0",
+    )
+    actor = Actor(cfg, progress=False)
+    learner = Learner(cfg, tmp_path / "run", progress=False)
+    import threading
+
+    t = threading.Thread(target=learner.run)
+    t.start()
+    try:
+        actor.run()
+    finally:
+        t.join(timeout=60)
+    stats = actor.loop_stats()
+    assert len(actor.periods) >= 40, "the periods within episodes are kept"
+    assert stats["jitter_ms_p99"] < 200, f"a 400 ms reset counted as a control period: {stats['jitter_ms_p99']:.0f} ms"

@@ -26,9 +26,10 @@ def env():
 
 def _heartbeat_stats(human) -> dict:
     """The actor's heartbeat stats for this human wrapper, through the wire codec and its checks."""
-    loop = SimpleNamespace(policy_version=3, refused_steps=0, step_starts=deque(), decide_ms=deque())
+    loop = SimpleNamespace(policy_version=3, refused_steps=0, sent_records=0, periods=deque(), decide_ms=deque())
     loop.acting = SimpleNamespace(chunk_stats=dict)  # a policy without chunks
     loop.reward = loop.safety = None
+    loop.resets = []  # no env.reset_mode
     loop.human = human
     stats = Actor.loop_stats(loop)
     _, meta, _ = decode(encode("heartbeat", {"actor": "actor-0", "stats": stats}), CTRL_KINDS)
