@@ -96,6 +96,8 @@ class Actor:
                 raise ConfigError(str(e)) from None
             except OSError as e:  # the hello tells the learner the spec too
                 log.warning("could not write the env spec into %s: %s", run_dir, e)
+            if self.reward is not None:  # `robo-rl reward retrain <run>`'s new model versions, swapped in between steps
+                self.reward.watch_run(run_dir)
         self.policy = make_policy(cfg, self.env).eval()  # what new weights replace
         self.acting = acting_policy(self.policy)  # the same policy, as the loop calls it (policies/acting.py)
         try:  # actor.chunking: a chunked policy's next chunk computed off the loop (policies/chunking.py)

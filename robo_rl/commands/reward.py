@@ -5,6 +5,7 @@
                          [backbone=small|siglip] [backbone_path=<hub id or folder>] [gate_quantile=0.99|none]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
     robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
+    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
@@ -20,6 +21,10 @@ met; 2: a usage error), so a script can gate on it.
 `relabel` scores every episode with another model and writes a new store whose rewards are that model's (shaped as
 in training; the episodes end where they ended), the env's own reward kept in `extra/reward_env`: a run's data,
 reused with a better reward (`demos.path=<new store>`).
+`retrain` fits the run's classifier again (same architecture) on its data (`data`, else what the current model was
+trained on, else the run's own episodes) plus the frames people marked on the page (a false or a missed success), and
+publishes it as the run's next version (<run>/reward/models/v<N>): the running actors swap it in between two steps,
+and each record keeps the version that scored it (`extra/reward_model_version`).
 """
 
 from __future__ import annotations
@@ -72,10 +77,28 @@ def _cameras(episodes, given: str | None) -> tuple[str, ...]:
 
 
 def cmd_reward(args: list[str]) -> int:
-    commands = {"train": _train, "eval": _eval, "relabel": _relabel}
+    commands = {"train": _train, "eval": _eval, "relabel": _relabel, "retrain": _retrain}
     if not args or args[0] not in commands:
         raise RewardUsageError(USAGE)
     return commands[args[0]](args[1:])
+
+
+def _retrain(args: list[str]) -> int:
+    from robo_rl.rewards.live import mark_files, retrain
+
+    if not args or "=" in args[0]:
+        raise RewardUsageError(f"reward retrain needs the run folder first\n{USAGE}")
+    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed"))
+    if not run.is_dir():
+        raise RewardUsageError(f"{run} is not a folder: reward retrain <run folder>")
+    try:
+        epochs, seed = int(o.get("epochs", 10)), int(o.get("seed", 0))
+    except ValueError:
+        raise RewardUsageError(f"epochs={o.get('epochs')} seed={o.get('seed')}: whole numbers") from None
+    version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
+    print(f"reward model v{version} ({len(mark_files(run))} marks, data {report['data']}) saved to {folder}")
+    print("running actors of this run swap it in within seconds, between two steps")
+    return 0
 
 
 def _relabel(args: list[str]) -> int:
@@ -154,6 +177,8 @@ def _train(args: list[str]) -> int:
     else:
         raise RewardUsageError(f"kind={o['kind']}: classifier or progress")
     out = model.save(o["out"])
+    data = Path(o["data"])
+    report["data"] = str(data.resolve()) if data.exists() else o["data"]  # what `reward retrain` fits on next
     (out / "train_report.json").write_text(json.dumps(report, indent=1, default=float))
     print(f"reward model ({o['kind']}, cameras {list(cams)}) saved to {out}")
     print(json.dumps({k: v for k, v in report.items() if not isinstance(v, list | dict)}, default=float))

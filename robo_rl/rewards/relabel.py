@@ -151,7 +151,8 @@ class IngestRelabeller:
             self.errors += 1
             if self.errors == 1:
                 log.error("the learner's reward model failed (%s): messages keep the env's reward", e)
-            return {**arrays, "extra/reward_env": env_reward, "extra/success_prob": np.full(n, -1.0, np.float32)}
+            failed = {"extra/reward_env": env_reward, "extra/success_prob": np.full(n, -1.0, np.float32)}
+            return {**arrays, **failed, "extra/reward_model_version": np.zeros(n, np.int32)}
         reward = np.zeros(n, np.float32)
         prob = np.full(n, -1.0, np.float32)
         for i in range(n):
@@ -171,4 +172,6 @@ class IngestRelabeller:
             reward[i] = shaper.step(one, float(env_reward[i]), bool(arrays["success"][i]), label).reward
             if arrays["terminated"][i] or arrays["truncated"][i]:
                 del self.shapers[key]
-        return {**arrays, "reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob}
+        version = np.zeros(n, np.int32)  # the learner's model is the run's first: hot swaps are the actor's
+        scored = {"reward": reward, "extra/reward_env": env_reward, "extra/success_prob": prob}
+        return {**arrays, **scored, "extra/reward_model_version": version}
