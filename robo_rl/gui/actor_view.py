@@ -3,6 +3,12 @@
 The actor calls `step()` after each env step, `tick()` while paused, `new_episode()` after a reset and `close()` at
 the end; all of it runs in the control loop, so it only reads what the actor already has and leaves the socket to the
 bridge's thread (`robo_rl.gui.bridge`).
+
+With a learned reward each tick carries its threshold, debounce, model version and the marks saved; the page's
+threshold and marks come back through `_check` (on the bridge's thread): a threshold goes to the RewardWrapper, which
+applies it between steps, a mark saves the wrapper's recent frames into the run folder (robo_rl/rewards/live.py).
+With `env.reset_mode` each tick carries the reset state: running, resetting (the episode ended, the reset runs),
+checking (the reset is done, its check runs), waiting (for a person, and why), from the ResetWrapper's counts.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class ActorView:
             deadman=deadman_for(g.deadman, actor.env),
             deadman_timeout_s=g.deadman_timeout_s,
             curve=curve,
+            on_check=self._check,
+            idle_meta=self._idle_meta,
         )
         self.view_size = view_size_for(g.view_size, actor.env)
         self._view_next, self._views = 0.0, 0  # when the next view may be rendered (VIEW_LOOP_SHARE); how many so far
@@ -69,6 +77,10 @@ class ActorView:
         self.notice: str | None = None
         self._loop: dict = {}
         self._loop_at = 0.0
+        self._last_meta: dict | None = None  # what the bridge repeats while the loop is held up (a reset)
+        self._resetting, self._resets_before = False, 0
+        self.run_dir = actor.cfg.run_dir or actor.cfg.resume
+        self.marks = actor.reward.marks_in(self.run_dir) if self.run_dir and actor.reward is not None else 0
 
     def step(self, obs: dict, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
         self.t += 1
@@ -82,6 +94,8 @@ class ActorView:
             if info.get("reward_fallback")
             else None
         )
+        if (terminated or truncated) and self.actor.resets:  # the actor resets next: the page says so meanwhile
+            self._resetting, self._resets_before = True, self.actor.resets[0].counts["resets"]
         self.tick(obs)
         if terminated or truncated:
             ended_by = info.get("ended_by") or ("terminated" if terminated else "truncated")
@@ -92,6 +106,7 @@ class ActorView:
             self._episode_end(False, "safety")
         self.episode, self.t, self.ret, self.reward = episode, 0, 0.0, 0.0
         self.intervention_steps, self.controller, self.reported = 0, None, False
+        self._resetting = False
         self.tick(obs)
 
     def tick(self, obs: dict | None) -> None:
@@ -121,11 +136,57 @@ class ActorView:
         }
         if safety is not None:
             meta.update(safety=_safety_line(safety), safety_counts=safety.stats())
+        reward = self.actor.reward
+        if reward is not None:
+            meta.update(
+                reward_threshold=reward.threshold,
+                reward_debounce_k=int(reward.shaper.config.debounce_k),
+                reward_model_version=reward.model_version,
+                reward_marks=self.marks,
+            )
+        meta.update(self._reset_fields())
+        self._last_meta = meta
         images = view = None
         if obs is not None and self.bridge.wants_frame():
             images = obs.get("images") or {}
             view = self._render()
         self.bridge.tick(meta, images, view)
+
+    def _reset_fields(self) -> dict:
+        if not self.actor.resets:
+            return {}
+        resets = self.actor.resets[0]  # the page's actor steps one env
+        counts = resets.stats()
+        why = counts.pop("reset_waiting_why", None)
+        if resets.waiting_for_person:
+            state = "waiting"
+        elif self._resetting:
+            state = "checking" if resets.counts["resets"] > self._resets_before else "resetting"
+        else:
+            state = "running"
+        return {"reset_state": state, "reset_why": why, "reset_counts": counts}
+
+    def _idle_meta(self) -> dict | None:
+        """On the bridge's thread, while the loop is held up: the last state with the reset's progress now."""
+        meta = self._last_meta
+        return None if meta is None else {**meta, **self._reset_fields()}
+
+    def _check(self, kind: str, meta: dict) -> None:
+        """On the bridge's thread: the page's threshold or mark; ValueError (the bridge logs it) when refused."""
+        reward, by = self.actor.reward, meta.get("by", "?")
+        if reward is None:
+            raise ValueError(
+                f"{self.actor.cfg.actor.id} has no learned reward (reward=model): nothing to adjust or mark"
+            )
+        if kind == "gui_reward_threshold":
+            reward.request_threshold(meta["threshold"], by)
+            return
+        if not self.run_dir:
+            raise ValueError("a mark is saved in the run folder, and this actor has none (run_dir)")
+        info = {"episode": int(self.episode), "step": int(self.t), "by": by}
+        path, n = reward.save_mark(self.run_dir, self.actor.cfg.actor.id, meta["label"], info)
+        self.marks += 1
+        log.info("reward mark %s by %s: %d frames saved to %s", meta["label"], by, n, path)
 
     def close(self, obs: dict | None) -> None:
         self.tick(obs)  # the last word: e-stopped, or stopped

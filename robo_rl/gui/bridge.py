@@ -8,6 +8,11 @@ into the actor's `WebDevice`, which the intervention wrapper reads at the next s
 Dead man: once a page has watched, the GUI's silence for `gui.deadman_timeout_s` (its process died) or its notice
 that no page watches any more applies `gui.deadman`: `pause` holds the robot until a page resumes it, `continue` only
 gives control back to the policy.
+
+While the control loop is held up between episodes (a reset, its check, a person asked to reset the scene) it sends
+no ticks; the thread then sends `idle_meta()` (the last state with the reset's progress) every IDLE_TICK_S, so the page
+shows what the actor waits for instead of calling it offline. The learned reward's checks (a threshold, a mark) go to
+`on_check(kind, meta)`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint
 
 log = logging.getLogger(__name__)
+IDLE_TICK_S = 0.5  # a control loop silent this long (held up by a reset) gets its state sent by the thread
 
 
 def attach_web_device(env, **web_kwargs):
@@ -57,6 +63,8 @@ class GuiBridge:
         deadman_timeout_s: float = GuiConfig.deadman_timeout_s,
         curve=None,
         clock=time.monotonic,
+        on_check=None,
+        idle_meta=None,
     ) -> None:
         if deadman not in DEADMAN:
             raise ValueError(f"gui.deadman='{deadman}': must be one of {', '.join(DEADMAN)}")
@@ -64,6 +72,8 @@ class GuiBridge:
         self.frame_period = 1.0 / frame_hz if frame_hz > 0 else float("inf")
         self.deadman, self.deadman_timeout_s = deadman, float(deadman_timeout_s)
         self._clock = clock
+        self.on_check, self.idle_meta = on_check, idle_meta
+        self._last_tick = clock()
         self._out: collections.deque = collections.deque(maxlen=8)  # the newest snapshots; older ones dropped
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -102,6 +112,7 @@ class GuiBridge:
             arrays = {f"cam/{k}": np.array(v, np.uint8) for k, v in (images or {}).items()}
             arrays.update({f"view/{k}": np.array(v, np.uint8) for k, v in (view or {}).items()})
         self._out.append(("gui_tick", {"actor": self.actor_id, "t": time.time(), **meta}, arrays))
+        self._last_tick = self._clock()
         self._wake.set()
 
     def episode_end(self, meta: dict) -> None:
@@ -123,6 +134,7 @@ class GuiBridge:
             try:
                 if dict(poller.poll(5)).get(self.sock):
                     self._receive()
+                self._idle_tick()
                 self._flush()
                 self._watchdog()
             except zmq.ZMQError as e:  # the context is going away
@@ -130,6 +142,14 @@ class GuiBridge:
                     log.error("gui bridge: %s", e)
                 return
         self._flush()  # the last word (an e-stop, a stop) still goes out
+
+    def _idle_tick(self) -> None:
+        if self.idle_meta is None or self._clock() - self._last_tick < IDLE_TICK_S:
+            return
+        meta = self.idle_meta()
+        self._last_tick = self._clock()
+        if meta:
+            self._out.append(("gui_tick", {**meta, "actor": self.actor_id, "t": time.time()}, {}))
 
     def _flush(self) -> None:
         while self._out:
@@ -172,6 +192,12 @@ class GuiBridge:
             self.web.release()
         elif kind == "gui_deadman":
             self._dead_man(meta["reason"])
+        elif self.on_check is not None:  # gui_reward_threshold, gui_reward_mark
+            try:
+                self.on_check(kind, meta)
+            except Exception as e:  # noqa: BLE001 - a refused check is said; the bridge thread must live on
+                self.counts["checks_refused"] += 1
+                log.warning("gui: %s refused: %s", kind, e)
 
     def _watchdog(self) -> None:
         if self._watched and self._clock() - self._heard > self.deadman_timeout_s:

@@ -1,9 +1,10 @@
 """The GUI process: actors on one side (ZeroMQ), pages on the other (a WebSocket), so no control loop ever waits on a
 browser. Started by `robo-rl gui` or by `robo-rl train gui=true`.
 
-Page → server (JSON text, `v` 1): hello {name}, heartbeat, command {actor, command}, key {actor, key, down}.
-Server → page: welcome {client, name, deadman, keys}, state {t, actors, learner} (`gui.state_hz` times a second,
-a full snapshot: a reloaded page has everything at once), refused {actor, command, reason}, error {reason}, info.
+Page → server (JSON text, `v` 1): hello {name}, heartbeat, command {actor, command}, key {actor, key, down}, and the
+live checks reward_threshold, reward_mark (robo_rl/gui/checks_view.py). Server → page: welcome {client, name, deadman,
+keys}, state {t, actors, learner, queue} (`gui.state_hz` times a second, a full snapshot: a reloaded page has
+everything at once), refused {actor, command, reason}, error {reason}, info.
 
 Control: the first page to send an actor a control input (a key, or taking over) holds that actor until its human
 hands back (the actor reports the policy in control again) or the page goes; another page's inputs to it are refused
@@ -31,7 +32,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from robo_rl.gui import messages
+from robo_rl.gui import checks_view, messages
 from robo_rl.teleop.keys import DEFAULT_KEYS
 from robo_rl.transport.codec import MessageError, decode, encode
 from robo_rl.transport.link import endpoint
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 RECENT = 50  # finished episodes kept per actor for the rates and plots
 TRACE = 300  # rewards of the running episode shown
-PAGE_KINDS = ("hello", "heartbeat", "command", "key")
+PAGE_KINDS = ("hello", "heartbeat", "command", "key", *checks_view.KINDS)
 ALIVE_S = 3.0  # an actor silent for longer shows as offline
 MAX_MESSAGE = 4096  # characters of one page message
 
@@ -58,6 +59,7 @@ class ActorState:
         self.views: dict[str, dict] = {}
         self.holder: str | None = None  # the page (client id) holding control
         self.holder_input = 0.0  # when the holder last sent an input
+        self.checks = checks_view.ChecksState()  # the learned reward's scores, the reset state
 
     def on_tick(self, meta: dict, arrays: dict, quality: int) -> None:
         last = self.tick
@@ -66,6 +68,7 @@ class ActorState:
         if meta["step"] > 0 and meta["step"] != last.get("step"):
             self.rewards.append(float(meta["reward"]))
         self.tick, self.seen = meta, time.monotonic()
+        self.checks.on_tick(meta)
         for name, image in arrays.items():
             kind, _, cam = name.partition("/")
             frame = _frame(cam, image, meta["t"], quality)
@@ -100,6 +103,7 @@ class ActorState:
             "notice": t.get("notice"),
             "safety": t.get("safety"),
             "safety_counts": t.get("safety_counts", {}),
+            **self.checks.fields(t),
         }
 
 
@@ -135,7 +139,7 @@ def parse_page_message(text: str) -> dict:
     kind = msg.get("type")
     if kind not in PAGE_KINDS:
         raise PageError(f"unknown type {str(kind)[:40]!r} (one of {', '.join(PAGE_KINDS)})")
-    if kind in ("command", "key") and not isinstance(msg.get("actor"), str):
+    if kind not in ("hello", "heartbeat") and not isinstance(msg.get("actor"), str):
         raise PageError(f"'{kind}' needs an 'actor' id")
     if kind == "command" and msg.get("command") not in messages.COMMANDS:
         raise PageError(f"unknown command {str(msg.get('command'))[:40]!r}")
@@ -145,6 +149,8 @@ def parse_page_message(text: str) -> dict:
         raise PageError("'key' needs a short 'key' text and a boolean 'down'")
     if kind == "hello" and not (isinstance(msg.get("name", ""), str) and len(msg.get("name", "")) <= 64):
         raise PageError("'hello' name must be a text of at most 64 characters")
+    if kind in checks_view.KINDS and checks_view.problem(msg):
+        raise PageError(checks_view.problem(msg))
     return msg
 
 
@@ -245,6 +251,7 @@ class GuiHub:
             "t": time.time(),
             "learner": learner or None,
             "actors": [a.snapshot(self.names) for a in self.actors.values()],
+            "queue": checks_view.queue(self.actors.values()),
         }
 
     def authorised(self, token: str | None) -> bool:
@@ -276,34 +283,28 @@ class GuiHub:
         kind = msg["type"]
         if kind == "hello":
             self.names[client] = msg.get("name") or client
-            return {
-                "v": 1,
-                "type": "welcome",
-                "client": client,
-                "name": self.names[client],
-                "deadman": self.cfg.gui.deadman,
-                "keys": DEFAULT_KEYS,
-            }
+            name, deadman = self.names[client], self.cfg.gui.deadman
+            return {"v": 1, "type": "welcome", "client": client, "name": name, "deadman": deadman, "keys": DEFAULT_KEYS}
         if kind == "heartbeat":
             return None
         actor_id = msg["actor"]
         state = self.actors.get(actor_id)
         if state is None:
             return {"v": 1, "type": "error", "reason": f"no actor {actor_id[:64]!r} is connected"}
-        command = msg.get("command") or f"key {msg['key']}"
+        command = msg.get("command") or (f"key {msg['key']}" if kind == "key" else kind)
         if state.holder not in (None, client) and msg.get("command") != "estop":
             holder = self.names.get(state.holder, state.holder)
             log.warning(
                 "gui: refused %s from %s: %s is controlled by %s", command, self.names[client], actor_id, holder
             )
-            return {
-                "v": 1,
-                "type": "refused",
-                "actor": actor_id,
-                "command": command,
-                "reason": f"{actor_id} is controlled by {holder}",
-            }
+            return checks_view.refused(actor_id, command, f"{actor_id} is controlled by {holder}")
         by = self.names[client]
+        if kind in checks_view.KINDS:  # the learned reward's threshold, a mark: refused here if the actor has none
+            why = checks_view.refusal(state.tick, msg)
+            if why:
+                log.warning("gui: refused %s from %s: %s", kind, by, why)
+                return checks_view.refused(actor_id, kind, why)
+            return await self.send_actor(actor_id, *checks_view.to_actor(msg, by))  # None: no reply
         if kind == "key" or msg["command"] == "intervention_toggle":
             state.holder, state.holder_input = client, time.monotonic()
         if kind == "key":

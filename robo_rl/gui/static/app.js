@@ -172,6 +172,10 @@ function onState(msg) {
   if ((selectedId === null || !rows.has(selectedId)) && rows.size) select(rows.keys().next().value);
   // Canvases after all text updates, so layout is computed once.
   for (const [r, a] of drawn) drawCharts(r, a);
+  if (typeof updateChecks === 'function') {   // checks.js: scores, threshold, marks, resets, the queue
+    for (const [r, a] of drawn) { try { updateChecks(r, a); } catch (err) { console.warn('checks', r.id, err); } }
+    updateQueue(msg.queue);
+  }
   updateLearner(msg.learner);
   const sel = rows.get(selectedId);
   if (sel) document.title = `${sel.mode.textContent.split(' ·')[0]} · ${selectedId} — robo_rl`;
