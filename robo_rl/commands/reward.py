@@ -94,7 +94,7 @@ def _retrain(args: list[str]) -> int:
     try:
         epochs, seed = int(o.get("epochs", 10)), int(o.get("seed", 0))
     except ValueError:
-        raise RewardUsageError(f"epochs={o.get('epochs')} seed={o.get('seed')}: whole numbers") from None
+        raise RewardUsageError("epochs= and seed= take whole numbers") from None
     version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
     print(f"reward model v{version} ({len(mark_files(run))} marks, data {report['data']}) saved to {folder}")
     print("running actors of this run swap it in within seconds, between two steps")
