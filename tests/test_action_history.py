@@ -9,7 +9,7 @@ from policies.residual import ResidualPolicy
 from robo_rl.algos.residual import build_residual
 from robo_rl.envs import make_observation_space
 from robo_rl.policy_io import policy_step
-from tests.test_residual import LinearBase
+from tests.test_residual import LinearBase, one_step_algo, one_step_batch
 
 
 def history_policy(k: int, state_dim: int = 3, action_dim: int = 2, scale: float = 0.3) -> ResidualPolicy:
@@ -82,36 +82,14 @@ def test_with_the_history_the_residual_learns_what_a_delay_needs_and_without_it_
         torch.set_num_threads(1)
         policy = history_policy(k, action_dim=1, scale=0.5)
         policy.exploration_std = 0.0
-        algo = build_residual(
-            policy,
-            make_observation_space(3, {}),
-            1,
-            batch_size=128,
-            n_step=1,
-            critic_updates_per_actor=2,
-            lr_actor=3e-3,
-            lr_critic=3e-3,
-            critic_hidden=[64, 64],
-            precision="float32",
-        )
+        algo = one_step_algo(policy, 1)
         gen = torch.Generator().manual_seed(0)
 
         def batch():
             prev = torch.rand(128, 1, generator=gen) - 0.5
             a = torch.rand(128, 1, generator=gen) - 0.5
-            obs = {"state": torch.zeros(128, 3), "images": {}}
             extras = {"base_action": torch.zeros(128, 1), **({"prev_actions": prev} if k else {})}
-            return {
-                "obs": obs,
-                "next_obs": obs,
-                "action": a,
-                "reward": -((a + prev) ** 2).sum(-1),
-                "discount": torch.zeros(128),
-                "extras": extras,
-                "next_extras": extras,
-                "next_extras_valid": torch.ones(128, dtype=torch.bool),
-                "intervention": torch.zeros(128, dtype=torch.bool),
-            }
+            return one_step_batch({"state": torch.zeros(128, 3), "images": {}}, a, -((a + prev) ** 2).sum(-1), extras)
 
         for _ in range(150):
             algo.update([batch(), batch()])

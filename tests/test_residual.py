@@ -105,16 +105,12 @@ def test_a_chunked_base_runs_open_loop_and_starts_afresh_each_episode_in_every_c
     assert base.calls == 3 and base.resets == 1
 
 
-def learn_one_step_task(policy, raw=lambda s: s, updates: int = 150) -> tuple[torch.Tensor, torch.Tensor]:
-    """A one-step task: reward −|a − a*(s)|², the base always says 0; the env shows the state as `raw(s)`.
-    Returns the residual the policy learnt at two states and the bounded correction it should have learnt."""
-    torch.manual_seed(0)
-    torch.set_num_threads(1)  # small networks: a second thread only waits on a loaded 2-core machine
-    space = make_observation_space(3, {})
-    algo = build_residual(
+def one_step_algo(policy, action_dim: int):
+    """The residual algorithm of the one-step tasks: 1-step returns, small networks, fast learning rates."""
+    return build_residual(
         policy,
-        space,
-        2,
+        make_observation_space(3, {}),
+        action_dim,
         batch_size=128,
         n_step=1,
         critic_updates_per_actor=2,
@@ -123,6 +119,30 @@ def learn_one_step_task(policy, raw=lambda s: s, updates: int = 150) -> tuple[to
         critic_hidden=[64, 64],
         precision="float32",
     )
+
+
+def one_step_batch(obs: dict, action: torch.Tensor, reward: torch.Tensor, extras: dict) -> dict:
+    """A batch of one-step episodes (no bootstrap): the learner's layout, the same extras at both ends."""
+    n = len(action)
+    return {
+        "obs": obs,
+        "next_obs": obs,
+        "action": action,
+        "reward": reward,
+        "discount": torch.zeros(n),
+        "extras": extras,
+        "next_extras": extras,
+        "next_extras_valid": torch.ones(n, dtype=torch.bool),
+        "intervention": torch.zeros(n, dtype=torch.bool),
+    }
+
+
+def learn_one_step_task(policy, raw=lambda s: s, updates: int = 150) -> tuple[torch.Tensor, torch.Tensor]:
+    """A one-step task: reward −|a − a*(s)|², the base always says 0; the env shows the state as `raw(s)`.
+    Returns the residual the policy learnt at two states and the bounded correction it should have learnt."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # small networks: a second thread only waits on a loaded 2-core machine
+    algo = one_step_algo(policy, 2)
     target = torch.tensor([[0.2, -0.1, 0.0], [0.0, 0.0, 0.9]])  # a*(s) = target · s: the second one saturates
     gen = torch.Generator().manual_seed(0)
 
@@ -130,19 +150,7 @@ def learn_one_step_task(policy, raw=lambda s: s, updates: int = 150) -> tuple[to
         s = torch.rand(128, 3, generator=gen) * 2 - 1
         a = (torch.rand(128, 2, generator=gen) * 2 - 1) * 0.4
         r = -((a - s @ target.T) ** 2).sum(-1)
-        obs = {"state": raw(s), "images": {}}
-        zeros = torch.zeros(128, 2)
-        return {
-            "obs": obs,
-            "next_obs": obs,
-            "action": a,
-            "reward": r,
-            "discount": torch.zeros(128),
-            "extras": {"base_action": zeros},
-            "next_extras": {"base_action": zeros},
-            "next_extras_valid": torch.ones(128, dtype=torch.bool),
-            "intervention": torch.zeros(128, dtype=torch.bool),
-        }
+        return one_step_batch({"state": raw(s), "images": {}}, a, r, {"base_action": torch.zeros(128, 2)})
 
     for _ in range(updates):
         algo.update([batch(), batch()])

@@ -88,12 +88,9 @@ def interrupt_at(env_steps: int):
     return follow
 
 
-def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resume_says_where_it_resumed(
-    tmp_path, capsys, monkeypatch
-):
-    from robo_rl.commands import train
-
-    # small networks: the first 50 updates come sooner and cost little
+def start_long_train(tmp_path, until) -> subprocess.Popen:
+    """`robo-rl train` in its own session, for far more steps than a test waits for, once a learner metrics line
+    satisfies `until`; small networks: the first updates come sooner and cost little."""
     args = [*isolated(tmp_path), "experiment=rlpd", "demos.num_episodes=3", "train.learning_starts=50"]
     args += ["algo.batch_size=32", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "logger.log_every_s=0.5"]
     proc = subprocess.Popen(
@@ -107,9 +104,18 @@ def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resum
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
-        if runs and any(m.get("kind") == "learner" and m["updates"] > 50 for m in read_metrics(runs[0])):
+        if runs and any(m.get("kind") == "learner" and until(m) for m in read_metrics(runs[0])):
             break
-        time.sleep(0.5)
+        time.sleep(0.3)
+    return proc
+
+
+def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resume_says_where_it_resumed(
+    tmp_path, capsys, monkeypatch
+):
+    from robo_rl.commands import train
+
+    proc = start_long_train(tmp_path, lambda m: m["updates"] > 50)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
@@ -131,22 +137,7 @@ def test_kill_stops_the_learner_and_the_actor_too_and_the_run_can_resume(tmp_pat
     left the learner and the actor running on; now it stops them as Ctrl-C does, and the learner checkpoints."""
     import psutil
 
-    args = [*isolated(tmp_path), "experiment=rlpd", "demos.num_episodes=3", "train.learning_starts=50"]
-    args += ["algo.batch_size=32", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "logger.log_every_s=0.5"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "robo_rl.cli", "train", "train.total_env_steps=100000", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        runs = list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
-        if runs and any(m.get("kind") == "learner" and m["env_steps"] > 0 for m in read_metrics(runs[0])):
-            break
-        time.sleep(0.3)
+    proc = start_long_train(tmp_path, lambda m: m["env_steps"] > 0)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 2, "a learner and an actor under train"
     proc.send_signal(signal.SIGTERM)  # to train only, not its process group
