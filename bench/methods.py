@@ -12,9 +12,13 @@ with that base and `train.total_env_steps` = the budget; RECAP (and STEAM, `reca
 collect | label | finetune`, twice, in a copy of the base's run folder. Each final policy is evaluated on the same
 held-out env seeds (eval.seed onwards): a training run's final checkpoint deterministically (`evaluate_policy`, as
 `robo-rl eval` does), a flow file (the base, RECAP's policy) as `robo-rl recap collect store=false` acts, its noise
-reseeded per episode. Reported per method: success per seed with Wilson intervals, the IQM / mean / optimality gap
-over seeds with stratified bootstrap intervals and the probability of improvement over the base (rliable, via
-robo_rl/eval/aggregate.py), the robot-time cost (env steps, episodes, wall seconds) and the CPU seconds of all its
+reseeded per episode. The two modes differ (a flow run deterministically succeeds more often), so each online row
+whose untrained policy is the base also carries that policy evaluated its own way (`initial_policy`): compare a
+row with it, and RECAP with the base row.
+
+Reported per method: success per seed with Wilson intervals; the IQM / mean / optimality gap over seeds with
+stratified bootstrap intervals and the probability of improvement over the base (rliable, via
+robo_rl/eval/aggregate.py); the robot-time cost (env steps, episodes, wall seconds) and the CPU seconds of all its
 processes. Writes bench/results/methods_<task>.json (--quick: bench/results/quick/) and prints one JSON object last.
 
 Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state). The issue's Lift and Meta-World rows need their
@@ -53,6 +57,9 @@ ONLINE = {
     "parl": ("parl_pick_cube", "policy.base.path"),
 }
 OFFLINE = {"recap": [], "steam": ["recap.value=steam"]}
+# the methods whose untrained policy acts as the base does (a zero residual, the chain itself, a critic that cannot yet
+# rank): their row also evaluates it the same way as the trained one; DSRL's untrained noise actor steers already
+STARTS_AT_BASE = ("residual", "wsrl", "reinflow", "grpo", "parl")
 METHODS = [*ONLINE, *OFFLINE]
 EVAL_SEED = 1000000  # eval.seed's default: held out from training (0...) and demonstrations (100000...)
 SUCCESS = re.compile(r"success (\d+)/(\d+) = [0-9.]+ \(Wilson .*\), mean length ([0-9.]+)")
@@ -112,11 +119,13 @@ def evaluate_flow(folder: Path, policy: Path, episodes: int, log: Path) -> dict:
     return success(int(k), int(n))
 
 
-def evaluate_checkpoint(run: Path, episodes: int) -> dict:
-    """A training run's final checkpoint on the held-out seeds, deterministic actions (`robo-rl eval`'s way)."""
+def evaluate_checkpoint(run: Path, episodes: int, initial: bool = False) -> dict:
+    """A training run's final checkpoint on the held-out seeds, deterministic actions (`robo-rl eval`'s way); with
+    `initial`, the policy as built before any update instead (for these methods the base itself, so the gain is
+    measured in one evaluation mode: a flow evaluated deterministically succeeds more often than sampled)."""
     import torch
 
-    from robo_rl.config import load_saved_config, make_env
+    from robo_rl.config import load_saved_config, make_env, make_policy
     from robo_rl.eval.episodes import evaluate_policy, load_policy
     from robo_rl.runs import load_checkpoint
 
@@ -125,6 +134,8 @@ def evaluate_checkpoint(run: Path, episodes: int) -> dict:
     env = make_env(cfg)
     try:
         payload = load_checkpoint(sorted((run / "checkpoints").glob("step_*.pt"))[-1])
+        if initial:  # the weights a fresh learner starts from: the base, its residual zero or its critic untrained
+            payload = {**payload, "algo": {"policy": make_policy(cfg, env).state_dict()}}
         result = evaluate_policy(env, load_policy(cfg, env, payload), episodes, EVAL_SEED, progress=False)
     finally:
         env.close()
@@ -222,6 +233,10 @@ def summarise(table: dict, reps: int | None = None) -> dict:
         if m != "base":
             p = probability_of_improvement(scores[m], scores["base"], reps=reps)
             out[m]["p_improvement_over_base"] = [p.point, p.low, p.high]
+        if table[m] and all("initial_policy" in r for r in table[m]):  # the same evaluation mode as the trained policy
+            initial = [[r["initial_policy"]["rate"]] for r in table[m]]
+            p = probability_of_improvement(scores[m], initial, reps=reps)
+            out[m]["p_improvement_over_initial_policy"] = [p.point, p.low, p.high]
     return out
 
 
@@ -264,6 +279,8 @@ def main() -> None:
                 if method in ONLINE:
                     run, cost = run_online(method, base, seed, steps, a.reward, out)
                     result = evaluate_checkpoint(run, n_eval)
+                    if method in STARTS_AT_BASE:
+                        cost["initial_policy"] = evaluate_checkpoint(run, n_eval, initial=True)
                 else:
                     run, cost = run_offline(method, base_run, seed, episodes, a.iterations, out, a.quick)
                     result = evaluate_flow(run, run / "recap" / "policy.pt", n_eval, log)

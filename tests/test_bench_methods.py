@@ -32,11 +32,15 @@ def test_the_summary_puts_each_method_against_the_base_over_seeds():
     runs = {
         "base": [{"success": {"rate": r}} for r in (0.3, 0.4, 0.35)],
         "recap": [{"success": {"rate": r}} for r in (0.6, 0.7, 0.65)],
+        "residual": [{"success": {"rate": 0.9}, "initial_policy": {"rate": r}} for r in (0.9, 0.95, 0.85)],
     }
     summary = summarise(runs, reps=50)
     assert summary["recap"]["iqm"][0] == pytest.approx(0.65) and summary["base"]["iqm"][0] == pytest.approx(0.35)
     assert summary["recap"]["p_improvement_over_base"][0] == pytest.approx(1.0)
     assert "p_improvement_over_base" not in summary["base"]
+    # against its own untrained policy evaluated the same (deterministic) way: no clear gain
+    assert summary["residual"]["p_improvement_over_initial_policy"][0] == pytest.approx(0.5)
+    assert "p_improvement_over_initial_policy" not in summary["recap"]
 
 
 def test_an_unknown_task_is_refused_in_one_line():
