@@ -1,9 +1,11 @@
-"""What every `robo-rl` command shares: the usage error, the run folder, logging, and Ctrl-C/`kill` as one interrupt."""
+"""What every `robo-rl` command shares: the usage error, the run folder, logging, Ctrl-C/`kill` as one interrupt, and
+the paced loop of a person's recording session."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
 from robo_rl.errors import UserError
@@ -97,3 +99,26 @@ def close_log_copy(tee: Tee | None) -> None:
         if sys.stdout is tee:
             sys.stdout = tee.stream
         tee.file.close()
+
+
+def paced_episode(env, obs, act, after_step, period: float, realtime: bool) -> dict:
+    """One episode of a person's session from `obs`: `act(obs)` each step, `after_step(obs, reward, terminated,
+    truncated, info)` after it; while the person has paused the robot only the devices are read (an e-stop ends
+    it); with `realtime`, paced at `period` without catching up after a pause. Returns the last step's info."""
+    next_tick, info = time.monotonic(), {}
+    while True:
+        if env.paused:
+            env.poll()
+            if env.estopped:
+                break
+            time.sleep(period)
+            next_tick = time.monotonic()
+            continue
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        after_step(obs, reward, terminated, truncated, info)
+        if terminated or truncated or env.estopped:
+            break
+        if realtime:
+            next_tick += period
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+    return info

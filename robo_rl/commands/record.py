@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.commands.common import paced_episode
 from robo_rl.errors import UserError
 
 RECORD_USAGE = __doc__.split("\n\n", 2)[1]
@@ -79,25 +80,14 @@ def record_episodes(
             records = [recorder.reset(obs, counts["attempts"], 0, time.time())]
             if view is not None:
                 view()
-            next_tick, info = time.monotonic(), {}
-            while True:
-                if env.paused:
-                    env.poll()
-                    if env.estopped:
-                        break
-                    time.sleep(period)
-                    next_tick = time.monotonic()
-                    continue
-                obs, reward, terminated, truncated, info = env.step(hold())
+
+            def after_step(obs, reward, terminated, truncated, info, records=records):  # this episode's
                 hold.executed(info["action_executed"])
                 records.append(recorder.record_step(obs, reward, terminated, truncated, info, 0, time.time()))
                 if view is not None:
                     view()
-                if terminated or truncated or env.estopped:
-                    break
-                if realtime:
-                    next_tick += period
-                    time.sleep(max(0.0, next_tick - time.monotonic()))
+
+            info = paced_episode(env, obs, lambda _: hold(), after_step, period, realtime)
             ended = info.get("ended_by")
             if env.estopped:
                 stop = f"e-stop from {env.estopped}"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.commands.common import paced_episode
 from robo_rl.errors import UserError
 from robo_rl.teleop.dagger import PHASE_CODES
 
@@ -71,24 +72,15 @@ def record_dagger_episodes(
             obs, _ = env.reset(seed=seed + attempts)
             attempts += 1
             reset_policy()
-            steps, info, next_tick = [(obs, None)], {}, time.monotonic()
-            while True:
-                if env.paused:  # the robot holds: the policy is not asked; a sync drives the leader
-                    env.poll()
-                    if env.estopped:
-                        break
-                    time.sleep(period)
-                    next_tick = time.monotonic()
-                    continue
-                obs, reward, terminated, truncated, info = env.step(act(obs))
+            steps = [(obs, None)]
+
+            def after_step(obs, reward, terminated, truncated, info, steps=steps):  # this episode's
                 if info.get("dagger_handback"):
                     reset_policy()  # its chunk was planned before the correction
                 steps.append((obs, (reward, terminated, truncated, info)))
-                if terminated or truncated or env.estopped:
-                    break
-                if realtime:
-                    next_tick += period
-                    time.sleep(max(0.0, next_tick - time.monotonic()))
+
+            # while paused the robot holds: the policy is not asked; a sync drives the leader
+            info = paced_episode(env, obs, act, after_step, period, realtime)
             ended = info.get("ended_by")
             if env.estopped:
                 stop = f"e-stop from {env.estopped}"
