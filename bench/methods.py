@@ -133,9 +133,10 @@ def evaluate_checkpoint(run: Path, episodes: int, initial: bool = False) -> dict
     torch.set_num_threads(1)
     env = make_env(cfg)
     try:
-        payload = load_checkpoint(sorted((run / "checkpoints").glob("step_*.pt"))[-1])
         if initial:  # the weights a fresh learner starts from: the base, its residual zero or its critic untrained
-            payload = {**payload, "algo": {"policy": make_policy(cfg, env).state_dict()}}
+            payload = {"algo": {"policy": make_policy(cfg, env).state_dict()}}
+        else:
+            payload = load_checkpoint(sorted((run / "checkpoints").glob("step_*.pt"))[-1])
         result = evaluate_policy(env, load_policy(cfg, env, payload), episodes, EVAL_SEED, progress=False)
     finally:
         env.close()
