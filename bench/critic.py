@@ -267,6 +267,12 @@ def classifier(args, train_eps, test_eps, instruction, model_dir: Path, frames, 
     )
     clf.instructions = (instruction,)
     clf.save(model_dir)
+    # its training episodes beside it, named in its report, so `robo-rl reward retrain` refits it on them plus a
+    # person's marks (rewards/live.py) instead of on a run's own episodes, whose success flags the model itself set
+    from robo_rl.data.datasets.io import save_store
+
+    data = save_store(train_eps, model_dir.with_name(model_dir.name + "_data"), progress=False)
+    (model_dir / "train_report.json").write_text(json.dumps({"data": str(data), **trained}, default=float, indent=1))
     quality = {
         **{k: v for k, v in evaluate_classifier(clf, test_eps).items() if isinstance(v, int | float)},
         **{k: trained.get(k) for k in ("gate", "gate_quantile", "bank_frames")},

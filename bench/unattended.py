@@ -3,21 +3,23 @@
 Two `robo-rl train` runs go side by side, as two robots a person would watch, each with its page open in Debian's
 chromium (Playwright, headless) for the whole run:
 
-  pick          residual RL on the pick task (the default recipe, `experiment=residual_pick_cube`), the cube's mass
-                and friction drawn per episode (`env.randomize`), the simulated human taking over when the policy
-                drifts (`human=sim`)
-  so101_reach   the SO-101 twin reach (`experiment=so101_twin_reach`, SAC) on the twin's real-time clock; the arm env
-                has no `env.randomize` and no scripted expert, so neither perturbations nor the simulated human apply
+  pick          residual RL on the pick task from its two cameras (`experiment=residual_pick_cube_pixels`), the
+                cube's mass and friction drawn per episode (`env.randomize`), rewarded by the learned success
+                classifier (`reward=model`; `python bench/critic.py --models classifier` trains it), which a simulated
+                person looks over every `--review-s` (bench/_unattended_review.py: marks its mistakes, retrains it,
+                the actor hot-swaps the new version); `--reward-model sim` for the simulator's reward instead
+  so101_reach   residual RL on the SO-101 twin reach (`experiment=residual_so101_twin_reach`: a BC base from the arm's
+                scripted reach expert) on the twin's real-time clock; the arm env has no `env.randomize`
 
 Both reset themselves and check the scene (`env.reset_mode=scripted`); only a failed check calls the simulated person
-(`env.reset_person=sim`), who is counted. The actors run in real time (`actor.realtime=true`, 10 Hz), so their loop
-jitter means what it would on a robot. The reward is the simulator's: a learned reward with live relabelling
-(robo_rl/rewards/live.py) had not landed when this bench was written; `--reward-model DIR` swaps in a trained reward
-model (`reward=model`) for the pick run without the live part.
+(`env.reset_person=sim`), who is counted. That person answers only the calls, as the issue asks: no simulated
+takeovers (`human=sim` is not set), so the human calls are the failed reset checks. The actors run in real time
+(`actor.realtime=true`, 10 Hz), so their loop jitter means what it would on a robot.
 
-Every `--sample-s` it records per run: episodes and successes (metrics.jsonl), human calls (failed reset checks the
-person answered + the simulated human's takeovers), safety stops, the actor's loop jitter p99 (its heartbeat), the
-learner's and actor's resident memory, the run folder's size on disk, and whether the page still shows the actor.
+Every `--sample-s` it records per run: episodes and successes (metrics.jsonl; the simulator's success, whatever the
+reward), human calls (failed reset checks the person answered + takeovers, none here), safety stops, the actor's loop
+jitter p99 (its heartbeat), the learner's and actor's resident memory, the run folder's size on disk, and whether the
+page still shows the actor.
 At the end it stops each actor first (it drains what the learner has not acknowledged, then the learner checkpoints),
 counts the records the actor says it sent against the replay on disk, and resumes the final checkpoint for a short
 run (that a resume is bit-exact is tests/test_resume.py's business, not this bench's).
@@ -65,14 +67,14 @@ from bench._unattended_checks import (  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 RESETS = ["env.reset_mode=scripted", "env.reset_person=sim"]
+PICK_REWARD_MODEL = ROOT / "outputs" / "bench_critic" / "classifier"  # python bench/critic.py --models classifier
 TASKS = {
     "pick": [
-        "experiment=residual_pick_cube",
+        "experiment=residual_pick_cube_pixels",
         "env.randomize={object_mass_scale:[0.5,2.0],friction_scale:[0.7,1.3]}",
-        "human=sim",
         *RESETS,
     ],
-    "so101_reach": ["experiment=so101_twin_reach", "env.twin_clock=real", *RESETS],
+    "so101_reach": ["experiment=residual_so101_twin_reach", "env.twin_clock=real", *RESETS],
 }
 COMMON = [
     "actor.realtime=true",
@@ -238,11 +240,22 @@ def resume_check(run: Run, steps: int = 200) -> dict:
     }
 
 
-def run_bench(tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s: float, window_s: float) -> dict:
-    """Start every run, open its page, sample until `seconds` have passed, stop, check records, resume; per run."""
+def run_bench(
+    tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s: float, window_s: float, review_s: float
+) -> dict:
+    """Start every run, open its page, sample until `seconds` have passed (a run scored by a learned reward is looked
+    over by the simulated person every `review_s`), stop, check records, resume; per run."""
     from playwright.sync_api import sync_playwright
 
+    from bench._unattended_review import Reviewer
+    from bench._unattended_review import summarize as review_summary
+
     runs = [start_run(name, overrides, out) for name, overrides in tasks.items()]
+    reviewers = {
+        run.name: Reviewer(run.folder, ["front", "wrist"])
+        for run in runs
+        if "reward=model" in tasks[run.name] and review_s > 0
+    }
     result = {}
     try:
         with sync_playwright() as p:
@@ -250,6 +263,7 @@ def run_bench(tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s:
             for run in runs:
                 open_page(run, browser)
             t0 = time.monotonic()  # the clock starts with the pages open: training, not BC, is what is timed
+            next_look = review_s
             while time.monotonic() - t0 < seconds:
                 time.sleep(min(sample_s, max(0.0, seconds - (time.monotonic() - t0))))
                 for run in runs:
@@ -258,8 +272,15 @@ def run_bench(tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s:
                     print(json.dumps({"run": run.name, **line, "rss_mb": sample["rss_mb"]}), flush=True)
                     if run.proc.poll() is not None:
                         raise RuntimeError(f"{run.name} ended early: see {run.folder}")
+                if reviewers and time.monotonic() - t0 >= next_look:
+                    next_look += review_s
+                    for name, reviewer in reviewers.items():
+                        look = reviewer.look(time.monotonic() - t0)
+                        print(json.dumps({"run": name, "review": look}, default=str), flush=True)
             browser.close()
     finally:
+        for reviewer in reviewers.values():
+            reviewer.finish()
         codes = {run.name: stop_run(run) for run in runs}
     for run in runs:
         records = record_check(run.folder)
@@ -272,6 +293,11 @@ def run_bench(tasks: dict, seconds: float, sample_s: float, out: Path, warmup_s:
             "page_errors": run.page_errors[:20],
             "page_showed_actor": sum(bool(s["page_shows_actor"]) for s in run.samples),
             "verdicts": verdicts(run.samples, records, warmup_s, window_s),
+            **(
+                {"reward_checks": {**review_summary(reviewers[run.name].looks), "looks": reviewers[run.name].looks}}
+                if run.name in reviewers
+                else {}
+            ),
             "resume": resume_check(run),
         }
     return result
@@ -284,7 +310,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="the run's length in seconds instead (the slow test: a minute)")
     parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--tasks", nargs="+", default=sorted(TASKS), choices=sorted(TASKS))
-    parser.add_argument("--reward-model", help="a reward model folder for the pick run (reward=model), no live part")
+    parser.add_argument(
+        "--reward-model",
+        default=str(PICK_REWARD_MODEL),
+        help="the pick runs' reward model (a success classifier on the front and wrist cameras: python bench/critic.py "
+        "--models classifier writes the default); 'sim' for the simulator's reward, with no reward checks",
+    )
+    parser.add_argument(
+        "--review-s", type=float, help="seconds between the simulated person's looks at the reward (15 min; quick: 2)"
+    )
     parser.add_argument("--compare-human", action="store_true", help="also the pick recipe with the env's own reset")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_unattended"))
     parser.add_argument("--name", default="unattended", help="the result file's name")
@@ -294,11 +328,15 @@ def main() -> None:
     warmup_s, window_s = (180.0, 180.0) if args.quick else (1200.0, 600.0)
     warmup_s, window_s = min(warmup_s, seconds / 3), min(window_s, seconds / 3)  # a short --hours still has a window
     tasks = {name: list(TASKS[name]) for name in args.tasks}
-    if args.reward_model and "pick" in tasks:
+    learned = args.reward_model != "sim"
+    if learned and "pick" in tasks:
+        if not Path(args.reward_model).is_dir():
+            sys.exit(f"no reward model at {args.reward_model}: python bench/critic.py --models classifier writes it")
         tasks["pick"] += ["reward=model", f"reward.model={args.reward_model}"]
+    review_s = args.review_s if args.review_s is not None else (120.0 if args.quick else 900.0)
     if args.compare_human and "pick" in tasks:
         tasks["pick_human_resets"] = [o for o in tasks["pick"] if not o.startswith("env.reset_")]
-    runs = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s)
+    runs = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s, review_s if learned else 0.0)
     if "pick_human_resets" in runs:
         own, hand = runs["pick"]["success_at_end"]["success"], runs["pick_human_resets"]["success_at_end"]["success"]
         runs["pick"]["verdicts"]["success_vs_human_resets"] = [own, hand]
@@ -309,6 +347,11 @@ def main() -> None:
             "episodes": r["samples"][-1]["episodes"] if r["samples"] else 0,
             **{k: v for k, v in r["verdicts"].items()},
             "resume_ok": r["resume"]["ok"],
+            **(
+                {"reward_checks": {k: v for k, v in r["reward_checks"].items() if k != "looks"}}
+                if "reward_checks" in r
+                else {}
+            ),
         }
         for name, r in runs.items()
     }
@@ -317,7 +360,11 @@ def main() -> None:
         "sample_s": sample_s,
         "warmup_s": warmup_s,
         "window_s": window_s,
-        "reward": f"reward model {args.reward_model} (no live relabelling)" if args.reward_model else "the sim's",
+        "reward": (
+            f"pick: reward model {args.reward_model}, looked over every {review_s:.0f} s (marks, retrain, hot swap)"
+            if learned
+            else "the sim's"
+        ),
         "targets": {
             "human_calls_per_hour_max": CALLS_PER_HOUR_MAX,
             "memory_growth_per_hour_max": MEMORY_GROWTH_PER_HOUR_MAX,

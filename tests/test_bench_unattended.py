@@ -19,6 +19,7 @@ from bench._unattended_checks import (
     success_at_end,
     verdicts,
 )
+from bench._unattended_review import disagreements
 from tests.test_storage import FIELDS, episode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,10 +120,26 @@ def test_too_few_samples_give_no_verdict_rather_than_a_pass():
     assert judged["memory_met"] is None and judged["calls_met"] is None and judged["lost_met"] is False
 
 
+def test_the_reviewer_finds_false_and_missed_successes_per_episode_and_skips_unscored_frames():
+    # two episodes: 0 has a false success at frames 2-3 (the model fired, the sim says no); 1 has a success at 5-8
+    # the model missed at 5-6 and then saw at 7-8; frame 9 has no score (-1) and a true success: left out
+    episode_id = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    success = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1], bool)
+    prob = np.array([0.1, 0.2, 0.9, 0.95, 0.3, 0.2, 0.4, 0.8, 0.9, -1.0])
+    found = disagreements(success, prob, 0.5, episode_id)
+    assert found["false_success"] == [(2, 4)] and found["missed_success"] == [(5, 7)]
+    assert found["frames"] == 9
+    assert found["frame_fpr"] == pytest.approx(2 / 5) and found["frame_fnr"] == pytest.approx(2 / 4)
+    # a run of mistakes across an episode boundary is two spans, one per episode
+    both = disagreements(np.zeros(4, bool), np.full(4, 0.9), 0.5, np.array([3, 3, 4, 4]))
+    assert both["false_success"] == [(0, 2), (2, 4)] and both["frame_fnr"] is None
+
+
 @pytest.mark.slow
 def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
     env = {**os.environ, "MUJOCO_GL": "egl"}
     cmd = [sys.executable, "bench/unattended.py", "--quick", "--seconds", "60", "--sample-s", "20"]
+    cmd += ["--reward-model", "sim"]  # the learned reward needs bench/critic.py's model, not made here
     cmd += ["--out", str(tmp_path), "--name", "unattended_slow_test"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

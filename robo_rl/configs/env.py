@@ -196,7 +196,7 @@ class ArmEnvConfig:
     """hardware/env.py: a real arm (or its MuJoCo twin) behind its driver (`driver`, a plugin spec), its cameras
     (`cameras`: name -> a camera spec) and an optional reach task (`reach`)."""
 
-    blocks: ClassVar[tuple[str, ...]] = ("driver", "cameras", "reach")
+    blocks: ClassVar[tuple[str, ...]] = ("driver", "cameras", "reach", "expert")
 
     dry_run: bool = setting(False, "the commands go to the arm's MuJoCo twin (the options: ${hardware.dry_run})")
     twin_clock: str = setting(
