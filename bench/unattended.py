@@ -155,7 +155,7 @@ def open_page(run: Run, browser) -> None:
     """The run's page in a tab, once the GUI answers; its JavaScript errors are kept."""
     page = browser.new_page()
     page.on("pageerror", lambda e: run.page_errors.append(str(e)[:200]))
-    deadline = time.monotonic() + 300  # the GUI starts after the BC base is trained
+    deadline = time.monotonic() + 1200  # the GUI starts after the BC base is trained: minutes from pixels, at load
     while True:
         try:
             page.goto(f"http://127.0.0.1:{run.gui_port}/?name=bench", timeout=10_000)
