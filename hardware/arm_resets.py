@@ -6,7 +6,8 @@ safety layer's joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the
 commands are: a move the guard holds never arrives, and the check then calls a person. `human_reset` is what the
 arm did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the
 scene. `reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle.
-`place_scene` is the simulated person: on a twin, the arm moved home by hand.
+`place_scene` is the simulated person: on a twin, the arm moved home by hand. `camera_frames` is what the cameras
+see now (the camera check, `env.reset_check=camera`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ GRIPPER_OPEN = 0.1  # the gripper reading (0 open .. 1 closed) below which it co
 class ArmResets:
     """Mixed into ArmEnv: the arm's reset methods (it provides the driver, its model, `joint_guard`, `_read`)."""
 
-    def _reset_settings(self, mode, trajectory, tolerance_rad, person, wait_s) -> ResetSettings:
-        return ResetSettings(mode, trajectory, tolerance_rad, person, wait_s)
+    def _reset_settings(self, mode, trajectory, tolerance_rad, person, wait_s, check, classifier) -> ResetSettings:
+        return ResetSettings(mode, trajectory, tolerance_rad, person, wait_s, check, classifier)
 
     # --- what the arm does --------------------------------------------------------------------
     def human_reset(self) -> None:
@@ -65,6 +66,10 @@ class ArmResets:
                 "env.reset_person=sim moves a twin's arm by hand: a real arm needs reset_person=devices"
             )
         twin.move_by_hand(self.driver.home_joints, gripper=0.0)
+
+    def camera_frames(self) -> dict[str, np.ndarray]:
+        """Each camera's frame now (camera → uint8 [H, W, 3]), as the next observation would show it."""
+        return self._observe(self._read())[0]["images"]
 
     # --- the check ----------------------------------------------------------------------------
     def reset_problem(self, tolerance_rad: float) -> str | None:

@@ -86,10 +86,12 @@ class ArmEnv(ArmResets, RobotEnv):
         reset_tolerance_rad: float = 0.05,
         reset_person: str = "devices",
         reset_wait_s: float | None = None,
+        reset_check: str = "state",  # state: reset_problem | camera: reset_classifier on the cameras | both
+        reset_classifier: str | None = None,
     ) -> None:
         super().__init__()
         self.reset_settings = self._reset_settings(
-            reset_mode, reset_trajectory, reset_tolerance_rad, reset_person, reset_wait_s
+            reset_mode, reset_trajectory, reset_tolerance_rad, reset_person, reset_wait_s, reset_check, reset_classifier
         )
         self.driver = _make_driver(driver, dry_run, twin_clock)
         self.model = self.driver.model

@@ -29,6 +29,7 @@ commands:
             robo-rl gate <current> <candidate> data=<run or dataset> [margin=0.05] [eval_episodes=N]
   record    record demonstrations with a teleop device: robo-rl record <dst> [human=keyboard] [episodes=20]
   reward    robo-rl reward train|eval ...: a learned reward model from recorded episodes, and its quality
+  reset-check  robo-rl reset-check label|train|eval ...: a camera classifier as the reset check, and its quality
   critic    robo-rl critic serve model=<folder> [host=] [port=5600]: a reward model for actors elsewhere
   policy    robo-rl policy serve <checkpoint> [host=] [port=5610]: a base policy (a VLA on a GPU) for actors elsewhere
   gui       the intervention page for running actors (http://127.0.0.1:8765/); train gui=true starts it too
@@ -59,6 +60,7 @@ COMMANDS = {
     "gate": "robo_rl.commands.gate:cmd_gate",
     "record": "robo_rl.commands.record:cmd_record",
     "reward": "robo_rl.commands.reward:cmd_reward",
+    "reset-check": "robo_rl.commands.reset_check:cmd_reset_check",
     "critic": "robo_rl.commands.critic:cmd_critic",
     "policy": "robo_rl.commands.policy_serve:cmd_policy",
     "gui": "robo_rl.commands.gui:cmd_gui",
@@ -71,7 +73,13 @@ COMMANDS = {
     "recap": "robo_rl.commands.recap:cmd_recap",
 }
 # commands whose devices, models or drivers report through logging before any config sets a level
-LOG_LEVELS = {"record": logging.INFO, "critic": logging.INFO, "reward": logging.WARNING, "calibrate": logging.WARNING}
+LOG_LEVELS = {
+    "record": logging.INFO,
+    "critic": logging.INFO,
+    "reward": logging.WARNING,
+    "reset-check": logging.WARNING,
+    "calibrate": logging.WARNING,
+}
 
 # The policies' own user errors (policies never import robo_rl), looked up only where already imported, so that
 # `robo-rl` does not import torch just to catch them.

@@ -238,10 +238,12 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         reset_tolerance_m: float = 0.03,
         reset_person: str = "devices",
         reset_wait_s: float | None = None,
+        reset_check: str = "state",  # state: reset_problem | camera: reset_classifier on the cameras | both
+        reset_classifier: str | None = None,
     ) -> None:
         super().__init__()
         self.reset_settings = self._reset_settings(
-            reset_mode, reset_trajectory, reset_tolerance_m, reset_person, reset_wait_s
+            reset_mode, reset_trajectory, reset_tolerance_m, reset_person, reset_wait_s, reset_check, reset_classifier
         )
         self.randomization = Randomization.from_config(randomize)
         if state not in ("full", "proprio"):

@@ -7,10 +7,15 @@ and returns the arm to its home pose with the gripper open, then lets the scene 
 reach (pushed off the table) or cannot grasp twice is left where it is: the check then fails and a person is asked.
 `replay_reset` drives the pinch point through a taught trajectory's end-effector waypoints the same way.
 `reset_problem` checks the cube (in its start region, on the table, at rest), the gripper (open) and the arm (at
-home). `place_scene` is what a simulated person does when asked: the env's own instant placement.
+home). `place_scene` is what a simulated person does when asked: the env's own instant placement. `camera_frames`
+is what the cameras see now (the camera check, `env.reset_check=camera`); `disturb_scene` leaves the scene as an
+episode or a failed reset might, for frames the check labels (robo_rl/envs/reset_check.py). The arm's moves between
+episodes render no camera frame: nobody looks at them.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import mujoco
 import numpy as np
@@ -36,8 +41,8 @@ POSE_NAMES = ("x", "y", "z", "gripper")  # a taught waypoint: pinch point (m) an
 class PickCubeResets:
     """Mixed into PickCubeEnv: the task's reset methods (it provides the scene, `_step`, `_is_grasped`, `_reset`)."""
 
-    def _reset_settings(self, mode, trajectory, tolerance_m, person, wait_s) -> ResetSettings:
-        settings = ResetSettings(mode, trajectory, tolerance_m, person, wait_s)
+    def _reset_settings(self, mode, trajectory, tolerance_m, person, wait_s, check, classifier) -> ResetSettings:
+        settings = ResetSettings(mode, trajectory, tolerance_m, person, wait_s, check, classifier)
         if mode is not None and self.extra_cubes:
             raise ValueError(
                 f"env.reset_mode={mode}: this task's resets move pick_cube's one cube, not {self.extra_cubes}"
@@ -46,18 +51,20 @@ class PickCubeResets:
 
     # --- what the arm does --------------------------------------------------------------------
     def scripted_reset(self) -> None:
-        pinch = self.data.site_xpos[self._pinch]
-        self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
-        if self._cube_outside_start() and self._cube_reachable():
-            for _ in range(GRASP_ATTEMPTS):
-                if self._carry_to(self._draw_start_xy()):
-                    break
-        self._go_home()
+        with self._cameras_off():
+            pinch = self.data.site_xpos[self._pinch]
+            self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
+            if self._cube_outside_start() and self._cube_reachable():
+                for _ in range(GRASP_ATTEMPTS):
+                    if self._carry_to(self._draw_start_xy()):
+                        break
+            self._go_home()
 
     def replay_reset(self, waypoints: np.ndarray) -> None:
-        for waypoint in waypoints:
-            self._move_to(waypoint[:3], float(waypoint[3]))
-        self._settle()
+        with self._cameras_off():
+            for waypoint in waypoints:
+                self._move_to(waypoint[:3], float(waypoint[3]))
+            self._settle()
 
     def reset_pose_names(self) -> tuple[str, tuple[str, ...]]:
         return "ee", POSE_NAMES
@@ -67,7 +74,24 @@ class PickCubeResets:
 
     def place_scene(self, rng: np.random.Generator) -> None:
         """A (simulated) person puts the scene back: the env's own placement, drawn afresh."""
-        self._reset(rng, None)
+        with self._cameras_off():
+            self._reset(rng, None)
+
+    def camera_frames(self) -> dict[str, np.ndarray]:
+        """What the cameras see now, as the observation shows it (camera → uint8 [H, W, 3])."""
+        return self._observation()["images"]
+
+    def disturb_scene(self, rng: np.random.Generator) -> None:
+        """A scene as an episode or a failed reset may leave it: the env's placement with the cube anywhere in the
+        workspace (its start region a fifth of it), then one of three drawn evenly: nothing more, the arm moved to a
+        point drawn in the workspace with the gripper open or closed, or the gripper closed where it is."""
+        with self._cameras_off():
+            self._reset(rng, {"cube_xy": rng.uniform(self.workspace_low_m[:2], self.workspace_high_m[:2])})
+            kind = int(rng.integers(3))
+            if kind == 1:
+                self._move_to(rng.uniform(self.workspace_low_m, self.workspace_high_m), float(rng.choice([-1, 1])))
+            elif kind == 2:
+                self._hold(1.0, CLOSE_STEPS)
 
     # --- the check ----------------------------------------------------------------------------
     def reset_problem(self, tolerance_m: float) -> str | None:
@@ -156,6 +180,15 @@ class PickCubeResets:
             self._hold(-1.0, 1)
 
     # --- the scene ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _cameras_off(self):
+        """No step renders a frame inside: nobody looks at a move's frames, and one costs tens of control steps."""
+        names, self.camera_names = self.camera_names, ()
+        try:
+            yield
+        finally:
+            self.camera_names = names
+
     def _clear_height(self) -> float:
         return float(min(CARRY_HEIGHT_M, self.workspace_high_m[2]))
 

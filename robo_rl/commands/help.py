@@ -217,6 +217,17 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         (),
         False,
     ),
+    "reset-check": (
+        "robo-rl reset-check label out=<frames.npz> [scenes=24] [env overrides] | train data=<frames.npz> "
+        "out=<folder> | eval model=<folder> data=<frames.npz>",
+        "A camera classifier as the reset check (env.reset_check=camera env.reset_classifier=<folder>): label frames\n"
+        "in a simulator by its own check (a scene disturbed, then after the scripted reset), train the classifier\n"
+        "(its threshold lets at most max_false_ready=0.01 of held-out not-ready scenes be called ready), write\n"
+        "its folder with train_report.json (accuracy, not ready called ready, ready called not ready: a needless\n"
+        "call), or give those figures on fresh frames.",
+        (),
+        False,
+    ),
     "critic": (
         "robo-rl critic serve model=<folder> [host=127.0.0.1] [port=5600] [keys_dir=<dir>]",
         "Serve a saved reward model over ZeroMQ (no pickle; CURVE keys off loopback) for actors that score with\n"

@@ -29,6 +29,15 @@ RESET_PERSON = (
     "a device's acknowledge) | sim (a simulated person puts the scene back)"
 )
 RESET_WAIT = "a failed reset check waits this long for a person before the actor stops, s (null: it waits)"
+RESET_CHECKS = ("state", "camera", "both")  # robo_rl/envs/resets.py
+RESET_CHECK = (
+    "what decides that the scene is ready after a reset: state (the task's own check: a sim's true state, an arm's "
+    "joints) | camera (a classifier on the cameras, env.reset_classifier: what a real scene has) | both"
+)
+RESET_CLASSIFIER = (
+    "reset_check=camera or both: the reset classifier's model folder (robo-rl reset-check train writes one; "
+    "robo_rl/envs/reset_check.py)"
+)
 
 
 @dataclass
@@ -89,6 +98,8 @@ class PickCubeConfig:
     )
     reset_person: str = setting("devices", RESET_PERSON, choices=("devices", "sim"))
     reset_wait_s: float | None = setting(None, RESET_WAIT, above=0)
+    reset_check: str = setting("state", RESET_CHECK, choices=RESET_CHECKS)
+    reset_classifier: str | None = setting(None, RESET_CLASSIFIER)
 
 
 @dataclass
@@ -227,6 +238,8 @@ class ArmEnvConfig:
     reset_tolerance_rad: float = setting(0.05, "reset check: every joint within this of its home pose, rad", above=0)
     reset_person: str = setting("devices", RESET_PERSON, choices=("devices", "sim"))
     reset_wait_s: float | None = setting(None, RESET_WAIT, above=0)
+    reset_check: str = setting("state", RESET_CHECK, choices=RESET_CHECKS)
+    reset_classifier: str | None = setting(None, RESET_CLASSIFIER)
 
 
 @dataclass

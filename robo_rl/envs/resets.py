@@ -5,7 +5,10 @@ Between two episodes `ResetWrapper` runs the reset protocol:
      physics or the driver running, never a teleport), `taught` (a trajectory recorded once with a teleop device or
      a leader arm, robo_rl/teleop/reset_teaching.py, replayed by the task's `replay_reset(waypoints)`), or `human`
      (only what the robot did before modes existed, the task's `human_reset()` where it has one: a real arm homes);
-  2. the check: the task's `reset_problem(tolerance)` says what is not as an episode should start (None: ready);
+  2. the check, by `reset_check`: `state`, the task's `reset_problem(tolerance)` says what is not as an episode
+     should start (None: ready); `camera`, a classifier on the task's cameras (`reset_classifier`, a model folder
+     `robo-rl reset-check train` writes; robo_rl/envs/reset_check.py) calls the scene not ready below its threshold,
+     for a robot whose scene only its cameras see; `both`, the two;
   3. only when the check fails is a person asked, and the run waits until the check passes: with
      `reset_person=devices` a line on the terminal and the human's devices (an `acknowledge` press re-checks), with
      `reset_person=sim` a simulated person (the task's `place_scene(rng)`: the sim's own placement, a twin's arm
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 RESET_MODES = ("human", "scripted", "taught", "learned")
 RESET_PERSONS = ("devices", "sim")  # who answers a failed check: a person at the devices, or the simulated one
+RESET_CHECKS = ("state", "camera", "both")  # the task's own check, the camera classifier's, or the two
 TRAJECTORY_VERSION = 1  # the taught file's schema version
 WAIT_POLL_S = 0.05  # while a person is asked: how often the devices are read and the scene re-checked
 REMIND_EVERY_S = 30.0  # the terminal line is repeated this often while the run waits
@@ -52,6 +56,8 @@ class ResetSettings:
     tolerance: float = 0.03
     person: str = "devices"
     wait_s: float | None = None
+    check: str = "state"
+    classifier: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in RESET_MODES:
@@ -72,6 +78,20 @@ class ResetSettings:
             raise ValueError(f"env.reset_person={self.person}: one of {' | '.join(RESET_PERSONS)}")
         if self.wait_s is not None and not self.wait_s > 0:
             raise ValueError(f"env.reset_wait_s={self.wait_s}: a positive number of seconds, or null (wait)")
+        if self.check not in RESET_CHECKS:
+            raise ValueError(f"env.reset_check={self.check}: one of {' | '.join(RESET_CHECKS)}")
+        if self.check == "state" and self.classifier:
+            raise ValueError("env.reset_classifier is read only with env.reset_check=camera or both (it is state)")
+        if self.check != "state" and not self.classifier:
+            raise ValueError(
+                f"env.reset_check={self.check} needs env.reset_classifier: a model folder robo-rl reset-check train "
+                "writes"
+            )
+        if self.check != "state" and self.mode is None:
+            raise ValueError(
+                f"env.reset_check={self.check} checks the scene between episodes: it needs an env.reset_mode "
+                "(scripted, taught or human)"
+            )
 
 
 # --- the taught trajectory ----------------------------------------------------------------------
@@ -131,6 +151,11 @@ class ResetWrapper(RobotWrapper):
                 raise ValueError(
                     f"env.reset_mode={settings.mode}: {type(task).__name__} has no {method}() (a task adds its own)"
                 )
+        self.camera_check = None  # with reset_check camera or both: the classifier on the task's cameras
+        if settings.check != "state":
+            from robo_rl.envs.reset_check import load_camera_check
+
+            self.camera_check = load_camera_check(settings.classifier, task)
         self.waypoints = None
         if settings.mode == "taught":
             kind, names = task.reset_pose_names()
@@ -159,7 +184,7 @@ class ResetWrapper(RobotWrapper):
         elif callable(getattr(task, "human_reset", None)):
             task.human_reset()
         self.counts["resets"] += 1
-        problem = task.reset_problem(self.settings.tolerance)
+        problem = self._problem(task)
         if problem is None:
             self.counts["resets_ok"] += 1
         else:
@@ -167,7 +192,18 @@ class ResetWrapper(RobotWrapper):
             self._ask_a_person(task, problem)
         obs, info = self.env.reset(seed=seed, options={**(options or {}), "keep_scene": True})
         info["reset"] = {"mode": mode, "problem": problem, "seconds": round(time.monotonic() - start, 3)}
+        if self.camera_check is not None:  # the classifier's answer for the scene the episode starts from
+            info["reset"]["ready_prob"] = self.camera_check.last_prob
         return obs, info
+
+    def _problem(self, task) -> str | None:
+        """What the configured check finds wrong with the scene now (None: ready to start an episode)."""
+        found = []
+        if self.settings.check in ("state", "both"):
+            found.append(task.reset_problem(self.settings.tolerance))
+        if self.camera_check is not None:
+            found.append(self.camera_check.problem(task.camera_frames()))
+        return "; ".join(p for p in found if p) or None
 
     def _ask_a_person(self, task, problem: str) -> None:
         """Wait until a person has reset the scene (the check passes again); SafetyStop after `reset_wait_s`, or when
@@ -186,7 +222,7 @@ class ResetWrapper(RobotWrapper):
     def _simulated_person(self, task, problem: str) -> None:
         for _ in range(SIM_PERSON_TRIES):  # it puts the scene back, and the check runs again
             task.place_scene(task.np_random)
-            problem = task.reset_problem(self.settings.tolerance)
+            problem = self._problem(task)
             if problem is None:
                 return
         raise SafetyStop(f"the simulated person could not reset the scene in {SIM_PERSON_TRIES} tries: {problem}")
@@ -208,7 +244,7 @@ class ResetWrapper(RobotWrapper):
                 last_said = time.monotonic()
                 log.error("RESET NEEDED (%.0f s): %s", waited, problem)
             time.sleep(WAIT_POLL_S)
-            problem = task.reset_problem(self.settings.tolerance)
+            problem = self._problem(task)
 
     def stats(self) -> dict:
         """Counts for the heartbeat: `resets` done between episodes, `resets_ok` (the check passed), `resets_failed`
