@@ -1,7 +1,8 @@
 """The camera reset check (`env.reset_check=camera`, robo_rl/envs/reset_check.py) on the pick sim with two 64x64
 cameras: `robo-rl reset-check label` and `train` make a classifier from a few dozen auto-labelled frames that tells
 ready from not ready on fresh scenes; with it as the check a scene left unreset calls the (simulated) person and a
-reset scene does not; bad settings are refused in one line."""
+reset scene does not; a person at a robot labels scenes with a device's presses; bad settings are refused in one
+line."""
 
 import json
 
@@ -12,11 +13,12 @@ import torch
 from robo_rl.cli import main
 from robo_rl.config import ConfigError, load_config
 from robo_rl.envs.base import SafetyStop
-from robo_rl.envs.reset_check import ResetFrames, label_reset_frames
+from robo_rl.envs.reset_check import LABELLED_BY_PERSON, ResetFrames, label_reset_frames
 from robo_rl.envs.resets import ResetWrapper
 from robo_rl.envs.wrappers import make_actor_env
 from robo_rl.rewards.classifier import SuccessClassifier
 from robo_rl.rewards.reset_classifier import ResetClassifier
+from robo_rl.teleop.base import TeleopDevice
 from sim.pick_cube import PickCubeEnv
 
 CAMERAS = ("front", "wrist")
@@ -92,18 +94,54 @@ def test_a_never_ready_classifier_fails_the_check_after_a_good_reset_and_stops_t
     env.close()
 
 
+def test_on_the_so101_twin_both_checks_ask_the_joints_and_the_camera(tmp_path):
+    """An arm's own check (joints home) and the classifier on its camera, through the actor's env and safety layer."""
+    from robo_rl.envs.wrappers import find_wrapper
+
+    camera = "env.cameras={front: {_target_: hardware.twin_camera.TwinCamera, width: 48, height: 48, fps: 10}}"
+    for threshold, calls in ((0.0, 0), (1.0, 1)):  # P(ready) is above 0, and never above 1
+        folder = tmp_path / f"threshold_{threshold}"
+        ResetClassifier(("front",), resize=[32, 32], channels=4, features=4, hidden=4, threshold=threshold).save(folder)
+        settings = ["env.reset_mode=scripted", "env.reset_person=sim", "env.reset_check=both"]
+        settings.append(f"env.reset_classifier={folder}")
+        cfg = load_config(["env=so101_twin", "safety=default", "experiment=rlpd", camera, *settings])
+        env = make_actor_env(cfg)
+        try:
+            env.reset(seed=0)
+            for _ in range(8):
+                env.step(np.array([1.0, 0.5, 0.5, 1.0], np.float32))
+            assert "from its home pose" in env.unwrapped.reset_problem(0.05)
+            if calls:
+                with pytest.raises(SafetyStop, match="the reset classifier"):
+                    env.reset()
+            else:
+                _, info = env.reset()
+                assert info["reset"]["problem"] is None and info["reset"]["ready_prob"] > 0
+            assert find_wrapper(env, ResetWrapper).stats()["reset_calls"] == calls
+        finally:
+            env.close()
+
+
 @pytest.mark.parametrize(
     ("settings", "refusal"),
     [
+        (["env.reset_mode=scripted", "env.reset_check=maybe"], "env.reset_check=maybe"),
         (["env.reset_mode=scripted", "env.reset_check=camera"], "env.reset_check=camera needs env.reset_classifier"),
         (["env.reset_check=camera", "env.reset_classifier=x"], "it needs an env.reset_mode"),
         (["env.reset_mode=scripted", "env.reset_classifier=x"], "read only with env.reset_check=camera or both"),
         (["env.reset_mode=scripted", "env.reset_check=camera", "env.reset_classifier={missing}"], "no model folder"),
         (["env.reset_mode=scripted", "env.reset_check=camera", "env.reset_classifier={reward}"], "not a reset class"),
-        (["env.reset_mode=scripted", "env.reset_check=camera", "env.reset_classifier={folder}", "env.cameras=[front]"],
-         "needs cameras ['front', 'wrist']; this env has ['front'], not ['wrist']"),
+        (
+            [
+                "env.reset_mode=scripted",
+                "env.reset_check=camera",
+                "env.reset_classifier={folder}",
+                "env.cameras=[front]",
+            ],
+            "needs cameras ['front', 'wrist']; this env has ['front'], not ['wrist']",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_settings_are_refused_in_one_line(made, tmp_path, settings, refusal):
     reward = tmp_path / "reward"
     SuccessClassifier(CAMERAS, resize=[32, 32], channels=4, features=4, hidden=4).save(reward)
@@ -141,3 +179,26 @@ def test_labelled_frames_keep_their_labels_and_scenes_through_a_file_and_refuse_
         ResetFrames.load(tmp_path / "other.npz")
     with pytest.raises(ValueError, match="3 uint8 frames"):
         ResetFrames({"front": np.zeros((2, 8, 8, 3), np.uint8)}, [True] * 3, [0] * 3, [""] * 3)
+
+
+class Presses(TeleopDevice):
+    """A person at the robot: a scene labelled ready, one not ready, one ready, then the session ended."""
+
+    name = "presses"
+
+    def _open(self) -> None:
+        self.script = [set(), {"success"}, set(), {"failure"}, {"success"}, {"terminate_episode"}, {"success"}]
+
+    def _poll(self) -> None:
+        for event in self.script.pop(0) if self.script else ():
+            self._emit(event)
+
+
+def test_a_person_labels_scenes_at_the_robot_with_a_devices_presses(tmp_path, capsys):
+    out = tmp_path / "person.npz"
+    device = "human.devices=[{_target_: tests.test_reset_check_camera.Presses}]"
+    assert main(["reset-check", "label", f"out={out}", *ENV, "human=keyboard", device]) == 0
+    frames = ResetFrames.load(out)
+    assert frames.ready.tolist() == [True, False, True] and frames.scene.tolist() == [0, 1, 2]  # abort ended it
+    assert frames.images["wrist"].shape == (3, 64, 64, 3) and frames.problem.tolist() == ["", LABELLED_BY_PERSON, ""]
+    assert "3 frames of 3 scenes (2 ready)" in capsys.readouterr().out

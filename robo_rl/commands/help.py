@@ -218,10 +218,11 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
         False,
     ),
     "reset-check": (
-        "robo-rl reset-check label out=<frames.npz> [scenes=24] [env overrides] | train data=<frames.npz> "
-        "out=<folder> | eval model=<folder> data=<frames.npz>",
+        "robo-rl reset-check label out=<frames.npz> [scenes=72] [human=<device>] [env overrides] | train "
+        "data=<frames.npz> out=<folder> | eval model=<folder> data=<frames.npz>",
         "A camera classifier as the reset check (env.reset_check=camera env.reset_classifier=<folder>): label frames\n"
-        "in a simulator by its own check (a scene disturbed, then after the scripted reset), train the classifier\n"
+        "in a simulator by its own check (a scene disturbed, then after the scripted reset) or, with human=<device>,\n"
+        "by a person's presses at the robot (success: ready, failure: not ready), train the classifier\n"
         "(its threshold lets at most max_false_ready=0.01 of held-out not-ready scenes be called ready), write\n"
         "its folder with train_report.json (accuracy, not ready called ready, ready called not ready: a needless\n"
         "call), or give those figures on fresh frames.",

@@ -1,20 +1,24 @@
 """`robo-rl reset-check`: the camera reset check (`env.reset_check=camera`) from a few labelled frames, and its quality.
 
-    robo-rl reset-check label out=<frames.npz> [scenes=24] [random_steps=20] [env=pick_cube env.cameras=[front,wrist]
+    robo-rl reset-check label out=<frames.npz> [scenes=72] [random_steps=20] [env=pick_cube env.cameras=[front,wrist]
                               env.image_size=64 ...]
+    robo-rl reset-check label out=<frames.npz> human=keyboard|gamepad|... [scenes=40] [env=so101 ...]: a person labels
     robo-rl reset-check train data=<frames.npz>[,<more.npz>] out=<folder> [epochs=200] [seed=0] [max_false_ready=0.01]
                               [cameras=front,wrist]
     robo-rl reset-check eval model=<folder> data=<frames.npz>[,...] [out=<report.json>]
 
 `label` makes labelled frames in a simulator (robo_rl/envs/reset_check.py): per scene the scene as an episode or a
 failed reset may leave it, then after the task's scripted reset, each frame labelled by the task's own check, which a
-simulator makes on the true state (seeds from `seed`). `train` fits the reset classifier (robo_rl/rewards/
-reset_classifier.py: the success classifier with "ready" as its positive class), choosing its threshold on held-out
-scenes so that at most `max_false_ready` of their not-ready frames are called ready, and writes the model folder
-with train_report.json, printed too: held-out accuracy, the rate at which a not-ready scene is called ready (an
-episode started from a wrong scene), the rate at which a ready one is called not ready (a person called for
-nothing), the frames used. `eval` gives those figures on other frames, such as fresh seeds: the honest test (the
-held-out scenes chose the threshold). Use the folder with env.reset_check=camera env.reset_classifier=<folder>.
+simulator makes on the true state (seeds from `seed`). With a device (`human=`) a person labels them at the robot:
+they set the scene, press success when it is ready as an episode should start or failure when it is not (the
+cameras' frames at each press are kept, one scene each), abort to end early. `train` fits the reset classifier
+(robo_rl/rewards/reset_classifier.py: the success classifier with "ready" as its positive class), choosing its
+threshold on held-out scenes so that at most `max_false_ready` of their not-ready frames are called ready, and
+writes the model folder with train_report.json, printed too: held-out accuracy, the rate at which a not-ready scene
+is called ready (an episode started from a wrong scene), the rate at which a ready one is called not ready (a person
+called for nothing), the frames used. `eval` gives those figures on other frames, such as fresh seeds: the honest
+test (the held-out scenes chose the threshold). Use the folder with env.reset_check=camera
+env.reset_classifier=<folder>.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from robo_rl.errors import UserError
 
 USAGE = __doc__.split("\n\n", 2)[1]
 LABEL_OPTIONS = ("out", "scenes", "random_steps")
+SIM_SCENES = 72  # two frames each; bench/reset_check.py: 72 scenes gave 2% needless calls and no miss, 24 gave 7%
+PERSON_SCENES = 40  # presses: a few minutes of a person's time
 
 
 class ResetCheckUsageError(UserError, ValueError):
@@ -57,8 +63,11 @@ def _frames(spec: str):
 
 
 def _label(args: list[str]) -> int:
+    from omegaconf import OmegaConf
+
     from robo_rl.config import load_config, make_env
-    from robo_rl.envs.reset_check import label_reset_frames
+    from robo_rl.envs.reset_check import label_by_person, label_reset_frames
+    from robo_rl.teleop.devices import make_device
 
     options = key_value_options([a for a in args if a.split("=", 1)[0] in LABEL_OPTIONS], LABEL_OPTIONS, USAGE)
     overrides = [a for a in args if a.split("=", 1)[0] not in LABEL_OPTIONS]
@@ -66,16 +75,26 @@ def _label(args: list[str]) -> int:
         raise ResetCheckUsageError(f"reset-check label needs out=<frames.npz>\n{USAGE}")
     if Path(options["out"]).exists():
         raise ResetCheckUsageError(f"{options['out']} exists: choose a new file for the labelled frames")
-    scenes, steps = _number(options, "scenes", 24), _number(options, "random_steps", 20)
     cfg = load_config(overrides)
+    devices = OmegaConf.select(cfg, "human.devices", default=None)
+    scenes = _number(options, "scenes", PERSON_SCENES if devices else SIM_SCENES)
     env = make_env(cfg)
     try:
-        frames = label_reset_frames(env, scenes, seed=int(cfg.seed), random_steps=steps, progress=True)
+        if devices:  # a person at the robot labels what they set up
+            device = make_device(OmegaConf.to_container(devices[0], resolve=True), env=env.unwrapped).start()
+            try:
+                frames = label_by_person(env.unwrapped, lambda: device.read().events, scenes)
+            finally:
+                device.close()
+        else:
+            steps = _number(options, "random_steps", 20)
+            frames = label_reset_frames(env, scenes, seed=int(cfg.seed), random_steps=steps, progress=True)
     except ValueError as e:
         raise ResetCheckUsageError(str(e)) from None
     finally:
         env.close()
     path = frames.save(options["out"])
+    scenes = len(set(frames.scene.tolist()))
     print(f"{len(frames)} frames of {scenes} scenes ({int(frames.ready.sum())} ready) saved to {path}")
     return 0
 

@@ -17,13 +17,16 @@ Labelled frames (`ResetFrames`) are saved as one .npz, read without pickle: `ima
 scene on one side), `problem` (what the task's own check found; empty when ready) and `version`.
 `label_reset_frames` makes them in a simulator, labelled by the task's own check: per scene, the scene as an episode
 or a failed reset leaves it (the task's `disturb_scene(rng)` where it has one, else random actions), then the same
-scene after the task's `scripted_reset()`.
+scene after the task's `scripted_reset()`. On a robot a person labels them (`label_by_person`): they set the scene
+and press success (ready) or failure (not ready) on a device, and the cameras' frames at each press are kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,8 @@ import numpy as np
 FRAMES_VERSION = 1  # the labelled-frames file's schema version
 MODEL_FILE = "reward_model.json"  # what a model folder names its class in (robo_rl/rewards/base.py)
 TASK_METHODS = ("scripted_reset", "reset_problem", "camera_frames")  # what auto-labelling asks of a task
+PERSON_POLL_S = 0.05  # how often a labelling person's device is read
+LABELLED_BY_PERSON = "a person labelled the scene not ready"  # the problem a not-ready press records
 
 
 @dataclasses.dataclass
@@ -209,4 +214,33 @@ def label_reset_frames(env, scenes: int, seed: int = 0, random_steps: int = 20, 
         [problem is None for _, problem, _ in rows],
         [i for _, _, i in rows],
         [problem or "" for _, problem, _ in rows],
+    )
+
+
+def label_by_person(task, read_events: Callable[[], set], frames: int, say=print) -> ResetFrames:
+    """Up to `frames` frames of `task`'s cameras labelled by a person at the robot: they set the scene (ready as an
+    episode should start, or not, as episodes and failed resets leave it) and press `success` for ready or `failure`
+    for not ready; each press keeps the frames of that moment as a scene of its own (so change the scene between two
+    presses). `terminate_episode` (abort) ends early with what was kept. `read_events()` returns the device's events."""
+    if not task.camera_names or not callable(getattr(task, "camera_frames", None)):
+        raise ValueError(f"{type(task).__name__} has no cameras to label (env.cameras)")
+    say(f"labelling up to {frames} scenes: set the scene, press success if it is ready, failure if not; abort ends")
+    rows = []
+    while len(rows) < frames:
+        events = set(read_events())
+        if "terminate_episode" in events:
+            break
+        if not events & {"success", "failure"}:
+            time.sleep(PERSON_POLL_S)
+            continue
+        ready = "success" in events
+        rows.append((task.camera_frames(), ready))
+        say(f"{len(rows)}/{frames}: {'ready' if ready else 'not ready'} ({sum(r for _, r in rows)} ready so far)")
+    if not rows:
+        raise ValueError("no scene was labelled (success: ready, failure: not ready)")
+    return ResetFrames(
+        {c: np.stack([images[c] for images, _ in rows]) for c in task.camera_names},
+        [ready for _, ready in rows],
+        np.arange(len(rows)),
+        ["" if ready else LABELLED_BY_PERSON for _, ready in rows],
     )
