@@ -211,6 +211,8 @@ class ResetWrapper(RobotWrapper):
         self.counts["reset_calls"] += 1
         self.last_problem = problem
         self.waiting_for_person = f"the reset check failed: {problem}"
+        # every call in the actor's log with its reason, so a run's calls can be told apart afterwards
+        log.warning("reset call %d (%s answers): %s", self.counts["reset_calls"], self.settings.person, problem)
         try:
             if self.settings.person == "sim":
                 self._simulated_person(task, problem)
