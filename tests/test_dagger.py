@@ -320,3 +320,24 @@ def test_a_commanding_leader_that_is_not_plugged_in_leaves_the_others_to_correct
     pad.push(is_intervention=True, motion=np.array([0, 0, 1.0, 0, 0, 0]))
     _, _, _, _, info = env.step(POLICY)
     assert info["dagger_phase"] == "correcting" and info["intervention_device"] == "gamepad"
+
+
+class AbortingPedal(ScriptedPedal):
+    """The same presses, and abort (terminate_episode) on the 8th read, mid-correction."""
+
+    SCRIPT = {**ScriptedPedal.SCRIPT, 8: {"events": ["terminate_episode"]}}
+
+
+def test_an_abort_ends_the_session_and_keeps_the_corrections_made_before_it(follower, tmp_path):
+    # unlike `robo-rl record`, whose aborted demonstration is all or nothing and is dropped, a correction is the
+    # person's data from the step it began: the steps corrected before the abort stay on disk, the session ends
+    pedal = AbortingPedal("pedal")
+    env = dagger_env(follower, [pedal])
+    follower.max_episode_steps = 14
+    store = SegmentStore(tmp_path / "out", fields_for_env(env), partition="demos")
+    counts = record_dagger_episodes(env, lambda obs: POLICY, lambda: None, store, 3, "corrections", realtime=False)
+    assert counts["stopped"] == "aborted by the person (terminate_episode)" and counts["episodes"] == 1
+    (episode,) = load_episodes(tmp_path / "out", progress=False)
+    assert 0 < counts["corrected_steps"] < 5  # cut short by the abort, not the five a hand-back would give
+    assert len(episode.records["intervention"]) - 1 == counts["corrected_steps"]
+    assert episode.records["intervention"][1:].all()

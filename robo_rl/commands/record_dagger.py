@@ -7,7 +7,9 @@ robot's pose, the person takes over (space, or the pedal bound to `intervention_
 `keep=corrections` writes only the corrected stretches, each as its own episode (imitation data: HG-DAgger trains on
 these); `keep=all` writes whole episodes with every record's phase in `extra/dagger_phase` and the person's steps
 flagged `intervention` (RL data). Labels steer the session as in `robo-rl record`: success / failure end an episode,
-re-record discards it, abort ends the session, e-stop stops it. Each episode is on disk before the next starts.
+re-record discards it, abort ends the session, e-stop stops it. Each episode is on disk before the next starts. An
+aborted episode is written too, unlike `robo-rl record`'s: a demonstration is all or nothing, but each corrected step
+is the person's data from the moment it was given (under `keep=all` the record says the episode ended `human_abort`).
 """
 
 from __future__ import annotations
