@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.eval.wilson import wilson_interval
+
 # the issue's targets
 CALLS_PER_HOUR_MAX = 2.0
 MEMORY_GROWTH_PER_HOUR_MAX = 0.05
@@ -138,6 +140,39 @@ def jitter_change(samples: list[dict], window_s: float) -> float | None:
     return float(np.median(last) / max(np.median(first), 1e-9) - 1)
 
 
+def over_time(samples: list[dict], bin_s: float) -> list[dict]:
+    """Per `bin_s` of the run: episodes, successes and their rate, human calls, and the jitter p99 and disk at the bin's
+    end (the report's "successes per hour over time")."""
+    out, start = [], {"t_s": 0.0, "episodes": 0, "successes": 0, "reset_calls": 0, "interventions": 0}
+    for edge in np.arange(bin_s, samples[-1]["t_s"] + bin_s, bin_s) if samples else []:
+        inside = [s for s in samples if s["t_s"] <= edge + 1e-6]
+        if not inside or inside[-1] is start:
+            continue
+        end = inside[-1]
+        episodes, successes = end["episodes"] - start["episodes"], end["successes"] - start["successes"]
+        calls = end["reset_calls"] + end["interventions"] - start["reset_calls"] - start["interventions"]
+        out.append(
+            {
+                "t_s": end["t_s"],
+                "episodes": episodes,
+                "successes": successes,
+                "success_rate": successes / episodes if episodes else None,
+                "human_calls": calls,
+                "jitter_ms_p99": end.get("jitter_ms_p99"),
+                "disk_mb": end.get("disk_mb"),
+            }
+        )
+        start = end
+    return out
+
+
+def disk_growth_mb_per_hour(samples: list[dict], warmup_s: float) -> float | None:
+    """The run folder's growth after the warm-up, MB per hour (least squares)."""
+    t = np.array([s["t_s"] for s in samples if s["t_s"] >= warmup_s and s.get("disk_mb") is not None], float)
+    mb = np.array([s["disk_mb"] for s in samples if s["t_s"] >= warmup_s and s.get("disk_mb") is not None], float)
+    return None if len(t) < 3 else float(np.polyfit(t, mb, 1)[0] * 3600)
+
+
 def verdicts(samples: list[dict], records: dict, warmup_s: float, window_s: float) -> dict:
     """The issue's targets for one run's samples and record check; a figure that cannot be computed is None."""
     calls = calls_per_hour(samples, warmup_s)
@@ -156,6 +191,7 @@ def verdicts(samples: list[dict], records: dict, warmup_s: float, window_s: floa
         else all(g <= MEMORY_GROWTH_PER_HOUR_MAX for g in memory.values()),
         "jitter_p99_change_last_vs_first": jitter,
         "jitter_met": None if jitter is None else jitter <= JITTER_CHANGE_MAX,
+        "disk_growth_mb_per_hour": disk_growth_mb_per_hour(samples, warmup_s),
         "records_lost": records.get("lost"),
         "lost_met": records.get("lost") == 0 and records["episodes_missing"] == 0 and records["episodes_partial"] == 0,
     }
@@ -166,9 +202,11 @@ def success_at_end(folder: Path, last: int = SUCCESS_LAST_EPISODES) -> dict:
     episodes, _ = read_metrics(folder / "metrics.jsonl")
     tail = episodes[-last:]
     alone = [e for e in tail if not e.get("intervention_steps")]
+    wins = sum(bool(e.get("success")) for e in tail)
     return {
         "episodes": len(tail),
         "success": float(np.mean([bool(e.get("success")) for e in tail])) if tail else None,
+        "wilson_95": list(wilson_interval(wins, len(tail))) if tail else None,
         "unassisted_episodes": len(alone),
         "unassisted_success": float(np.mean([bool(e.get("success")) for e in alone])) if alone else None,
     }

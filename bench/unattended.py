@@ -60,11 +60,13 @@ from bench._unattended_checks import (  # noqa: E402
     MEMORY_GROWTH_PER_HOUR_MAX,
     disk_mb,
     metrics_sample,
+    over_time,
     record_check,
     success_at_end,
     verdicts,
 )
 
+OVER_TIME_BIN_S = 1200.0  # the report's "over time": 20-minute bins
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 RESETS = ["env.reset_mode=scripted", "env.reset_person=sim"]
 PICK_REWARD_MODEL = ROOT / "outputs" / "bench_critic" / "classifier"  # python bench/critic.py --models classifier
@@ -293,6 +295,7 @@ def run_bench(
             "page_errors": run.page_errors[:20],
             "page_showed_actor": sum(bool(s["page_shows_actor"]) for s in run.samples),
             "verdicts": verdicts(run.samples, records, warmup_s, window_s),
+            "over_time": over_time(run.samples, OVER_TIME_BIN_S if seconds > 2 * OVER_TIME_BIN_S else seconds / 4),
             **(
                 {"reward_checks": {**review_summary(reviewers[run.name].looks), "looks": reviewers[run.name].looks}}
                 if run.name in reviewers

@@ -12,9 +12,11 @@ import pytest
 
 from bench._unattended_checks import (
     calls_per_hour,
+    disk_growth_mb_per_hour,
     jitter_change,
     memory_growth_per_hour,
     metrics_sample,
+    over_time,
     record_check,
     success_at_end,
     verdicts,
@@ -118,6 +120,20 @@ def test_too_few_samples_give_no_verdict_rather_than_a_pass():
     short = samples(0.0, 10.0, 0)[:2]
     judged = verdicts(short, {"lost": None, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
     assert judged["memory_met"] is None and judged["calls_met"] is None and judged["lost_met"] is False
+
+
+def test_over_time_bins_episodes_successes_and_calls_and_disk_grows_by_its_slope():
+    def sample(t, episodes, successes, calls, disk):
+        return {"t_s": t, "episodes": episodes, "successes": successes, "reset_calls": calls, "interventions": 0,
+                "jitter_ms_p99": 2.0, "disk_mb": disk}  # fmt: skip
+
+    samples = [sample(600, 10, 2, 1, 10), sample(1200, 20, 6, 1, 20), sample(1800, 30, 12, 1, 30),
+               sample(2400, 40, 20, 2, 40)]  # fmt: skip
+    bins = over_time(samples, 1200)
+    assert [(b["episodes"], b["successes"], b["human_calls"]) for b in bins] == [(20, 6, 1), (20, 14, 1)]
+    assert bins[0]["success_rate"] == pytest.approx(0.3) and bins[1]["success_rate"] == pytest.approx(0.7)
+    assert disk_growth_mb_per_hour(samples, 0) == pytest.approx(60.0)  # 10 MB per 600 s
+    assert disk_growth_mb_per_hour(samples[:2], 0) is None  # too few samples: no figure rather than a guess
 
 
 def test_the_reviewer_finds_false_and_missed_successes_per_episode_and_skips_unscored_frames():
