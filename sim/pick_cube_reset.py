@@ -4,7 +4,10 @@ physics running, and the check that the scene is as an episode should start.
 `scripted_reset` lets go of whatever the gripper holds, carries the cube back into its start region when it lies
 outside it (grasped from above like the scripted expert does, set down at a point drawn in the region, let go),
 and returns the arm to its home pose with the gripper open, then lets the scene come to rest. A cube it cannot
-reach (pushed off the table) or cannot grasp twice is left where it is: the check then fails and a person is asked.
+reach (pushed off the table, or more than RESET_REACH_MARGIN_M past the policy's workspace) or cannot grasp twice is
+left where it is: the check then fails and a person is asked. The policy's workspace box bounds what RL may command;
+the reset is trusted code and may reach a little further (the arm reaches well past the box), so that a cube the
+policy pushed just out of its box does not call a person.
 `replay_reset` drives the pinch point through a taught trajectory's end-effector waypoints the same way.
 `reset_problem` checks the cube (in its start region, on the table, at rest), the gripper (open) and the arm (at
 home). `place_scene` is what a simulated person does when asked: the env's own instant placement. `camera_frames`
@@ -30,6 +33,7 @@ PLACE_ABOVE_M = 0.012  # set down with the centre this far above its resting hei
 CLOSE_STEPS = 3  # control steps with the gripper closing (or opening) before moving on
 MOVE_TOLERANCE_M = 0.006  # a waypoint counts as reached within this
 MOVE_MAX_STEPS = 25  # control steps allowed per waypoint (a 40 cm move takes about 10)
+RESET_REACH_MARGIN_M = 0.1  # how far past the policy's workspace box (x, y) the reset may reach for the cube
 SETTLE_MAX_STEPS = 15  # control steps of stillness allowed for the scene to come to rest
 GRASP_ATTEMPTS = 2
 AT_REST_M_S = 0.02  # the cube and the pinch point slower than this are at rest
@@ -51,7 +55,7 @@ class PickCubeResets:
 
     # --- what the arm does --------------------------------------------------------------------
     def scripted_reset(self) -> None:
-        with self._cameras_off():
+        with self._cameras_off(), self._reset_reach():
             pinch = self.data.site_xpos[self._pinch]
             self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
             if self._cube_outside_start() and self._cube_reachable():
@@ -180,6 +184,18 @@ class PickCubeResets:
             self._hold(-1.0, 1)
 
     # --- the scene ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _reset_reach(self):
+        """The workspace box widened by RESET_REACH_MARGIN_M in x and y while the reset moves (restored after)."""
+        low, high = self.workspace_low_m.copy(), self.workspace_high_m.copy()
+        margin = np.array([RESET_REACH_MARGIN_M, RESET_REACH_MARGIN_M, 0.0])
+        self.workspace_low_m, self.workspace_high_m = low - margin, high + margin
+        try:
+            yield
+        finally:
+            self.workspace_low_m, self.workspace_high_m = low, high
+            self._ee_target = np.clip(self._ee_target, low, high)
+
     @contextlib.contextmanager
     def _cameras_off(self):
         """No step renders a frame inside: nobody looks at a move's frames, and one costs tens of control steps."""

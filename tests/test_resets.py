@@ -62,6 +62,26 @@ def test_scripted_reset_carries_the_cube_back_with_the_physics_running_and_the_c
     assert env.stats() == {"resets": 2, "resets_ok": 2, "resets_failed": 0, "reset_calls": 0}
 
 
+def test_a_cube_pushed_just_past_the_policys_box_is_fetched_but_one_by_the_arms_base_calls_a_person():
+    # the policy's workspace box is x 0.3-0.7, y -0.25-0.25; the reset may reach RESET_REACH_MARGIN_M further, so a
+    # cube just past its far side or its edge comes back; the arm cannot reach down beside its own base (x < ~0.32)
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=3)
+    task = env.unwrapped
+    low = task.workspace_low_m.copy()
+    for xy in [(0.76, 0.05), (0.5, -0.3)]:
+        _move_cube(env, xy)
+        _episode(env, 2, np.zeros(4, np.float32))
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None, info["reset"]
+    assert env.stats()["reset_calls"] == 0
+    np.testing.assert_array_equal(task.workspace_low_m, low)  # the policy's box is back as it was
+    _move_cube(env, (0.23, 0.02))
+    _episode(env, 2, np.zeros(4, np.float32))
+    obs, info = env.reset()
+    assert "outside its start region" in info["reset"]["problem"] and env.stats()["reset_calls"] == 1
+
+
 def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_simulated_person():
     env = _pick(reset_mode="scripted", reset_person="sim")
     env.reset(seed=2)
