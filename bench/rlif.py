@@ -4,7 +4,7 @@ pixels with the simulated human: three arms that differ only in the reward.
     python bench/rlif.py rlif_pick_env --seeds 0            # the simulator's dense reward (reach, grasp, lift)
     python bench/rlif.py rlif_pick_intervention --seeds 0   # RLIF: -1 on the step the human takes over, else 0
     python bench/rlif.py rlif_pick_classifier --seeds 0     # the pick success classifier of bench/critic.py
-    python bench/rlif.py --compare                          # the table: success, takeovers per 1k env steps, wall
+    python bench/rlif.py --compare [--critic]               # the table: success, takeovers per 1k env steps, wall
 
 Training, evaluation and the result files are bench/learning.py's (its options: --seeds, --add, --runs, ...): this
 module only adds the three recipes to its table, so each arm writes bench/results/learning_<arm>.json the same way
@@ -14,9 +14,10 @@ human's takeovers (the onsets of its control, not its steps) per 1k env steps: R
 The shared recipe is HIL-SERL's on our pick task (`hil_pick_pixels`: SAC from two 64² cameras and proprioception, no
 demonstrations, 6k env steps), because the learned reward needs the cameras, with one change: the simulated human
 does not tire (`decay=1.0`: every stretch of drift is taken over). bench/learning.py's hil_* runs let its chance fall
-by 0.98 per episode, about 0.07 by 2k env steps on this task; under RLIF that would switch the reward off with the
-human, and the takeovers would fall by the schedule whatever the policy did. RLIF's own simulated experts intervene
-by a fixed rule throughout (Luo et al., "RLIF: Interactive Imitation Learning as Reinforcement Learning", ICLR 2024).
+by 0.98 per episode, to about 0.06 by 2k env steps (140 episodes) on this task; under RLIF that would switch the
+reward off with the human, and the takeovers would fall by the schedule whatever the policy did. RLIF's own
+simulated experts intervene by a fixed rule throughout (Luo et al., "RLIF: Interactive Imitation Learning as
+Reinforcement Learning", ICLR 2024).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ RLIF_REWARD = [
     "reward.end_on_takeover=false",
 ]
 
+IMAGES = ("image/front", "image/wrist")  # the pick task's two cameras, as the records name them
 ARMS = {
     "rlif_pick_env": ([*SHARED], "the simulator's dense reward, for rlif_pick_intervention and rlif_pick_classifier"),
     "rlif_pick_intervention": ([*SHARED, *RLIF_REWARD], "RLIF: the human's takeovers are the only reward"),
@@ -56,21 +58,92 @@ ARMS = {
 learning.EXPERIMENTS.update({name: (overrides, None, reference) for name, (overrides, reference) in ARMS.items()})
 
 
-def takeovers_per_1k(run: Path) -> list[int]:
-    """The human's takeovers (a step it commands after one of the same episode it did not) in each 1k env steps of
-    a run, from the step records its learner stored in arrival order (one actor: the order they were taken)."""
+def human_steps(run: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(episode id, whether the human commanded it) of each env step of a run, in the order the steps were taken:
+    from the step records its learner stored in arrival order (one actor), reset records (step 0) left out."""
     from robo_rl.data.storage import SegmentStore
 
     step, episode, human = [], [], []
     for _, batch, _ in SegmentStore.open(run / "replay" / "online").iter_segments(mmap=False):
         step.append(batch["step"]), episode.append(batch["episode_id"]), human.append(batch["intervention"])
     step, episode, human = (np.concatenate(a) for a in (step, episode, human))
-    live = step > 0  # a reset record (step 0) is no env step
-    step, episode, human = step[live], episode[live], human[live].astype(bool)
+    live = step > 0
+    return episode[live], human[live].astype(bool)
+
+
+def takeovers_per_1k(run: Path) -> list[int]:
+    """The human's takeovers (a step it commands after one of the same episode it did not) in each 1k env steps."""
+    episode, human = human_steps(run)
     before = np.concatenate([[False], human[:-1] & (episode[1:] == episode[:-1])])
-    env_steps = np.arange(1, len(step) + 1)
-    onsets = env_steps[human & ~before]
-    return [int(((onsets > a) & (onsets <= a + 1000)).sum()) for a in range(0, len(step), 1000)]
+    onsets = np.flatnonzero(human & ~before) + 1  # the env step of each
+    return [int(((onsets > a) & (onsets <= a + 1000)).sum()) for a in range(0, len(human), 1000)]
+
+
+def untouched_per_1k(run: Path) -> list[float]:
+    """The share of the episodes ending in each 1k env steps that the human never took over: the policy acted close
+    enough to the expert all the way (to a success or the time limit)."""
+    episode, human = human_steps(run)
+    last = np.flatnonzero(np.concatenate([episode[1:] != episode[:-1], [True]]))  # each episode's last step
+    touched = np.array([human[episode == episode[i]].any() for i in last])
+    return [round(float(1 - touched[(last >= a) & (last < a + 1000)].mean()), 3) for a in range(0, len(human), 1000)]
+
+
+def at_every_1k(curve: list[dict], tolerance: int = 50) -> list[float | None]:
+    """The evaluations at 1k, 2k, ... env steps: the learner also saves a checkpoint every `train.checkpoint_every_s`
+    and bench/learning.py evaluates them all, so a curve holds points between those of the env-step schedule."""
+    last = max(p["env_steps"] for p in curve)
+    out = []
+    for mark in range(1000, last + 1, 1000):
+        near = min(curve, key=lambda p: abs(p["env_steps"] - mark))
+        out.append(near["success"] if abs(near["env_steps"] - mark) <= tolerance else None)
+    return out
+
+
+def critic_at_takeovers(run: Path, last_env_steps: int = 2000) -> dict:
+    """What the run's final critic thinks of the human's correction where the human took over: at each takeover of
+    the last `last_env_steps` env steps, Q(s, the human's action) against Q(s, what the policy proposed there), the
+    ensemble's mean. `reward=intervention` pays its penalty on the takeover step, whose executed action is the
+    human's, so under RLIF the critic is taught that the expert's correction there is what costs; on the human's
+    later steps (the hold) the same comparison is the control."""
+    import torch
+
+    from robo_rl.config import load_saved_config, make_algorithm, make_env, make_policy
+    from robo_rl.data.storage import SegmentStore
+    from robo_rl.runs import load_checkpoint
+
+    cfg = load_saved_config(run / "config.yaml")
+    env = make_env(cfg)
+    algo = make_algorithm(cfg, make_policy(cfg, env), env)
+    env.close()
+    final = max((run / "checkpoints").glob("step_*.pt"))
+    algo.load_state_dict(load_checkpoint(final)["algo"])
+    parts: dict[str, list] = {}
+    for _, batch, _ in SegmentStore.open(run / "replay" / "online").iter_segments(mmap=False):
+        for key in ("step", "episode_id", "intervention", "action_executed", "action_policy", "state", *IMAGES):
+            parts.setdefault(key, []).append(batch[key])
+    rec = {k: np.concatenate(v) for k, v in parts.items()}
+    human = rec["intervention"].astype(bool)
+    same = np.concatenate([[False], rec["episode_id"][1:] == rec["episode_id"][:-1]])  # row i-1 is its observation
+    before = np.concatenate([[False], human[:-1]]) & same
+    env_steps = np.cumsum(rec["step"] > 0)
+    recent = (env_steps > env_steps[-1] - last_env_steps) & (rec["step"] > 0) & same
+    out = {"checkpoint": final.name}
+    for label, rows in (("takeover", recent & human & ~before), ("hold", recent & human & before)):
+        rows = np.flatnonzero(rows)
+        obs = {
+            "state": torch.from_numpy(rec["state"][rows - 1]),
+            "images": {k.split("/", 1)[1]: torch.from_numpy(rec[k][rows - 1]) for k in IMAGES},
+        }
+        with torch.no_grad():
+            q_human = algo.critic(obs, torch.from_numpy(rec["action_executed"][rows])).mean(0).numpy()
+            q_policy = algo.critic(obs, torch.from_numpy(rec["action_policy"][rows])).mean(0).numpy()
+        out[label] = {
+            "steps": len(rows),
+            "q_human_action": round(float(q_human.mean()), 3),
+            "q_policy_action": round(float(q_policy.mean()), 3),
+            "share_human_preferred": round(float((q_human > q_policy).mean()), 3),
+        }
+    return out
 
 
 def compare(results: Path = ROOT / "bench" / "results") -> dict:
@@ -88,10 +161,12 @@ def compare(results: Path = ROOT / "bench" / "results") -> dict:
             out[name].append(
                 {
                     "seed": run["seed"],
+                    "run": run["run"],
                     "final_success": run["curve"][-1]["success"],
                     "final_ci95": run["curve"][-1]["ci95"],
-                    "curve": [p["success"] for p in run["curve"]],
+                    "success_at_1k": at_every_1k(run["curve"]),
                     "takeovers_per_1k": takeovers_per_1k(folder) if folder.exists() else None,
+                    "untouched_episodes_per_1k": untouched_per_1k(folder) if folder.exists() else None,
                     "intervention_rate_per_1k": run["training"].get("intervention_rate_per_1k"),
                     "training_success_per_1k": run["training"]["success_per_1k"],
                     "wall_s": run["wall_s"],
@@ -105,8 +180,15 @@ def main() -> None:
         parser = argparse.ArgumentParser(description="RLIF's comparison table from the result files")
         parser.add_argument("--compare", action="store_true")
         parser.add_argument("--results", default=str(ROOT / "bench" / "results"))
+        parser.add_argument("--critic", action="store_true", help="also each run's critic at the takeovers (slow)")
         args = parser.parse_args()
-        print(json.dumps(compare(Path(args.results)), indent=1))
+        table = compare(Path(args.results))
+        if args.critic:
+            for name, runs in table.items():
+                if name != "rlif_pick_classifier":  # its runs have the same layout; two arms answer the question
+                    for row in runs:
+                        row["critic_at_takeovers"] = critic_at_takeovers(Path(row["run"]))
+        print(json.dumps(table, indent=1))
         return
     learning.main()
 

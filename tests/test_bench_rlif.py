@@ -4,7 +4,7 @@ takeovers (what RLIF's hypothesis says falls) are counted from a run's stored re
 import numpy as np
 from omegaconf import OmegaConf
 
-from bench.rlif import ARMS, takeovers_per_1k
+from bench.rlif import ARMS, takeovers_per_1k, untouched_per_1k
 from robo_rl.config import load_config
 from robo_rl.data.storage import SegmentStore
 from tests.test_storage import FIELDS, episode
@@ -28,7 +28,7 @@ def test_the_three_arms_differ_only_in_the_reward():
     assert rewards["rlif_pick_classifier"]["model"].endswith("bench_critic/classifier")
 
 
-def test_takeovers_are_counted_once_per_onset_across_segments_and_episodes(tmp_path):
+def test_takeovers_are_counted_once_per_onset_and_untouched_episodes_by_where_they_end(tmp_path):
     store = SegmentStore(tmp_path / "replay" / "online", FIELDS)
     first = episode(0, length=400, intervention_steps=[2, 3, 4, 10, 11, 400])  # onsets at env steps 2, 10, 400
     # the next episode starts under the human again (a new takeover, env step 401); a hold over a segment's end
@@ -37,4 +37,6 @@ def test_takeovers_are_counted_once_per_onset_across_segments_and_episodes(tmp_p
     store.write(first, np.full(401, "actor-0", dtype=object))
     store.write({k: v[:300] for k, v in second.items()}, np.full(300, "actor-0", dtype=object))
     store.write({k: v[300:] for k, v in second.items()}, np.full(401, "actor-0", dtype=object))
+    store.write(episode(2, length=100), np.full(101, "actor-0", dtype=object))  # the policy alone all the way
     assert takeovers_per_1k(tmp_path) == [5, 2]
+    assert untouched_per_1k(tmp_path) == [0.0, 0.5]  # by the 1k in which an episode ends: ep 0 | ep 1, ep 2
