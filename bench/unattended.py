@@ -74,6 +74,7 @@ TASKS = {
     "pick": [
         "experiment=residual_pick_cube_pixels",
         "env.randomize={object_mass_scale:[0.5,2.0],friction_scale:[0.7,1.3]}",
+        "replay.storage=disk",  # frames stay on disk: a RAM ring of camera records grows for hours (5 GB at 200k)
         *RESETS,
     ],
     "so101_reach": ["experiment=residual_so101_twin_reach", "env.twin_clock=real", *RESETS],
