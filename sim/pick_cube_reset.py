@@ -1,7 +1,8 @@
 """The pick task's own resets (`env.reset_mode`, robo_rl/envs/resets.py): what the arm does between episodes, with the
 physics running, and the check that the scene is as an episode should start.
 
-`scripted_reset` lets go of whatever the gripper holds, carries the cube back into its start region when it lies
+`scripted_reset` sets a cube it still holds down in its start region (dropped from a lift's height it can bounce out
+of reach), lets go of anything else, carries the cube back into its start region when it lies
 outside it (grasped from above like the scripted expert does, set down at a point drawn in the region, let go),
 and returns the arm to its home pose with the gripper open, then lets the scene come to rest. A cube it cannot
 reach (pushed off the table, or more than RESET_REACH_MARGIN_M past the policy's workspace) or cannot grasp twice is
@@ -56,6 +57,8 @@ class PickCubeResets:
     # --- what the arm does --------------------------------------------------------------------
     def scripted_reset(self) -> None:
         with self._cameras_off(), self._reset_reach():
+            if self._is_grasped():  # a cube still held (an episode ended mid-lift) is set down, not dropped from there
+                self._set_down(self._draw_start_xy())
             pinch = self.data.site_xpos[self._pinch]
             self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
             if self._cube_outside_start() and self._cube_reachable():
@@ -161,11 +164,16 @@ class PickCubeResets:
         if not self._is_grasped():
             self._hold(-1.0, CLOSE_STEPS)
             return False
+        self._set_down(goal_xy)
+        return True
+
+    def _set_down(self, goal_xy: np.ndarray) -> None:
+        """Carry the held cube at the travel height to `goal_xy`, set it down there, let go and rise."""
+        high = self._clear_height()
         self._move_to([goal_xy[0], goal_xy[1], high], 1.0)
         self._move_to([goal_xy[0], goal_xy[1], self._cube_half_m + PLACE_ABOVE_M + GRASP_ABOVE_M], 1.0)
         self._hold(-1.0, CLOSE_STEPS)
         self._move_to([goal_xy[0], goal_xy[1], high], -1.0)
-        return True
 
     def _go_home(self) -> None:
         self._move_to([*self.ee_start_m[:2], self._clear_height()], -1.0)

@@ -82,6 +82,35 @@ def test_a_cube_pushed_just_past_the_policys_box_is_fetched_but_one_by_the_arms_
     assert "outside its start region" in info["reset"]["problem"] and env.stats()["reset_calls"] == 1
 
 
+def test_a_cube_still_held_when_the_episode_ends_is_set_down_in_its_region_not_dropped_from_the_lift():
+    # a learned reward can end an episode mid-lift: the cube high in the gripper at the box's edge
+    from sim.experts import PickCubeExpert
+
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    obs, _ = env.reset(seed=4)
+    task, expert = env.unwrapped, PickCubeExpert(env.unwrapped)
+    for _ in range(60):
+        obs, *_ = env.step(expert.act(obs))
+        if task._is_grasped() and _cube(env)[2] > 0.08:
+            break
+    assert task._is_grasped(), "the expert should have lifted the cube"
+    task._move_to([0.69, 0.24, 0.2], 1.0)  # carried, closed, to the box's far corner
+    assert task._is_grasped() and _cube(env)[2] > 0.12
+    opened_at, step = [], task._step
+
+    def watched(action):  # the cube's height at each control step the reset commands the gripper open
+        out = step(action)
+        if action[3] < 0:
+            opened_at.append(float(_cube(env)[2]))
+        return out
+
+    task._step = watched
+    obs, info = env.reset()
+    assert info["reset"]["problem"] is None and env.stats()["reset_calls"] == 0
+    assert opened_at[0] < task._cube_half_m + 0.04, opened_at[:3]  # let go on the table, not from 20 cm up
+    assert np.all(np.abs(_cube(env)[:2] - task.cube_center_xy_m) <= task.cube_xy_range_m)
+
+
 def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_simulated_person():
     env = _pick(reset_mode="scripted", reset_person="sim")
     env.reset(seed=2)
