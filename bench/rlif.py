@@ -4,7 +4,7 @@ pixels with the simulated human: three arms that differ only in the reward.
     python bench/rlif.py rlif_pick_env --seeds 0            # the simulator's dense reward (reach, grasp, lift)
     python bench/rlif.py rlif_pick_intervention --seeds 0   # RLIF: -1 on the step the human takes over, else 0
     python bench/rlif.py rlif_pick_classifier --seeds 0     # the pick success classifier of bench/critic.py
-    python bench/rlif.py --compare [--critic]               # the table: success, takeovers per 1k env steps, wall
+    python bench/rlif.py --compare [--critic]   # the table (success, takeovers per 1k, wall): rlif_pick_compare.json
 
 Training, evaluation and the result files are bench/learning.py's (its options: --seeds, --add, --runs, ...): this
 module only adds the three recipes to its table, so each arm writes bench/results/learning_<arm>.json the same way
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import learning  # noqa: E402
+from bench._results import write_result  # noqa: E402
 
 # the same human in every arm: the scripted expert taking over each stretch of drift, never tiring
 TIRELESS_HUMAN = ["human=sim", "human.devices.0.decay=1.0"]
@@ -188,7 +189,8 @@ def main() -> None:
                 if name != "rlif_pick_classifier":  # its runs have the same layout; two arms answer the question
                     for row in runs:
                         row["critic_at_takeovers"] = critic_at_takeovers(Path(row["run"]))
-        print(json.dumps(table, indent=1))
+        path = write_result("rlif_pick_compare", {"results": args.results, "arms": table})
+        print(json.dumps(table, indent=1), f"\nwritten to {path}")
         return
     learning.main()
 
