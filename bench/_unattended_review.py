@@ -68,22 +68,38 @@ class Reviewer:
         model = load_model(current[1] if current else run_model_path(self.folder))
         return float(model.threshold)
 
-    def _new_records(self) -> dict[str, np.ndarray] | None:
+    def _new_records(self) -> dict | None:
+        """The scalars of every record written since the last look, read whole, and the camera frames as memory maps
+        (read from disk only for the spans a person marks: a look must not stall the machine reading every frame)."""
         from robo_rl.data.storage import SegmentStore
 
         store = SegmentStore.open(self.folder / "replay" / "online")
         keys = ["success", "episode_id", "extra/success_prob", "extra/reward_model_version"]
-        keys += [f"image/{c}" for c in self.cameras]
         parts = []
         for seg in list(store.segments):
             if seg.name in self.seen:
                 continue
-            batch, _ = store.read(seg, mmap=False)
+            batch, _ = store.read(seg, verify=False, mmap=True)
             self.seen.add(seg.name)
-            parts.append({k: np.asarray(batch[k]) for k in keys})
+            parts.append(batch)
         if not parts:
             return None
-        return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        out: dict = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in keys}
+        out["_frames"] = [(len(p["success"]), {c: p[f"image/{c}"] for c in self.cameras}) for p in parts]
+        return out
+
+    @staticmethod
+    def _frames(records: dict, lo: int, end: int) -> dict[str, np.ndarray]:
+        """Camera frames [lo, end) across the segments read in one look."""
+        pieces: dict[str, list[np.ndarray]] = {}
+        offset = 0
+        for length, images in records["_frames"]:
+            a, b = max(lo - offset, 0), min(end - offset, length)
+            if b > a:
+                for c, frames in images.items():
+                    pieces.setdefault(c, []).append(np.array(frames[a:b]))
+            offset += length
+        return {c: np.concatenate(v) for c, v in pieces.items()}
 
     def poll(self) -> bool:
         """Whether no retrain is running (a finished one's outcome is written into the look that started it)."""
@@ -149,7 +165,7 @@ class Reviewer:
         spans.sort(key=lambda x: -x[1][1])
         for label, (start, end) in spans[: self.max_marks]:
             lo = max(start, end - MARK_FRAMES)
-            frames = {c: records[f"image/{c}"][lo:end] for c in self.cameras}
+            frames = self._frames(records, lo, end)
             meta = {"by": "bench/unattended.py reviewer", "t_s": look["t_s"], "frames": [lo, end]}
             save_mark(self.folder, "actor-0", label, frames, meta)
             marked[label] += 1

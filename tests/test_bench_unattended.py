@@ -151,6 +151,29 @@ def test_the_reviewer_finds_false_and_missed_successes_per_episode_and_skips_uns
     assert both["false_success"] == [(0, 2), (2, 4)] and both["frame_fnr"] is None
 
 
+def test_a_look_reads_scalars_and_only_the_marked_frames_across_segments(tmp_path):
+    # the reviewer reads what the actors wrote since its last look; frames are fetched for a span even when it
+    # crosses two segments, and a second look finds nothing new
+    from bench._unattended_review import Reviewer
+    from robo_rl.data.schema import step_fields
+    from robo_rl.data.storage import SegmentStore
+
+    fields = step_fields(
+        3, 2, {"cam": (8, 8)}, {"success_prob": ((), np.float32), "reward_model_version": ((), np.int32)}
+    )
+    store = SegmentStore(tmp_path / "replay" / "online", fields)
+    for i in range(2):
+        rec = episode(i)
+        rec = {name: rec.get(name, np.zeros((6, *shape), dtype)) for name, (shape, dtype) in fields.items()}
+        store.write(rec, np.full(6, "actor-0", dtype=object))
+    reviewer = Reviewer(tmp_path, ["cam"])
+    records = reviewer._new_records()
+    assert records["episode_id"].tolist() == [0] * 6 + [1] * 6 and "image/cam" not in records
+    frames = reviewer._frames(records, 4, 8)["cam"]
+    assert frames[:, 0, 0, 1].tolist() == [0, 0, 1, 1] and frames[:, 0, 0, 0].tolist() == [4, 5, 0, 1]
+    assert reviewer._new_records() is None
+
+
 @pytest.mark.slow
 def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
     env = {**os.environ, "MUJOCO_GL": "egl"}
