@@ -27,7 +27,7 @@ from robo_rl.data.tasks import with_row_instructions
 from robo_rl.envs.spec import EnvSpec, learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
-from robo_rl.rewards.relabel import make_relabeller, relabel_prior, uses_learned_reward
+from robo_rl.rewards.relabel import make_relabeller, relabel_prior, rlif_rejects, uses_learned_reward
 from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
 from robo_rl.schedule import make_schedule
 from robo_rl.shutdown import ignore_further_interrupts
@@ -94,7 +94,8 @@ class Learner:
             demos = self.algo.relabel_prior(with_row_instructions(demos))  # a base recomputed reads each's
             if uses_learned_reward(cfg):  # one reward in every batch: the demos' under the run's reward model too
                 demos = relabel_prior(cfg, demos)
-        self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, cfg.train.total_env_steps)
+        steps, rejects = cfg.train.total_env_steps, rlif_rejects(cfg)  # RLIF: a takeover sampled as what it rejected
+        self.replay = LearnerReplay(cfg.replay, self.fields, self.run_dir, demos, steps, rejects)
         self.guards = TrainingGuards.for_learner(cfg, self.algo, self.metrics, demos)  # flags runs measuring nothing
         self.schedule = make_schedule(self.algo.batch_spec, cfg, self.replay, self.rng, self.policy)
         print(self.replay.usage(), flush=True)
@@ -111,8 +112,7 @@ class Learner:
         if cfg.resume:
             stored_seqs = self._resume(cfg.resume)
         # the UTD budget counts from here: a resumed learner with an empty replay refills `learning_starts` first
-        empty = self.replay.online.size == 0
-        self.steps_base, self.updates_base = (self.env_steps, self.updates) if empty else (0, 0)
+        self.steps_base, self.updates_base = (self.env_steps, self.updates) if not self.replay.online.size else (0, 0)
         for actor, (session, seq) in stored_seqs.items():
             known = self.replay.sessions.get(actor, {})
             same = known.get("session") == session

@@ -94,3 +94,38 @@ def test_a_td_target_clip_that_cannot_hold_the_penalty_is_refused_naming_the_fix
     assert "algo.target_q_clip=[0.0,1.0] must be reaching down to the takeover penalty" in str(e.value)
     assert "set algo.target_q_clip=null" in str(e.value) and "\n" not in str(e.value)
     assert load_config(["human=sim", "reward=intervention", "algo.target_q_clip=null"]).algo.target_q_clip is None
+
+
+def test_a_takeover_is_learned_as_the_policys_rejected_action_ending_there_and_the_corrections_as_they_ran():
+    # RLIF's labelling: the person stepped in against the policy's proposal at the takeover step, so that proposal
+    # (action_policy) carries the penalty, and nothing after it is bootstrapped from; the person's correction steps
+    # after it stay ordinary transitions. `penalize: executed` pays it on the person's first correction instead.
+    from robo_rl.data.replay import ReplayBuffer
+    from tests.test_replay import FIELDS, rows_by_step, synthetic_episode
+
+    rec = synthetic_episode(0, 6, end="time_limit", reward=0.0, intervention_steps=(3, 4))
+    rec["reward"][3] = -1.0
+    rec["action_policy"][1:] = 9.0  # what the policy proposed at each step
+    buf = ReplayBuffer(50, FIELDS)
+    buf.add(rec, "actor-0")
+    rows = rows_by_step(buf, 0)
+    takeover, correction, before = rows[3], rows[4], rows[2]
+    got = buf.gather(np.array([takeover, correction, before]), gamma=0.9, n_step=3, rejected=True)
+    np.testing.assert_allclose(got["action"][0], [9.0, 9.0])  # the rejected proposal
+    np.testing.assert_allclose(got["action"][1], rec["action_executed"][4])  # the person's correction
+    np.testing.assert_allclose(got["reward"], [-1.0, 0.0, 0.9 * -1.0])  # the step before still sees the penalty
+    np.testing.assert_allclose(got["discount"], [0.0, 0.9**3, 0.9**3], rtol=1e-6)  # the takeover ends; n-step elsewhere
+    plain = buf.gather(np.array([takeover]), gamma=0.9, n_step=3)
+    np.testing.assert_allclose(plain["action"][0], rec["action_executed"][3])
+    assert plain["reward"][0] == pytest.approx(-1.0) and plain["discount"][0] == pytest.approx(0.9**3)
+
+
+def test_the_learner_samples_rejected_actions_only_under_intervention_as_the_reward_penalizing_them():
+    from robo_rl.rewards.relabel import rlif_rejects
+
+    base = ["human=sim", "reward=intervention", "algo.target_q_clip=null"]
+    assert rlif_rejects(load_config(base))  # the default
+    assert not rlif_rejects(load_config([*base, "reward.penalize=executed"]))
+    assert not rlif_rejects(load_config(["human=sim"]))
+    with pytest.raises(ConfigError, match="reward.penalize"):
+        load_config([*base, "reward.penalize=human"])

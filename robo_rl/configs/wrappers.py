@@ -104,6 +104,12 @@ class InterventionRewardConfig:
     end_on_takeover: bool = setting(
         False, "a takeover ends the episode (terminated, ended_by human_failure); false: the correction goes on in it"
     )
+    penalize: str = setting(
+        "rejected",
+        "the action a takeover's penalty falls on: the policy's, which the person stepped in against (a transition "
+        "that ends there, as RLIF labels it), or the executed one (the person's first correction)",
+        choices=("rejected", "executed"),
+    )
 
 
 @dataclass

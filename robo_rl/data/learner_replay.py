@@ -47,9 +47,16 @@ def _mb(nbytes: float) -> str:
 
 class LearnerReplay:
     def __init__(
-        self, cfg: DictConfig, fields: dict[str, tuple], run_dir: Path, demos: dict | None, total_env_steps: int = 0
+        self,
+        cfg: DictConfig,
+        fields: dict[str, tuple],
+        run_dir: Path,
+        demos: dict | None,
+        total_env_steps: int = 0,
+        rejected_takeovers: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.rejected_takeovers = rejected_takeovers  # RLIF: a takeover's penalty is on the policy's rejected action
         self.fields = fields
         if cfg.storage not in ("ram", "disk"):
             raise ValueError(f"replay.storage must be 'ram' or 'disk', got '{cfg.storage}'")
@@ -210,9 +217,16 @@ class LearnerReplay:
         n_prior = int(round(batch_size * (1.0 - self.cfg.online_fraction))) if n_demo_rows + n_int_rows else 0
         n_int = int(rng.binomial(n_prior, n_int_rows / (n_demo_rows + n_int_rows))) if n_prior else 0
         self.last_prior_rows = n_prior
-        parts = [self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where)]
+        rejected = self.rejected_takeovers
+        parts = [
+            self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where, rejected=rejected)
+        ]
         if n_int:
-            parts.append(self.online.sample(n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where))
+            parts.append(
+                self.online.sample(
+                    n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where, rejected=rejected
+                )
+            )
         if n_prior - n_int:
             parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras, where=where))
         return concat_batches(parts)

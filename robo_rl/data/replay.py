@@ -139,9 +139,10 @@ class ReplayBuffer:
         extras: tuple[str, ...] = (),
         among: np.ndarray | InterventionIndex | None = None,
         where: str | None = None,
+        rejected: bool = False,
     ) -> dict:
         """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`)."""
-        return self.gather(self.sample_rows(batch_size, rng, among, where), gamma, n_step, chunk, extras)
+        return self.gather(self.sample_rows(batch_size, rng, among, where), gamma, n_step, chunk, extras, rejected)
 
     def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
         return self.data[name][rows]
@@ -154,7 +155,13 @@ class ReplayBuffer:
         return obs
 
     def gather(
-        self, rows: np.ndarray, gamma: float, n_step: int = 1, chunk: int = 1, extras: tuple[str, ...] = ()
+        self,
+        rows: np.ndarray,
+        gamma: float,
+        n_step: int = 1,
+        chunk: int = 1,
+        extras: tuple[str, ...] = (),
+        rejected: bool = False,
     ) -> dict:
         """Transitions that end at `rows` (their first step), extended to n-step returns or action chunks.
 
@@ -166,16 +173,23 @@ class ReplayBuffer:
         With `extras` (names of policy extras): `extras` holds those of the decision at obs_t (that chose
         `action`), `next_extras` those of the decision at next_obs, where one was taken (`next_extras_valid`;
         not after the episode's last step, where they are zero).
+        With `rejected` (intervention as the reward, RLIF): a transition whose step is a human's takeover (the first
+        step of an intervention) is the policy's rejected proposal instead, the one the person stepped in against:
+        `action` is that step's `action_policy`, its reward the takeover's alone, and it ends there (discount 0: what
+        the policy's action would have led to was never seen). The human's correction steps after it are unchanged.
         """
         if n_step < 1 or chunk < 1 or (n_step > 1 and chunk > 1 and n_step != chunk):
             raise ValueError(f"n_step ({n_step}) and chunk ({chunk}) must be ≥ 1, and equal if both exceed 1")
         horizon = max(n_step, chunk)
         end = np.asarray(rows, np.int64)
         reward = self._field("reward", end).astype(np.float64)
-        actions = [self._field("action_executed", end)]
+        took = np.zeros(len(end), bool)
+        if rejected:
+            took = self._field("intervention", end) & ~self._field("intervention", self.prev[end])
+        actions = [np.where(took[:, None], self._field("action_policy", end), self._field("action_executed", end))]
         mask = [np.ones(len(end), bool)]
         taken = np.ones(len(end), np.int64)
-        going = np.ones(len(end), bool)
+        going = ~took
         for k in range(1, horizon):
             stop = self._field("terminated", end) | self._field("truncated", end)
             going &= ~stop & self._has_next(end)
@@ -184,7 +198,7 @@ class ReplayBuffer:
             taken += going
             actions.append(np.where(going[:, None], self._field("action_executed", end), actions[-1]))
             mask.append(going.copy())
-        discount = gamma**taken * (1.0 - self._field("terminated", end))
+        discount = gamma**taken * (1.0 - self._field("terminated", end)) * ~took
         out = {
             "obs": self._obs(self.prev[rows]),
             "action": actions[0] if chunk == 1 else np.stack(actions, axis=1),
@@ -196,7 +210,7 @@ class ReplayBuffer:
         if chunk > 1:
             out["action_mask"] = np.stack(mask, axis=1)
         if extras:
-            after = ~(self._field("terminated", end) | self._field("truncated", end)) & self._has_next(end)
+            after = ~(self._field("terminated", end) | self._field("truncated", end)) & self._has_next(end) & ~took
             nxt = np.where(after, self.next[end], end)
             out["extras"], out["next_extras"] = {}, {}
             for name in extras:

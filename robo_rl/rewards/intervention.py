@@ -7,9 +7,15 @@ reward]`). Each step's reward is `takeover_reward` (negative) on the step a huma
 the human's while the previous one was not), minus `step_cost` on every step (0: none), and nothing else: no task
 reward, no success bonus (a human's success label still ends the episode, paying 0). With `end_on_takeover` the
 takeover ends the episode there (`terminated`, ended_by human_failure: the value of where the policy led is that
-penalty); without it the human's correction goes on in the episode, as in RLIF's own runs. The env's own reward is
-kept beside it in every record (`extra/reward_env`, as a learned reward keeps it), so a run can be compared with the
-task reward and relabelled later; the demonstrations of the prior data are relabelled the same way
+penalty); without it the human's correction goes on in the episode, as in RLIF's own runs.
+Which action pays: the takeover step's record holds both the person's executed action and the policy's proposal they
+stepped in against (`action_policy`). With `penalize: rejected` (the default, RLIF's labelling) the learner samples that
+step as the policy's proposal, paid the penalty, ending there (`ReplayBuffer.gather(rejected=True)`): the critic learns
+that what the policy wanted there is bad, not the person's correction. `executed` penalizes the executed action, the
+person's first correction (what this wrapper did before: on the pick task the critic then preferred the person's
+correction at a takeover 0-0.7% of the time, and RLIF did not learn; BENCHMARKS "Intervention as the reward"). The env's
+own reward is kept beside it in every record (`extra/reward_env`, as a learned reward keeps it), so a run can be
+compared with the task reward and relabelled later; the demonstrations of the prior data are relabelled the same way
 (`relabel_prior_for_interventions`): a demonstration had no takeover, its steps pay the step cost alone.
 """
 
@@ -38,19 +44,22 @@ class InterventionReward(RobotWrapper):
         takeover_reward: float = RLIF.takeover_reward,
         step_cost: float = RLIF.step_cost,
         end_on_takeover: bool = RLIF.end_on_takeover,
+        penalize: str = RLIF.penalize,
     ) -> None:
         super().__init__(env)
         if not takeover_reward < 0:
             raise ValueError(f"reward.takeover_reward={takeover_reward}: a takeover is a penalty, below 0")
         if step_cost < 0:
             raise ValueError(f"reward.step_cost={step_cost}: a cost, 0 or more")
+        if penalize not in ("rejected", "executed"):
+            raise ValueError(f"reward.penalize={penalize!r}: 'rejected' (the policy's action) or 'executed'")
         if not _has_a_human(env):
             raise ValueError(
                 "reward=intervention pays only for a human's takeovers: give a human who can take over (human=sim, "
                 "keyboard, ...) inside it in actor.wrappers"
             )
         self.takeover_reward, self.step_cost = float(takeover_reward), float(step_cost)
-        self.end_on_takeover = bool(end_on_takeover)
+        self.end_on_takeover, self.penalize = bool(end_on_takeover), penalize
         self.counts: collections.Counter = collections.Counter()
         self._human_before = False
 

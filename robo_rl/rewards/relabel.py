@@ -102,6 +102,13 @@ def uses_learned_reward(cfg) -> bool:
     return bool(reward) and "_target_" in reward
 
 
+def rlif_rejects(cfg) -> bool:
+    """Whether the run's reward is intervention as the reward with the penalty on the policy's rejected action (the
+    learner then samples each takeover step as that action: `ReplayBuffer.gather(rejected=True)`)."""
+    reward = cfg.get("reward")
+    return bool(reward) and reward.get("_target_") == INTERVENTION_REWARD and reward.get("penalize") == "rejected"
+
+
 def learner_side(cfg) -> bool:
     return uses_learned_reward(cfg) and cfg.reward.get("where", "actor") == "learner"
 
