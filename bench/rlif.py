@@ -1,8 +1,11 @@
 """Intervention as the reward (RLIF, issue 52) against the task's reward and a learned reward, on our pick task from
-pixels with the simulated human: three arms that differ only in the reward.
+pixels with the simulated human: arms that differ only in the reward.
 
     python bench/rlif.py rlif_pick_env --seeds 0            # the simulator's dense reward (reach, grasp, lift)
-    python bench/rlif.py rlif_pick_intervention --seeds 0   # RLIF: -1 on the step the human takes over, else 0
+    python bench/rlif.py rlif_pick_rejected --seeds 0       # RLIF: -1 on the policy's action the human stepped in
+                                                            # against (RLIF's labelling), else 0
+    python bench/rlif.py rlif_pick_intervention --seeds 0   # the same, with the -1 on the human's first correction
+                                                            # (`reward.penalize=executed`: what the first runs used)
     python bench/rlif.py rlif_pick_classifier --seeds 0     # the pick success classifier of bench/critic.py
     python bench/rlif.py --compare [--critic]   # the table (success, takeovers per 1k, wall): rlif_pick_compare.json
 
@@ -50,7 +53,14 @@ RLIF_REWARD = [
 IMAGES = ("image/front", "image/wrist")  # the pick task's two cameras, as the records name them
 ARMS = {
     "rlif_pick_env": ([*SHARED], "the simulator's dense reward, for rlif_pick_intervention and rlif_pick_classifier"),
-    "rlif_pick_intervention": ([*SHARED, *RLIF_REWARD], "RLIF: the human's takeovers are the only reward"),
+    "rlif_pick_rejected": (
+        [*SHARED, *RLIF_REWARD, "reward.penalize=rejected"],
+        "RLIF: the human's takeovers are the only reward, paid on the policy's action they rejected",
+    ),
+    "rlif_pick_intervention": (
+        [*SHARED, *RLIF_REWARD, "reward.penalize=executed"],
+        "RLIF's reward paid on the human's first correction (the first runs', before reward.penalize)",
+    ),
     "rlif_pick_classifier": (
         [*SHARED, *learning.learned_reward("classifier")],
         "the pick success classifier of bench/critic.py (gated), no task reward",
@@ -103,9 +113,10 @@ def at_every_1k(curve: list[dict], tolerance: int = 50) -> list[float | None]:
 def critic_at_takeovers(run: Path, last_env_steps: int = 2000) -> dict:
     """What the run's final critic thinks of the human's correction where the human took over: at each takeover of
     the last `last_env_steps` env steps, Q(s, the human's action) against Q(s, what the policy proposed there), the
-    ensemble's mean. `reward=intervention` pays its penalty on the takeover step, whose executed action is the
-    human's, so under RLIF the critic is taught that the expert's correction there is what costs; on the human's
-    later steps (the hold) the same comparison is the control."""
+    ensemble's mean. With `reward.penalize=executed` the penalty is paid on the takeover step's executed action, the
+    human's, so the critic is taught that the expert's correction there is what costs; with `rejected` (RLIF's
+    labelling) it is paid on the policy's proposal there, which the critic should come to rank below the human's.
+    On the human's later steps (the hold) the same comparison is the control."""
     import torch
 
     from robo_rl.config import load_saved_config, make_algorithm, make_env, make_policy

@@ -1,4 +1,4 @@
-"""bench/rlif.py's plumbing: the three arms of issue 52's comparison differ only in the reward, and the human's
+"""bench/rlif.py's plumbing: the arms of issue 52's comparison differ only in the reward, and the human's
 takeovers (what RLIF's hypothesis says falls) are counted from a run's stored records as onsets, not steps."""
 
 import numpy as np
@@ -10,7 +10,7 @@ from robo_rl.data.storage import SegmentStore
 from tests.test_storage import FIELDS, episode
 
 
-def test_the_three_arms_differ_only_in_the_reward():
+def test_the_arms_differ_only_in_the_reward():
     composed = {name: OmegaConf.to_container(load_config(overrides)) for name, (overrides, _) in ARMS.items()}
     rewards = {name: cfg.pop("reward") for name, cfg in composed.items()}
     env, rlif, classifier = (composed[n] for n in ("rlif_pick_env", "rlif_pick_intervention", "rlif_pick_classifier"))
@@ -25,6 +25,9 @@ def test_the_three_arms_differ_only_in_the_reward():
         -1.0,
         0.0,
     )
+    rejected = rewards.pop("rlif_pick_rejected")  # RLIF's labelling: the same reward, paid on the rejected action
+    assert composed["rlif_pick_rejected"] == env and rejected["penalize"] == "rejected"
+    assert {**rejected, "penalize": "executed"} == rewards["rlif_pick_intervention"]
     assert rewards["rlif_pick_classifier"]["model"].endswith("bench_critic/classifier")
 
 
