@@ -54,15 +54,12 @@ def key_value_options(args: list[str], allowed: tuple[str, ...], usage: str = US
 
 
 def _episodes(path: str):
-    from robo_rl.data.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_some_episodes
 
     try:
-        episodes = load_episodes(path, progress=False)
-    except (ValueError, OSError) as e:
-        raise RewardUsageError(f"data={path}: {e}") from None
-    if not episodes:
-        raise RewardUsageError(f"{path} holds no episodes")
-    return episodes
+        return load_some_episodes(path, progress=False)
+    except ValueError as e:
+        raise RewardUsageError(f"data={e}") from None
 
 
 def _cameras(episodes, given: str | None) -> tuple[str, ...]:

@@ -142,7 +142,7 @@ def retrain(
 ) -> tuple[int, Path, dict]:
     """Fit the run's classifier again, same architecture, on its data (`data`, else the data the current model was
     trained on, else the run's own episodes) plus every mark, and publish it as the next version."""
-    from robo_rl.data.datasets.io import load_episodes
+    from robo_rl.data.datasets.io import load_some_episodes
     from robo_rl.rewards.classifier import SuccessClassifier
     from robo_rl.rewards.classifier_fit import train_classifier
 
@@ -158,11 +158,9 @@ def retrain(
         known = json.loads(report_file.read_text()).get("data") if report_file.is_file() else None
         data = known or str(run_dir)
     try:
-        episodes = load_episodes(data, progress=False)
-    except (ValueError, OSError) as e:
-        raise RewardModelError(f"data={data}: {e}") from None
-    if not episodes:
-        raise RewardModelError(f"{data} holds no episodes to retrain on")
+        episodes = load_some_episodes(data, progress=False)
+    except ValueError as e:
+        raise RewardModelError(f"data={e} (retrain refits on them)") from None
     marks = load_marks(run_dir, base.cameras)
     arch = {k: v for k, v in base.arch.items() if k not in ("bank_size", "image_sizes")}
     model, report = train_classifier(

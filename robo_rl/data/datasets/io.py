@@ -83,6 +83,18 @@ def load_episodes(path: str | Path, progress: bool = True, **options) -> list[Ep
     return episodes
 
 
+def load_some_episodes(path: str | Path, progress: bool = True) -> list[Episode]:
+    """`load_episodes`, refusing in one line (a ValueError that starts with the path) data it cannot read or that
+    holds no episodes: each command that trains or labels from data wraps it in its own error."""
+    try:
+        episodes = load_episodes(path, progress=progress)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if not episodes:
+        raise ValueError(f"{path} holds no episodes")
+    return episodes
+
+
 def fields_of(records: dict[str, np.ndarray]) -> dict[str, tuple]:
     """The record layout of a step batch (a self-describing batch's own instructions are not a record field)."""
     return {k: (v.shape[1:], v.dtype) for k, v in records.items() if k != INSTRUCTIONS}
