@@ -184,9 +184,10 @@ class ReplayBuffer:
         end = np.asarray(rows, np.int64)
         reward = self._field("reward", end).astype(np.float64)
         took = np.zeros(len(end), bool)
+        actions = [self._field("action_executed", end)]
         if rejected:
             took = self._field("intervention", end) & ~self._field("intervention", self.prev[end])
-        actions = [np.where(took[:, None], self._field("action_policy", end), self._field("action_executed", end))]
+            actions[0] = np.where(took[:, None], self._field("action_policy", end), actions[0])
         mask = [np.ones(len(end), bool)]
         taken = np.ones(len(end), np.int64)
         going = ~took
