@@ -115,6 +115,7 @@ def test_a_takeover_is_learned_as_the_policys_rejected_action_ending_there_and_t
     np.testing.assert_allclose(got["action"][1], rec["action_executed"][4])  # the person's correction
     np.testing.assert_allclose(got["reward"], [-1.0, 0.0, 0.9 * -1.0])  # the step before still sees the penalty
     np.testing.assert_allclose(got["discount"], [0.0, 0.9**3, 0.9**3], rtol=1e-6)  # the takeover ends; n-step elsewhere
+    assert got["intervention"].tolist() == [False, True, False]  # the proposal is no person's action to imitate
     plain = buf.gather(np.array([takeover]), gamma=0.9, n_step=3)
     np.testing.assert_allclose(plain["action"][0], rec["action_executed"][3])
     assert plain["reward"][0] == pytest.approx(-1.0) and plain["discount"][0] == pytest.approx(0.9**3)

@@ -176,7 +176,8 @@ class ReplayBuffer:
         With `rejected` (intervention as the reward, RLIF): a transition whose step is a human's takeover (the first
         step of an intervention) is the policy's rejected proposal instead, the one the person stepped in against:
         `action` is that step's `action_policy`, its reward the takeover's alone, and it ends there (discount 0: what
-        the policy's action would have led to was never seen). The human's correction steps after it are unchanged.
+        the policy's action would have led to was never seen), and it is not flagged `intervention` (no algorithm
+        imitates it as the person's). The human's correction steps after it are unchanged.
         """
         if n_step < 1 or chunk < 1 or (n_step > 1 and chunk > 1 and n_step != chunk):
             raise ValueError(f"n_step ({n_step}) and chunk ({chunk}) must be ≥ 1, and equal if both exceed 1")
@@ -206,7 +207,7 @@ class ReplayBuffer:
             "reward": reward.astype(np.float32),
             "discount": discount.astype(np.float32),
             "next_obs": self._obs(end),
-            "intervention": self._field("intervention", rows),
+            "intervention": self._field("intervention", rows) & ~took,  # a rejected proposal is the policy's
         }
         if chunk > 1:
             out["action_mask"] = np.stack(mask, axis=1)
