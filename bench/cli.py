@@ -1,7 +1,7 @@
 """How long `robo-rl` takes to answer `--help`, `show`, a config error and `keys`, each in a fresh process.
 
-The target is 2 s. The baseline is the same commands on the commit before the settings check (robo_rl/configs/settings.py)
-was added, run from a temporary `git worktree` with the same interpreter.
+The target is 2 s. The baseline is the same commands on the commit before the settings check
+(robo_rl/configs/settings.py) was added, run from a temporary `git worktree` with the same interpreter.
 
     uv run python bench/cli.py            # 3 runs per command (median), with the baseline
     uv run python bench/cli.py --quick    # 1 run per command, no baseline

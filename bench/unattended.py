@@ -19,7 +19,8 @@ learner does what updates it can, its realised UTD logged), so their loop jitter
 
 Every `--sample-s` it records per run: episodes and successes (metrics.jsonl; the simulator's success, whatever the
 reward), human calls (failed reset checks the person answered + takeovers, none here), safety stops, the actor's loop
-jitter p99 (its heartbeat), the learner's and actor's resident memory, the run folder's size on disk, and whether the
+jitter p99 (its heartbeat), the learner's and actor's resident memory and their own (anonymous) part of it, the run
+folder's size on disk, and whether the
 page still shows the actor.
 At the end it stops each actor first (it drains what the learner has not acknowledged, then the learner checkpoints),
 counts the records the actor says it sent against the replay on disk, and resumes the final checkpoint for a short
@@ -187,14 +188,18 @@ def page_shows_actor(run: Run) -> bool | None:
 
 def take_sample(run: Run, t_s: float) -> dict:
     procs = run.children()
-    rss = {}
+    rss, anon = {}, {}
     for verb in ("learner", "actor", "gui"):
         try:
-            rss[verb] = procs[verb].memory_info().rss / 2**20 if verb in procs else float("nan")
+            info = procs[verb].memory_info() if verb in procs else None
         except Exception:  # noqa: BLE001 - psutil.Error: ended between listing and reading
-            rss[verb] = float("nan")
+            info = None
+        rss[verb] = info.rss / 2**20 if info else float("nan")
+        # the process's own memory: resident less its file-backed and shared pages (a disk replay's memory-mapped
+        # segments are page cache the kernel may reclaim, and RSS counts every one sampling has touched)
+        anon[verb] = (info.rss - info.shared) / 2**20 if info else float("nan")
     sample = {"t_s": round(t_s, 1), **metrics_sample(run.folder / "metrics.jsonl")}
-    sample.update(rss_mb=rss, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run))
+    sample.update(rss_mb=rss, anon_mb=anon, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run))
     run.samples.append(sample)
     return sample
 

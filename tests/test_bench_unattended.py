@@ -114,6 +114,18 @@ def test_the_verdicts_pass_a_flat_run_and_fail_planted_growth_jitter_and_calls()
     assert calls_per_hour(bad, 1200) == pytest.approx(3.0)
     judged = verdicts(bad, {"lost": 0, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
     assert not judged["memory_met"] and not judged["jitter_met"] and not judged["calls_met"]
+    # resident memory that grows only by the disk replay's page cache: the process's own memory judges the leak
+    for s in bad:
+        s["anon_mb"] = {p: 600.0 for p in ("learner", "actor")}
+    cached = verdicts(bad, {"lost": 0, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)
+    assert cached["memory_met"] and not cached["rss_memory_met"]
+    assert cached["anon_memory_growth_per_hour"] == {
+        "learner": pytest.approx(0.0, abs=1e-9),
+        "actor": pytest.approx(0.0, abs=1e-9),
+    }
+    for s in bad:  # a leak in its own memory (20%/h) fails it
+        s["anon_mb"]["learner"] = 600.0 * (1 + 0.2 * s["t_s"] / 3600)
+    assert not verdicts(bad, {"lost": 0, "episodes_missing": 0, "episodes_partial": 0}, 1200, 600)["memory_met"]
 
 
 def test_too_few_samples_give_no_verdict_rather_than_a_pass():
