@@ -113,6 +113,20 @@ def test_a_saved_run_without_a_block_gets_its_defaults_on_resume(tmp_path):
     assert resumed.replay.capacity == 7
 
 
+def test_a_resume_given_a_typed_block_as_a_mapping_agrees_with_the_fresh_config_its_actor_composed(tmp_path):
+    # `train` restarts a crashed learner as resume=<run> plus the run's own keys: env.randomize={...} must make the
+    # block a fresh config makes (the others at their defaults), or the actor is refused for a config hash mismatch
+    from robo_rl.config import config_hash
+
+    given = [*BASE, "env.randomize={object_mass_scale: [0.5, 2.0], friction_scale: [0.7, 1.3]}"]
+    fresh = load_config(given)
+    save_config(fresh, tmp_path / "config.yaml")
+    keys = [g for g in given if not g.startswith("experiment=")]
+    resumed = load_saved_config(tmp_path / "config.yaml", keys)
+    assert resumed.env.randomize == fresh.env.randomize and resumed.env.randomize.control_jitter == 0.0
+    assert config_hash(resumed) == config_hash(fresh)
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

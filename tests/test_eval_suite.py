@@ -330,5 +330,7 @@ def test_a_condition_replaces_the_randomisation_a_run_was_trained_with(tmp_path)
     assert _perturbation(point, ["env.max_episode_steps=4"]) == ["env.max_episode_steps=4"]
     save_config(cfg, tmp_path / "config.yaml")  # a run trained with randomised masses, evaluated under noise alone
     merged = load_saved_config(tmp_path / "config.yaml", _perturbation(cfg, ["env.randomize.image_noise_std=8"]))
-    assert dict(merged.env.randomize) == {"image_noise_std": 8}
+    # the block as a fresh config would have it: noise 8, the trained masses gone, every other setting its default
+    assert merged.env.randomize == load_config(["env.randomize={image_noise_std: 8}"]).env.randomize
+    assert merged.env.randomize.image_noise_std == 8 and merged.env.randomize.object_mass_scale is None
     assert load_saved_config(tmp_path / "config.yaml", _perturbation(cfg, [])).env.randomize is None
