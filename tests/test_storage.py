@@ -87,6 +87,24 @@ def test_a_kill_between_rename_and_manifest_and_a_half_written_file_are_both_han
     assert [e["name"] for e in entries[1:]] == ["seg_000001.rrs", "seg_000002.rrs", "seg_000003.rrs"]
 
 
+def test_a_reader_of_a_live_store_changes_nothing_a_writer_is_in_the_middle_of(tmp_path):
+    # a retrain or a reviewer opens a run's store while its learner writes: the writer's half-written .tmp, a segment
+    # renamed but not yet listed and a manifest line being appended are left as they are (a reader that deleted the
+    # .tmp crashed the learner of a two-hour run when it renamed it); the reader still reads every whole segment
+    fill(tmp_path / "s", 2)
+    root, manifest = tmp_path / "s", tmp_path / "s" / "manifest.jsonl"
+    lines = manifest.read_text().splitlines()
+    manifest.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # segment 2 renamed, its line half appended
+    (root / "seg_000003.tmp").write_bytes(b"RRSEG being written")
+    before = {p.name: p.read_bytes() for p in root.iterdir()}
+    reader = SegmentStore.open(root)
+    assert [s.name for s in reader.segments] == ["seg_000001.rrs", "seg_000002.rrs"] and reader.problems == []
+    assert sum(len(b["step"]) for _, b, _ in reader.iter_segments()) == 12
+    assert {p.name: p.read_bytes() for p in root.iterdir()} == before  # not a byte changed
+    with pytest.raises(StorageError, match="opened to read"):
+        reader.write(episode(9), np.full(6, "a", dtype=object))
+
+
 def test_a_store_of_another_layout_is_refused(tmp_path):
     fill(tmp_path / "s", 1)
     with pytest.raises(StorageError, match="another layout"):

@@ -159,9 +159,16 @@ class SegmentStore:
     """A folder of segments for one field layout. Not thread-safe except `write` from one writer thread."""
 
     def __init__(
-        self, root: str | Path, fields: dict[str, tuple], create: bool = True, partition: str = "online"
+        self,
+        root: str | Path,
+        fields: dict[str, tuple],
+        create: bool = True,
+        partition: str = "online",
+        readonly: bool = False,
     ) -> None:
         self.root = Path(root)
+        # a reader (`open`) changes nothing on disk: the store may be live, its writer mid-segment
+        self.readonly = readonly
         self.partition = partition  # what the records are: online, demos (a new store records it in its header)
         self.fields = fields
         self.manifest = self.root / "manifest.jsonl"
@@ -187,22 +194,26 @@ class SegmentStore:
 
     @classmethod
     def open(cls, root: str | Path) -> SegmentStore:
-        """Open an existing store with the field layout written in its manifest."""
+        """Open an existing store to read, with the field layout written in its manifest. Read-only: a run's store may
+        be live (a retrain, a reviewer, an export beside the learner), so its writer's half-written `.tmp` segment is
+        left alone and a whole segment not yet in the manifest is read without being listed there; the writer's own
+        open (the constructor) does that recovery."""
         manifest = Path(root) / "manifest.jsonl"
         try:
             head = json.loads(manifest.read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
             raise StorageError(f"{root} is not a robo_rl replay store (missing or unreadable manifest.jsonl)") from None
         fields = {name: (tuple(shape), np.dtype(dtype)) for name, (dtype, shape) in head["fields"].items()}
-        return cls(root, fields, create=False)
+        return cls(root, fields, create=False, readonly=True)
 
     def _scan(self) -> None:
         text = self.manifest.read_text()
-        if not text.endswith("\n"):  # a kill tore the last line: drop it (its segment is adopted below if whole)
-            text = text[: text.rfind("\n") + 1]
-            tmp = self.manifest.with_suffix(".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, self.manifest)
+        if not text.endswith("\n"):  # a kill tore the last line (or a live writer is mid-line): drop it
+            text = text[: text.rfind("\n") + 1]  # its segment is adopted below if whole
+            if not self.readonly:
+                tmp = self.manifest.with_suffix(".tmp")
+                tmp.write_text(text)
+                os.replace(tmp, self.manifest)
         lines = text.splitlines()
         head = json.loads(lines[0])
         tasks_file = self.root / TASKS_FILE
@@ -228,7 +239,7 @@ class SegmentStore:
                 )
             except (ValueError, KeyError):
                 continue  # a torn last line from a kill: the segment itself is adopted below if it is whole
-        for tmp in self.root.glob("*.tmp"):
+        for tmp in [] if self.readonly else self.root.glob("*.tmp"):
             tmp.unlink()  # half-written by a killed writer; its records were never acknowledged
         on_disk = sorted((int(m.group(1)), p.name) for p in self.root.iterdir() if (m := _SEG_RE.match(p.name)))
         for index, name in on_disk:
@@ -241,9 +252,10 @@ class SegmentStore:
                 self.problems.append(str(e))
                 continue
             seg = Segment(name, index, header["records"], header["sources"], header["seqs"], header.get("messages", []))
-            self._append_manifest(seg)
             self.segments.append(seg)
-            log.info("adopted segment %s (written before a kill, not yet in the manifest)", name)
+            if not self.readonly:
+                self._append_manifest(seg)
+                log.info("adopted segment %s (written before a kill, not yet in the manifest)", name)
         for name in sorted(set(listed) - {s.name for s in self.segments}):
             self.problems.append(f"segment {self.root / name} is listed in the manifest but missing")
 
@@ -285,6 +297,8 @@ class SegmentStore:
         self, batch: dict[str, np.ndarray], sources: np.ndarray, seqs: dict | None = None, messages: list | None = None
     ) -> Segment:
         """Append one segment (synchronously); returns it once it is on disk and in the manifest."""
+        if self.readonly:
+            raise StorageError(f"{self.root} was opened to read (SegmentStore.open): it takes no segment")
         index = self.segments[-1].index + 1 if self.segments else 1
         seg = write_segment(self.root / f"seg_{index:06d}.rrs", batch, sources, seqs, messages)
         self._append_manifest(seg)
