@@ -3,7 +3,9 @@
 `scripted_reset` returns the arm to its home pose, gripper open; `replay_reset` drives it through a taught
 trajectory's joint waypoints. Both move in joint space at a bounded speed and pass every joint target through the
 safety layer's joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the workspace box), as a policy's
-commands are: a move the guard holds never arrives, and the check then calls a person. `human_reset` is what the
+commands are. Where the joint-space line home would take the tool out of the box, the move goes on one joint at a
+time, each step one the guard allows; a move the guard holds every way never arrives, and the check then calls a
+person. `human_reset` is what the
 arm did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the
 scene. `reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle.
 `place_scene` is the simulated person: on a twin, the arm moved home by hand. `camera_frames` is what the cameras
@@ -112,11 +114,27 @@ class ArmResets:
             state = self._read()
             if np.max(np.abs(state.joints - q_goal)) < ARRIVED_RAD:
                 return True
-            q_next = q_cmd + np.clip(q_goal - q_cmd, -RESET_SPEED_RAD_S * period, RESET_SPEED_RAD_S * period)
+            step = np.clip(q_goal - q_cmd, -RESET_SPEED_RAD_S * period, RESET_SPEED_RAD_S * period)
+            q_next = q_cmd + step
             if self.joint_guard is not None:
-                q_next, _ = self.joint_guard(q_next, state, period)
+                q_next, notes = self.joint_guard(q_next, state, period)
+                if "workspace_joint" in notes:  # the straight path leaves the box here: one joint that stays in it
+                    q_next = self._one_joint_step(q_cmd, step, state, period)
             self.driver.command_joints(q_next, grip)
             q_cmd = q_next
             tick = max(tick + period, clock.now())
             clock.sleep_until(tick)
         return bool(np.max(np.abs(self._read().joints - q_goal)) < ARRIVED_RAD)
+
+    def _one_joint_step(self, q_cmd: np.ndarray, step: np.ndarray, state, period: float) -> np.ndarray:
+        """Where the joint-space line home would take the tool out of the workspace box: the step of the one joint,
+        farthest from home first, that the guard lets through alone; held (the joints as they are) when none is."""
+        for j in np.argsort(-np.abs(step)):
+            if abs(step[j]) < 1e-9:
+                break
+            q_try = q_cmd.copy()
+            q_try[j] += step[j]
+            guarded, notes = self.joint_guard(q_try, state, period)
+            if "workspace_joint" not in notes:
+                return guarded
+        return state.joints

@@ -247,6 +247,26 @@ def test_the_twin_scripted_reset_returns_home_through_the_safety_layers_joint_li
         env.close()
 
 
+def test_where_the_line_home_would_leave_the_workspace_box_the_reset_goes_a_joint_at_a_time_and_arrives():
+    # a pose the residual reach can end in: the joint-space line home takes the tool out of the safety layer's box, so
+    # the guard holds that step (before, the arm stood there until the timeout and the run called a person)
+    cfg = load_config(["experiment=residual_so101_twin_reach", "env.twin_clock=virtual", "env.reset_mode=scripted"])
+    env = make_actor_env(cfg)
+    try:
+        env.reset(seed=0)
+        arm = env.unwrapped
+        home = arm.driver.home_joints
+        arm.driver_twin.move_by_hand(home + np.array([1.1, -0.51, 0.87, -2.77, -0.9]), gripper=0.0)
+        sent = len(arm.driver_twin.commands)
+        arm.scripted_reset()
+        assert arm.reset_problem(0.05) is None  # home
+        targets = np.array([q for _, q in arm.driver_twin.commands[sent:]])
+        moved = (np.abs(np.diff(targets, axis=0)) > 1e-6).sum(axis=1)
+        assert (moved == 1).sum() >= 5, "no stretch went one joint at a time"  # the fallback, not the line, got home
+    finally:
+        env.close()
+
+
 def test_the_twin_human_mode_homes_as_before_and_a_taught_reset_away_from_home_calls_the_person(tmp_path):
     env = _twin()  # the default on an arm: human (the arm homes itself, the person resets the scene)
     try:
