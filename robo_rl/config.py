@@ -428,9 +428,7 @@ def load_saved_config(path: Path, overrides: list[str] = ()) -> DictConfig:
                 OmegaConf.update(cfg, key, OmegaConf.to_container(value), merge=False)
             else:
                 cfg.merge_with(OmegaConf.from_dotlist([override]))
-        # and, as there, a typed block given as a mapping keeps the defaults of the settings it leaves out
-        # (env.randomize={object_mass_scale:[..]} on a resume: otherwise its config hash differs from the actor's)
-        complete_typed_blocks(cfg)
+        complete_typed_blocks(cfg)  # and, as there, a typed block given as a mapping keeps its other defaults
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         if key and "not in struct" in str(e):
