@@ -60,29 +60,22 @@ def _no_stale_log_handlers():
 # The files whose tests take longest in all (start processes, train), longest first: with `--dist loadfile` a worker
 # takes files in collection order, so these start first and the short files fill in around them; alphabetically, a
 # long file last left one worker running it alone for minutes while the other idled.
-LONG_FILES = (  # by their measured time in all, a fresh clone on the quiet 2-core VM (2026-11-30, --durations=0)
+LONG_FILES = (
     "test_cli.py",
-    "test_run_leftovers.py",
-    "test_train_learner_crash.py",
-    "test_vla_train.py",
-    "test_gui.py",
-    "test_chunking_actor.py",
+    "test_wire_identity.py",
     "test_resume.py",
-    "test_launch_ssh.py",
-    "test_launch_ray.py",
     "test_launch.py",
-    "test_actor_task.py",
-    "test_gui_reward_checks.py",
-    "test_residual.py",
-    "test_sim_robosuite.py",
-    "test_human.py",
-    "test_settings.py",
-    "test_flow.py",
-    "test_doctor.py",
-    "test_gate.py",
-    "test_reset_check_camera.py",
-    "test_gui_sim_view.py",
+    "test_launch_ray.py",
+    "test_launch_ssh.py",
     "test_ppo.py",
+    "test_pipeline.py",
+    "test_residual.py",
+    "test_gui.py",
+    "test_precision.py",
+    "test_sim_robosuite.py",
+    "test_lerobot_vla.py",
+    "test_vla_bases.py",
+    "test_wire_restart.py",
 )
 
 
