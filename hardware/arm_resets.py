@@ -1,15 +1,14 @@
 """An arm's own resets (`env.reset_mode`, robo_rl/envs/resets.py), the same on its MuJoCo twin and on metal.
 
-`scripted_reset` returns the arm to its home pose, gripper open; `replay_reset` drives it through a taught
-trajectory's joint waypoints. Both move in joint space at a bounded speed and pass every joint target through the
-safety layer's joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the workspace box), as a policy's
-commands are. Where the joint-space line home would take the tool out of the box, the move goes on one joint at a
-time, each step one the guard allows; a move the guard holds every way never arrives, and the check then calls a
-person. `human_reset` is what the
-arm did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the
-scene. `reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle.
-`place_scene` is the simulated person: on a twin, the arm moved home by hand. `camera_frames` is what the cameras
-see now (the camera check, `env.reset_check=camera`).
+`scripted_reset` returns the arm to its home pose, gripper open; `replay_reset` drives it through a taught trajectory's
+joint waypoints. Both move in joint space at a bounded speed and pass every joint target through the safety layer's
+joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the workspace box), as a policy's commands are. Where the
+joint-space line home would take the tool out of the box, the move goes on one joint at a time, each step one the guard
+allows; a move the guard holds every way never arrives, and the check then calls a person. `human_reset` is what the arm
+did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the scene.
+`reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle. `place_scene`
+is the simulated person: on a twin, the arm moved home by hand. `camera_frames` is what the cameras see now (the camera
+check, `env.reset_check=camera`).
 """
 
 from __future__ import annotations
