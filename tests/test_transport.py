@@ -282,3 +282,43 @@ def test_free_ports_never_hand_out_a_port_twice_in_one_process():
     from 10,000 would repeat one almost surely otherwise)."""
     drawn = [p for _ in range(400) for p in free_ports(3)]
     assert len(drawn) == len(set(drawn)) == 1200
+
+
+def test_steps_the_data_socket_would_not_take_at_a_welcome_go_with_the_next_heartbeat():
+    """After a learner restart the welcome can come before the data socket has reconnected: the resend then stops at
+    zmq.Again. Nothing else may push it (an actor throttled on those very steps sends no new ones), so the heartbeat
+    does; before, a fresh-clone run of the learner-crash test waited on 19 such messages until it timed out."""
+    import zmq
+
+    class NotYet:  # the data socket, refusing its first send as a socket with no peer yet does (NOBLOCK)
+        def __init__(self, sock):
+            self.sock, self.refused = sock, 0
+
+        def send_multipart(self, *args, **kwargs):
+            if not self.refused:
+                self.refused += 1
+                raise zmq.Again()
+            return self.sock.send_multipart(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.sock, name)
+
+    ports = free_ports(3)
+    learner = LearnerLink("127.0.0.1", *ports, config_hash="abc")
+    actor = ActorLink("127.0.0.1", *ports, actor_id="actor-0")
+    try:
+        t, _ = serve(learner, 1.0, until=hello_answered(learner))
+        actor.hello("abc", timeout_s=5)
+        t.join()
+        actor.push = NotYet(actor.push)
+        actor.send_steps({}, {"i": np.array([7])})
+        assert actor.push.refused == 1 and actor.next_to_send == actor.seq  # not sent, still next
+        got = []
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            actor.heartbeat()
+            got += learner.poll(20)
+        assert [int(arrays["i"][0]) for _, arrays, *_ in got] == [7]
+    finally:
+        actor.close(0)
+        learner.close()

@@ -195,6 +195,9 @@ class ActorLink:
             self.next_to_send += 1
 
     def heartbeat(self, stats: dict | None = None) -> None:
+        # what the data socket would not take yet (a learner restarted before its data port took connections again)
+        # goes now: no later step may come to push it (an actor throttled on exactly these unsent steps waits for it)
+        self.flush()
         stats = {
             "unacked": len(self.unacked),
             "dropped": self.dropped_messages,
