@@ -69,17 +69,24 @@ ARMS = {
 learning.EXPERIMENTS.update({name: (overrides, None, reference) for name, (overrides, reference) in ARMS.items()})
 
 
-def human_steps(run: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(episode id, whether the human commanded it) of each env step of a run, in the order the steps were taken:
-    from the step records its learner stored in arrival order (one actor), reset records (step 0) left out."""
+def stored(run: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """These fields of every record a run's learner stored, in arrival order (one actor: the order they were taken);
+    the segments are memory-mapped, so only these fields are read (not the camera frames the others carry)."""
     from robo_rl.data.storage import SegmentStore
 
-    step, episode, human = [], [], []
-    for _, batch, _ in SegmentStore.open(run / "replay" / "online").iter_segments(mmap=False):
-        step.append(batch["step"]), episode.append(batch["episode_id"]), human.append(batch["intervention"])
-    step, episode, human = (np.concatenate(a) for a in (step, episode, human))
-    live = step > 0
-    return episode[live], human[live].astype(bool)
+    parts: dict[str, list] = {key: [] for key in keys}
+    for _, batch, _ in SegmentStore.open(run / "replay" / "online").iter_segments(mmap=True):
+        for key in keys:
+            parts[key].append(np.array(batch[key]))
+    return {key: np.concatenate(v) for key, v in parts.items()}
+
+
+def human_steps(run: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(episode id, whether the human commanded it) of each env step of a run, in the order the steps were taken,
+    reset records (step 0) left out."""
+    rec = stored(run, ("step", "episode_id", "intervention"))
+    live = rec["step"] > 0
+    return rec["episode_id"][live], rec["intervention"][live].astype(bool)
 
 
 def takeovers_per_1k(run: Path) -> list[int]:
@@ -120,7 +127,6 @@ def critic_at_takeovers(run: Path, last_env_steps: int = 2000) -> dict:
     import torch
 
     from robo_rl.config import load_saved_config, make_algorithm, make_env, make_policy
-    from robo_rl.data.storage import SegmentStore
     from robo_rl.runs import load_checkpoint
 
     cfg = load_saved_config(run / "config.yaml")
@@ -129,11 +135,7 @@ def critic_at_takeovers(run: Path, last_env_steps: int = 2000) -> dict:
     env.close()
     final = max((run / "checkpoints").glob("step_*.pt"))
     algo.load_state_dict(load_checkpoint(final)["algo"])
-    parts: dict[str, list] = {}
-    for _, batch, _ in SegmentStore.open(run / "replay" / "online").iter_segments(mmap=False):
-        for key in ("step", "episode_id", "intervention", "action_executed", "action_policy", "state", *IMAGES):
-            parts.setdefault(key, []).append(batch[key])
-    rec = {k: np.concatenate(v) for k, v in parts.items()}
+    rec = stored(run, ("step", "episode_id", "intervention", "action_executed", "action_policy", "state", *IMAGES))
     human = rec["intervention"].astype(bool)
     same = np.concatenate([[False], rec["episode_id"][1:] == rec["episode_id"][:-1]])  # row i-1 is its observation
     before = np.concatenate([[False], human[:-1]]) & same
