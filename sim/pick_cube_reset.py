@@ -2,9 +2,13 @@
 physics running, and the check that the scene is as an episode should start.
 
 `scripted_reset` sets a cube it still holds down in its start region (dropped from a lift's height it can bounce out
-of reach), lets go of anything else, carries the cube back into its start region when it lies
-outside it (grasped from above like the scripted expert does, set down at a point drawn in the region, let go),
-and returns the arm to its home pose with the gripper open, then lets the scene come to rest. A cube it cannot
+of reach), lets go of anything else, moves the cube to a point drawn afresh in its start region (grasped from above
+like the scripted expert does, set down there, let go), and returns the arm to its home pose with the gripper open,
+then lets the scene come to rest. It moves the cube even when the cube already lies in its region: an episode that
+failed without touching the cube would otherwise hand the next one the very same scene, and a policy that fails
+there fails there again, episode after episode (a 40-minute run sat on one such scene for 20 minutes, 0 successes;
+a person resetting by hand places the cube anew each time). Set down by a gripper that cannot turn, the cube starts
+square to it rather than at the env's drawn yaw. A cube it cannot
 reach (pushed off the table, or more than RESET_REACH_MARGIN_M past the policy's workspace) or cannot grasp twice is
 left where it is: the check then fails and a person is asked. The policy's workspace box bounds what RL may command;
 the reset is trusted code and may reach a little further (the arm reaches well past the box), so that a cube the
@@ -61,7 +65,7 @@ class PickCubeResets:
                 self._set_down(self._draw_start_xy())
             pinch = self.data.site_xpos[self._pinch]
             self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
-            if self._cube_outside_start() and self._cube_reachable():
+            if self._cube_reachable():  # placed afresh even when inside its region: see the module's docstring
                 for _ in range(GRASP_ATTEMPTS):
                     if self._carry_to(self._draw_start_xy()):
                         break
@@ -215,11 +219,6 @@ class PickCubeResets:
 
     def _clear_height(self) -> float:
         return float(min(CARRY_HEIGHT_M, self.workspace_high_m[2]))
-
-    def _cube_outside_start(self) -> bool:
-        cube = self.data.xpos[self._cube_body]
-        outside = np.any(np.abs(cube[:2] - self.cube_center_xy_m) > self.cube_xy_range_m)
-        return bool(outside or cube[2] - self._cube_half_m > ON_TABLE_M)
 
     def _cube_reachable(self) -> bool:
         """On the table and under the workspace (a cube on the floor, or out of the box, needs a person)."""

@@ -62,6 +62,22 @@ def test_scripted_reset_carries_the_cube_back_with_the_physics_running_and_the_c
     assert env.stats() == {"resets": 2, "resets_ok": 2, "resets_failed": 0, "reset_calls": 0}
 
 
+def test_episodes_that_never_touch_the_cube_still_start_from_a_scene_drawn_afresh():
+    # left where it lay, a cube the policy never reached gave the next episode the very same scene, again and again
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=5)
+    task, starts = env.unwrapped, [_cube(env)[:2]]
+    for _ in range(4):
+        _episode(env, 3, np.array([0.0, 0.0, 0.5, -1.0], np.float32))  # rises, open, never near the cube
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None
+        starts.append(_cube(env)[:2])
+    moved = np.linalg.norm(np.diff(starts, axis=0), axis=1)
+    assert np.all(moved > 0.005), moved  # a new place each time, drawn in the start region
+    assert np.all(np.abs(np.array(starts) - task.cube_center_xy_m) <= task.cube_xy_range_m)
+    assert env.stats()["reset_calls"] == 0
+
+
 def test_a_cube_pushed_just_past_the_policys_box_is_fetched_but_one_by_the_arms_base_calls_a_person():
     # the policy's workspace box is x 0.3-0.7, y -0.25-0.25; the reset may reach RESET_REACH_MARGIN_M further, so a
     # cube just past its far side or its edge comes back; the arm cannot reach down beside its own base (x < ~0.32)
