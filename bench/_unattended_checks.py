@@ -105,6 +105,32 @@ def record_check(folder: Path) -> dict:
     }
 
 
+SAME_FRAME_MEAN_ABS = 0.1  # two first frames closer than this (mean absolute difference, 0-255) show the same scene
+SAME_STATE_MAX_ABS = 1e-3  # without cameras: two start states this close
+
+
+def repeated_starts(folder: Path) -> dict:
+    """How often an episode started from the very scene the one before it started from: the first camera frames (or,
+    with no camera, the states) of consecutive episodes in the replay compared. A reset that leaves a failed scene
+    as it was hands the policy the same start again and again (the 40-minute run of 2026-11-30: 20+ in a row)."""
+    from robo_rl.data.storage import SegmentStore
+
+    firsts = []
+    for _, batch, _ in SegmentStore.open(folder / "replay" / "online").iter_segments(mmap=True):
+        images = sorted(k for k in batch if k.startswith("image/"))
+        key = images[0] if images else "state"
+        firsts += [np.asarray(batch[key][i], np.float32) for i in np.flatnonzero(np.asarray(batch["step"]) == 0)]
+    same, longest, run = 0, 0, 0
+    for before, after in zip(firsts, firsts[1:], strict=False):
+        diff = np.abs(after - before)
+        if diff.mean() < SAME_FRAME_MEAN_ABS if after.ndim == 3 else diff.max() < SAME_STATE_MAX_ABS:
+            same, run = same + 1, run + 1
+            longest = max(longest, run)
+        else:
+            run = 0
+    return {"episodes": len(firsts), "same_as_previous": same, "longest_streak": longest}
+
+
 # --- verdicts --------------------------------------------------------------------------------------------------------
 def _at(samples: list[dict], t_s: float) -> dict:
     """The first sample at or after `t_s` (the last one if none is)."""

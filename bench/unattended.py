@@ -64,6 +64,7 @@ from bench._unattended_checks import (  # noqa: E402
     metrics_sample,
     over_time,
     record_check,
+    repeated_starts,
     success_at_end,
     verdicts,
 )
@@ -302,6 +303,7 @@ def run_bench(
             "train_exit_code": codes[run.name],
             "samples": run.samples,
             "success_at_end": success_at_end(run.folder),
+            "repeated_starts": repeated_starts(run.folder),
             "records": records,
             "page_errors": run.page_errors[:20],
             "page_showed_actor": sum(bool(s["page_shows_actor"]) for s in run.samples),

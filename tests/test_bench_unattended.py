@@ -18,6 +18,7 @@ from bench._unattended_checks import (
     metrics_sample,
     over_time,
     record_check,
+    repeated_starts,
     success_at_end,
     verdicts,
 )
@@ -80,6 +81,19 @@ def test_the_record_check_counts_a_planted_loss_and_a_missing_episode(tmp_path):
     check = record_check(run_folder(tmp_path, [0, 2], [0, 1, 2], sent=18))  # episode 1's 6 records never stored
     assert check["lost"] == 6 and check["episodes_missing"] == 1
     assert not verdicts([{"t_s": 0, "reset_calls": 0, "interventions": 0, "rss_mb": {}}], check, 0, 1)["lost_met"]
+
+
+def test_repeated_starts_counts_episodes_that_began_from_the_previous_ones_scene(tmp_path):
+    from robo_rl.data.storage import SegmentStore
+
+    scenes = np.random.default_rng(0).integers(0, 255, (3, 8, 8, 3), dtype=np.uint8)
+    store = SegmentStore(tmp_path / "replay" / "online", FIELDS)
+    for i, scene in enumerate([0, 1, 1, 1, 2, 0, 0]):  # a streak of two repeats, then one more
+        rec = episode(i)
+        rec["image/cam"][0] = scenes[scene]
+        rec["image/cam"][0, 0, 0, 0] ^= i % 2  # a pixel's noise: still the same scene
+        store.write(rec, np.full(6, "actor-0", dtype=object))
+    assert repeated_starts(tmp_path) == {"episodes": 7, "same_as_previous": 3, "longest_streak": 2}
 
 
 def samples(rss_growth_per_hour: float, jitter_last_ms: float, calls_after_warmup: int) -> list[dict]:
