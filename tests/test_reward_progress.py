@@ -254,3 +254,18 @@ def test_robo_rl_reward_trains_and_evaluates_from_a_store_and_names_bad_argument
         cmd_reward(["train", "epoch=3"])
     with pytest.raises(RewardUsageError, match="gate_quantile=most: a number in \\(0, 1\\] or none"):
         cmd_reward(["train", "kind=classifier", f"data={tmp_path / 'data'}", "out=x", "gate_quantile=most"])
+
+
+def test_a_retrain_runs_below_the_actors_cpu_priority_and_refuses_a_niceness_out_of_range(tmp_path):
+    import subprocess
+    import sys
+
+    from robo_rl.commands.reward import RewardUsageError, cmd_reward
+
+    # in a process of its own: niceness only goes up, and this test's worker must keep its own
+    code = "import os; from robo_rl.commands.reward import at_least_nice as a; print(a(10), a(4), os.nice(0))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["10", "10", "10"]  # lowered to 10, then never raised back by a smaller request
+    for bad, said in [("nice=25", "nice=25: a retrain's CPU niceness is 0"), ("nice=low", "take whole numbers")]:
+        with pytest.raises(RewardUsageError, match=said):
+            cmd_reward(["retrain", str(tmp_path), bad])

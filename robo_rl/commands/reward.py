@@ -5,7 +5,7 @@
                          [backbone=small|siglip] [backbone_path=<hub id or folder>] [gate_quantile=0.99|none]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
     robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
-    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0]
+    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0] [nice=10]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
@@ -24,7 +24,9 @@ reused with a better reward (`demos.path=<new store>`).
 `retrain` fits the run's classifier again (same architecture) on its data (`data`, else what the current model was
 trained on, else the run's own episodes) plus the frames people marked on the page (a false or a missed success), and
 publishes it as the run's next version (<run>/reward/models/v<N>): the running actors swap it in between two steps,
-and each record keeps the version that scored it (`extra/reward_model_version`).
+and each record keeps the version that scored it (`extra/reward_model_version`). A retrain beside a running robot is
+background work: it runs at CPU priority `nice` (10: below the actors, whose control loops keep the cores; 0 to keep
+full priority), and its report records the niceness it ran at.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ USAGE = __doc__.split("\n\n", 2)[1]
 
 class RewardUsageError(UserError, ValueError):
     pass
+
+
+def at_least_nice(nice: int) -> int:
+    """Lower this process's CPU priority to niceness `nice` (never raise it: that needs privileges), before any torch
+    thread starts so that they inherit it; the niceness it runs at."""
+    import os
+
+    return os.nice(max(0, nice - os.nice(0)))
 
 
 def key_value_options(args: list[str], allowed: tuple[str, ...], usage: str = USAGE) -> dict[str, str]:
@@ -85,13 +95,16 @@ def _retrain(args: list[str]) -> int:
 
     if not args or "=" in args[0]:
         raise RewardUsageError(f"reward retrain needs the run folder first\n{USAGE}")
-    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed"))
+    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed", "nice"))
     if not run.is_dir():
         raise RewardUsageError(f"{run} is not a folder: reward retrain <run folder>")
     try:
-        epochs, seed = int(o.get("epochs", 10)), int(o.get("seed", 0))
+        epochs, seed, nice = int(o.get("epochs", 10)), int(o.get("seed", 0)), int(o.get("nice", 10))
     except ValueError:
-        raise RewardUsageError("epochs= and seed= take whole numbers") from None
+        raise RewardUsageError("epochs=, seed= and nice= take whole numbers") from None
+    if not 0 <= nice <= 19:
+        raise RewardUsageError(f"nice={nice}: a retrain's CPU niceness is 0 (full priority) to 19 (the lowest)")
+    at_least_nice(nice)
     version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
     print(f"reward model v{version} ({len(mark_files(run))} marks, data {report['data']}) saved to {folder}")
     print("running actors of this run swap it in within seconds, between two steps")

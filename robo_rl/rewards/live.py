@@ -167,7 +167,7 @@ def retrain(
         episodes, base.cameras, epochs=epochs, seed=seed, progress=progress, human_labelled=marks, **arch
     )
     model.instructions = base.instructions
-    report.update(data=str(data), marks=len(mark_files(run_dir)), retrained_from=str(base_path))
+    report.update(data=str(data), marks=len(mark_files(run_dir)), retrained_from=str(base_path), nice=os.nice(0))
     version, folder = publish_model(run_dir, model, report)
     return version, folder, report
 
