@@ -123,7 +123,8 @@ def repeated_starts(folder: Path) -> dict:
     same, longest, run = 0, 0, 0
     for before, after in zip(firsts, firsts[1:], strict=False):
         diff = np.abs(after - before)
-        if diff.mean() < SAME_FRAME_MEAN_ABS if after.ndim == 3 else diff.max() < SAME_STATE_MAX_ABS:
+        same_scene = diff.mean() < SAME_FRAME_MEAN_ABS if after.ndim == 3 else diff.max() < SAME_STATE_MAX_ABS
+        if same_scene:
             same, run = same + 1, run + 1
             longest = max(longest, run)
         else:

@@ -8,9 +8,9 @@ then lets the scene come to rest. It moves the cube even when the cube already l
 failed without touching the cube would otherwise hand the next one the very same scene, and a policy that fails
 there fails there again, episode after episode (a 40-minute run sat on one such scene for 20 minutes, 0 successes;
 a person resetting by hand places the cube anew each time). Set down by a gripper that cannot turn, the cube starts
-square to it rather than at the env's drawn yaw. A cube it cannot
-reach (pushed off the table, or more than RESET_REACH_MARGIN_M past the policy's workspace) or cannot grasp twice is
-left where it is: the check then fails and a person is asked. The policy's workspace box bounds what RL may command;
+square to it rather than at the env's drawn yaw. A cube it cannot reach (pushed off the table, or more than
+RESET_REACH_MARGIN_M past the policy's workspace) or cannot grasp twice is left where it is: the check then fails and
+a person is asked. The policy's workspace box bounds what RL may command;
 the reset is trusted code and may reach a little further (the arm reaches well past the box), so that a cube the
 policy pushed just out of its box does not call a person.
 `replay_reset` drives the pinch point through a taught trajectory's end-effector waypoints the same way.
@@ -65,7 +65,7 @@ class PickCubeResets:
                 self._set_down(self._draw_start_xy())
             pinch = self.data.site_xpos[self._pinch]
             self._move_to([pinch[0], pinch[1], self._clear_height()], -1.0)  # let go, and rise clear of the table
-            if self._cube_reachable():  # placed afresh even when inside its region: see the module's docstring
+            if self._cube_reachable():  # placed afresh even inside its region (see the docstring), or set down again
                 for _ in range(GRASP_ATTEMPTS):
                     if self._carry_to(self._draw_start_xy()):
                         break
