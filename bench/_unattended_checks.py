@@ -66,6 +66,20 @@ def metrics_sample(path: Path) -> dict:
     }
 
 
+def learner_progress(path: Path) -> dict:
+    """The learner's newest counts in metrics.jsonl: its updates and the update-to-data ratio it reached (a learner
+    below real-time actors' priority does what updates the cores leave it)."""
+    last = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if '"kind": "learner"' in line:
+                try:
+                    last = json.loads(line)
+                except ValueError:  # the half-written last line
+                    continue
+    return {"updates": last.get("updates"), "realised_utd": last.get("realised_utd")}
+
+
 def disk_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 

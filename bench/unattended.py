@@ -61,6 +61,7 @@ from bench._unattended_checks import (  # noqa: E402
     JITTER_CHANGE_MAX,
     MEMORY_GROWTH_PER_HOUR_MAX,
     disk_mb,
+    learner_progress,
     metrics_sample,
     over_time,
     record_check,
@@ -189,10 +190,11 @@ def page_shows_actor(run: Run) -> bool | None:
 
 def take_sample(run: Run, t_s: float) -> dict:
     procs = run.children()
-    rss, anon = {}, {}
+    rss, anon, nice = {}, {}, {}
     for verb in ("learner", "actor", "gui"):
         try:
             info = procs[verb].memory_info() if verb in procs else None
+            nice[verb] = procs[verb].nice() if verb in procs else None  # the CPU priority each ran at
         except Exception:  # noqa: BLE001 - psutil.Error: ended between listing and reading
             info = None
         rss[verb] = info.rss / 2**20 if info else float("nan")
@@ -200,6 +202,7 @@ def take_sample(run: Run, t_s: float) -> dict:
         # segments are page cache the kernel may reclaim, and RSS counts every one sampling has touched)
         anon[verb] = (info.rss - info.shared) / 2**20 if info else float("nan")
     sample = {"t_s": round(t_s, 1), **metrics_sample(run.folder / "metrics.jsonl")}
+    sample.update(learner_progress(run.folder / "metrics.jsonl"), nice=nice)
     sample.update(rss_mb=rss, anon_mb=anon, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run))
     run.samples.append(sample)
     return sample

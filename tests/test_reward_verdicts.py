@@ -26,9 +26,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("verdicts") / "data"
-    save_store(
-        _episodes(16), path, progress=False
-    )  # test_reward_classifier's: a square reaching a corner or not
+    save_store(_episodes(16), path, progress=False)  # test_reward_classifier's: a square reaching a corner or not
     return path
 
 

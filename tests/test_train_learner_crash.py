@@ -27,6 +27,11 @@ def role_pid(train_pid: int, role: str) -> int | None:
     return next((pid for pid, cmd in children(train_pid).items() if f"robo_rl.cli {role} " in cmd), None)
 
 
+def thread_niceness(pid: int) -> set[int]:
+    """The niceness of every thread of process `pid` (Linux keeps it per thread: /proc/<pid>/task/<tid>/stat)."""
+    return {int(stat.read_text().rsplit(")", 1)[1].split()[16]) for stat in Path(f"/proc/{pid}/task").glob("*/stat")}
+
+
 def stored_segments(run_dir: Path) -> list[Path]:
     return list(run_dir.glob("replay/online/seg_*.rrs"))
 
@@ -43,6 +48,7 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
         "replay.flush_every_s=0.3",
         "eval.episodes=3",
         "actor.hello_timeout_s=60",
+        "train.learner_nice=7",  # below its actor's CPU priority, a restarted learner too
     ]
     train = subprocess.Popen(
         [sys.executable, "-m", "robo_rl.cli", "train", *args],
@@ -61,6 +67,8 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
         wait_until(lambda: stored_segments(run_dir), 120, "stored replay", every_s=0.2)
         first_learner = int((run_dir / "learner.pid").read_text())
         actor = role_pid(train.pid, "actor")
+        assert thread_niceness(first_learner) == {7}, "every thread of the learner, torch's and ZeroMQ's included"
+        assert thread_niceness(actor) == {os.nice(0)}, "the actor keeps the priority it was started with"
         assert actor is not None and not list((run_dir / "checkpoints").glob("step_*.pt"))
         os.kill(first_learner, signal.SIGKILL)
 
@@ -70,6 +78,8 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
             return pid not in (None, first_learner) and (run_dir / "learner.pid").exists()
 
         wait_until(restarted, 60, "a new learner process", every_s=0.2)
+        learner = role_pid(train.pid, "learner")  # lowers its priority once its config is read
+        wait_until(lambda: thread_niceness(learner) == {7}, 30, "the restarted learner at niceness 7", every_s=0.2)
         assert role_pid(train.pid, "actor") == actor, "the actor process is the same one throughout"
         out, _ = train.communicate(timeout=180)
     finally:

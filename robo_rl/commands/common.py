@@ -18,6 +18,22 @@ class UsageError(UserError, ValueError):
     """A command line that asks for something the command cannot do."""
 
 
+def at_least_nice(nice: int) -> int:
+    """Lower this process's CPU priority to niceness `nice` (never raise it: that needs privileges), every thread it
+    has (Linux keeps a niceness per thread; threads started later inherit it); the niceness it runs at."""
+    import os
+
+    target = max(nice, os.getpriority(os.PRIO_PROCESS, 0))
+    tasks = Path("/proc/self/task")
+    for tid in [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < target:
+                os.setpriority(os.PRIO_PROCESS, tid, target)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return target
+
+
 def shows_progress(cfg) -> bool:
     """Whether a long loop draws its bar: `logger.progress`, or always under `launch`, which turns the bars off for
     its processes but shows each log's last redraw (a learner's final evaluation on a robot's twin is 15 minutes)."""

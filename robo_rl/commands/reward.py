@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from robo_rl.commands.common import MISSED_BARS
+from robo_rl.commands.common import MISSED_BARS, at_least_nice
 from robo_rl.errors import UserError
 
 USAGE = __doc__.split("\n\n", 2)[1]
@@ -42,14 +42,6 @@ USAGE = __doc__.split("\n\n", 2)[1]
 
 class RewardUsageError(UserError, ValueError):
     pass
-
-
-def at_least_nice(nice: int) -> int:
-    """Lower this process's CPU priority to niceness `nice` (never raise it: that needs privileges), before any torch
-    thread starts so that they inherit it; the niceness it runs at."""
-    import os
-
-    return os.nice(max(0, nice - os.nice(0)))
 
 
 def key_value_options(args: list[str], allowed: tuple[str, ...], usage: str = USAGE) -> dict[str, str]:

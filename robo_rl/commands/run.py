@@ -6,6 +6,7 @@ import os
 
 from robo_rl.commands.common import (
     STARTED_BY_ENV,
+    at_least_nice,
     close_log_copy,
     copy_stdout_to,
     run_dir_for,
@@ -13,6 +14,15 @@ from robo_rl.commands.common import (
     sigterm_as_interrupt,
 )
 from robo_rl.commands.eval import cmd_eval
+
+REALTIME_LEARNER_NICE = 10  # below a real-time actor's control loop; the same as a reward retrain's
+
+
+def learner_niceness(cfg) -> int:
+    """train.learner_nice, or when unset: REALTIME_LEARNER_NICE beside real-time actors, else 0 (full priority)."""
+    if cfg.train.learner_nice is not None:
+        return int(cfg.train.learner_nice)
+    return REALTIME_LEARNER_NICE if cfg.actor.realtime else 0
 
 
 def cmd_learner(overrides: list[str]) -> int:
@@ -22,6 +32,7 @@ def cmd_learner(overrides: list[str]) -> int:
 
     keep_freed_memory()  # each update's activations reuse the last one's pages (robo_rl/allocator.py)
     cfg = load_config(overrides)
+    nice = at_least_nice(learner_niceness(cfg))  # before the learner's torch and ZeroMQ threads, which inherit it
     fresh = not cfg.run_dir and not cfg.resume  # this command makes the run folder, so a failed start removes it
     run_dir = run_dir_for(cfg)
     alone = os.environ.get(STARTED_BY_ENV) != "train"  # `train` already sends this process's output to learner.log
@@ -29,6 +40,8 @@ def cmd_learner(overrides: list[str]) -> int:
     log_copy = copy_stdout_to(run_dir / "learner.log") if not logged else None
     setup_logging(cfg, run_dir / "learner.log" if not logged else None)
     print(f"learner: run folder {run_dir}", flush=True)
+    if nice:
+        print(f"learner: CPU niceness {nice} (train.learner_nice; the actors' control loops come first)", flush=True)
     sigterm_as_interrupt()
     try:
         learner = Learner(cfg, run_dir, progress=cfg.logger.progress)

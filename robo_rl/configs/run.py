@@ -28,6 +28,14 @@ class TrainConfig:
         "of the robot's learning (5000 steps take 8 min at 10 Hz); its data is stored either way",
         above=0,
     )
+    learner_nice: int | None = setting(
+        None,
+        "the learner process's CPU niceness, 0 (full priority) to 19; null: 10 when the actors run in real time "
+        "(actor.realtime=true: a robot's control loop on this machine keeps the cores, the learner takes what is "
+        "left and logs the UTD it reached), else 0",
+        low=0,
+        high=19,
+    )
     actors: int = setting(
         1, "sim actor processes `robo-rl train` starts (actor-0, actor-1, ..., each its own seed)", low=1, high=64
     )
