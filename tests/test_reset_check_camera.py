@@ -32,11 +32,11 @@ def _env(**kw) -> PickCubeEnv:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """A classifier made as a user makes one: 12 scenes labelled and trained by the command; 8 fresh scenes held out."""
+    """A classifier made as a user makes one: 16 scenes labelled and trained by the command; 8 fresh scenes held out."""
     torch.set_num_threads(1)  # this fixture runs before the per-test one that sets it (conftest.py)
     root = tmp_path_factory.mktemp("reset_check")
     frames, folder = root / "frames.npz", root / "classifier"
-    assert main(["reset-check", "label", f"out={frames}", "scenes=12", "seed=0", *ENV]) == 0
+    assert main(["reset-check", "label", f"out={frames}", "scenes=16", "seed=0", *ENV]) == 0
     assert main(["reset-check", "train", f"data={frames}", f"out={folder}", "epochs=150"]) == 0
     env = _env()
     try:
@@ -49,9 +49,9 @@ def made(tmp_path_factory):
 
 def test_a_classifier_from_a_few_dozen_auto_labelled_frames_tells_ready_from_not_ready_on_fresh_scenes(made, capsys):
     frames = ResetFrames.load(made["frames"])
-    assert len(frames) == 24 and 6 <= frames.ready.sum() <= 18  # a few dozen frames, of both kinds
+    assert len(frames) == 48 and 16 <= frames.ready.sum() <= 40  # a few dozen frames, of both kinds
     report = json.loads((made["folder"] / "train_report.json").read_text())
-    assert report["train_frames"] + report["held_out"]["frames"] == 24
+    assert report["train_frames"] + report["held_out"]["frames"] == 48
     out = made["root"] / "eval.json"
     assert main(["reset-check", "eval", f"model={made['folder']}", f"data={made['fresh']}", f"out={out}"]) == 0
     quality = json.loads(out.read_text())

@@ -78,6 +78,56 @@ def test_episodes_that_never_touch_the_cube_still_start_from_a_scene_drawn_afres
     assert env.stats()["reset_calls"] == 0
 
 
+def test_the_scripted_reset_turns_the_cube_to_yaws_drawn_as_the_env_draws_them_not_square_every_time():
+    # a gripper that cannot turn sets the cube down square to itself: every episode started at yaw 0, an easier task
+    # than the env's own placement (uniform within +-45 degrees), until the reset learned to push it round
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=7)
+    yaws = []
+    for _ in range(12):
+        _episode(env, 2, np.zeros(4, np.float32))
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None
+        yaws.append(_yaw_deg(env))
+    yaws = np.array(yaws)
+    assert np.mean(np.abs(yaws) > 15) >= 1 / 3 and yaws.min() < -10 and yaws.max() > 10, yaws.round(1)
+    assert env.stats()["reset_calls"] == 0
+
+
+def test_a_cube_left_turned_is_squared_before_the_fingers_close_on_it():
+    # fingers closing on a turned cube's corners can knock it out of reach (a 200-reset probe called a person once so)
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=2)
+    task = env.unwrapped
+    q, at_close, hold = task._cube_qpos, [], task._hold
+
+    def spy(gripper, steps):  # the cube's yaw each time the fingers close on it
+        if gripper > 0 and not at_close:
+            at_close.append(abs(_yaw_deg(env)))
+        hold(gripper, steps)
+
+    task._hold = spy
+    for yaw in (40, -30):
+        at_close.clear()
+        task.data.qpos[q : q + 7] = [0.56, -0.02, task._cube_half_m, *_yaw_quat(yaw)]
+        mujoco.mj_forward(task.model, task.data)
+        obs, info = env.reset()
+        assert info["reset"]["problem"] is None, info["reset"]
+        assert at_close and at_close[0] < 15, (yaw, at_close)
+    assert env.stats()["reset_calls"] == 0
+
+
+def _yaw_quat(degrees: float) -> list[float]:
+    half = np.radians(degrees) / 2
+    return [np.cos(half), 0.0, 0.0, np.sin(half)]
+
+
+def _yaw_deg(env) -> float:
+    """The cube's yaw in degrees as the shorter turn from square (a cube looks the same every quarter turn)."""
+    rot = env.unwrapped.data.xmat[env.unwrapped._cube_body]
+    return float((np.degrees(np.arctan2(rot[3], rot[0])) + 45) % 90 - 45)
+
+
 def test_a_cube_pushed_just_past_the_policys_box_is_fetched_but_one_by_the_arms_base_calls_a_person():
     # the policy's workspace box is x 0.3-0.7, y -0.25-0.25; the reset may reach RESET_REACH_MARGIN_M further, so a
     # cube just past its far side or its edge comes back; the arm cannot reach down beside its own base (x < ~0.32)

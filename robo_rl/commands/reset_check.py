@@ -7,18 +7,17 @@
                               [cameras=front,wrist]
     robo-rl reset-check eval model=<folder> data=<frames.npz>[,...] [out=<report.json>]
 
-`label` makes labelled frames in a simulator (robo_rl/envs/reset_check.py): per scene the scene as an episode or a
-failed reset may leave it, then after the task's scripted reset, each frame labelled by the task's own check, which a
-simulator makes on the true state (seeds from `seed`). With a device (`human=`) a person labels them at the robot:
-they set the scene, press success when it is ready as an episode should start or failure when it is not (the
-cameras' frames at each press are kept, one scene each), abort to end early. `train` fits the reset classifier
-(robo_rl/rewards/reset_classifier.py: the success classifier with "ready" as its positive class), choosing its
-threshold on held-out scenes so that at most `max_false_ready` of their not-ready frames are called ready, and
-writes the model folder with train_report.json, printed too: held-out accuracy, the rate at which a not-ready scene
-is called ready (an episode started from a wrong scene), the rate at which a ready one is called not ready (a person
-called for nothing), the frames used. `eval` gives those figures on other frames, such as fresh seeds: the honest
-test (the held-out scenes chose the threshold). Use the folder with env.reset_check=camera
-env.reset_classifier=<folder>.
+`label` makes labelled frames in a simulator (robo_rl/envs/reset_check.py): per scene the env's own placement, the scene
+as an episode or a failed reset may leave it, then after the task's scripted reset, each frame labelled by the task's
+own check, which a simulator makes on the true state (seeds from `seed`). With a device (`human=`) a person labels them
+at the robot: they set the scene, press success when it is ready as an episode should start or failure when it is not
+(the cameras' frames at each press are kept, one scene each), abort to end early. `train` fits the reset classifier
+(robo_rl/rewards/reset_classifier.py: the success classifier with "ready" as its positive class), choosing its threshold
+on held-out scenes so that at most `max_false_ready` of their not-ready frames are called ready, and writes the model
+folder with train_report.json, printed too: held-out accuracy, the rate at which a not-ready scene is called ready (an
+episode started from a wrong scene), the rate at which a ready one is called not ready (a person called for nothing),
+the frames used. `eval` gives those figures on other frames, such as fresh seeds: the honest test (the held-out scenes
+chose the threshold). Use the folder with env.reset_check=camera env.reset_classifier=<folder>.
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from robo_rl.errors import UserError
 
 USAGE = __doc__.split("\n\n", 2)[1]
 LABEL_OPTIONS = ("out", "scenes", "random_steps")
-SIM_SCENES = 72  # two frames each; bench/reset_check.py: 72 scenes gave 2% needless calls and no miss, 24 gave 7%
+# three frames each; bench/reset_check.py: 72 scenes (two frames each then) gave 2% needless calls, no miss; 24: 7%
+SIM_SCENES = 72
 PERSON_SCENES = 40  # presses: a few minutes of a person's time
 
 

@@ -15,10 +15,11 @@ by providing `open_reset_check(folder)`, which returns an object with `cameras`,
 Labelled frames (`ResetFrames`) are saved as one .npz, read without pickle: `image/<camera>` uint8 [N, H, W, 3],
 `ready` bool [N], `scene` int [N] (the frames of one scene look alike, so the classifier's held-out split keeps a
 scene on one side), `problem` (what the task's own check found; empty when ready) and `version`.
-`label_reset_frames` makes them in a simulator, labelled by the task's own check: per scene, the scene as an episode
-or a failed reset leaves it (the task's `disturb_scene(rng)` where it has one, else random actions), then the same
-scene after the task's `scripted_reset()`. On a robot a person labels them (`label_by_person`): they set the scene
-and press success (ready) or failure (not ready) on a device, and the cameras' frames at each press are kept.
+`label_reset_frames` makes them in a simulator, labelled by the task's own check: per scene, the env's own placement
+(as a person resetting by hand leaves it), the scene as an episode or a failed reset leaves it (the task's
+`disturb_scene(rng)` where it has one, else random actions), then the same scene after the task's `scripted_reset()`.
+On a robot a person labels them (`label_by_person`): they set the scene and press success (ready) or failure (not
+ready) on a device, and the cameras' frames at each press are kept.
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ def load_camera_check(folder: str | Path, task) -> CameraCheck:
 
 
 def label_reset_frames(env, scenes: int, seed: int = 0, random_steps: int = 20, progress: bool = False) -> ResetFrames:
-    """2 × `scenes` frames of `env`'s cameras, each labelled by the task's own check: per scene (placed with seed
-    `seed + i`) the scene disturbed (`disturb_scene(rng)`, else 1..`random_steps` random actions), then after
+    """3 × `scenes` frames of `env`'s cameras, each labelled by the task's own check: per scene the env's placement
+    (seed `seed + i`: a ready scene wherever in its region the env puts the cube, not only where the scripted reset
+    does), the scene disturbed (`disturb_scene(rng)`, else 1..`random_steps` random actions), then after
     `scripted_reset()`. For a simulator, where the task's check sees the true state."""
     task = env.unwrapped
     missing = [m for m in TASK_METHODS if not callable(getattr(task, m, None))]
@@ -197,6 +199,7 @@ def label_reset_frames(env, scenes: int, seed: int = 0, random_steps: int = 20, 
 
     for i in tqdm(range(scenes), desc="scenes", unit="scene", disable=not progress):
         task.reset(seed=seed + i)
+        rows.append((task.camera_frames(), task.reset_problem(tolerance), i))
         if callable(getattr(task, "disturb_scene", None)):
             task.disturb_scene(rng)
         else:
