@@ -5,10 +5,11 @@ region, on the table, at rest, the gripper open, the arm home) knows the truth. 
 the camera check gets, with the state check as the reference:
 
   quality   a reset classifier trained from a few dozen frames auto-labelled by the state check (`--train-scenes`
-            scenes, two frames each: disturbed, then after the scripted reset), then its figures on frames of fresh
-            seeds (`--test-scenes`): accuracy, the rate at which a not-ready scene is called ready (the dangerous
-            error) and the rate at which a ready one is called not ready (a needless call for a person); for the
-            classifier as `robo-rl reset-check train` makes it (`gate`) and without its novelty gate (`no_gate`)
+            scenes, three frames each: the env's placement, disturbed, then after the scripted reset; two before
+            2026-11-30), then its figures on frames of fresh seeds (`--test-scenes`): accuracy, the rate at which a
+            not-ready scene is called ready (the dangerous error) and the rate at which a ready one is called not
+            ready (a needless call for a person); for the classifier as `robo-rl reset-check train` makes it
+            (`gate`) and without its novelty gate (`no_gate`)
   resets    `--resets` scripted resets in a row, as a run makes them, with the cube's mass and friction drawn per
             episode (env.randomize object_mass_scale [0.5, 2.0], friction_scale [0.7, 1.3]): each episode is a
             noisy scripted pick that, once the cube is up, carries it somewhere at random (a policy ending an
