@@ -1,7 +1,7 @@
 """The actor process: runs the env at its control rate with the latest policy and streams step records.
 
-It never blocks its control loop on the network: sends are non-blocking (a bounded outbox holds what
-the socket cannot take yet) and new weights are applied between steps.
+It never blocks its control loop on the network: sends are non-blocking (a bounded outbox holds what the socket
+cannot take yet) and new weights are applied between steps.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tqdm import tqdm
 from policies.acting import NoAction, acting_policy
 from robo_rl.algos.base import load_trainable_state
 from robo_rl.config import ConfigError, config_hash, make_policy
+from robo_rl.configs.run import learner_timeout_s
 from robo_rl.data.schema import ENDED_BY_CODES, EpisodeRecorder, extras_of, fields_for_env, stack_records
 from robo_rl.data.tasks import TaskTable, pack_instructions
 from robo_rl.envs.actor_task import ActorTaskError, check_actor_task, env_tasks, reset_options
@@ -132,6 +133,7 @@ class Actor:
             cfg.actor.id,
             curve=curve_keys(cfg, cfg.actor.id),
             shared_memory_weights=t.shared_memory_weights,
+            learner_timeout_s=learner_timeout_s(cfg),
         )
         link.env_spec = json.dumps(spec_of(self.env).to_json())  # the learner reads the task's spaces from here
         self.transport = ActorTransport(
@@ -141,8 +143,7 @@ class Actor:
             heartbeat_every_s=cfg.actor.heartbeat_every_s,
             extra_stats=self.loop_stats,
         )
-        # the control periods (for their jitter), not the one spanning an episode's reset: a robot's reset move or a
-        # person's is not the loop's timing
+        # the control periods (for their jitter), not one spanning an episode's reset (a reset move is no period)
         self.periods: collections.deque = collections.deque(maxlen=2000)
         self._last_start: float | None = None
         self._waiting_since: float | None = None

@@ -49,6 +49,7 @@ def test_a_learner_killed_under_train_is_restarted_on_its_run_folder_and_nothing
         "eval.episodes=3",
         "actor.hello_timeout_s=60",
         "train.learner_nice=7",  # below its actor's CPU priority, a restarted learner too
+        "transport.learner_timeout_s=3",  # not the 30 s a niced learner's actor allows: the actor notices the kill
     ]
     train = subprocess.Popen(
         [sys.executable, "-m", "robo_rl.cli", "train", *args],

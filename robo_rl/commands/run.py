@@ -15,19 +15,11 @@ from robo_rl.commands.common import (
 )
 from robo_rl.commands.eval import cmd_eval
 
-REALTIME_LEARNER_NICE = 10  # below a real-time actor's control loop; the same as a reward retrain's
-
-
-def learner_niceness(cfg) -> int:
-    """train.learner_nice, or when unset: REALTIME_LEARNER_NICE beside real-time actors, else 0 (full priority)."""
-    if cfg.train.learner_nice is not None:
-        return int(cfg.train.learner_nice)
-    return REALTIME_LEARNER_NICE if cfg.actor.realtime else 0
-
 
 def cmd_learner(overrides: list[str]) -> int:
     from robo_rl.allocator import keep_freed_memory
     from robo_rl.config import load_config
+    from robo_rl.configs.run import learner_niceness
     from robo_rl.learner import Learner
 
     keep_freed_memory()  # each update's activations reuse the last one's pages (robo_rl/allocator.py)

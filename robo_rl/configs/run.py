@@ -178,6 +178,13 @@ class TransportConfig:
     actor_timeout_s: float = setting(
         3.0, "the learner marks an actor lost after this long without a heartbeat, s", above=0
     )
+    learner_timeout_s: float | None = setting(
+        None,
+        "an actor holds (the robot at rest, its records kept for resend) after this long without a word from the "
+        "learner, s; null: 3, or 30 when the learner runs below the actors' CPU priority (train.learner_nice): the "
+        "control loops keep such a learner waiting, and it is busy, not gone",
+        above=0,
+    )
     shared_memory_weights: bool = setting(
         True, "actors on the learner's machine read new weights from /dev/shm instead of TCP"
     )
@@ -253,3 +260,23 @@ BLOCKS: dict[str, dict[str | None, type]] = {
         ("guards", GuardsConfig),
     )
 }
+
+
+# --- values that follow from several settings -------------------------------------------------------------------------
+REALTIME_LEARNER_NICE = 10  # below a real-time actor's control loop; the same as a reward retrain's
+LEARNER_TIMEOUT_S = 3.0
+NICED_LEARNER_TIMEOUT_S = 30.0  # a learner at niceness 10 beside busy actors fell silent for 4-6 s (2026-11-30)
+
+
+def learner_niceness(cfg) -> int:
+    """train.learner_nice, or when unset: REALTIME_LEARNER_NICE beside real-time actors, else 0 (full priority)."""
+    if cfg.train.learner_nice is not None:
+        return int(cfg.train.learner_nice)
+    return REALTIME_LEARNER_NICE if cfg.actor.realtime else 0
+
+
+def learner_timeout_s(cfg) -> float:
+    """How long an actor waits for a word from the learner before it holds (transport.learner_timeout_s)."""
+    if cfg.transport.learner_timeout_s is not None:
+        return float(cfg.transport.learner_timeout_s)
+    return NICED_LEARNER_TIMEOUT_S if learner_niceness(cfg) > 0 else LEARNER_TIMEOUT_S
