@@ -227,7 +227,7 @@ def main() -> None:
         "wall_s": round(time.monotonic() - start, 1),
     }
     name = "reset_check" if args.train_scenes is None else f"reset_check_{train_scenes}_scenes"
-    path = write_result(name, result, quick=args.quick)
+    path = write_result(name, result, quick=args.quick, measured_code=["robo_rl", "sim", "bench/reset_check.py"])
     print(f"written {path}")
     print(json.dumps(result, default=float))
 
