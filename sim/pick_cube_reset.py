@@ -200,8 +200,8 @@ class PickCubeResets:
         gripper, which cannot turn itself: each push goes along x into a side face, TURN_OFFSET of the half-size off
         its centre towards the side that turns the cube the shorter way, and stops once the yaw read after each step
         has turned enough. Pushes come from alternate sides, so that their shifts of the cube largely cancel, the first
-        from the side that shifts it towards the middle of its region. A cube still
-        off its yaw after TURN_PUSHES stays as it is: the episode then starts at another yaw, which the check allows."""
+        from the side that shifts it towards the middle of its region. A cube still off its yaw after TURN_PUSHES
+        stays as it is: the episode then starts at another yaw, which the check allows."""
         h, high = self._cube_half_m, self._clear_height()
         steps = int((TURN_STAND_OFF_M + TURN_DEPTH_M) / (TURN_SPEED * self.max_ee_step_m)) + 1
         for k in range(TURN_PUSHES):
