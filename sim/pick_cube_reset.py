@@ -53,6 +53,7 @@ TURN_OFFSET = 0.7  # push this share of the half-size off the face's centre: mor
 TURN_STAND_OFF_M = 0.03  # a push starts this far out from the face (the closed fingers reach ~1 cm past the pinch)
 TURN_DEPTH_M = 0.025  # and goes at most this far in past where the face began
 TURN_LEAD_M = 0.025  # the first push shifts the cube this far towards the region's middle (median 1.8-2.9 cm)
+TURNED_OUT_M = 0.01  # a cube the turn left further outside its region is carried back (the check allows 3 cm)
 TURN_SPEED = 0.3  # the push's share of the largest end-effector step: the yaw is read after every step
 GRIPPER_OPEN_RAD = 0.08  # the 2F-85's driver joint below this (a tenth of its stroke) is open
 POSE_NAMES = ("x", "y", "z", "gripper")  # a taught waypoint: pinch point (m) and gripper command (-1 open .. 1 closed)
@@ -81,6 +82,8 @@ class PickCubeResets:
                     goal, yaw = self._draw_start_xy(), self.np_random.uniform(-1, 1) * self.cube_yaw_range_rad
                     if self._carry_to(goal + self._turn_lead(goal, yaw)):
                         self._turn_to(yaw)  # as the env draws it
+                        if self._outside_region_m() > TURNED_OUT_M:  # the pushes took it too far: set down square
+                            self._carry_to(goal)
                         break
             self._go_home()
 
@@ -122,7 +125,7 @@ class PickCubeResets:
         d = self.data
         cube = d.xpos[self._cube_body]
         problems = []
-        outside = float(np.max(np.abs(cube[:2] - self.cube_center_xy_m) - self.cube_xy_range_m))
+        outside = self._outside_region_m()
         if outside > tolerance_m:
             problems.append(f"the cube is {outside * 100:.1f} cm outside its start region")
         if cube[2] - self._cube_half_m > ON_TABLE_M:
@@ -234,6 +237,11 @@ class PickCubeResets:
         if abs(_quarter_wrap(yaw)) < TURN_TOLERANCE_RAD:  # close enough to square: no push, no drift
             return np.zeros(2)
         return np.array([TURN_LEAD_M if goal_xy[0] > self.cube_center_xy_m[0] else -TURN_LEAD_M, 0.0])
+
+    def _outside_region_m(self) -> float:
+        """How far the cube lies outside its start region (x or y, m; 0 or less: inside)."""
+        cube = self.data.xpos[self._cube_body]
+        return float(np.max(np.abs(cube[:2] - self.cube_center_xy_m) - self.cube_xy_range_m))
 
     def _cube_yaw(self) -> float:
         rot = self.data.xmat[self._cube_body]
