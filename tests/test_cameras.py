@@ -66,7 +66,8 @@ def error_within(cam, match: str, timeout_s: float = 10.0) -> CameraError:
 def test_frames_are_fixed_size_rgb_with_increasing_timestamps(cams):
     # a 50x40 source with distinct channels: resized to 32x24, and red stays in channel 0
     source = lambda seq: np.dstack([np.full((40, 50), v, np.uint8) for v in (200, 100, seq % 50)])  # noqa: E731
-    cam = fake(cams, source=source).start()
+    # the frames' format and order, not their age (the stale tests below): a loaded VM woke this thread 0.18 s late
+    cam = fake(cams, source=source, max_age_s=2.0).start()
     frames = [cam.wait_frame()]
     for _ in range(5):
         frames.append(cam.wait_frame(after_seq=frames[-1].seq))
