@@ -21,12 +21,12 @@ SUCCESS_LAST_EPISODES = 50  # "success at the end": the last this many episodes'
 
 
 # --- reading a run folder -------------------------------------------------------------------------------------------
-def read_metrics(path: Path) -> tuple[list[dict], dict]:
-    """The run's episode records and the newest actor stats per actor (from learner/end records) in metrics.jsonl.
-    A half-written last line (the learner is appending) is skipped."""
-    episodes, actors = [], {}
+def read_metrics(path: Path) -> tuple[list[dict], dict, dict]:
+    """The run's episode records, the newest actor stats per actor (from learner/end records) and the newest learner
+    record in metrics.jsonl. A half-written last line (the learner is appending) is skipped."""
+    episodes, actors, learner = [], {}, {}
     if not path.exists():
-        return episodes, actors
+        return episodes, actors, learner
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
@@ -34,14 +34,19 @@ def read_metrics(path: Path) -> tuple[list[dict], dict]:
             continue
         if record.get("kind") == "episode":
             episodes.append(record)
-        elif record.get("actor_stats"):
+            continue
+        if record.get("kind") == "learner":
+            learner = record
+        if record.get("actor_stats"):
             actors.update(record["actor_stats"])
-    return episodes, actors
+    return episodes, actors, learner
 
 
 def metrics_sample(path: Path) -> dict:
-    """What a person would ask of a run at one moment, from its metrics.jsonl: totals so far, summed over actors."""
-    episodes, actors = read_metrics(path)
+    """What a person would ask of a run at one moment, from its metrics.jsonl: totals so far, summed over actors, and
+    the learner's updates and the update-to-data ratio it reached (a learner below real-time actors' priority does
+    what updates the cores leave it)."""
+    episodes, actors, learner = read_metrics(path)
     stats = list(actors.values())
 
     def total(key: str) -> int:
@@ -63,21 +68,9 @@ def metrics_sample(path: Path) -> dict:
         "sent_records": total("sent_records"),
         "paused": any(s.get("paused") for s in stats),
         "waiting_why": next((s["reset_waiting_why"] for s in stats if "reset_waiting_why" in s), None),
+        "updates": learner.get("updates"),
+        "realised_utd": learner.get("realised_utd"),
     }
-
-
-def learner_progress(path: Path) -> dict:
-    """The learner's newest counts in metrics.jsonl: its updates and the update-to-data ratio it reached (a learner
-    below real-time actors' priority does what updates the cores leave it)."""
-    last = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if '"kind": "learner"' in line:
-                try:
-                    last = json.loads(line)
-                except ValueError:  # the half-written last line
-                    continue
-    return {"updates": last.get("updates"), "realised_utd": last.get("realised_utd")}
 
 
 def disk_mb(folder: Path) -> float:
@@ -97,7 +90,7 @@ def record_check(folder: Path) -> dict:
         for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
             per_episode[i] = per_episode.get(i, 0) + n
     stored = sum(per_episode.values())
-    episodes, _ = read_metrics(folder / "metrics.jsonl")
+    episodes, _, _ = read_metrics(folder / "metrics.jsonl")
     missing = [e["episode_id"] for e in episodes if e["episode_id"] not in per_episode]
     partial = [e["episode_id"] for e in episodes if per_episode.get(e["episode_id"], 0) not in (0, e["length"] + 1)]
     sent, unstored = None, 0
@@ -246,7 +239,7 @@ def verdicts(samples: list[dict], records: dict, warmup_s: float, window_s: floa
 
 def success_at_end(folder: Path, last: int = SUCCESS_LAST_EPISODES) -> dict:
     """The success of the last `last` episodes, and of those among them the (simulated) human never touched."""
-    episodes, _ = read_metrics(folder / "metrics.jsonl")
+    episodes, _, _ = read_metrics(folder / "metrics.jsonl")
     tail = episodes[-last:]
     alone = [e for e in tail if not e.get("intervention_steps")]
     wins = sum(bool(e.get("success")) for e in tail)

@@ -61,7 +61,6 @@ from bench._unattended_checks import (  # noqa: E402
     JITTER_CHANGE_MAX,
     MEMORY_GROWTH_PER_HOUR_MAX,
     disk_mb,
-    learner_progress,
     metrics_sample,
     over_time,
     record_check,
@@ -202,8 +201,9 @@ def take_sample(run: Run, t_s: float) -> dict:
         # segments are page cache the kernel may reclaim, and RSS counts every one sampling has touched)
         anon[verb] = (info.rss - info.shared) / 2**20 if info else float("nan")
     sample = {"t_s": round(t_s, 1), **metrics_sample(run.folder / "metrics.jsonl")}
-    sample.update(learner_progress(run.folder / "metrics.jsonl"), nice=nice)
-    sample.update(rss_mb=rss, anon_mb=anon, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run))
+    sample.update(
+        nice=nice, rss_mb=rss, anon_mb=anon, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run)
+    )
     run.samples.append(sample)
     return sample
 

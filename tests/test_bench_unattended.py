@@ -14,7 +14,6 @@ from bench._unattended_checks import (
     calls_per_hour,
     disk_growth_mb_per_hour,
     jitter_change,
-    learner_progress,
     memory_growth_per_hour,
     metrics_sample,
     over_time,
@@ -52,8 +51,9 @@ def test_the_sampler_reads_episodes_and_the_newest_actor_stats_summed_over_actor
     assert sample["jitter_ms_p99"] == 20.0 and sample["sent_records"] == 30  # the worst actor's jitter
     assert sample["waiting_why"] == "cube off"
     assert metrics_sample(tmp_path / "absent.jsonl")["episodes"] == 0  # a run that has not logged yet
-    assert learner_progress(tmp_path / "metrics.jsonl") == {"updates": 4, "realised_utd": 0.4}  # the newest whole line
-    assert learner_progress(tmp_path / "absent.jsonl") == {"updates": None, "realised_utd": None}
+    assert sample["updates"] == 4 and sample["realised_utd"] == 0.4  # the newest whole learner line
+    absent = metrics_sample(tmp_path / "absent.jsonl")
+    assert absent["updates"] is None and absent["realised_utd"] is None
     episodes[3]["intervention_steps"] = 4  # a failure the human stepped into: not the policy's own
     write_metrics(tmp_path / "metrics.jsonl", episodes, [new])
     end = success_at_end(tmp_path, last=4)
