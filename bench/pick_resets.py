@@ -45,6 +45,7 @@ def starts(kind: str, resets: int, seed: int) -> dict:
     """`resets` starts of one kind of reset: the cube's x, y (m) and yaw (degrees), the checks and the wall times."""
     from robo_rl.envs.resets import ResetWrapper
     from sim.pick_cube import PickCubeEnv
+    from sim.pick_cube_reset import _quarter_wrap
 
     if kind == "env":
         env = PickCubeEnv()
@@ -67,8 +68,7 @@ def starts(kind: str, resets: int, seed: int) -> dict:
         wall.append(time.perf_counter() - t)
         problems += bool(info.get("reset", {}).get("problem"))
         xy.append(task.data.xpos[task._cube_body][:2].copy())
-        rot = task.data.xmat[task._cube_body]
-        yaw.append((np.degrees(np.arctan2(rot[3], rot[0])) + 45) % 90 - 45)
+        yaw.append(np.degrees(_quarter_wrap(task._cube_yaw())))
     stats = env.stats() if hasattr(env, "stats") else {}
     env.close()
     xy = np.array(xy)
