@@ -126,10 +126,15 @@ def test_ctrl_c_leaves_a_usable_checkpoint_prints_the_resume_command_and_a_resum
     assert cli.main(["eval", f"checkpoint={end['checkpoint']}", "eval.episodes=2"]) == 0  # in this process
     assert "success" in capsys.readouterr().out
 
+    logs = {role: (run / f"{role}.log").read_text() for role in ("learner", "actor")}
+    assert all(logs.values()), "the first start wrote both logs"
     monkeypatch.setattr(train, "_follow_progress", interrupt_at(0))
     assert cli.main(["train", f"resume={run}", *isolated(tmp_path)[1:]]) == 130
     resumed = re.search(r"^resumed at (\d+) env steps: ", capsys.readouterr().out, re.M)
     assert resumed and int(resumed[1]) >= end["env_steps"]  # plus any stored after the checkpoint
+    for role, before in logs.items():  # the resume appends: what the first processes logged is kept
+        after = (run / f"{role}.log").read_text()
+        assert after.startswith(before) and "--- train: started again at " in after[len(before) :], role
 
 
 def test_kill_stops_the_learner_and_the_actor_too_and_the_run_can_resume(tmp_path):

@@ -111,14 +111,14 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: l
         if cfg.gui.enabled:  # the page first: the actor's bridge finds it there (and would reconnect anyway)
             procs["gui"] = subprocess.Popen(
                 [sys.executable, "-m", "robo_rl.cli", "gui", *child_args],
-                stdout=open(run_dir / "gui.log", "w"),
+                stdout=_child_log(run_dir / "gui.log"),
                 stderr=subprocess.STDOUT,
                 env=child_env,
             )
             bar.bar.write(f"intervention GUI: http://{cfg.gui.host}:{cfg.gui.port}/ (log: {run_dir / 'gui.log'})")
         for role in ("learner", "actor"):
             bar.phase(f"starting the {role}")
-            log = open(run_dir / f"{role}.log", "w")
+            log = _child_log(run_dir / f"{role}.log")
             procs[role] = subprocess.Popen(
                 [sys.executable, "-m", "robo_rl.cli", role, *child_args, *(actor_tasks[0] if role == "actor" else [])],
                 stdout=log,
@@ -149,7 +149,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: l
                     f"seed={int(cfg.seed) + ACTOR_SEED_STRIDE * i}",
                     *actor_tasks[i],
                 ],
-                stdout=open(run_dir / f"{name}.log", "w"),
+                stdout=_child_log(run_dir / f"{name}.log"),
                 stderr=subprocess.STDOUT,
                 env=child_env,
             )
@@ -255,6 +255,16 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
                 f"{_last_log_line(run_dir / 'learner.log')})"
             )
         time.sleep(0.1)
+
+
+def _child_log(path: Path):
+    """A child process's log, opened to append: a resumed run keeps what its earlier processes wrote (the actor's
+    log names every call for a person), after a line that marks where this start begins."""
+    log = open(path, "a")
+    if log.tell() > 0:
+        log.write(f"\n--- train: started again at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+        log.flush()
+    return log
 
 
 def _resumed_line(log: Path) -> str:
