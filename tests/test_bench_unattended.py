@@ -219,3 +219,27 @@ def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
         assert summary[name]["episodes"] > 0, summary
         assert summary[name]["records_lost"] == 0 and summary[name]["lost_met"], summary
         assert summary[name]["resume_ok"], summary
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's Chromium can raise its own priority")
+def test_the_bench_browser_as_root_cannot_raise_threads_above_the_actors(tmp_path):
+    """As root, Chromium raises some threads to nice −8, above the control loops; the bench's wrapper drops
+    CAP_SYS_NICE first, as a user's browser runs. Checked on Chromium itself: no thread of it below nice 0."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    from bench.unattended import browser_executable
+
+    exe, line = browser_executable(tmp_path)
+    assert "without CAP_SYS_NICE" in line and Path(exe).parent == tmp_path
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True)
+        browser.new_page().set_content("<p>page</p>")
+        family = [c for c in psutil.Process().children(recursive=True) if "chrom" in c.name().lower()]
+        niceness = [
+            int((Path(f"/proc/{c.pid}/task") / t / "stat").read_text().rsplit(")", 1)[1].split()[16])
+            for c in family
+            for t in os.listdir(f"/proc/{c.pid}/task")
+        ]
+        browser.close()
+    assert len(family) >= 2 and min(niceness) >= 0, niceness
