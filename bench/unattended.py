@@ -201,13 +201,32 @@ def page_shows_actor(run: Run) -> bool | None:
         return False
 
 
+def machine_sample(t_s: float) -> dict:
+    """What else used the CPU: the 1-minute load, and the CPU seconds so far of this bench's own process, of the
+    browser, and of its other children (the simulated person's reward-model retrains)."""
+    import psutil
+
+    me, cpu = psutil.Process(), {"bench": 0.0, "browser": 0.0, "retrain": 0.0}
+    cpu["bench"] = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+            who = "browser" if "chrom" in child.name().lower() else "retrain" if " retrain " in cmd else None
+            if who:
+                cpu[who] += sum(child.cpu_times()[:2])
+        except psutil.Error:  # ended while listed
+            pass
+    return {"t_s": round(t_s, 1), "load_1min": os.getloadavg()[0], "cpu_s": {k: round(v, 1) for k, v in cpu.items()}}
+
+
 def take_sample(run: Run, t_s: float) -> dict:
     procs = run.children()
-    rss, anon, nice = {}, {}, {}
+    rss, anon, nice, cpu = {}, {}, {}, {}
     for verb in ("learner", "actor", "gui"):
         try:
             info = procs[verb].memory_info() if verb in procs else None
             nice[verb] = procs[verb].nice() if verb in procs else None  # the CPU priority each ran at
+            cpu[verb] = round(sum(procs[verb].cpu_times()[:2]), 1) if verb in procs else None  # user + system, s
         except Exception:  # noqa: BLE001 - psutil.Error: ended between listing and reading
             info = None
         rss[verb] = info.rss / 2**20 if info else float("nan")
@@ -216,7 +235,12 @@ def take_sample(run: Run, t_s: float) -> dict:
         anon[verb] = (info.rss - info.shared) / 2**20 if info else float("nan")
     sample = {"t_s": round(t_s, 1), **metrics_sample(run.folder / "metrics.jsonl")}
     sample.update(
-        nice=nice, rss_mb=rss, anon_mb=anon, disk_mb=disk_mb(run.folder), page_shows_actor=page_shows_actor(run)
+        nice=nice,
+        cpu_s=cpu,
+        rss_mb=rss,
+        anon_mb=anon,
+        disk_mb=disk_mb(run.folder),
+        page_shows_actor=page_shows_actor(run),
     )
     run.samples.append(sample)
     return sample
@@ -280,7 +304,7 @@ def run_bench(
     window_s: float,
     review_s: float,
     browser_exe: str = CHROMIUM,
-) -> dict:
+) -> tuple[dict, list[dict]]:
     """Start every run, open its page, sample until `seconds` have passed (a run scored by a learned reward is looked
     over by the simulated person every `review_s`), stop, check records, resume; per run."""
     from playwright.sync_api import sync_playwright
@@ -294,7 +318,7 @@ def run_bench(
         for run in runs
         if "reward=model" in tasks[run.name] and review_s > 0
     }
-    result = {}
+    result, machine = {}, []
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=browser_exe, headless=True)
@@ -304,6 +328,7 @@ def run_bench(
             next_look = review_s
             while time.monotonic() - t0 < seconds:
                 time.sleep(min(sample_s, max(0.0, seconds - (time.monotonic() - t0))))
+                machine.append(machine_sample(time.monotonic() - t0))
                 for run in runs:
                     sample = take_sample(run, time.monotonic() - t0)
                     line = {k: sample[k] for k in ("t_s", "episodes", "successes", "reset_calls", "interventions")}
@@ -340,7 +365,7 @@ def run_bench(
             ),
             "resume": resume_check(run),
         }
-    return result
+    return result, machine
 
 
 def main() -> None:
@@ -378,7 +403,7 @@ def main() -> None:
         tasks["pick_human_resets"] = [o for o in tasks["pick"] if not o.startswith("env.reset_")]
     browser_exe, browser = browser_executable(Path(args.out))
     review = review_s if learned else 0.0
-    runs = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s, review, browser_exe)
+    runs, machine = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s, review, browser_exe)
     if "pick_human_resets" in runs:
         own, hand = runs["pick"]["success_at_end"]["success"], runs["pick_human_resets"]["success_at_end"]["success"]
         runs["pick"]["verdicts"]["success_vs_human_resets"] = [own, hand]
@@ -416,6 +441,7 @@ def main() -> None:
         },
         "summary": summary,
         "runs": runs,
+        "machine_samples": machine,
     }
     path = write_result(args.name, result, quick=args.quick, measured_code=["bench/unattended.py", "robo_rl"])
     print(json.dumps({"result": str(path), "summary": summary}, default=float))

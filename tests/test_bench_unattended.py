@@ -215,6 +215,9 @@ def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])["summary"]
+    result = json.loads((ROOT / "bench" / "results" / "quick" / "unattended_slow_test.json").read_text())
+    assert result["machine_samples"] and all(s["cpu_s"]["browser"] > 0 for s in result["machine_samples"]), result
+    assert all(s["cpu_s"]["learner"] > 0 for s in result["runs"]["pick"]["samples"]), "each process's CPU time"
     for name in ("pick", "so101_reach"):
         assert summary[name]["episodes"] > 0, summary
         assert summary[name]["records_lost"] == 0 and summary[name]["lost_met"], summary
