@@ -65,6 +65,7 @@ from bench._unattended_checks import (  # noqa: E402
     over_time,
     record_check,
     repeated_starts,
+    reset_call_reasons,
     success_at_end,
     verdicts,
 )
@@ -353,6 +354,7 @@ def run_bench(
             "samples": run.samples,
             "success_at_end": success_at_end(run.folder),
             "repeated_starts": repeated_starts(run.folder),
+            "reset_call_reasons": reset_call_reasons(run.folder),
             "records": records,
             "page_errors": run.page_errors[:20],
             "page_showed_actor": sum(bool(s["page_shows_actor"]) for s in run.samples),

@@ -19,6 +19,7 @@ from bench._unattended_checks import (
     over_time,
     record_check,
     repeated_starts,
+    reset_call_reasons,
     success_at_end,
     verdicts,
 )
@@ -246,3 +247,22 @@ def test_the_bench_browser_as_root_cannot_raise_threads_above_the_actors(tmp_pat
         ]
         browser.close()
     assert len(family) >= 2 and min(niceness) >= 0, niceness
+
+
+def test_reset_call_reasons_count_each_named_problem_across_the_actor_logs_a_resume_appended_to(tmp_path):
+    (tmp_path / "actor.log").write_text(
+        "12:00:01 WARNING robo_rl.envs.resets: reset call 1 (sim answers): the cube is 1.6 cm outside its start "
+        "region\nan unrelated line\n\n--- train: started again at 2026-11-30 12:00:00 ---\n"
+        "12:30:00 WARNING robo_rl.envs.resets: reset call 2 (sim answers): the cube is 3.2 cm outside its start "
+        "region; the arm is 4.0 cm from its home pose\n"
+    )
+    (tmp_path / "actor-1.log").write_text(
+        "WARNING reset call 1 (devices answers): the cube is not resting on the table\n"
+    )
+    found = reset_call_reasons(tmp_path)
+    assert found["calls"] == 3
+    assert found["reasons"] == {
+        "the cube is N cm outside its start region": 2,
+        "the arm is N cm from its home pose": 1,
+        "the cube is not resting on the table": 1,
+    }
