@@ -53,6 +53,13 @@ TURN_OFFSET = 0.7  # push this share of the half-size off the face's centre: mor
 TURN_STAND_OFF_M = 0.03  # a push starts this far out from the face (the closed fingers reach ~1 cm past the pinch)
 TURN_DEPTH_M = 0.025  # and goes at most this far in past where the face began
 TURN_LEAD_M = 0.025  # the first push shifts the cube this far towards the region's middle (median 1.8-2.9 cm)
+# MuJoCo's own reset after a numerical blow-up (bad positions, velocities or accelerations: it logs "the simulation is
+# unstable", resets the state and counts it in these warnings, which a full reset clears)
+BLOW_UP_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+    mujoco.mjtWarning.mjWARN_BADQACC,
+)
 TURNED_OUT_M = 0.01  # a cube the turn left further outside its region is carried back (the check allows 3 cm)
 TURN_SPEED = 0.3  # the push's share of the largest end-effector step: the yaw is read after every step
 GRIPPER_OPEN_RAD = 0.08  # the 2F-85's driver joint below this (a tenth of its stroke) is open
@@ -72,6 +79,7 @@ class PickCubeResets:
 
     # --- what the arm does --------------------------------------------------------------------
     def scripted_reset(self) -> None:
+        self._blown_up_before_reset = self._blown_up(clear=False)
         with self._cameras_off(), self._reset_reach():
             if self._is_grasped():  # a cube still held (an episode ended mid-lift) is set down, not dropped from there
                 self._set_down(self._draw_start_xy())
@@ -137,7 +145,21 @@ class PickCubeResets:
         away = float(np.max(np.abs(d.site_xpos[self._pinch] - self.ee_start_m)))
         if away > tolerance_m:
             problems.append(f"the arm is {away * 100:.1f} cm from its home pose")
+        if self._blown_up(clear=True) and problems:  # what put things there: a simulator fault, not the scene
+            when = {True: "in the episode before the reset", False: "during the reset"}
+            when = when.get(getattr(self, "_blown_up_before_reset", None), "since the last check")
+            problems.append(f"the simulation blew up {when} and MuJoCo reset its state")
+        self._blown_up_before_reset = None
         return "; ".join(problems) or None
+
+    def _blown_up(self, clear: bool) -> bool:
+        """Whether MuJoCo reset the state after a numerical blow-up since the last check (it counts one in its
+        warnings after clearing them with the state, so `clear` zeroes them for the next check to see a new one)."""
+        found = any(self.data.warning[w].number > 0 for w in BLOW_UP_WARNINGS)
+        if clear:
+            for w in BLOW_UP_WARNINGS:
+                self.data.warning[w].number = 0
+        return found
 
     # --- the next episode from where things are -----------------------------------------------
     def _keep_scene(self, info: dict) -> tuple[dict, dict]:

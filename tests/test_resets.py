@@ -207,6 +207,33 @@ def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_s
     assert env.stats()["reset_calls"] == 1 and env.stats()["resets_ok"] == 1
 
 
+def test_a_simulator_blow_up_is_named_in_the_failed_check_and_one_in_the_episode_the_reset_recovers_from(monkeypatch):
+    """MuJoCo resets its whole state when the physics blows up (the arm to its zero pose, far from home): a failed
+    check then says so, and when (the episode before, or the reset itself), so a call is not blamed on the scene."""
+    env = _pick(reset_mode="scripted", reset_person="sim")
+    env.reset(seed=2)
+    task = env.unwrapped
+
+    def blow_up():
+        task.data.qfrc_applied[:] = 1e300
+        mujoco.mj_step(task.model, task.data)
+        task.data.qfrc_applied[:] = 0.0
+
+    _episode(env, 3)
+    blow_up()  # in the episode
+    assert "the simulation blew up since the last check" in task.reset_problem(0.03)
+    _episode(env, 3)
+    blow_up()  # again: the scripted reset starts from MuJoCo's reset state and brings the scene back
+    obs, info = env.reset()
+    assert info["reset"]["problem"] is None and env.stats()["reset_calls"] == 0
+    _episode(env, 3)
+    monkeypatch.setattr(task, "_go_home", blow_up)  # now during the reset: the arm is left at its zero pose
+    obs, info = env.reset()
+    assert "the arm is" in info["reset"]["problem"]
+    assert "the simulation blew up during the reset and MuJoCo reset its state" in info["reset"]["problem"]
+    assert env.stats()["reset_calls"] == 1 and task.reset_problem(0.03) is None  # the simulated person placed it
+
+
 def test_human_mode_asks_a_person_after_every_episode_that_left_the_scene_unreset():
     env = _pick(reset_mode="human", reset_person="sim")
     env.reset(seed=3)
