@@ -139,23 +139,26 @@ def repeated_starts(folder: Path) -> dict:
     return {"episodes": len(firsts), "same_as_previous": same, "longest_streak": longest}
 
 
+CALLS_LISTED = 100  # the calls' own words, kept in the result up to this many
 RESET_CALL_LINE = re.compile(r"reset call (\d+) \((\w+) answers\): (.+)$")
 
 
 def reset_call_reasons(folder: Path) -> dict:
     """Why the reset check called a person: every "reset call" line of the run's actor logs (a resumed run appends to
     them), each problem it names counted with its figures masked ("the cube is N cm outside its start region")."""
-    calls, reasons = 0, {}
+    calls, reasons, said = 0, {}, []
     for log in sorted(folder.glob("actor*.log")):
         for line in log.read_text(errors="replace").splitlines():
             found = RESET_CALL_LINE.search(line)
             if found is None:
                 continue
             calls += 1
+            said.append(found[3][:300])
             for problem in found[3].split("; "):
                 kind = re.sub(r"-?\d+(\.\d+)?", "N", problem.strip())
                 reasons[kind] = reasons.get(kind, 0) + 1
-    return {"calls": calls, "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+    reasons = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return {"calls": calls, "reasons": reasons, "first_calls": said[:CALLS_LISTED]}
 
 
 # --- verdicts --------------------------------------------------------------------------------------------------------

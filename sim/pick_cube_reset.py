@@ -135,7 +135,8 @@ class PickCubeResets:
         problems = []
         outside = self._outside_region_m()
         if outside > tolerance_m:
-            problems.append(f"the cube is {outside * 100:.1f} cm outside its start region")
+            where = f"at x {cube[0]:.2f}, y {cube[1]:.2f} m"  # to tell a cube out of reach from one the reset missed
+            problems.append(f"the cube is {outside * 100:.1f} cm outside its start region ({where})")
         if cube[2] - self._cube_half_m > ON_TABLE_M:
             problems.append(f"the cube is not resting on the table (its centre {cube[2] * 100:.1f} cm high)")
         if self._speed(mujoco.mjtObj.mjOBJ_BODY, self._cube_body) > AT_REST_M_S:

@@ -260,7 +260,7 @@ def test_reset_call_reasons_count_each_named_problem_across_the_actor_logs_a_res
         "WARNING reset call 1 (devices answers): the cube is not resting on the table\n"
     )
     found = reset_call_reasons(tmp_path)
-    assert found["calls"] == 3
+    assert found["calls"] == 3 and "the cube is 1.6 cm outside its start region" in found["first_calls"]
     assert found["reasons"] == {
         "the cube is N cm outside its start region": 2,
         "the arm is N cm from its home pose": 1,
