@@ -139,6 +139,8 @@ class PickCubeResets:
             problems.append(f"the cube is {outside * 100:.1f} cm outside its start region ({where})")
         if cube[2] - self._cube_half_m > ON_TABLE_M:
             problems.append(f"the cube is not resting on the table (its centre {cube[2] * 100:.1f} cm high)")
+        elif cube[2] < 0.0:  # below the table top: off its edge (what no reset of the arm's can fetch)
+            problems.append(f"the cube fell off the table (its centre {-cube[2] * 100:.1f} cm below the top)")
         if self._speed(mujoco.mjtObj.mjOBJ_BODY, self._cube_body) > AT_REST_M_S:
             problems.append("the cube is moving")
         if d.qpos[self._driver_qpos] > GRIPPER_OPEN_RAD:

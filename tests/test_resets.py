@@ -199,7 +199,9 @@ def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_s
     _episode(env, 2)
     _move_cube(env, (0.9, 0.45), z=-0.7)  # pushed off the table, onto the floor
     obs, info = env.reset()
-    assert "not resting on the table" in info["reset"]["problem"] or "outside" in info["reset"]["problem"]
+    assert (
+        "the cube fell off the table" in info["reset"]["problem"] and "at x 0.90, y 0.45 m" in info["reset"]["problem"]
+    )
     assert env.unwrapped.reset_problem(0.03) is None  # the person put it back
     assert env.stats() == {"resets": 1, "resets_ok": 0, "resets_failed": 1, "reset_calls": 1}
     _episode(env)  # and a scene a scripted reset can handle needs no one
