@@ -20,7 +20,12 @@ class UsageError(UserError, ValueError):
 
 def at_least_nice(nice: int) -> int:
     """Lower this process's CPU priority to niceness `nice` (never raise it: that needs privileges), every thread it
-    has (Linux keeps a niceness per thread; threads started later inherit it); the niceness it runs at."""
+    has (Linux keeps a niceness per thread; threads started later inherit it); the niceness it runs at.
+
+    Under the kernel's autogroups (on by default on desktop distributions), niceness weighs only among the processes
+    of one session, and each session shares the CPU as a group. A process that leads its own session (`robo-rl
+    launch` starts each so) is its group: its group's niceness is lowered too, or it would keep a full group's share
+    against the actors' sessions. A process in its caller's session (under `robo-rl train`) leaves that group alone."""
     import os
 
     target = max(nice, os.getpriority(os.PRIO_PROCESS, 0))
@@ -31,7 +36,21 @@ def at_least_nice(nice: int) -> int:
                 os.setpriority(os.PRIO_PROCESS, tid, target)
         except ProcessLookupError:  # a thread that ended meanwhile
             pass
+    if os.getsid(0) == os.getpid() and (autogroup_nice() or 0) < target:
+        try:
+            Path("/proc/self/autogroup").write_text(str(target))
+        except OSError:  # no autogroups in this kernel, or not allowed: the threads' niceness is what there is
+            pass
     return target
+
+
+def autogroup_nice(pid: int | str = "self") -> int | None:
+    """The niceness of a process's autogroup (its session's share of the CPU against other sessions'), or None
+    where the kernel has no autogroups."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().rsplit("nice", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def shows_progress(cfg) -> bool:
