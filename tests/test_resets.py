@@ -209,9 +209,12 @@ def test_the_check_refuses_a_cube_the_arm_cannot_reach_and_only_then_calls_the_s
     assert env.stats()["reset_calls"] == 1 and env.stats()["resets_ok"] == 1
 
 
-def test_a_simulator_blow_up_is_named_in_the_failed_check_and_one_in_the_episode_the_reset_recovers_from(monkeypatch):
+def test_a_simulator_blow_up_is_named_in_the_failed_check_and_one_in_the_episode_the_reset_recovers_from(
+    monkeypatch, tmp_path
+):
     """MuJoCo resets its whole state when the physics blows up (the arm to its zero pose, far from home): a failed
     check then says so, and when (the episode before, or the reset itself), so a call is not blamed on the scene."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warning to MUJOCO_LOG.TXT in the working directory
     env = _pick(reset_mode="scripted", reset_person="sim")
     env.reset(seed=2)
     task = env.unwrapped
