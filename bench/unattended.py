@@ -207,8 +207,8 @@ def machine_sample(t_s: float) -> dict:
     browser, and of its other children (the simulated person's reward-model retrains)."""
     import psutil
 
-    me, cpu = psutil.Process(), {"bench": 0.0, "browser": 0.0, "retrain": 0.0}
-    cpu["bench"] = sum(me.cpu_times()[:2])
+    me = psutil.Process()
+    cpu = {"bench": sum(me.cpu_times()[:2]), "browser": 0.0, "retrain": 0.0}
     for child in me.children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())

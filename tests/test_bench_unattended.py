@@ -233,6 +233,7 @@ def test_the_bench_browser_as_root_cannot_raise_threads_above_the_actors(tmp_pat
     from playwright.sync_api import sync_playwright
 
     from bench.unattended import browser_executable
+    from tests.test_train_learner_crash import thread_niceness
 
     exe, line = browser_executable(tmp_path)
     assert "without CAP_SYS_NICE" in line and Path(exe).parent == tmp_path
@@ -240,11 +241,7 @@ def test_the_bench_browser_as_root_cannot_raise_threads_above_the_actors(tmp_pat
         browser = p.chromium.launch(executable_path=exe, headless=True)
         browser.new_page().set_content("<p>page</p>")
         family = [c for c in psutil.Process().children(recursive=True) if "chrom" in c.name().lower()]
-        niceness = [
-            int((Path(f"/proc/{c.pid}/task") / t / "stat").read_text().rsplit(")", 1)[1].split()[16])
-            for c in family
-            for t in os.listdir(f"/proc/{c.pid}/task")
-        ]
+        niceness = set().union(*(thread_niceness(c.pid) for c in family))
         browser.close()
     assert len(family) >= 2 and min(niceness) >= 0, niceness
 

@@ -257,12 +257,13 @@ def _wait_for_learner(proc: subprocess.Popen, run_dir: Path, timeout_s: float = 
         time.sleep(0.1)
 
 
-def _child_log(path: Path):
-    """A child process's log, opened to append: a resumed run keeps what its earlier processes wrote (the actor's
-    log names every call for a person), after a line that marks where this start begins."""
+def _child_log(path: Path, start: str = "started again"):
+    """A child process's log, opened to append: a resumed run (or a restarted learner) keeps what its earlier
+    processes wrote (the actor's log names every call for a person), after a line that marks where this `start`
+    begins."""
     log = open(path, "a")
     if log.tell() > 0:
-        log.write(f"\n--- train: started again at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+        log.write(f"\n--- train: {start} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
         log.flush()
     return log
 
@@ -295,9 +296,7 @@ def _learner_restarter(run_dir: Path, child_args: list[str], child_env: dict):
     def restart(code: int, n: int) -> subprocess.Popen:
         stored = any((run_dir / "checkpoints").glob("step_*.pt")) or any(run_dir.glob("replay/online/seg_*.rrs"))
         args = [f"resume={run_dir}", *keys] if stored else given
-        log = open(run_dir / "learner.log", "a")
-        log.write(f"\n--- train: restart {n} at {time.strftime('%H:%M:%S')} (exit {code}) ---\n")
-        log.flush()
+        log = _child_log(run_dir / "learner.log", f"restart {n} (exit {code})")
         cmd = [sys.executable, "-m", "robo_rl.cli", "learner", *args, f"run_dir={run_dir}"]
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env)
 
