@@ -6,6 +6,7 @@ tests/test_bench_unattended.py checks them on hand-made inputs, without starting
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -75,6 +76,24 @@ def metrics_sample(path: Path) -> dict:
 
 def disk_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def machine_sample(t_s: float) -> dict:
+    """What else used the CPU: the 1-minute load, and the CPU seconds so far of this bench's own process, of the
+    browser, and of its other children (the simulated person's reward-model retrains)."""
+    import psutil
+
+    me = psutil.Process()
+    cpu = {"bench": sum(me.cpu_times()[:2]), "browser": 0.0, "retrain": 0.0}
+    for child in me.children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+            who = "browser" if "chrom" in child.name().lower() else "retrain" if " retrain " in cmd else None
+            if who:
+                cpu[who] += sum(child.cpu_times()[:2])
+        except psutil.Error:  # ended while listed
+            pass
+    return {"t_s": round(t_s, 1), "load_1min": os.getloadavg()[0], "cpu_s": {k: round(v, 1) for k, v in cpu.items()}}
 
 
 def record_check(folder: Path) -> dict:

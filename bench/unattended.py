@@ -61,6 +61,7 @@ from bench._unattended_checks import (  # noqa: E402
     JITTER_CHANGE_MAX,
     MEMORY_GROWTH_PER_HOUR_MAX,
     disk_mb,
+    machine_sample,
     metrics_sample,
     over_time,
     record_check,
@@ -200,24 +201,6 @@ def page_shows_actor(run: Run) -> bool | None:
         return "actor-0" in run.page.inner_text("body", timeout=5_000)
     except Exception:  # noqa: BLE001 - a page that does not answer is what this reports
         return False
-
-
-def machine_sample(t_s: float) -> dict:
-    """What else used the CPU: the 1-minute load, and the CPU seconds so far of this bench's own process, of the
-    browser, and of its other children (the simulated person's reward-model retrains)."""
-    import psutil
-
-    me = psutil.Process()
-    cpu = {"bench": sum(me.cpu_times()[:2]), "browser": 0.0, "retrain": 0.0}
-    for child in me.children(recursive=True):
-        try:
-            cmd = " ".join(child.cmdline())
-            who = "browser" if "chrom" in child.name().lower() else "retrain" if " retrain " in cmd else None
-            if who:
-                cpu[who] += sum(child.cpu_times()[:2])
-        except psutil.Error:  # ended while listed
-            pass
-    return {"t_s": round(t_s, 1), "load_1min": os.getloadavg()[0], "cpu_s": {k: round(v, 1) for k, v in cpu.items()}}
 
 
 def take_sample(run: Run, t_s: float) -> dict:
