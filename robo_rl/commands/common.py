@@ -46,7 +46,8 @@ def at_least_nice(nice: int) -> int:
 
 def autogroup_nice(pid: int | str = "self") -> int | None:
     """The niceness of a process's autogroup (its session's share of the CPU against other sessions'), or None
-    where the kernel has no autogroups."""
+    where the kernel has no autogroups or the process is in the root group (the first session's: a container's init
+    and the processes that never started a session of their own), which the kernel shows as an empty file."""
     try:
         return int(Path(f"/proc/{pid}/autogroup").read_text().rsplit("nice", 1)[1])
     except (OSError, ValueError, IndexError):
