@@ -71,6 +71,7 @@ IK_ITERS_PER_STEP = 2  # warm-started from the previous target, two iterations r
 IK_ITERS_RESET = 60
 IK_DAMPING_EYE = IK_DAMPING**2 * np.eye(6)
 GRASP_MAX_OFFSET_M = 0.02  # cube centre within this of the fingertip pads' midpoint: between them, not under
+LIFTED_CLEAR_M = 0.01  # a cube this far above its resting height, touching nothing but the gripper, is off the table
 REACH_SHAPING_PER_M = 5.0  # reach reward 1 - tanh(k d): still has slope 30 cm away
 REWARD_WEIGHTS = {"reach": 0.25, "grasp": 0.25, "lift": 0.5}  # staged progress, sums to 1
 POS_SCALE_M = 0.1  # relative positions are reported in units of 10 cm
@@ -301,6 +302,10 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         self._cube_geom = m.geom("cube").id
         self._left_pads = [m.geom(n).id for n in ("left_pad1", "left_pad2")]
         self._right_pads = [m.geom(n).id for n in ("right_pad1", "right_pad2")]
+        free_bodies = {int(m.jnt_bodyid[j]) for j in range(m.njnt) if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE}
+        self._supports = {  # what a cube can rest on: the table, the floor, another cube
+            g for g in range(m.ngeom) if m.geom_bodyid[g] == 0 or m.geom_bodyid[g] in free_bodies - {self._cube_body}
+        }
         self._jac_pos, self._jac_rot = np.zeros((3, m.nv)), np.zeros((3, m.nv))
         # the IK's scratch arrays and joint limits, allocated once (it runs every step)
         self._ik_err, self._ik_cur, self._ik_dquat, self._ik_y = np.empty(6), np.empty(4), np.empty(4), np.empty(6)
@@ -433,8 +438,11 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
 
     # --- task ---------------------------------------------------------------------------------
     def _is_grasped(self) -> bool:
-        """Both finger pads touch the cube and are held apart by it, with the cube centred between the pads
-        (a closed gripper pressed onto the cube touches it with both pads too, but from above)."""
+        """Both finger pads touch the cube and are held apart by it, with the cube centred between the pads (a
+        closed gripper pressed onto the cube touches it with both pads too, but from above), or lifted clear of the
+        table touching nothing else: a cube closed on near its top edge, or slid along the pads as it came up fast,
+        hangs 2-3 cm off their midpoint and is held all the same (a trained policy's grasps often are; not counting
+        them left its episodes carrying the cube to the top of the box and dropping it out of the reset's reach)."""
         d = self.data
         cube, touching = self._cube_geom, set()
         for g1, g2 in zip(d.contact.geom1[: d.ncon].tolist(), d.contact.geom2[: d.ncon].tolist(), strict=True):
@@ -446,8 +454,11 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         if touching.isdisjoint(left_pads) or touching.isdisjoint(right_pads):
             return False
         left, right = d.geom_xpos[self._left_pads[0]], d.geom_xpos[self._right_pads[0]]  # the fingertip pads
+        if np.linalg.norm(right - left) <= self._cube_half_m:  # not held apart by it
+            return False
         centred = np.linalg.norm(d.xpos[self._cube_body] - 0.5 * (left + right)) < GRASP_MAX_OFFSET_M
-        return bool(centred and np.linalg.norm(right - left) > self._cube_half_m)
+        lifted = d.xpos[self._cube_body][2] - self._cube_half_m > LIFTED_CLEAR_M and touching.isdisjoint(self._supports)
+        return bool(centred or lifted)
 
     def _progress(self, grasped: bool) -> tuple[float, bool]:
         """Task progress in [0, 1] (exactly 1 on success) and ground-truth success; `grasped`: `_is_grasped()` now."""
