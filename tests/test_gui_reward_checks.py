@@ -142,17 +142,23 @@ def _store(folder, n=10):
 
 
 def test_a_retrained_model_is_swapped_into_the_running_actor_and_later_records_carry_its_version(gui_run, tmp_path):
+    import torch
+
     from robo_rl.commands.reward import cmd_reward
 
     run, run_dir = reward_run(gui_run, tmp_path)
     data = _store(tmp_path / "data")
     save_mark(run_dir, "actor-0", "false_success", {"top": np.full((3, 8, 8, 3), 200, np.uint8)}, {"step": 1})
     wait_until(lambda: len(run.episodes()) >= 1, timeout_s=60, what="a first episode scored by v0")
-    assert cmd_reward(["retrain", str(run_dir), f"data={data}", "epochs=1", "nice=0"]) == 0  # this test's own worker
+    threads = torch.get_num_threads()
+    retrain = ["retrain", str(run_dir), f"data={data}", "epochs=1", "nice=0", f"threads={threads + 1}"]
+    assert cmd_reward(retrain) == 0  # nice=0: this test's own worker
     version, folder = current_model(run_dir)
     report = json.loads((folder / "train_report.json").read_text())
     assert version == 1 and report["marks"] == 1 and report["human_frames"] == 3
     assert report["nice"] == os.nice(0)  # nice=0 left the process's priority as it was
+    # the threads asked for (one by default, beside the actors' loops); the caller's own count given back afterwards
+    assert report["threads"] == threads + 1 and torch.get_num_threads() == threads
     wait_until(lambda: run.actor.reward.model_version == 1, timeout_s=30, what="v1 swapped into the actor")
     swapped_at = run.episodes()[-1]["episode"] if run.episodes() else 0
     wait_until(lambda: len(run.episodes()) >= swapped_at + 2, timeout_s=60, what="episodes scored by v1")

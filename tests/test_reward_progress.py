@@ -266,6 +266,10 @@ def test_a_retrain_runs_below_the_actors_cpu_priority_and_refuses_a_niceness_out
     code = "import os; from robo_rl.commands.reward import at_least_nice as a; print(a(10), a(4), os.nice(0))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["10", "10", "10"]  # lowered to 10, then never raised back by a smaller request
-    for bad, said in [("nice=25", "nice=25: a retrain's CPU niceness is 0"), ("nice=low", "take whole numbers")]:
+    for bad, said in [
+        ("nice=25", "nice=25: a retrain's CPU niceness is 0"),
+        ("nice=low", "take whole numbers"),
+        ("threads=0", "threads=0: a retrain needs at least one CPU thread"),
+    ]:
         with pytest.raises(RewardUsageError, match=said):
             cmd_reward(["retrain", str(tmp_path), bad])

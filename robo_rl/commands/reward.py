@@ -5,7 +5,7 @@
                          [backbone=small|siglip] [backbone_path=<hub id or folder>] [gate_quantile=0.99|none]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
     robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
-    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0] [nice=10]
+    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0] [nice=10] [threads=1]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
@@ -26,7 +26,8 @@ trained on, else the run's own episodes) plus the frames people marked on the pa
 publishes it as the run's next version (<run>/reward/models/v<N>): the running actors swap it in between two steps,
 and each record keeps the version that scored it (`extra/reward_model_version`). A retrain beside a running robot is
 background work: it runs at CPU priority `nice` (10: below the actors, whose control loops keep the cores; 0 to keep
-full priority), and its report records the niceness it ran at.
+full priority) on `threads` CPU threads (1: it never holds more than one core; torch would take them all), and its
+report records both.
 """
 
 from __future__ import annotations
@@ -87,17 +88,27 @@ def _retrain(args: list[str]) -> int:
 
     if not args or "=" in args[0]:
         raise RewardUsageError(f"reward retrain needs the run folder first\n{USAGE}")
-    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed", "nice"))
+    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed", "nice", "threads"))
     if not run.is_dir():
         raise RewardUsageError(f"{run} is not a folder: reward retrain <run folder>")
     try:
         epochs, seed, nice = int(o.get("epochs", 10)), int(o.get("seed", 0)), int(o.get("nice", 10))
+        threads = int(o.get("threads", 1))
     except ValueError:
-        raise RewardUsageError("epochs=, seed= and nice= take whole numbers") from None
+        raise RewardUsageError("epochs=, seed=, nice= and threads= take whole numbers") from None
     if not 0 <= nice <= 19:
         raise RewardUsageError(f"nice={nice}: a retrain's CPU niceness is 0 (full priority) to 19 (the lowest)")
+    if threads < 1:
+        raise RewardUsageError(f"threads={threads}: a retrain needs at least one CPU thread")
+    import torch
+
     at_least_nice(nice)
-    version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
+    finally:  # called in-process (a test, a script): the caller's threads are its own
+        torch.set_num_threads(before)
     print(f"reward model v{version} ({len(mark_files(run))} marks, data {report['data']}) saved to {folder}")
     print("running actors of this run swap it in within seconds, between two steps")
     return 0

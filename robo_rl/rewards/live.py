@@ -142,6 +142,8 @@ def retrain(
 ) -> tuple[int, Path, dict]:
     """Fit the run's classifier again, same architecture, on its data (`data`, else the data the current model was
     trained on, else the run's own episodes) plus every mark, and publish it as the next version."""
+    import torch
+
     from robo_rl.data.datasets.io import load_some_episodes
     from robo_rl.rewards.classifier import SuccessClassifier
     from robo_rl.rewards.classifier_fit import train_classifier
@@ -167,7 +169,13 @@ def retrain(
         episodes, base.cameras, epochs=epochs, seed=seed, progress=progress, human_labelled=marks, **arch
     )
     model.instructions = base.instructions
-    report.update(data=str(data), marks=len(mark_files(run_dir)), retrained_from=str(base_path), nice=os.nice(0))
+    report.update(
+        data=str(data),
+        marks=len(mark_files(run_dir)),
+        retrained_from=str(base_path),
+        nice=os.nice(0),
+        threads=torch.get_num_threads(),
+    )
     version, folder = publish_model(run_dir, model, report)
     return version, folder, report
 
