@@ -381,6 +381,26 @@ def test_where_the_line_home_would_leave_the_workspace_box_the_reset_goes_a_join
         env.close()
 
 
+@pytest.mark.parametrize("away", [[0.02, 2.05, -2.03, -2.71, 1.46], [-0.31, 2.07, -2.06, -2.84, 0.13]])
+def test_an_arm_folded_at_the_boxs_far_face_where_no_joint_alone_may_move_retreats_and_gets_home(away):
+    # poses drawn in the box where the guard holds the line home and every joint alone (0.3% of them; a two-hour run
+    # called a person 3 times so, its elbow_flex ~2 rad from home): the tool retreats towards its home position first
+    cfg = load_config(["experiment=residual_so101_twin_reach", "env.twin_clock=virtual", "env.reset_mode=scripted"])
+    env = make_actor_env(cfg)
+    try:
+        env.reset(seed=0)
+        arm = env.unwrapped
+        arm.driver_twin.move_by_hand(arm.driver.home_joints + np.array(away), gripper=0.0)
+        sent = len(arm.driver_twin.commands)
+        arm.scripted_reset()
+        assert arm.reset_problem(0.05) is None  # home
+        safety = arm.joint_guard.__self__  # the safety layer whose box the guard keeps
+        tools = np.array([arm.model.fk(q)[0] for _, q in arm.driver_twin.commands[sent:]])
+        assert np.all(tools >= safety.low - 2e-3) and np.all(tools <= safety.high + 2e-3)  # never out of the box
+    finally:
+        env.close()
+
+
 def test_the_twin_human_mode_homes_as_before_and_a_taught_reset_away_from_home_calls_the_person(tmp_path):
     env = _twin()  # the default on an arm: human (the arm homes itself, the person resets the scene)
     try:
