@@ -4,11 +4,12 @@
 joint waypoints. Both move in joint space at a bounded speed and pass every joint target through the safety layer's
 joint guard (`ArmEnv.joint_guard`: joint limits, joint speed, the workspace box), as a policy's commands are. Where the
 joint-space line home would take the tool out of the box, the move goes on one joint at a time, each step one the guard
-allows. Where the guard holds every single joint too (the arm folded over at the box's far face: 0.3% of poses drawn in
-the SO-101's box, and 3 calls in a two-hour run), the tool retreats in a straight line towards its home position (the box
-is convex: the line stays in it), the joints from position-only IK whose null space pulls them towards home, until the
-line home is open again. A move the guard still holds never arrives, and the check then calls a person. `human_reset` is what the arm
-did at every reset before resets had modes: it homes itself (the driver's own move), and the person resets the scene.
+allows. Where the guard holds every single joint too (the arm folded over at the box's far face: 0.3% of poses drawn
+in the SO-101's box, and 3 calls in a two-hour run), the tool retreats in a straight line towards its home position
+(the box is convex: the line stays in it), the joints from position-only IK whose null space pulls them towards home,
+until the line home is open again. A move the guard still holds never arrives, and the check then calls a person.
+`human_reset` is what the arm did at every reset before resets had modes: it homes itself (the driver's own move), and
+the person resets the scene.
 `reset_problem` checks the joints against home and the gripper, after giving the arm a moment to settle. `place_scene`
 is the simulated person: on a twin, the arm moved home by hand. `camera_frames` is what the cameras see now (the camera
 check, `env.reset_check=camera`).
