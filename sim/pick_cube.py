@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.resources
+import logging
 import os
 import sys
 
@@ -34,6 +35,8 @@ from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
 from robo_rl.envs.spec import EnvSpec
 from sim.pick_cube_reset import PickCubeResets
 from sim.randomize import DomainRandomizer, Randomization
+
+log = logging.getLogger(__name__)
 
 TABLE_HALF_SIZE_M = (0.45, 0.5, 0.02)
 TABLE_CENTER_XY_M = (0.45, 0.0)  # the arm's base sits on the table top at the world origin
@@ -389,6 +392,7 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         if options.get("keep_scene"):  # the scene a reset left (robo_rl/envs/resets.py): from where things are
             return self._keep_scene(info)
         mujoco.mj_resetData(m, d)
+        self._blow_ups_seen = self._blow_up_counts()
         cube_xy = np.asarray(options.get("cube_xy", cube_xy), float)
         yaw = float(options.get("cube_yaw", yaw))
         self._ee_target = np.clip(ee, self.workspace_low_m, self.workspace_high_m)
@@ -422,6 +426,12 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         d.ctrl[7] = (self._gripper_cmd + 1.0) * 0.5 * GRIPPER_CTRL_MAX
         mujoco.mj_step(m, d, nstep=n_substeps)
         mujoco.mj_forward(m, d)  # positions, velocities and contacts of the final state, not the last substep's
+        blown_up = self._new_blow_up()
+        if blown_up is not None:  # MuJoCo put the scene back to its zero state: the episode cannot go on from there
+            fault = f"the simulation blew up ({blown_up}) and MuJoCo reset its state"
+            log.warning("%s: the episode ends here (ended_by=sim_fault)", fault)
+            info = {"success": False, "progress": 0.0, "fault": fault, "ended_by": "sim_fault"}
+            return self._observation(), -1.0 if self.reward_type == "dense" else 0.0, True, info
         grasped = self.task == "lift" and self._is_grasped()
         progress, success = self._progress(grasped)
         if self.reward_type == "dense":

@@ -60,6 +60,11 @@ BLOW_UP_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQVEL,
     mujoco.mjtWarning.mjWARN_BADQACC,
 )
+BLOW_UP_NAMES = {
+    mujoco.mjtWarning.mjWARN_BADQPOS: "bad positions",
+    mujoco.mjtWarning.mjWARN_BADQVEL: "bad velocities",
+    mujoco.mjtWarning.mjWARN_BADQACC: "bad accelerations",
+}
 TURNED_OUT_M = 0.01  # a cube the turn left further outside its region is carried back (the check allows 3 cm)
 TURN_SPEED = 0.3  # the push's share of the largest end-effector step: the yaw is read after every step
 GRIPPER_OPEN_RAD = 0.08  # the 2F-85's driver joint below this (a tenth of its stroke) is open
@@ -162,7 +167,19 @@ class PickCubeResets:
         if clear:
             for w in BLOW_UP_WARNINGS:
                 self.data.warning[w].number = 0
+            self._blow_ups_seen = self._blow_up_counts()
         return found
+
+    def _blow_up_counts(self) -> list[int]:
+        return [int(self.data.warning[w].number) for w in BLOW_UP_WARNINGS]
+
+    def _new_blow_up(self) -> str | None:
+        """What blew up since the last step (or the episode's start), in MuJoCo's words, or None: the step that
+        reads it ends the episode, since the state after it is MuJoCo's reset state, not where the episode went."""
+        now, seen = self._blow_up_counts(), getattr(self, "_blow_ups_seen", None) or [0] * len(BLOW_UP_WARNINGS)
+        self._blow_ups_seen = now
+        new = [BLOW_UP_NAMES[w] for w, n, s in zip(BLOW_UP_WARNINGS, now, seen, strict=True) if n > s]
+        return " and ".join(new) or None
 
     # --- the next episode from where things are -----------------------------------------------
     def _keep_scene(self, info: dict) -> tuple[dict, dict]:
@@ -177,6 +194,7 @@ class PickCubeResets:
         d.ctrl[:7] = self._q_target
         self._gripper_cmd, d.ctrl[7] = -1.0, 0.0
         mujoco.mj_forward(m, d)
+        self._blow_ups_seen = self._blow_up_counts()  # one in the reset is the reset check's to name, not the episode's
         return self._observation(), info
 
     # --- moves --------------------------------------------------------------------------------

@@ -249,3 +249,23 @@ def test_a_cube_lifted_in_the_pads_is_a_success_even_held_near_its_top(above_m):
         *_, info = env.step(np.array([0.0, 0.0, 0.5, 1.0], np.float32))
     assert env.data.xpos[env._cube_body][2] - env._cube_half_m > 0.1, "the cube should have come up with the fingers"
     assert info["success"] and env._is_grasped()
+
+
+def test_a_step_in_which_the_simulation_blows_up_ends_the_episode_by_name(monkeypatch, tmp_path):
+    """MuJoCo resets its whole state when the physics blows up: the step that sees it ends the episode (the scene is
+    now MuJoCo's zero state, not where the episode went), says so, and the next episode runs as any other."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warning to MUJOCO_LOG.TXT in the working directory
+    env = PickCubeEnv()
+    env.reset(seed=2)
+    still = np.zeros(4, np.float32)
+    for _ in range(3):
+        assert not env.step(still)[2]
+    env.data.qfrc_applied[:] = 1e300  # a force no physics survives, for this step
+    obs, reward, terminated, truncated, info = env.step(still)
+    assert terminated and not info["success"] and info["ended_by"] == "sim_fault" and reward == 0.0
+    assert "the simulation blew up (bad accelerations) and MuJoCo reset its state" in info["fault"]
+    env.data.qfrc_applied[:] = 0.0
+    env.reset(seed=3)
+    for _ in range(5):  # a fresh episode: nothing left over from the last one's blow-up
+        _, _, terminated, _, info = env.step(still)
+        assert not terminated and "fault" not in info and info["ended_by"] is None

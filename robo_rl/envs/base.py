@@ -26,6 +26,7 @@ ENDED_BY = (
     "human_abort",
     "reward_success",
     "reward_stalled",
+    "sim_fault",  # the simulator blew up and reset its state (a MuJoCo warning): the step after it is no episode's
 )  # new reasons go at the end: the codes are stored
 
 INFO_KEYS = (

@@ -4,7 +4,8 @@ record; the first that holds names the failure. A task without its own list gets
 An episode record (robo_rl/eval/episodes.py run_episode) carries what the predicates read: `success`, `ended_by`,
 `length`, and the signals an env reports where it has them (None where it does not): `grasped_ever` /
 `grasped_at_end` from `info["grasped"]`, `progress_max` / `progress_end` from `info["progress"]` (or the env's own
-`progress()` method, robosuite's staged progress), and `faulted` (a driver's `info["fault"]`).
+`progress()` method, robosuite's staged progress), and `faulted` (a driver's `info["fault"]`, or a simulator's that
+blew up).
 
 The task a record belongs to is `task_key(env)`: the env's `failure_task` attribute where it names one, else its class
 (a robot's driver class) in snake case and its `task`, as a run folder is named: pick_cube_lift, robosuite_lift,
@@ -84,7 +85,9 @@ def _progress_modes(grasp_at: float, lifted_at: float | None = None) -> tuple[Fa
     return tuple(modes)
 
 
-FAULT = FailureMode("fault", "the robot's driver reported a fault (info['fault'])", lambda r: bool(r.get("faulted")))
+FAULT = FailureMode(
+    "fault", "the robot's driver or the simulator reported a fault (info['fault'])", lambda r: bool(r.get("faulted"))
+)
 
 
 def with_generic(*own: FailureMode) -> tuple[FailureMode, ...]:
