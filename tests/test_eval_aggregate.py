@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 import yaml
-from matplotlib.collections import PolyCollection
 
 from robo_rl.cli import main
 from robo_rl.eval.aggregate import (
@@ -80,6 +79,7 @@ def test_a_score_outside_0_1_or_an_empty_matrix_is_refused_by_name():
 
 def test_performance_profiles_count_the_runs_above_each_threshold_and_plot_with_bands(tmp_path):
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
 
     scores = {"a": [[0.1, 0.5], [0.7, 0.9]], "b": [[0.0, 0.0], [0.2, 0.3]]}
     profiles, bands = performance_profiles(scores, taus=[0.0, 0.4, 0.8], reps=50)
@@ -182,6 +182,7 @@ def test_the_grouped_form_is_told_from_the_plain_compare_and_bad_groups_are_name
 
 def test_the_learning_curve_shades_the_wilson_interval_of_each_rolling_window(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it
@@ -200,6 +201,7 @@ def test_the_learning_curve_shades_the_wilson_interval_of_each_rolling_window(tm
 
 def test_seed_curves_band_the_mean_by_bootstrap_across_seeds_and_one_seed_by_wilson(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)

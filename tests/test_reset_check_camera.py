@@ -37,7 +37,7 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("reset_check")
     frames, folder = root / "frames.npz", root / "classifier"
     assert main(["reset-check", "label", f"out={frames}", "scenes=16", "seed=0", *ENV]) == 0
-    assert main(["reset-check", "train", f"data={frames}", f"out={folder}", "epochs=150"]) == 0
+    assert main(["reset-check", "train", f"data={frames}", f"out={folder}", "epochs=100"]) == 0
     env = _env()
     try:
         fresh = label_reset_frames(env, 8, seed=1000)

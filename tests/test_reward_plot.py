@@ -3,7 +3,6 @@ and failed episodes, and the success threshold drawn where the model (or the sha
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -31,6 +30,8 @@ def _horizontal_lines_at(ax) -> list[float]:
 
 @pytest.mark.parametrize("threshold", [0.7, None])
 def test_the_success_plot_has_a_legend_and_its_threshold(tmp_path, threshold):
+    import matplotlib.pyplot as plt  # here, not at the top: every worker imports each test module to collect it
+
     model = SuccessClassifier(["top"], ["pick"], **SMALL | {"image_sizes": {"top": [SIZE, SIZE]}})
     model.threshold = threshold  # None: a model that chose none is scored at the shaper's default
     episodes = _episodes(4)

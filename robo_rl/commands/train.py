@@ -340,10 +340,19 @@ def _follow_progress(cfg, run_dir: Path, procs: dict, bar, restart_learner) -> i
                 _stop({"actor": procs["actor"], **extra})
             if procs["actor"].poll() not in (None, 0) and procs["learner"].poll() is None:
                 _stop({"learner": procs["learner"]})  # the actor died or was stopped: end the learner with a checkpoint
-            time.sleep(0.5)
+            _until_one_exits((procs["learner"], procs["actor"]), 0.5)
     _stop(extra)  # the other actors end with the run
     bar.finish(done=procs["learner"].returncode == 0)
     return len(restarts)
+
+
+def _until_one_exits(procs, timeout_s: float, every_s: float = 0.05) -> None:
+    """Sleep `timeout_s`, or less: until one of `procs` that is running now exits (a crashed learner is restarted,
+    a finished run reported, within `every_s` of it rather than at the next half-second tick)."""
+    running = [p for p in procs if p.poll() is None]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and all(p.poll() is None for p in running):
+        time.sleep(every_s)
 
 
 def _stop(procs: dict, timeout_s: float = 30.0) -> None:
