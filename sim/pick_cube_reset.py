@@ -53,14 +53,9 @@ TURN_OFFSET = 0.7  # push this share of the half-size off the face's centre: mor
 TURN_STAND_OFF_M = 0.03  # a push starts this far out from the face (the closed fingers reach ~1 cm past the pinch)
 TURN_DEPTH_M = 0.025  # and goes at most this far in past where the face began
 TURN_LEAD_M = 0.025  # the first push shifts the cube this far towards the region's middle (median 1.8-2.9 cm)
-# MuJoCo's own reset after a numerical blow-up (bad positions, velocities or accelerations: it logs "the simulation is
-# unstable", resets the state and counts it in these warnings, which a full reset clears)
-BLOW_UP_WARNINGS = (
-    mujoco.mjtWarning.mjWARN_BADQPOS,
-    mujoco.mjtWarning.mjWARN_BADQVEL,
-    mujoco.mjtWarning.mjWARN_BADQACC,
-)
-BLOW_UP_NAMES = {
+# MuJoCo's own reset after a numerical blow-up (it logs "the simulation is unstable", resets the state and counts it
+# in these warnings, which a full reset clears), each with what it says blew up
+BLOW_UP_WARNINGS = {
     mujoco.mjtWarning.mjWARN_BADQPOS: "bad positions",
     mujoco.mjtWarning.mjWARN_BADQVEL: "bad velocities",
     mujoco.mjtWarning.mjWARN_BADQACC: "bad accelerations",
@@ -163,7 +158,7 @@ class PickCubeResets:
     def _blown_up(self, clear: bool) -> bool:
         """Whether MuJoCo reset the state after a numerical blow-up since the last check (it counts one in its
         warnings after clearing them with the state, so `clear` zeroes them for the next check to see a new one)."""
-        found = any(self.data.warning[w].number > 0 for w in BLOW_UP_WARNINGS)
+        found = any(self._blow_up_counts())
         if clear:
             for w in BLOW_UP_WARNINGS:
                 self.data.warning[w].number = 0
@@ -178,7 +173,7 @@ class PickCubeResets:
         reads it ends the episode, since the state after it is MuJoCo's reset state, not where the episode went."""
         now, seen = self._blow_up_counts(), getattr(self, "_blow_ups_seen", None) or [0] * len(BLOW_UP_WARNINGS)
         self._blow_ups_seen = now
-        new = [BLOW_UP_NAMES[w] for w, n, s in zip(BLOW_UP_WARNINGS, now, seen, strict=True) if n > s]
+        new = [name for name, n, s in zip(BLOW_UP_WARNINGS.values(), now, seen, strict=True) if n > s]
         return " and ".join(new) or None
 
     # --- the next episode from where things are -----------------------------------------------
