@@ -7,7 +7,9 @@ chromium (Playwright, headless) for the whole run:
                 cube's mass and friction drawn per episode (`env.randomize`), rewarded by the learned success
                 classifier (`reward=model`; `python bench/critic.py --models classifier` trains it), which a simulated
                 person looks over every `--review-s` (bench/_unattended_review.py: marks its mistakes, retrains it,
-                the actor hot-swaps the new version); `--reward-model sim` for the simulator's reward instead
+                the actor hot-swaps the new version); `--reward-model sim` for the simulator's reward instead; the
+                table has its two end walls (`env.end_walls=true`), as a real cell keeps its objects in a bin: a cube
+                squeezed out of the fingers stops where the scripted reset can fetch it
   so101_reach   residual RL on the SO-101 twin reach (`experiment=residual_so101_twin_reach`: a BC base from the arm's
                 scripted reach expert) on the twin's real-time clock; the arm env has no `env.randomize`
 
@@ -80,6 +82,7 @@ TASKS = {
         "experiment=residual_pick_cube_pixels",
         "env.randomize={object_mass_scale:[0.5,2.0],friction_scale:[0.7,1.3]}",
         "replay.storage=disk",  # frames stay on disk: a RAM ring of camera records grows for hours (5 GB at 200k)
+        "env.end_walls=true",  # the hand-reset comparison keeps them too: the same scene, only the reset differs
         *RESETS,
     ],
     "so101_reach": ["experiment=residual_so101_twin_reach", "env.twin_clock=real", *RESETS],

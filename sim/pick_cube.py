@@ -45,6 +45,14 @@ TOP_DOWN_QUAT = np.array([0.0, 1.0, 0.0, 0.0])  # pinch site: z down, fingers cl
 ARM_KP = np.array([9000.0, 9000.0, 7000.0, 7000.0, 4000.0, 4000.0, 4000.0])  # N·m/rad, position servos
 ARM_DAMPING_RATIO = 1.0  # critically damped at REST_QPOS: no overshoot, settles within one control step
 ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth motion without per-substep Python
+# `end_walls`: two low walls across the table whose inner faces keep a cube's centre where the arm's top-down grasp
+# reaches (x 0.30-0.80 m at table height from its ready posture; nearer the base only a folded posture near the joint
+# limits does). A cube squeezed out of half-closed fingers leaves at up to 1.4 m/s and can come to rest beside the base
+# (x 0.11-0.23 m: bench/pick_squeeze.py); all 10 human calls of a 1.75-hour unattended run were cubes at rest beyond
+# that reach (x 0.19-0.24 or 0.80-0.85 m). A real cell keeps its objects in a bin for the same reason.
+END_WALL_INNER_X_M = (0.28, 0.81)  # near and far inner faces: the cube's centre then lies in x 0.30-0.79 m
+END_WALL_HEIGHT_M = 0.08  # a launched cube flew with its centre up to 7 cm high
+END_WALL_HALF_THICKNESS_M = 0.01
 STIFF_CONTACT_SOLIMP = [0.95, 0.99, 0.001, 0.5, 2.0]  # cube and table: millimetre penetration even when the arm presses
 PROPRIO_DIM = 7  # end-effector position, gripper opening, end-effector velocity: what state="proprio" keeps
 STATE_NAMES = (
@@ -88,7 +96,12 @@ def panda_xml_path() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _build_model(
-    physics_dt_s: float, image_size: int, cube_half_size_m: float, cube_mass_kg: float, extra_cubes: tuple = ()
+    physics_dt_s: float,
+    image_size: int,
+    cube_half_size_m: float,
+    cube_mass_kg: float,
+    extra_cubes: tuple = (),
+    end_walls: bool = False,
 ) -> mujoco.MjModel:
     spec = mujoco.MjSpec.from_file(panda_xml_path())
     spec.option.timestep = physics_dt_s
@@ -125,6 +138,17 @@ def _build_model(
         solimp=STIFF_CONTACT_SOLIMP,
         pos=[*TABLE_CENTER_XY_M, -TABLE_HALF_SIZE_M[2]],
     )
+    if end_walls:
+        t, h = END_WALL_HALF_THICKNESS_M, END_WALL_HEIGHT_M / 2
+        for name, x in zip(("near_wall", "far_wall"), END_WALL_INNER_X_M, strict=True):
+            world.add_geom(
+                name=name,
+                type=box,
+                size=[t, TABLE_HALF_SIZE_M[1], h],
+                material="table",
+                solimp=STIFF_CONTACT_SOLIMP,
+                pos=[x - t if name == "near_wall" else x + t, TABLE_CENTER_XY_M[1], h],
+            )
     world.add_geom(
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2, 2, 0.1], pos=[0, 0, -0.75], rgba=[0.3, 0.32, 0.35, 1]
     )  # catches a cube pushed off the table
@@ -244,8 +268,10 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         reset_wait_s: float | None = None,
         reset_check: str = "state",  # state: reset_problem | camera: reset_classifier on the cameras | both
         reset_classifier: str | None = None,
+        end_walls: bool = False,  # two low walls across the table at the grasp's near and far reach (END_WALL_*)
     ) -> None:
         super().__init__()
+        self.end_walls = bool(end_walls)
         self.reset_settings = self._reset_settings(
             reset_mode, reset_trajectory, reset_tolerance_m, reset_person, reset_wait_s, reset_check, reset_classifier
         )
@@ -291,7 +317,12 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
 
         self.model = copy.copy(
             _build_model(
-                float(physics_dt_s), int(image_size), self.cube_half_size_m, self.cube_mass_kg, self.extra_cubes
+                float(physics_dt_s),
+                int(image_size),
+                self.cube_half_size_m,
+                self.cube_mass_kg,
+                self.extra_cubes,
+                self.end_walls,
             )
         )
         self.data = mujoco.MjData(self.model)

@@ -164,6 +164,26 @@ def test_a_cube_pushed_just_past_the_policys_box_is_fetched_but_one_by_the_arms_
     assert "outside its start region" in info["reset"]["problem"] and env.stats()["reset_calls"] == 1
 
 
+@pytest.mark.parametrize("towards", ["the base", "the far side"])
+def test_end_walls_stop_a_cube_squeezed_out_of_the_fingers_where_the_reset_can_fetch_it(towards):
+    # a cube squeezed out of half-closed fingers left at 1.1-1.4 m/s and 7 cm high in the stress episodes: without the
+    # walls it comes to rest beyond the top-down grasp's reach (x < 0.30 or > 0.80) and the check calls a person
+    start, velocity = {"the base": ((0.42, 0.0), -1.5), "the far side": ((0.68, 0.05), 1.5)}[towards]
+    rest = {}
+    for walls in (False, True):
+        env = _pick(reset_mode="scripted", reset_person="sim", end_walls=walls)
+        env.reset(seed=3)
+        task = env.unwrapped
+        _move_cube(env, start, z=0.06)
+        task.data.qvel[task.model.jnt_dofadr[task.model.joint("cube").id]] = velocity  # along x
+        _episode(env, 15, np.array([0.0, 0.0, 0.0, -1.0], np.float32))
+        rest[walls] = float(_cube(env)[0])
+        obs, info = env.reset()
+        assert (info["reset"]["problem"] is None) == walls, (walls, rest, info["reset"])
+        assert env.stats()["reset_calls"] == (0 if walls else 1)
+    assert not 0.30 <= rest[False] <= 0.80 and 0.30 <= rest[True] <= 0.80, rest
+
+
 def test_a_cube_still_held_when_the_episode_ends_is_set_down_in_its_region_not_dropped_from_the_lift():
     # a learned reward can end an episode mid-lift: the cube high in the gripper at the box's edge
     from sim.experts import PickCubeExpert

@@ -100,6 +100,11 @@ class PickCubeConfig:
     reset_wait_s: float | None = setting(None, RESET_WAIT, above=0)
     reset_check: str = setting("state", RESET_CHECK, choices=RESET_CHECKS)
     reset_classifier: str | None = setting(None, RESET_CLASSIFIER)
+    end_walls: bool = setting(
+        False,
+        "two low walls across the table at the near and far reach of the arm's top-down grasp: a cube squeezed out of "
+        "the fingers stops where the scripted reset can fetch it, as a real cell keeps its objects in a bin",
+    )
 
 
 @dataclass
