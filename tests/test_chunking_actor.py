@@ -173,15 +173,17 @@ def test_the_eval_command_runs_a_checkpoint_under_the_chunking_asked_for(tmp_pat
 
 def test_the_loops_jitter_leaves_out_the_time_an_episode_reset_takes(tmp_path, monkeypatch):
     """A robot's reset move (or a person's) between episodes is not a control period: counted as one, a 0.4 s reset
-    made the heartbeat's jitter p99 the reset's length, hiding what the loop itself does."""
+    made the heartbeat's jitter p99 the reset's length, hiding what the loop itself does. No kept period may span a
+    reset: one that did would last the reset's length at least, whatever the machine's load (a bound on the p99
+    failed on a busy 2-core machine, where one 50 Hz period of 60 took 262 ms)."""
     import time as clock
 
     from sim.point_reach import PointReachEnv
 
-    reset = PointReachEnv.reset
+    reset, reset_s = PointReachEnv.reset, 0.6
 
     def slow_reset(self, *args, **kwargs):
-        clock.sleep(0.4)
+        clock.sleep(reset_s)
         return reset(self, *args, **kwargs)
 
     monkeypatch.setattr(PointReachEnv, "reset", slow_reset)
@@ -203,6 +205,5 @@ def test_the_loops_jitter_leaves_out_the_time_an_episode_reset_takes(tmp_path, m
         actor.run()
     finally:
         t.join(timeout=60)
-    stats = actor.loop_stats()
     assert len(actor.periods) >= 40, "the periods within episodes are kept"
-    assert stats["jitter_ms_p99"] < 200, f"a 400 ms reset counted as a control period: {stats['jitter_ms_p99']:.0f} ms"
+    assert max(actor.periods) < reset_s, f"a reset counted as a control period: {max(actor.periods) * 1e3:.0f} ms"
