@@ -140,14 +140,15 @@ def _build_model(
     )
     if end_walls:
         t, h = END_WALL_HALF_THICKNESS_M, END_WALL_HEIGHT_M / 2
-        for name, x in zip(("near_wall", "far_wall"), END_WALL_INNER_X_M, strict=True):
+        near, far = END_WALL_INNER_X_M
+        for name, centre_x in (("near_wall", near - t), ("far_wall", far + t)):  # each outside its inner face
             world.add_geom(
                 name=name,
                 type=box,
                 size=[t, TABLE_HALF_SIZE_M[1], h],
                 material="table",
                 solimp=STIFF_CONTACT_SOLIMP,
-                pos=[x - t if name == "near_wall" else x + t, TABLE_CENTER_XY_M[1], h],
+                pos=[centre_x, TABLE_CENTER_XY_M[1], h],
             )
     world.add_geom(
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2, 2, 0.1], pos=[0, 0, -0.75], rgba=[0.3, 0.32, 0.35, 1]
