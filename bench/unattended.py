@@ -373,6 +373,12 @@ def main() -> None:
         "--review-s", type=float, help="seconds between the simulated person's looks at the reward (15 min; quick: 2)"
     )
     parser.add_argument("--compare-human", action="store_true", help="also the pick recipe with the env's own reset")
+    parser.add_argument(
+        "--compare-sim-reward",
+        action="store_true",
+        help="also the pick recipe on the simulator's reward (no reward model scoring on the actor, no looks, no "
+        "retrains), side by side: what the learned reward's checks cost the actor's loop jitter",
+    )
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_unattended"))
     parser.add_argument("--name", default="unattended", help="the result file's name")
     args = parser.parse_args()
@@ -389,6 +395,8 @@ def main() -> None:
     review_s = args.review_s if args.review_s is not None else (120.0 if args.quick else 900.0)
     if args.compare_human and "pick" in tasks:
         tasks["pick_human_resets"] = [o for o in tasks["pick"] if not o.startswith("env.reset_")]
+    if args.compare_sim_reward and learned and "pick" in tasks:
+        tasks["pick_sim_reward"] = [o for o in tasks["pick"] if not o.startswith("reward")]
     browser_exe, browser = browser_executable(Path(args.out))
     review = review_s if learned else 0.0
     runs, machine = run_bench(tasks, seconds, sample_s, Path(args.out), warmup_s, window_s, review, browser_exe)
