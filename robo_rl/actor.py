@@ -69,6 +69,7 @@ class Actor:
         self._weights_each_step = a.apply_weights == "step"
         self._throttle = bool(a.throttle_to_learner)
         self._learner_wait_s = float(a.learner_wait_s)
+        self._drain_s = float(a.drain_s)
         self._random_steps = int(cfg.train.random_steps)
         self._steps_per_message = int(a.steps_per_message)
         self._realtime = bool(a.realtime)
@@ -427,7 +428,7 @@ class Actor:
             bar.close()
             if self.gui is not None:
                 self.gui.close(obs[0])
-            self.transport.close(self.stop_reason or "error")
+            self.transport.close(self.stop_reason or "error", linger_s=self._drain_s)
             log.info("sent %d records in all", self.sent_records)  # the last word for a loss check
             for env in envs:
                 env.close()

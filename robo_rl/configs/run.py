@@ -116,6 +116,12 @@ class ActorConfig:
     learner_wait_s: float = setting(
         600, "when the learner stops before the run is done, hold this long for it to come back, s", low=0
     )
+    drain_s: float = setting(
+        30,
+        "on stopping, how long the actor waits for the learner (while it is there) to confirm it stored every record "
+        "sent, s: a learner behind busy actors takes seconds; what it never confirms is lost",
+        low=0,
+    )
     realtime: bool = setting(False, "sleep to hold env.control_hz (true on hardware)")
     chunking: str = setting(
         "sync",

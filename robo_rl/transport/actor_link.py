@@ -271,11 +271,31 @@ class ActorLink:
     def bye(self, reason: str) -> None:
         self._ctrl_send(encode("bye", {"actor": self.actor_id, "reason": reason}))
 
-    def close(self, linger_s: float = 2.0, run_finished: bool = False) -> None:
-        """Give unacknowledged messages up to `linger_s` to be taken, then close, saying what became of the rest."""
+    def close(self, linger_s: float = 2.0, run_finished: bool = False, bye: str | None = None) -> None:
+        """Give unacknowledged messages up to `linger_s` to be confirmed while the learner is there (a learner
+        behind busy actors takes seconds to store a message), then close, saying what became of the rest. A learner
+        that says it stops (the run is over, or it goes away) confirms nothing more: no wait after that. `bye`: the
+        reason said to the learner once the wait is over (a learner stops confirming an actor that has left)."""
         deadline = time.monotonic() + linger_s
+        if self.unacked and self.connected and linger_s >= 1.0:
+            log.info(
+                "waiting up to %.0f s (actor.drain_s) for the learner to confirm %d messages (%d env steps)",
+                linger_s,
+                len(self.unacked),
+                self.unacked_steps,
+            )
+        beat = time.monotonic()
         while self.unacked and self.connected and time.monotonic() < deadline:
-            self.poll(timeout_ms=20)
+            if any(kind == "stop" for kind, _, _ in self.poll(timeout_ms=20)):
+                break
+            if time.monotonic() - beat > 0.5:  # still here: a learner confirms only actors it hears from
+                self.heartbeat()
+                beat = time.monotonic()
+        if bye is not None:
+            try:
+                self.bye(bye)
+            except Exception:  # noqa: BLE001 - the socket may already be gone; closing must not fail
+                pass
         if self.unacked and run_finished:
             log.info(
                 "%d messages (%d env steps) sent after the learner finished were not stored: the run already "

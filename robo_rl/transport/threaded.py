@@ -175,7 +175,7 @@ class ActorTransport:
         self._beat_now.set()
 
     def close(self, reason: str, linger_s: float = 2.0) -> None:
-        """Stop the thread after the outbox is handed over, say bye, and give unacked data `linger_s`. After the
+        """Stop the thread after the outbox is handed over, give unacked data `linger_s`, then say bye. After the
         learner's `stop` (the run has all its env steps, and the learner closes its sockets) nothing more can be
         stored, so there is nothing to wait for."""
         deadline = time.monotonic() + (0.0 if self.stop_reason is not None else linger_s)
@@ -184,8 +184,4 @@ class ActorTransport:
         self._closing.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        try:
-            self.link.bye(reason)
-        except Exception:  # the socket may already be gone; closing must not fail
-            pass
-        self.link.close(max(0.0, deadline - time.monotonic()), run_finished=self.stop_reason is not None)
+        self.link.close(max(0.0, deadline - time.monotonic()), run_finished=self.stop_reason is not None, bye=reason)
