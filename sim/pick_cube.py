@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.envs import RobotEnv, gripper_target, make_observation_space
-from robo_rl.envs.render import fast_renderer, look_at_quat, render_cameras
+from robo_rl.envs.render import decimate_visual_meshes, fast_renderer, look_at_quat, render_cameras
 from robo_rl.envs.spec import EnvSpec
 from sim.pick_cube_reset import PickCubeResets
 from sim.randomize import DomainRandomizer, Randomization
@@ -45,6 +45,10 @@ TOP_DOWN_QUAT = np.array([0.0, 1.0, 0.0, 0.0])  # pinch site: z down, fingers cl
 ARM_KP = np.array([9000.0, 9000.0, 7000.0, 7000.0, 4000.0, 4000.0, 4000.0])  # N·m/rad, position servos
 ARM_DAMPING_RATIO = 1.0  # critically damped at REST_QPOS: no overshoot, settles within one control step
 ARM_TARGET_TIMECONST_S = 0.02  # servo targets are low-pass filtered: smooth motion without per-substep Python
+# `mesh_detail`: the share of the arm's visual mesh faces drawn in the cameras' images (robo_rl/envs/render.py). The
+# gym_hil Panda's meshes have 198k faces; on a CPU each image costs what its vertices cost (two 64x64 cameras: 53 ms
+# a step at full detail, 16 ms at 0.3, with a mean pixel difference under 1/255: bench/render_detail.py)
+MESH_DETAIL = 0.3
 # `end_walls`: two low walls across the table whose inner faces keep a cube's centre where the arm's top-down grasp
 # reaches (x 0.30-0.80 m at table height from its ready posture; nearer the base only a folded posture near the joint
 # limits does). A cube squeezed out of half-closed fingers leaves at up to 1.4 m/s and can come to rest beside the base
@@ -102,6 +106,7 @@ def _build_model(
     cube_mass_kg: float,
     extra_cubes: tuple = (),
     end_walls: bool = False,
+    mesh_detail: float = 1.0,
 ) -> mujoco.MjModel:
     spec = mujoco.MjSpec.from_file(panda_xml_path())
     spec.option.timestep = physics_dt_s
@@ -194,6 +199,7 @@ def _build_model(
     spec.visual.headlight.ambient = [0.3, 0.3, 0.3]
     spec.visual.headlight.diffuse = [0.3, 0.3, 0.3]
     spec.visual.headlight.specular = [0.0, 0.0, 0.0]
+    decimate_visual_meshes(spec, mesh_detail)  # the arm's visual meshes: what a CPU-rendered image costs
     model = spec.compile()
 
     # Damping from the joint-space inertia at the rest pose, so each joint is critically damped there.
@@ -270,9 +276,13 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
         reset_check: str = "state",  # state: reset_problem | camera: reset_classifier on the cameras | both
         reset_classifier: str | None = None,
         end_walls: bool = False,  # two low walls across the table at the grasp's near and far reach (END_WALL_*)
+        mesh_detail: float = MESH_DETAIL,  # share of the arm's visual mesh faces in the camera images
     ) -> None:
         super().__init__()
         self.end_walls = bool(end_walls)
+        if not 0.0 < mesh_detail <= 1.0:
+            raise ValueError(f"mesh_detail must be a share of the mesh faces in (0, 1], got {mesh_detail}")
+        self.mesh_detail = float(mesh_detail)
         self.reset_settings = self._reset_settings(
             reset_mode, reset_trajectory, reset_tolerance_m, reset_person, reset_wait_s, reset_check, reset_classifier
         )
@@ -324,6 +334,7 @@ class PickCubeEnv(PickCubeResets, RobotEnv):
                 self.cube_mass_kg,
                 self.extra_cubes,
                 self.end_walls,
+                self.mesh_detail if cameras else 1.0,  # no cameras: renders only for a video, at full detail
             )
         )
         self.data = mujoco.MjData(self.model)
