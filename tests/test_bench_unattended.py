@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -263,3 +264,22 @@ def test_reset_call_reasons_count_each_named_problem_across_the_actor_logs_a_res
         "the arm is N cm from its home pose": 1,
         "the cube is not resting on the table": 1,
     }
+
+
+def test_the_simulated_persons_look_runs_below_the_actors_and_its_errors_reach_the_bench():
+    from bench.unattended import LOOK_NICE, look_below_the_actors
+
+    class Looker:
+        def look(self, t_s):
+            return {"t_s": t_s, "nice": os.getpriority(os.PRIO_PROCESS, threading.get_native_id())}
+
+    class Broken:
+        def look(self, t_s):
+            raise RuntimeError("no segments")
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    look = look_below_the_actors(Looker(), 12.5)
+    assert look == {"t_s": 12.5, "nice": max(LOOK_NICE, before)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before, "the bench's own thread was niced"
+    with pytest.raises(RuntimeError, match="no segments"):
+        look_below_the_actors(Broken(), 1.0)
