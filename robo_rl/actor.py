@@ -68,8 +68,7 @@ class Actor:
         a = cfg.actor
         self._weights_each_step = a.apply_weights == "step"
         self._throttle = bool(a.throttle_to_learner)
-        self._learner_wait_s = float(a.learner_wait_s)
-        self._drain_s = float(a.drain_s)
+        self._learner_wait_s, self._drain_s = float(a.learner_wait_s), float(a.drain_s)
         self._random_steps = int(cfg.train.random_steps)
         self._steps_per_message = int(a.steps_per_message)
         self._realtime = bool(a.realtime)
