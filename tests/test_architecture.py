@@ -12,7 +12,6 @@ PACKAGES = ("robo_rl", "policies", "sim", "hardware", "launch")
 MAX_LINES = 440  # "about 400": a file beyond it is a sign it holds two ideas
 # Files over MAX_LINES that hold one idea each, and why.
 LONG_BUT_ONE_IDEA = {
-    "sim/pick_cube.py": "one task: its MuJoCo scene, controller and env",
     "robo_rl/transport/link.py": "the learner's side of the wire protocol (its shared names and the LearnerLink)",
     "policies/flow.py": "the flow/diffusion chunk generator and the policy that samples it",
 }
