@@ -109,9 +109,12 @@ class Reviewer:
         if proc.poll() is None:
             return False
         said = log.read_text().strip().splitlines() if log.is_file() else []
+        # the retrain's own time: to its log's last line (its end), not to this poll (measured to the next look's poll
+        # until c64bfb1, every retrain looked 15 minutes long: bench/results/unattended_2h_every_fix.json)
+        ended = log.stat().st_mtime if log.is_file() and said else time.time()
         look["retrain"] = {
             "exit_code": proc.returncode,
-            "wall_s": round(time.monotonic() - start, 1),
+            "wall_s": round(max(0.0, ended - start), 1),
             "said": said[-2:],
         }
         self._retrain = None
@@ -177,7 +180,7 @@ class Reviewer:
                 proc = subprocess.Popen(
                     [*cmd, f"epochs={self.retrain_epochs}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
                 )
-            self._retrain = (proc, time.monotonic(), look, log)
+            self._retrain = (proc, time.time(), look, log)
         self.looks.append(look)
         return look
 

@@ -350,6 +350,8 @@ def run_bench(
                     print(json.dumps({"run": run.name, **line, "rss_mb": sample["rss_mb"]}), flush=True)
                     if run.proc.poll() is not None:
                         raise RuntimeError(f"{run.name} ended early: see {run.folder}")
+                for reviewer in reviewers.values():
+                    reviewer.poll()  # a finished retrain is noted (and its log read) within a sample of its end
                 if reviewers and time.monotonic() - t0 >= next_look:
                     next_look += review_s
                     for name, reviewer in reviewers.items():

@@ -208,6 +208,26 @@ def test_a_look_reads_scalars_and_only_the_marked_frames_across_segments(tmp_pat
     assert reviewer._new_records() is None
 
 
+def test_a_retrain_is_timed_to_its_own_end_not_to_the_poll_that_sees_it(tmp_path):
+    # a retrain's wall time was once read when the next look polled it, 15 minutes on: every retrain looked 15
+    # minutes long (they took 2-4). Polled long after it ended, it still reports its own time.
+    import time
+
+    from bench._unattended_review import Reviewer
+
+    reviewer = Reviewer(tmp_path, ["cam"])
+    log = tmp_path / "retrain_0.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "print('reward model v1 saved')"], stdout=out)
+    look: dict = {}
+    reviewer._retrain = (proc, time.time(), look, log)
+    proc.wait()
+    time.sleep(2.0)  # the poll comes late
+    assert reviewer.poll() and reviewer._retrain is None
+    assert look["retrain"]["exit_code"] == 0 and look["retrain"]["said"] == ["reward model v1 saved"]
+    assert look["retrain"]["wall_s"] < 1.5, look
+
+
 @pytest.mark.slow
 def test_the_bench_runs_both_twins_for_a_minute_and_loses_nothing(tmp_path):
     env = {**os.environ, "MUJOCO_GL": "egl"}
