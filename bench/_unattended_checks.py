@@ -43,6 +43,9 @@ def read_metrics(path: Path) -> tuple[list[dict], dict, dict]:
     return episodes, actors, learner
 
 
+LATE_PARTS = ("decide", "env", "woke_late", "loop_top")  # robo_rl.actor.LATE_PARTS, without importing torch here
+
+
 def metrics_sample(path: Path) -> dict:
     """What a person would ask of a run at one moment, from its metrics.jsonl: totals so far, summed over actors, and
     the learner's updates and the update-to-data ratio it reached (a learner below real-time actors' priority does
@@ -56,6 +59,7 @@ def metrics_sample(path: Path) -> dict:
     # the heartbeat's figures cover the actor's last 2,000 control periods, the gaps over between-episode resets too
     jitter = [s["jitter_ms_p99"] for s in stats if "jitter_ms_p99" in s]
     median = [s["jitter_ms_p50"] for s in stats if "jitter_ms_p50" in s]
+    worst = max((s for s in stats if "jitter_ms_p99" in s), key=lambda s: s["jitter_ms_p99"], default={})
     return {
         "episodes": len(episodes),
         "successes": int(sum(bool(e.get("success")) for e in episodes)),
@@ -66,6 +70,8 @@ def metrics_sample(path: Path) -> dict:
         "safety_stops": total("safety_stops"),
         "jitter_ms_p99": max(jitter) if jitter else None,
         "jitter_ms_p50": max(median) if median else None,
+        # where that actor's slowest 1% of periods went, ms (robo_rl/actor.py late_period_parts)
+        "late_ms": {p: worst[f"late_{p}_ms"] for p in LATE_PARTS if f"late_{p}_ms" in worst},
         "sent_records": total("sent_records"),
         "paused": any(s.get("paused") for s in stats),
         "waiting_why": next((s["reset_waiting_why"] for s in stats if "reset_waiting_why" in s), None),

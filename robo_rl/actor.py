@@ -44,6 +44,30 @@ log = logging.getLogger(__name__)
 NO_ACTION_STOP = 3  # steps in a row without an action from the policy (a policy server late) before the actor stops
 
 
+LATE_PARTS = ("decide", "env", "woke_late", "loop_top")  # a period's parts, in order (Actor.period_parts)
+
+
+def late_period_parts(jitter_ms: np.ndarray, parts_s: np.ndarray) -> dict:
+    """Where the time of the late periods went: each part's mean, ms, over the slowest 1% of the periods (by jitter;
+    `late_<part>_ms`), beside its median over all of them (`<part>_ms_p50`). A loop late because its
+    work grew shows it in `decide` or `env`; one the machine woke late (another process had the CPU), in
+    `woke_late`. The two series are the newest of each (they are appended together, so at most one step apart)."""
+    n = min(len(jitter_ms), len(parts_s))
+    if n < 2 or parts_s.ndim != 2:
+        return {}
+    jitter_ms, parts_ms = jitter_ms[-n:], parts_s[-n:] * 1e3
+    known = ~np.isnan(parts_ms).any(axis=1)  # a period after a hold has no parts
+    if known.sum() < 2:
+        return {}
+    jitter_ms, parts_ms = jitter_ms[known], parts_ms[known]
+    late = np.argsort(jitter_ms, kind="stable")[-max(1, int(np.ceil(0.01 * len(jitter_ms)))) :]  # ties: no more
+    out = {}
+    for k, name in enumerate(LATE_PARTS):
+        out[f"late_{name}_ms"] = float(parts_ms[late, k].mean())
+        out[f"{name}_ms_p50"] = float(np.median(parts_ms[:, k]))
+    return out
+
+
 def _snapshot(values: collections.deque) -> np.ndarray:
     """A copy of a deque the control loop appends to, from another thread; empty if an append raced the copy (the
     next heartbeat has the figures)."""
@@ -145,6 +169,10 @@ class Actor:
         )
         # the control periods (for their jitter), not one spanning an episode's reset (a reset move is no period)
         self.periods: collections.deque = collections.deque(maxlen=2000)
+        # where each of those periods went, ms: (deciding, stepping the envs and the bookkeeping after, waking later
+        # than planned, the loop's top before the next step), so a late period says what made it late
+        self.period_parts: collections.deque = collections.deque(maxlen=2000)
+        self._parts: tuple | None = None  # the last step's (decide, env, planned wake, woke), until its period ends
         self._last_start: float | None = None
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
@@ -195,6 +223,7 @@ class Actor:
                 jitter_ms_p50=float(np.percentile(jitter, 50)),
                 jitter_ms_p99=float(np.percentile(jitter, 99)),
             )
+            stats.update(late_period_parts(jitter, _snapshot(self.period_parts)))
         decide = _snapshot(self.decide_ms)
         if len(decide):
             p50, p99 = np.percentile(decide, [50, 99])
@@ -350,7 +379,13 @@ class Actor:
                     now = time.monotonic()
                     if self._last_start is not None:
                         self.periods.append(now - self._last_start)
+                        if self._parts is None:  # a period with no step of ours before it (a hold): parts unknown
+                            self.period_parts.append((np.nan,) * len(LATE_PARTS))
+                        else:
+                            decide, work, planned, woke = self._parts
+                            self.period_parts.append((decide, work, max(0.0, woke - planned), now - woke))
                     self._last_start = now
+                    self._parts = None
                     try:
                         actions, extras = self._decide(obs, rng)
                         refused = ~np.isfinite(actions).reshape(len(envs), -1).all(axis=1)
@@ -362,6 +397,7 @@ class Actor:
                             raise NoAction(f"{e} ({NO_ACTION_STOP} times in a row: the actor stops)") from None
                     else:
                         self._no_action_in_a_row = 0
+                    decided = time.monotonic()
                     for i, env in enumerate(envs):
                         if refused[i]:  # refused: env i's episode ends here, by the safety rule
                             self.refused_steps += 1
@@ -411,9 +447,13 @@ class Actor:
                             # the newest record waits for its decision: a refused one ends the episode in that record
                             self._send(pending[i][:-1])
                             pending[i] = pending[i][-1:]
+                    worked = time.monotonic()
                     if self._realtime:  # a late step moves the schedule on: no burst of commands to catch up
-                        next_tick = max(next_tick + period, time.monotonic())
+                        next_tick = max(next_tick + period, worked)
                         time.sleep(max(0.0, next_tick - time.monotonic()))
+                    if self._last_start is not None:  # not after a reset: its time is no period
+                        planned = next_tick if self._realtime else worked
+                        self._parts = (decided - now, worked - decided, planned, time.monotonic())
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
         except SafetyStop as e:  # stopped by the safety layer and not released: every record so far is kept

@@ -46,11 +46,18 @@ def test_the_sampler_reads_episodes_and_the_newest_actor_stats_summed_over_actor
         "actor-0": {"reset_calls": 1, "human_takeovers": 3, "jitter_ms_p99": 12.0, "sent_records": 30},
         "actor-1": {"reset_calls": 2, "safety_stops": 1, "jitter_ms_p99": 20.0, "reset_waiting_why": "cube off"},
     }
+    new["actor-0"] |= {"late_decide_ms": 1.0, "late_env_ms": 2.0, "late_woke_late_ms": 9.0, "late_loop_top_ms": 0.1}
+    new["actor-1"] |= {"late_decide_ms": 3.0, "late_env_ms": 15.0, "late_woke_late_ms": 4.0, "late_loop_top_ms": 0.2}
     write_metrics(tmp_path / "metrics.jsonl", episodes, [old, new])
     sample = metrics_sample(tmp_path / "metrics.jsonl")
     assert sample["episodes"] == 5 and sample["successes"] == 3
     assert sample["reset_calls"] == 3 and sample["interventions"] == 3 and sample["safety_stops"] == 1
     assert sample["jitter_ms_p99"] == 20.0 and sample["sent_records"] == 30  # the worst actor's jitter
+    assert sample["late_ms"] == {"decide": 3.0, "env": 15.0, "woke_late": 4.0, "loop_top": 0.2}  # and its parts
+    from bench import _unattended_checks
+    from robo_rl.actor import LATE_PARTS
+
+    assert _unattended_checks.LATE_PARTS == LATE_PARTS  # the bench's copy of the names
     assert sample["waiting_why"] == "cube off"
     assert metrics_sample(tmp_path / "absent.jsonl")["episodes"] == 0  # a run that has not logged yet
     assert sample["updates"] == 4 and sample["realised_utd"] == 0.4  # the newest whole learner line
