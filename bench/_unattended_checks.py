@@ -43,7 +43,8 @@ def read_metrics(path: Path) -> tuple[list[dict], dict, dict]:
     return episodes, actors, learner
 
 
-LATE_PARTS = ("decide", "env", "woke_late", "loop_top")  # robo_rl.actor.LATE_PARTS, without importing torch here
+# robo_rl.actor.LATE_PARTS, without importing torch here
+LATE_PARTS = ("decide", "env", "woke_late", "loop_top", "env_cpu")
 
 
 def metrics_sample(path: Path) -> dict:

@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 NO_ACTION_STOP = 3  # steps in a row without an action from the policy (a policy server late) before the actor stops
 
 
-LATE_PARTS = ("decide", "env", "woke_late", "loop_top")  # a period's parts, in order (Actor.period_parts)
+# a period's parts, in order (Actor.period_parts): wall times, and the control thread's own CPU time within `env`
+# (a long env step that used little CPU waited: for the CPU, the GIL, or the robot)
+LATE_PARTS = ("decide", "env", "woke_late", "loop_top", "env_cpu")
 
 
 def late_period_parts(jitter_ms: np.ndarray, parts_s: np.ndarray) -> dict:
@@ -172,7 +174,9 @@ class Actor:
         # where each of those periods went, ms: (deciding, stepping the envs and the bookkeeping after, waking later
         # than planned, the loop's top before the next step), so a late period says what made it late
         self.period_parts: collections.deque = collections.deque(maxlen=2000)
-        self._parts: tuple | None = None  # the last step's (decide, env, planned wake, woke), until its period ends
+        self._parts: tuple | None = (
+            None  # the last step's (decide, env, planned wake, woke, env cpu) till its period ends
+        )
         self._last_start: float | None = None
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
@@ -382,8 +386,8 @@ class Actor:
                         if self._parts is None:  # a period with no step of ours before it (a hold): parts unknown
                             self.period_parts.append((np.nan,) * len(LATE_PARTS))
                         else:
-                            decide, work, planned, woke = self._parts
-                            self.period_parts.append((decide, work, max(0.0, woke - planned), now - woke))
+                            decide, work, planned, woke, work_cpu = self._parts
+                            self.period_parts.append((decide, work, max(0.0, woke - planned), now - woke, work_cpu))
                     self._last_start = now
                     self._parts = None
                     try:
@@ -397,7 +401,7 @@ class Actor:
                             raise NoAction(f"{e} ({NO_ACTION_STOP} times in a row: the actor stops)") from None
                     else:
                         self._no_action_in_a_row = 0
-                    decided = time.monotonic()
+                    decided, decided_cpu = time.monotonic(), time.thread_time()
                     for i, env in enumerate(envs):
                         if refused[i]:  # refused: env i's episode ends here, by the safety rule
                             self.refused_steps += 1
@@ -447,13 +451,14 @@ class Actor:
                             # the newest record waits for its decision: a refused one ends the episode in that record
                             self._send(pending[i][:-1])
                             pending[i] = pending[i][-1:]
-                    worked = time.monotonic()
+                    worked, worked_cpu = time.monotonic(), time.thread_time()
                     if self._realtime:  # a late step moves the schedule on: no burst of commands to catch up
                         next_tick = max(next_tick + period, worked)
                         time.sleep(max(0.0, next_tick - time.monotonic()))
                     if self._last_start is not None:  # not after a reset: its time is no period
                         planned = next_tick if self._realtime else worked
-                        self._parts = (decided - now, worked - decided, planned, time.monotonic())
+                        woke = time.monotonic()
+                        self._parts = (decided - now, worked - decided, planned, woke, worked_cpu - decided_cpu)
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
         except SafetyStop as e:  # stopped by the safety layer and not released: every record so far is kept

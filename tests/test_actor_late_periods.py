@@ -1,6 +1,7 @@
-"""A late control period says what made it late: the actor splits each period into deciding, stepping the envs,
-waking later than planned and the loop's top, and reports each part's mean over the slowest 1% of periods beside its
-median (a robot's loop jitter that grows is then its policy, its env or its machine, not a guess)."""
+"""A late control period says what made it late: the actor splits each period into deciding, stepping the envs (and
+the control thread's own CPU time in it), waking later than planned and the loop's top, and reports each part's mean
+over the slowest 1% of periods beside its median (a robot's loop jitter that grows is then its policy, its env or its
+machine, not a guess)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_the_late_periods_are_split_by_what_took_the_time():
     # 1,000 periods of 100 ms; ten 160 ms long because the process woke 60 ms late, five 150 ms from a 105 ms env step
     rng = np.random.default_rng(0)
     parts = np.column_stack([np.full(1000, 0.006), rng.uniform(0.02, 0.03, 1000), np.zeros(1000), np.zeros(1000)])
+    parts = np.column_stack([parts, parts[:, 1]])  # the env step's own CPU: all of its time
     parts[100:110, 2] = 0.060
     parts[500:505, 1] = 0.105
     jitter = np.abs(0.1 + parts[:, 2] + np.where(parts[:, 1] > 0.1, 0.05, 0) - 0.1) * 1e3
@@ -29,6 +31,10 @@ def test_the_late_periods_are_split_by_what_took_the_time():
     parts[100:110] = np.nan
     out = late_period_parts(jitter, parts)
     assert out["late_env_ms"] > 60 and out["late_woke_late_ms"] == 0.0
+    # those five env steps used a quarter of their time on the CPU: the rest they waited
+    parts[500:505, 4] = 0.025
+    out = late_period_parts(jitter, parts)
+    assert out["late_env_ms"] - out["late_env_cpu_ms"] > 35 and abs(out["env_cpu_ms_p50"] - out["env_ms_p50"]) < 0.1
     assert late_period_parts(jitter[:1], parts[:1]) == {}
 
 

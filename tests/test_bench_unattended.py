@@ -48,12 +48,13 @@ def test_the_sampler_reads_episodes_and_the_newest_actor_stats_summed_over_actor
     }
     new["actor-0"] |= {"late_decide_ms": 1.0, "late_env_ms": 2.0, "late_woke_late_ms": 9.0, "late_loop_top_ms": 0.1}
     new["actor-1"] |= {"late_decide_ms": 3.0, "late_env_ms": 15.0, "late_woke_late_ms": 4.0, "late_loop_top_ms": 0.2}
+    new["actor-1"]["late_env_cpu_ms"] = 5.0
     write_metrics(tmp_path / "metrics.jsonl", episodes, [old, new])
     sample = metrics_sample(tmp_path / "metrics.jsonl")
     assert sample["episodes"] == 5 and sample["successes"] == 3
     assert sample["reset_calls"] == 3 and sample["interventions"] == 3 and sample["safety_stops"] == 1
     assert sample["jitter_ms_p99"] == 20.0 and sample["sent_records"] == 30  # the worst actor's jitter
-    assert sample["late_ms"] == {"decide": 3.0, "env": 15.0, "woke_late": 4.0, "loop_top": 0.2}  # and its parts
+    assert sample["late_ms"] == {"decide": 3.0, "env": 15.0, "woke_late": 4.0, "loop_top": 0.2, "env_cpu": 5.0}
     from bench import _unattended_checks
     from robo_rl.actor import LATE_PARTS
 

@@ -45,6 +45,7 @@ LOOP_FIGURES = (
     "jitter_ms_p99",
     "late_decide_ms",  # where the slowest 1% of periods went (robo_rl/actor.py late_period_parts)
     "late_env_ms",
+    "late_env_cpu_ms",
     "late_woke_late_ms",
     "chunking",
     "chunk_inference_ms_p99",

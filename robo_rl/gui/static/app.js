@@ -287,8 +287,9 @@ function updateRow(r, a) {
   setText(r.ratesText, `success ${sr} · interventions ${ir} (last ${n} episode${n === 1 ? '' : 's'})`);
   const loop = a.loop && typeof a.loop === 'object' ? a.loop : {};
   const late = isNum(loop.late_decide_ms) && isNum(loop.late_env_ms) && isNum(loop.late_woke_late_ms)
-    ? ` (slowest 1%: policy ${loop.late_decide_ms.toFixed(0)}, env ${loop.late_env_ms.toFixed(0)}, woke late `
-      + `${loop.late_woke_late_ms.toFixed(0)} ms)`
+    ? ` (slowest 1%: policy ${loop.late_decide_ms.toFixed(0)}, env ${loop.late_env_ms.toFixed(0)}`
+      + (isNum(loop.late_env_cpu_ms) ? ` of which CPU ${loop.late_env_cpu_ms.toFixed(0)}` : '')
+      + `, woke late ${loop.late_woke_late_ms.toFixed(0)} ms)`
     : '';
   const jitter = isNum(loop.jitter_ms_p99) ? ` · jitter ${loop.jitter_ms_p99.toFixed(1)} ms p99${late}` : '';
   setText(r.loop, isNum(loop.period_ms_p50) ? `loop ${loop.period_ms_p50.toFixed(1)} ms p50${jitter}${chunkText(loop)}` : '');
