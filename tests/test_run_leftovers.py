@@ -145,6 +145,9 @@ def test_kill_stops_the_learner_and_the_actor_too_and_the_run_can_resume(tmp_pat
     proc = start_long_train(tmp_path, lambda m: m["env_steps"] > 0)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 2, "a learner and an actor under train"
+    # each in a session (a scheduling group) of its own, not train's: a terminal's Ctrl-C reaches train, which passes
+    # it on (the Ctrl-C test above), and other sessions' load does not share the actor's CPU share
+    assert all(os.getsid(c.pid) == c.pid != os.getsid(proc.pid) for c in children), [c.cmdline()[3] for c in children]
     proc.send_signal(signal.SIGTERM)  # to train only, not its process group
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
@@ -154,3 +157,43 @@ def test_kill_stops_the_learner_and_the_actor_too_and_the_run_can_resume(tmp_pat
     end = read_metrics(run / "metrics.jsonl")[-1]
     assert end["kind"] == "end" and "interrupted" in end["reason"]
     assert f"resume with: robo-rl train resume={run}\n" in out, out[-2000:]
+
+
+def test_a_child_in_its_own_session_is_stopped_cleanly_when_its_starter_is_killed(tmp_path):
+    """`train`'s learner, actors and page server (and `launch`'s processes) start in sessions of their own
+    (robo_rl.commands.common.own_session). SIGKILL to the starter runs no handler of its: the kernel sends each child
+    SIGTERM, which the learner takes as Ctrl-C (it checkpoints), so no orphan trains on with nobody to stop it."""
+    import textwrap
+
+    child = textwrap.dedent(
+        f"""
+        import os, signal, sys, time
+        from pathlib import Path
+        stopped = Path({str(tmp_path / "stopped")!r})
+        signal.signal(signal.SIGTERM, lambda *_: (stopped.write_text("SIGTERM"), sys.exit(0)))
+        Path({str(tmp_path / "started")!r}).write_text(f"{{os.getpid()}} {{os.getsid(0)}}")
+        time.sleep(60)
+        """
+    )
+    starter = textwrap.dedent(
+        f"""
+        import subprocess, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from robo_rl.commands.common import own_session
+        subprocess.Popen([sys.executable, "-c", {child!r}], **own_session())
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", starter])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # its handler is installed before it says it started
+    pid, sid = map(int, (tmp_path / "started").read_text().split())
+    assert sid == pid != os.getsid(proc.pid), "the child leads a session of its own"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "stopped").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "stopped").read_text() == "SIGTERM", "the kernel stopped the child when its starter died"

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-import signal
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
-from robo_rl.commands.common import STARTED_BY_ENV
+from robo_rl.commands.common import STARTED_BY_ENV, own_session
 
 LOG_TAIL_BYTES = 4096  # read from the end of a log for its last line
 
@@ -18,23 +15,6 @@ LOG_TAIL_BYTES = 4096  # read from the end of a log for its last line
 # logs written as they happen; a learner keeps no copy of its output beside the launcher's logs/<name>.log
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", STARTED_BY_ENV: "launch"}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _child_setup() -> Callable[[], None]:
-    """A preexec hook: signals unblocked (a Ray worker's thread blocks SIGINT, and a child would inherit that), and
-    on Linux SIGTERM (a clean stop) to the child if the launcher itself is killed."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: the hook only calls it
-    except (OSError, AttributeError):
-        prctl = None
-    pr_set_pdeathsig = 1
-
-    def setup() -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        if prctl is not None:
-            prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-
-    return setup
 
 
 def last_line(path: Path) -> str:
@@ -63,8 +43,7 @@ class LocalProcess:
                 stdin=subprocess.DEVNULL,
                 cwd=cwd,
                 env={**os.environ, **CHILD_ENV},
-                start_new_session=True,
-                preexec_fn=_child_setup(),
+                **own_session(),
             )
         self.pid = self.popen.pid
 

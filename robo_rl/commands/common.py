@@ -18,6 +18,35 @@ class UsageError(UserError, ValueError):
     """A command line that asks for something the command cannot do."""
 
 
+def own_session() -> dict:
+    """`subprocess.Popen` arguments for a process of a run (`train`'s learner, actors and page server; each process
+    `launch` starts): a session of its own, signals unblocked (a Ray worker's thread blocks SIGINT, and a child would
+    inherit that), and on Linux SIGTERM (a clean stop: the learner checkpoints) if the process that started it dies.
+
+    A session of its own is a scheduling group of its own: under the kernel's autogroups (on by default on desktop
+    distributions) the CPU is shared between sessions first and only then between the processes of one. In its
+    starter's session a real-time actor shared one group's share with its learner, its page server and any other run
+    started there, against each other session (a browser showing the page, a test run in another terminal) with a
+    full share apiece; a niced process in another session still took its group's whole share from the actors. In a
+    session of its own the actor's share is its own, and a learner that lowers its niceness lowers its group's
+    (`at_least_nice`). A terminal's Ctrl-C then reaches the starter only, which passes it on."""
+    import ctypes
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: the hook only calls it
+    except (OSError, AttributeError):
+        prctl = None
+    pr_set_pdeathsig = 1
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if prctl is not None:
+            prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return {"start_new_session": True, "preexec_fn": setup}
+
+
 def at_least_nice(nice: int) -> int:
     """Lower this process's CPU priority to niceness `nice` (never raise it: that needs privileges), every thread it
     has (Linux keeps a niceness per thread; threads started later inherit it); the niceness it runs at.

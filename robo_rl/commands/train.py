@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from robo_rl.commands.common import STARTED_BY_ENV, UsageError, run_dir_for, sigterm_as_interrupt
+from robo_rl.commands.common import STARTED_BY_ENV, UsageError, own_session, run_dir_for, sigterm_as_interrupt
 from robo_rl.commands.eval import cmd_eval
 from robo_rl.seeding import ACTOR_SEED_STRIDE
 
@@ -114,6 +114,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: l
                 stdout=_child_log(run_dir / "gui.log"),
                 stderr=subprocess.STDOUT,
                 env=child_env,
+                **own_session(),  # its own scheduling group and session (common.own_session)
             )
             bar.bar.write(f"intervention GUI: http://{cfg.gui.host}:{cfg.gui.port}/ (log: {run_dir / 'gui.log'})")
         for role in ("learner", "actor"):
@@ -124,6 +125,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: l
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=child_env,
+                **own_session(),  # its own scheduling group and session (common.own_session)
             )
             if role == "learner":
                 try:
@@ -152,6 +154,7 @@ def _train(cfg, overrides: list[str], run_dir: Path, fresh: bool, actor_tasks: l
                 stdout=_child_log(run_dir / f"{name}.log"),
                 stderr=subprocess.STDOUT,
                 env=child_env,
+                **own_session(),  # its own scheduling group and session (common.own_session)
             )
         bar.phase("waiting for the actor")
         restarts = _follow_progress(cfg, run_dir, procs, bar, _learner_restarter(run_dir, child_args, child_env))
@@ -298,7 +301,7 @@ def _learner_restarter(run_dir: Path, child_args: list[str], child_env: dict):
         args = [f"resume={run_dir}", *keys] if stored else given
         log = _child_log(run_dir / "learner.log", f"restart {n} (exit {code})")
         cmd = [sys.executable, "-m", "robo_rl.cli", "learner", *args, f"run_dir={run_dir}"]
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, **own_session())
 
     return restart
 
