@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from robo_rl.commands.common import own_session  # noqa: E402
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -176,9 +179,13 @@ class Reviewer:
         if sum(marked.values()):
             cmd = [sys.executable, "-m", "robo_rl.cli", "reward", "retrain", str(self.folder)]
             log = self.folder / "reward" / f"retrain_{len(self.looks)}.log"
-            with open(log, "w") as out:
-                proc = subprocess.Popen(
-                    [*cmd, f"epochs={self.retrain_epochs}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            with open(log, "w") as out:  # in a session of its own: its niceness then lowers its group's CPU share
+                proc = subprocess.Popen(  # against the actors' sessions, not only its share within the bench's
+                    [*cmd, f"epochs={self.retrain_epochs}"],
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    **own_session(),
                 )
             self._retrain = (proc, time.time(), look, log)
         self.looks.append(look)
