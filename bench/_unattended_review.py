@@ -23,9 +23,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from robo_rl.commands.common import own_session  # noqa: E402
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -179,13 +176,16 @@ class Reviewer:
         if sum(marked.values()):
             cmd = [sys.executable, "-m", "robo_rl.cli", "reward", "retrain", str(self.folder)]
             log = self.folder / "reward" / f"retrain_{len(self.looks)}.log"
-            with open(log, "w") as out:  # in a session of its own: its niceness then lowers its group's CPU share
-                proc = subprocess.Popen(  # against the actors' sessions, not only its share within the bench's
+            # in a session of its own: its niceness then lowers its group's CPU share against the actors' sessions,
+            # not only its share within the bench's. Not own_session(): its SIGTERM when the starting *thread* ends
+            # would stop the retrain as soon as this look's thread returns (every retrain of a run at c5df7ff did so)
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
                     [*cmd, f"epochs={self.retrain_epochs}"],
                     cwd=ROOT,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    **own_session(),
+                    start_new_session=True,
                 )
             self._retrain = (proc, time.time(), look, log)
         self.looks.append(look)

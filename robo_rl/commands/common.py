@@ -29,7 +29,10 @@ def own_session() -> dict:
     started there, against each other session (a browser showing the page, a test run in another terminal) with a
     full share apiece; a niced process in another session still took its group's whole share from the actors. In a
     session of its own the actor's share is its own, and a learner that lowers its niceness lowers its group's
-    (`at_least_nice`). A terminal's Ctrl-C then reaches the starter only, which passes it on."""
+    (`at_least_nice`). A terminal's Ctrl-C then reaches the starter only, which passes it on.
+
+    The kernel sends that SIGTERM when the *thread* that started the child ends, not only its process: start children
+    from a thread that lives as long as they should (a command's main thread)."""
     import ctypes
     import signal
 
