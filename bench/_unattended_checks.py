@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.eval.wilson import wilson_interval
+from robo_rl.loop_timing import LATE_PARTS
 
 # the issue's targets
 CALLS_PER_HOUR_MAX = 2.0
@@ -43,10 +44,6 @@ def read_metrics(path: Path) -> tuple[list[dict], dict, dict]:
     return episodes, actors, learner
 
 
-# robo_rl.actor.LATE_PARTS, without importing torch here
-LATE_PARTS = ("decide", "env", "woke_late", "loop_top", "env_cpu")
-
-
 def metrics_sample(path: Path) -> dict:
     """What a person would ask of a run at one moment, from its metrics.jsonl: totals so far, summed over actors, and
     the learner's updates and the update-to-data ratio it reached (a learner below real-time actors' priority does
@@ -71,7 +68,7 @@ def metrics_sample(path: Path) -> dict:
         "safety_stops": total("safety_stops"),
         "jitter_ms_p99": max(jitter) if jitter else None,
         "jitter_ms_p50": max(median) if median else None,
-        # where that actor's slowest 1% of periods went, ms (robo_rl/actor.py late_period_parts)
+        # where that actor's slowest 1% of periods went, ms (robo_rl/loop_timing.py late_period_parts)
         "late_ms": {p: worst[f"late_{p}_ms"] for p in LATE_PARTS if f"late_{p}_ms" in worst},
         "sent_records": total("sent_records"),
         "paused": any(s.get("paused") for s in stats),

@@ -6,7 +6,6 @@ cannot take yet) and new weights are applied between steps.
 
 from __future__ import annotations
 
-import collections
 import copy
 import itertools
 import json
@@ -31,6 +30,7 @@ from robo_rl.envs.groups import GroupedResets
 from robo_rl.envs.resets import ResetWrapper
 from robo_rl.envs.spec import spec_of, write_spec
 from robo_rl.envs.wrappers import find_safety, find_wrapper, make_actor_env
+from robo_rl.loop_timing import LoopClock
 from robo_rl.policy_io import stack_obs
 from robo_rl.seeding import ENV_SEED_STRIDE
 from robo_rl.shutdown import ignore_further_interrupts
@@ -42,41 +42,6 @@ from robo_rl.transport.threaded import ActorTransport
 
 log = logging.getLogger(__name__)
 NO_ACTION_STOP = 3  # steps in a row without an action from the policy (a policy server late) before the actor stops
-
-
-# a period's parts, in order (Actor.period_parts): wall times, and the control thread's own CPU time within `env`
-# (a long env step that used little CPU waited: for the CPU, the GIL, or the robot)
-LATE_PARTS = ("decide", "env", "woke_late", "loop_top", "env_cpu")
-
-
-def late_period_parts(jitter_ms: np.ndarray, parts_s: np.ndarray) -> dict:
-    """Where the time of the late periods went: each part's mean, ms, over the slowest 1% of the periods (by jitter;
-    `late_<part>_ms`), beside its median over all of them (`<part>_ms_p50`). A loop late because its
-    work grew shows it in `decide` or `env`; one the machine woke late (another process had the CPU), in
-    `woke_late`. The two series are the newest of each (they are appended together, so at most one step apart)."""
-    n = min(len(jitter_ms), len(parts_s))
-    if n < 2 or parts_s.ndim != 2:
-        return {}
-    jitter_ms, parts_ms = jitter_ms[-n:], parts_s[-n:] * 1e3
-    known = ~np.isnan(parts_ms).any(axis=1)  # a period after a hold has no parts
-    if known.sum() < 2:
-        return {}
-    jitter_ms, parts_ms = jitter_ms[known], parts_ms[known]
-    late = np.argsort(jitter_ms, kind="stable")[-max(1, int(np.ceil(0.01 * len(jitter_ms)))) :]  # ties: no more
-    out = {}
-    for k, name in enumerate(LATE_PARTS):
-        out[f"late_{name}_ms"] = float(parts_ms[late, k].mean())
-        out[f"{name}_ms_p50"] = float(np.median(parts_ms[:, k]))
-    return out
-
-
-def _snapshot(values: collections.deque) -> np.ndarray:
-    """A copy of a deque the control loop appends to, from another thread; empty if an append raced the copy (the
-    next heartbeat has the figures)."""
-    try:
-        return np.array(values)
-    except RuntimeError:  # deque mutated during iteration
-        return np.zeros(0)
 
 
 def _reward_wrapper_class():
@@ -169,19 +134,11 @@ class Actor:
             heartbeat_every_s=cfg.actor.heartbeat_every_s,
             extra_stats=self.loop_stats,
         )
-        # the control periods (for their jitter), not one spanning an episode's reset (a reset move is no period)
-        self.periods: collections.deque = collections.deque(maxlen=2000)
-        # where each of those periods went, ms: (deciding, stepping the envs and the bookkeeping after, waking later
-        # than planned, the loop's top before the next step), so a late period says what made it late
-        self.period_parts: collections.deque = collections.deque(maxlen=2000)
-        self._parts: tuple | None = (
-            None  # the last step's (decide, env, planned wake, woke, env cpu) till its period ends
-        )
-        self._last_start: float | None = None
+        # the control periods (for their jitter; a reset's time is none), where each went, the policy calls' times
+        self.clock = LoopClock()
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
         self._no_action_in_a_row = 0  # steps with no action from the policy (a policy server late), in a row
-        self.decide_ms: collections.deque = collections.deque(maxlen=2000)  # policy (base + residual) inference
         self._warned_slow = False
         if cfg.gui.enabled:
             from robo_rl.gui.actor_view import ActorView
@@ -219,19 +176,7 @@ class Actor:
         copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
         stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
         stats["sent_records"] = self.sent_records
-        t = _snapshot(self.periods)
-        if len(t) >= 2:
-            jitter = np.abs(t - 1.0 / self.env.control_hz) * 1e3
-            stats.update(
-                period_ms_p50=float(np.median(t) * 1e3),
-                jitter_ms_p50=float(np.percentile(jitter, 50)),
-                jitter_ms_p99=float(np.percentile(jitter, 99)),
-            )
-            stats.update(late_period_parts(jitter, _snapshot(self.period_parts)))
-        decide = _snapshot(self.decide_ms)
-        if len(decide):
-            p50, p99 = np.percentile(decide, [50, 99])
-            stats.update(inference_ms_p50=float(p50), inference_ms_p99=float(p99))
+        stats.update(self.clock.stats(self.env.control_hz))
         stats.update(self.acting.chunk_stats())  # a chunked policy's inference, delay, waits and switches
         if self.reward is not None:  # a learned reward: fallback steps (a critic down or slow), scoring time
             try:
@@ -280,8 +225,8 @@ class Actor:
         start = time.perf_counter()
         actions, extras = self._choose(obs, rng)
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        self.decide_ms.append(elapsed_ms)
-        if elapsed_ms > 1e3 / self.env.control_hz and len(self.decide_ms) > 10 and not self._warned_slow:
+        self.clock.decide_ms.append(elapsed_ms)
+        if elapsed_ms > 1e3 / self.env.control_hz and len(self.clock.decide_ms) > 10 and not self._warned_slow:
             self._warned_slow = True  # once: the heartbeat stats carry the figures from then on
             log.warning(
                 "policy inference took %.1f ms, longer than the %.1f ms control period (%s Hz): the robot "
@@ -380,16 +325,7 @@ class Actor:
                             pending[i] = records[-1:]
                     time.sleep(0.002)
                 else:
-                    now = time.monotonic()
-                    if self._last_start is not None:
-                        self.periods.append(now - self._last_start)
-                        if self._parts is None:  # a period with no step of ours before it (a hold): parts unknown
-                            self.period_parts.append((np.nan,) * len(LATE_PARTS))
-                        else:
-                            decide, work, planned, woke, work_cpu = self._parts
-                            self.period_parts.append((decide, work, max(0.0, woke - planned), now - woke, work_cpu))
-                    self._last_start = now
-                    self._parts = None
+                    self.clock.start()
                     try:
                         actions, extras = self._decide(obs, rng)
                         refused = ~np.isfinite(actions).reshape(len(envs), -1).all(axis=1)
@@ -401,7 +337,7 @@ class Actor:
                             raise NoAction(f"{e} ({NO_ACTION_STOP} times in a row: the actor stops)") from None
                     else:
                         self._no_action_in_a_row = 0
-                    decided, decided_cpu = time.monotonic(), time.thread_time()
+                    self.clock.decided()
                     for i, env in enumerate(envs):
                         if refused[i]:  # refused: env i's episode ends here, by the safety rule
                             self.refused_steps += 1
@@ -437,7 +373,7 @@ class Actor:
                             self._send(pending[i])
                             pending[i] = []  # sent: a reset that raises (nobody acknowledged) must not send it again
                             self.transport.beat_soon()
-                            self._last_start = None  # the reset's time is no control period
+                            self.clock.no_period()  # the reset's time is no control period
                             self._obs = obs[i]
                             # after a safety stop: waits for a human's acknowledgement
                             obs[i], _ = env.reset(options=self._reset_options)
@@ -451,14 +387,11 @@ class Actor:
                             # the newest record waits for its decision: a refused one ends the episode in that record
                             self._send(pending[i][:-1])
                             pending[i] = pending[i][-1:]
-                    worked, worked_cpu = time.monotonic(), time.thread_time()
+                    worked = self.clock.worked()
                     if self._realtime:  # a late step moves the schedule on: no burst of commands to catch up
-                        next_tick = max(next_tick + period, worked)
+                        next_tick = max(next_tick + period, worked[0])
                         time.sleep(max(0.0, next_tick - time.monotonic()))
-                    if self._last_start is not None:  # not after a reset: its time is no period
-                        planned = next_tick if self._realtime else worked
-                        woke = time.monotonic()
-                        self._parts = (decided - now, worked - decided, planned, woke, worked_cpu - decided_cpu)
+                    self.clock.slept(worked, next_tick if self._realtime else worked[0])
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (Ctrl-C)"
         except SafetyStop as e:  # stopped by the safety layer and not released: every record so far is kept

@@ -10,8 +10,9 @@ import time
 
 import numpy as np
 
-from robo_rl.actor import LATE_PARTS, Actor, late_period_parts
+from robo_rl.actor import Actor
 from robo_rl.learner import Learner
+from robo_rl.loop_timing import LATE_PARTS, late_period_parts
 from tests.test_pipeline import toy_config
 
 

@@ -55,10 +55,6 @@ def test_the_sampler_reads_episodes_and_the_newest_actor_stats_summed_over_actor
     assert sample["reset_calls"] == 3 and sample["interventions"] == 3 and sample["safety_stops"] == 1
     assert sample["jitter_ms_p99"] == 20.0 and sample["sent_records"] == 30  # the worst actor's jitter
     assert sample["late_ms"] == {"decide": 3.0, "env": 15.0, "woke_late": 4.0, "loop_top": 0.2, "env_cpu": 5.0}
-    from bench import _unattended_checks
-    from robo_rl.actor import LATE_PARTS
-
-    assert _unattended_checks.LATE_PARTS == LATE_PARTS  # the bench's copy of the names
     assert sample["waiting_why"] == "cube off"
     assert metrics_sample(tmp_path / "absent.jsonl")["episodes"] == 0  # a run that has not logged yet
     assert sample["updates"] == 4 and sample["realised_utd"] == 0.4  # the newest whole learner line

@@ -209,5 +209,7 @@ def test_the_loops_jitter_leaves_out_the_time_an_episode_reset_takes(tmp_path, m
         actor.run()
     finally:
         t.join(timeout=60)
-    assert len(actor.periods) >= 40, "the periods within episodes are kept"
-    assert max(actor.periods) < reset_s, f"a reset counted as a control period: {max(actor.periods) * 1e3:.0f} ms"
+    assert len(actor.clock.periods) >= 40, "the periods within episodes are kept"
+    assert max(actor.clock.periods) < reset_s, (
+        f"a reset counted as a control period: {max(actor.clock.periods) * 1e3:.0f} ms"
+    )

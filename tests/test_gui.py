@@ -254,7 +254,7 @@ def test_a_second_page_is_refused_control_a_reload_keeps_the_episode_and_e_stop_
     # the e-stop is read when a step executes: it waits at most for the tick in progress and the policy's decision of
     # the e-stopped step (milliseconds on a quiet machine; on a loaded one the policy can itself overrun the period)
     latency = after[-1][0] - forwarded[0]
-    decide_s = max(list(run.actor.decide_ms)[-2:]) / 1e3
+    decide_s = max(list(run.actor.clock.decide_ms)[-2:]) / 1e3
     assert latency <= PERIOD_S + decide_s + 0.15, (
         f"{latency * 1e3:.0f} ms after the GUI forwarded the e-stop (the policy's decision: {decide_s * 1e3:.0f} ms)"
     )

@@ -43,7 +43,7 @@ LEARNER_FIELDS = (
 LOOP_FIGURES = (
     "period_ms_p50",
     "jitter_ms_p99",
-    "late_decide_ms",  # where the slowest 1% of periods went (robo_rl/actor.py late_period_parts)
+    "late_decide_ms",  # where the slowest 1% of periods went (robo_rl/loop_timing.py late_period_parts)
     "late_env_ms",
     "late_env_cpu_ms",
     "late_woke_late_ms",
