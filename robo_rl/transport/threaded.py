@@ -18,6 +18,10 @@ from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.shm_weights import SharedWeightsReader
 
 log = logging.getLogger(__name__)
+# a real-time actor's I/O thread waits this long on its socket each pass (a sim actor's, 2 ms): at 2 ms it woke up to
+# 500 times a second, each time taking the GIL from the control loop, which on a busy machine then waited for the
+# CPU and the GIL in its env steps (bench/results/unattended_jitter_probes.json)
+REALTIME_POLL_MS = 20
 
 
 class ActorTransport:
@@ -29,8 +33,13 @@ class ActorTransport:
         max_queued_batches: int = 500,
         heartbeat_every_s: float = 0.5,
         extra_stats: Callable[[], dict] | None = None,
+        poll_ms: int = 2,
     ) -> None:
         self.link = link
+        # how long each pass of the I/O thread waits on the socket: 2 ms for a sim actor, which waits on the learner's
+        # word between steps; a real-time actor's waits longer (REALTIME_POLL_MS), as every pass takes the GIL from
+        # the control loop
+        self.poll_ms = int(poll_ms)
         self.load_weights = load_weights  # (policy, arrays) → None, run on the I/O thread
         self._spare = spare_policy  # the policy copy the I/O thread may write; None while the control loop has it
         self._pending: tuple[int, str, dict] | None = None  # newest weights not yet loaded: version, kind, payload
@@ -148,7 +157,7 @@ class ActorTransport:
                         break
                     self.link.send_steps(meta, arrays, env_steps)
                     self._steps_moved += env_steps
-                self._handle(self.link.poll(timeout_ms=2))
+                self._handle(self.link.poll(timeout_ms=self.poll_ms))
                 if self.hold_reason and self.link.connected and self.link.incarnation != self._hold_incarnation:
                     log.info("a new learner is here: carrying on")
                     self.hold_reason = None
