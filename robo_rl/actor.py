@@ -136,7 +136,7 @@ class Actor:
             poll_ms=REALTIME_POLL_MS if self._realtime else 2,
         )
         # the control periods (for their jitter; a reset's time is none), where each went, the policy calls' times
-        self.clock = LoopClock()
+        self.clock = LoopClock(self.env.control_hz)
         self._waiting_since: float | None = None
         self.refused_steps = 0  # the policy gave no finite action: the episode ended there (ended_by=safety)
         self._no_action_in_a_row = 0  # steps with no action from the policy (a policy server late), in a row
@@ -177,7 +177,7 @@ class Actor:
         copy that races the control loop skips the timing figures for this heartbeat, never the counts."""
         stats = {"policy_version": self.policy_version, "refused_steps": self.refused_steps}
         stats["sent_records"] = self.sent_records
-        stats.update(self.clock.stats(self.env.control_hz))
+        stats.update(self.clock.stats())
         stats.update(self.acting.chunk_stats())  # a chunked policy's inference, delay, waits and switches
         if self.reward is not None:  # a learned reward: fallback steps (a critic down or slow), scoring time
             try:

@@ -23,7 +23,8 @@ class LoopClock:
     (`slept`); `no_period` after a step whose time is no control period (an episode's reset). Read from another
     thread by `stats` (a copy that races an append skips the timing figures for that call, never fails)."""
 
-    def __init__(self, window: int = WINDOW) -> None:
+    def __init__(self, control_hz: float, window: int = WINDOW) -> None:
+        self.period_s = 1.0 / control_hz
         self.periods: collections.deque = collections.deque(maxlen=window)  # seconds
         self.parts: collections.deque = collections.deque(maxlen=window)  # seconds, LATE_PARTS order, per period
         self.decide_ms: collections.deque = collections.deque(maxlen=window)  # each policy call (base + residual)
@@ -60,13 +61,13 @@ class LoopClock:
     def no_period(self) -> None:
         self._start = None
 
-    def stats(self, control_hz: float) -> dict:
+    def stats(self) -> dict:
         """Period p50 and jitter (|period − 1/control_hz|) p50/p99, where the late periods went, and the policy
         calls' p50/p99, in ms."""
         out: dict = {}
         t = snapshot(self.periods)
         if len(t) >= 2:
-            jitter = np.abs(t - 1.0 / control_hz) * 1e3
+            jitter = np.abs(t - self.period_s) * 1e3
             out.update(
                 period_ms_p50=float(np.median(t) * 1e3),
                 jitter_ms_p50=float(np.percentile(jitter, 50)),

@@ -203,7 +203,7 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
 
     safety = SafetyWrapper.__new__(SafetyWrapper)
     safety.counts, safety.stopped = collections.Counter(steps=120, workspace=7), None
-    clock = LoopClock()
+    clock = LoopClock(10)
     clock.periods, clock.parts, clock.decide_ms = Racing([0.1, 0.1]), Racing([(0.0,) * 5] * 2), Racing([1.0, 2.0])
     actor = SimpleNamespace(
         policy_version=3,

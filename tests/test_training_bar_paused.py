@@ -3,13 +3,13 @@ why and how to resume; a simulated actor's dead man carries on by default, a rob
 
 from __future__ import annotations
 
-from collections import deque
 from types import SimpleNamespace
 
 import pytest
 
 from robo_rl.actor import Actor
 from robo_rl.config import ConfigError, load_config, make_env
+from robo_rl.loop_timing import LoopClock
 from robo_rl.progress import TrainingBar
 from robo_rl.transport.codec import decode, encode
 from robo_rl.transport.messages import CTRL_KINDS
@@ -26,7 +26,7 @@ def env():
 
 def _heartbeat_stats(human) -> dict:
     """The actor's heartbeat stats for this human wrapper, through the wire codec and its checks."""
-    loop = SimpleNamespace(policy_version=3, refused_steps=0, sent_records=0, periods=deque(), decide_ms=deque())
+    loop = SimpleNamespace(policy_version=3, refused_steps=0, sent_records=0, clock=LoopClock(10))
     loop.acting = SimpleNamespace(chunk_stats=dict)  # a policy without chunks
     loop.reward = loop.safety = None
     loop.resets = []  # no env.reset_mode
