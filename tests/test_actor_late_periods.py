@@ -5,15 +5,13 @@ machine, not a guess)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 
 from robo_rl.actor import Actor
-from robo_rl.learner import Learner
 from robo_rl.loop_timing import LATE_PARTS, late_period_parts
-from tests.test_pipeline import toy_config
+from tests.test_pipeline import run_pair_with_actor, toy_config
 
 
 def test_the_late_periods_are_split_by_what_took_the_time():
@@ -60,12 +58,8 @@ def test_a_real_actor_whose_policy_is_sometimes_slow_says_the_late_periods_went_
     monkeypatch.setattr(Actor, "_choose", sometimes_slow)
     run = tmp_path / "run"
     run.mkdir()
-    learner = Learner(cfg, run, progress=False)
-    thread = threading.Thread(target=learner.run)
-    thread.start()
-    actor = Actor(cfg, progress=False)
-    assert actor.run() == "done"
-    thread.join(timeout=60)
+    _, actor, reason = run_pair_with_actor(cfg, run)
+    assert reason == "done"
     stats = actor.loop_stats()
     assert stats["jitter_ms_p99"] > 150, stats
     assert stats["late_decide_ms"] >= 200 and stats["decide_ms_p50"] < 20, stats

@@ -13,13 +13,12 @@ from policies.flow import ChunkGenerator, GenerativeBase
 from robo_rl.actor import Actor
 from robo_rl.learner import Learner
 from robo_rl.offline.bc import save_atomic
-from tests.test_pipeline import toy_config
+from tests.test_pipeline import run_pair_with_actor, toy_config
 
 SLOW_S = 0.08  # a chunk's inference: 1.6 control periods at 20 Hz
 
 
 def test_async_chunking_keeps_a_real_actor_on_time_where_sync_waits_at_every_chunk(tmp_path, monkeypatch):
-    import threading
 
     model = ChunkGenerator(4, 2, chunk_size=8, steps=2, hidden=[16])
     path = save_atomic(model.checkpoint(execute_steps=5), tmp_path / "bc" / "policy.pt")
@@ -49,12 +48,8 @@ def test_async_chunking_keeps_a_real_actor_on_time_where_sync_waits_at_every_chu
         )
         run = tmp_path / mode / "run"
         run.mkdir(parents=True)
-        learner = Learner(cfg, run, progress=False)
-        thread = threading.Thread(target=learner.run)
-        thread.start()
-        actor = Actor(cfg, progress=False)
-        assert actor.run() == "done"
-        thread.join(timeout=60)
+        learner, actor, reason = run_pair_with_actor(cfg, run)
+        assert reason == "done"
         seen[mode] = actor.loop_stats()
         online = learner.replay.online
         rows = np.arange(online.size)[online.data["step"][: online.size] > 0]

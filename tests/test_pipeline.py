@@ -46,14 +46,21 @@ def toy_config(tmp_path, *extra):
 
 
 def run_pair(cfg, run_dir):
+    learner, _, reason = run_pair_with_actor(cfg, run_dir)
+    return learner, reason
+
+
+def run_pair_with_actor(cfg, run_dir):
+    """A learner on a thread and an actor in this one, run to the end: (learner, actor, the actor's end reason)."""
     learner = Learner(cfg, run_dir, progress=False)
     t = threading.Thread(target=learner.run)
     t.start()
-    reason = Actor(cfg, progress=False).run()
+    actor = Actor(cfg, progress=False)
+    reason = actor.run()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the actor's shutdown ignores Ctrl-C; undo for pytest
     t.join(timeout=120)
     assert not t.is_alive()
-    return learner, reason
+    return learner, actor, reason
 
 
 # fast copy (same loops; learning, UTD, staleness): test_cli.py::test_train_runs_learner_and_actor_processes_and_...
