@@ -23,8 +23,8 @@ class LoopClock:
     (`slept`); `no_period` after a step whose time is no control period (an episode's reset). Read from another
     thread by `stats` (a copy that races an append skips the timing figures for that call, never fails)."""
 
-    def __init__(self, control_hz: float, window: int = WINDOW) -> None:
-        self.period_s = 1.0 / control_hz
+    def __init__(self, control_hz: float | None, window: int = WINDOW) -> None:
+        self.period_s = 1.0 / control_hz if control_hz else None  # None: no rate, so no jitter to measure
         self.periods: collections.deque = collections.deque(maxlen=window)  # seconds
         self.parts: collections.deque = collections.deque(maxlen=window)  # seconds, LATE_PARTS order, per period
         self.decide_ms: collections.deque = collections.deque(maxlen=window)  # each policy call (base + residual)
@@ -66,7 +66,7 @@ class LoopClock:
         calls' p50/p99, in ms."""
         out: dict = {}
         t = snapshot(self.periods)
-        if len(t) >= 2:
+        if len(t) >= 2 and self.period_s is not None:
             jitter = np.abs(t - self.period_s) * 1e3
             out.update(
                 period_ms_p50=float(np.median(t) * 1e3),
