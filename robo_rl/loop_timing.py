@@ -25,25 +25,28 @@ class LoopClock:
 
     def __init__(self, control_hz: float | None, window: int = WINDOW) -> None:
         self.period_s = 1.0 / control_hz if control_hz else None  # None: no rate, so no jitter to measure
-        self.periods: collections.deque = collections.deque(maxlen=window)  # seconds
-        self.parts: collections.deque = collections.deque(maxlen=window)  # seconds, LATE_PARTS order, per period
+        self.rows: collections.deque = collections.deque(maxlen=window)  # per period: its length, then its parts, s
         self.decide_ms: collections.deque = collections.deque(maxlen=window)  # each policy call (base + residual)
         self._start: float | None = None
         self._step: tuple | None = None  # the last step's (decide, env, planned wake, woke, env cpu)
         self._decided = (0.0, 0.0)
 
-    def start(self) -> float:
-        """A step begins now: the period since the last step's start ends here; returns now."""
+    def start(self) -> None:
+        """A step begins now: the period since the last step's start ends here."""
         now = time.monotonic()
         if self._start is not None:
-            self.periods.append(now - self._start)
             if self._step is None:  # no step of ours before it (a hold): parts unknown
-                self.parts.append((np.nan,) * len(LATE_PARTS))
+                parts = (np.nan,) * len(LATE_PARTS)
             else:
                 decide, work, planned, woke, work_cpu = self._step
-                self.parts.append((decide, work, max(0.0, woke - planned), now - woke, work_cpu))
+                parts = (decide, work, max(0.0, woke - planned), now - woke, work_cpu)
+            self.rows.append((now - self._start, *parts))
         self._start, self._step = now, None
-        return now
+
+    @property
+    def periods(self) -> list[float]:
+        """The kept periods' lengths, s."""
+        return [row[0] for row in list(self.rows)]
 
     def decided(self) -> None:
         self._decided = (time.monotonic(), time.thread_time())
@@ -65,15 +68,16 @@ class LoopClock:
         """Period p50 and jitter (|period − 1/control_hz|) p50/p99, where the late periods went, and the policy
         calls' p50/p99, in ms."""
         out: dict = {}
-        t = snapshot(self.periods)
-        if len(t) >= 2 and self.period_s is not None:
+        rows = snapshot(self.rows)
+        if len(rows) >= 2 and self.period_s is not None:
+            t = rows[:, 0]
             jitter = np.abs(t - self.period_s) * 1e3
             out.update(
                 period_ms_p50=float(np.median(t) * 1e3),
                 jitter_ms_p50=float(np.percentile(jitter, 50)),
                 jitter_ms_p99=float(np.percentile(jitter, 99)),
             )
-            out.update(late_period_parts(jitter, snapshot(self.parts)))
+            out.update(late_period_parts(jitter, rows[:, 1:]))
         decide = snapshot(self.decide_ms)
         if len(decide):
             p50, p99 = np.percentile(decide, [50, 99])
@@ -84,12 +88,9 @@ class LoopClock:
 def late_period_parts(jitter_ms: np.ndarray, parts_s: np.ndarray) -> dict:
     """Where the time of the late periods went: each part's mean, ms, over the slowest 1% of the periods (by jitter;
     `late_<part>_ms`), beside its median over all of them (`<part>_ms_p50`). A loop late because its work grew shows
-    it in `decide` or `env`; one the machine woke late (another process had the CPU), in `woke_late`. The two series
-    are the newest of each (they are appended together, so at most one step apart)."""
-    n = min(len(jitter_ms), len(parts_s))
-    if n < 2 or parts_s.ndim != 2:
-        return {}
-    jitter_ms, parts_ms = jitter_ms[-n:], parts_s[-n:] * 1e3
+    it in `decide` or `env`; one the machine woke late (another process had the CPU), in `woke_late`. One row of
+    `parts_s` per period of `jitter_ms`."""
+    parts_ms = parts_s * 1e3
     known = ~np.isnan(parts_ms).any(axis=1)  # a period after a hold has no parts
     if known.sum() < 2:
         return {}

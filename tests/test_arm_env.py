@@ -204,7 +204,7 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
     safety = SafetyWrapper.__new__(SafetyWrapper)
     safety.counts, safety.stopped = collections.Counter(steps=120, workspace=7), None
     clock = LoopClock(10)
-    clock.periods, clock.parts, clock.decide_ms = Racing([0.1, 0.1]), Racing([(0.0,) * 5] * 2), Racing([1.0, 2.0])
+    clock.rows, clock.decide_ms = Racing([(0.1,) + (0.0,) * 5] * 2), Racing([1.0, 2.0])
     actor = SimpleNamespace(
         policy_version=3,
         refused_steps=0,
@@ -220,8 +220,8 @@ def test_every_heartbeat_carries_the_safety_counts_even_when_the_timing_copy_rac
     stats = Actor.loop_stats(actor)
     assert stats["safety_steps"] == 120 and stats["safety_workspace"] == 7 and stats["safety_stopped"] == 0
     assert "period_ms_p50" not in stats and "inference_ms_p50" not in stats  # skipped for this beat only
-    clock.periods, clock.decide_ms = collections.deque([0.1, 0.1]), collections.deque([1.0, 2.0])
-    clock.parts = collections.deque([(0.001, 0.05, 0.0, 0.0, 0.04)] * 2)
+    clock.rows = collections.deque([(0.1, 0.001, 0.05, 0.0, 0.0, 0.04)] * 2)  # a period's length, then its parts
+    clock.decide_ms = collections.deque([1.0, 2.0])
     stats = Actor.loop_stats(actor)
     assert abs(stats["period_ms_p50"] - 100.0) < 1e-6 and stats["inference_ms_p99"] > 1.0
     assert abs(stats["late_env_ms"] - 50.0) < 1e-6 and abs(stats["env_cpu_ms_p50"] - 40.0) < 1e-6
