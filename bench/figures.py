@@ -7,6 +7,7 @@ per number its source, one of:
     BENCHMARKS.md :: <template with one {}>    for a figure no result file backs; the README's text must then say
                                                "no result file" itself
     {ratio: [<source>, <source>]}              the first over the second
+    {percent: <source>}                        a fraction as a percentage (0.038 is 3.8)
 The README may round: a README number with d decimals matches a source value that rounds to it at d decimals (or
 within the entry's `tolerance`); `m:ss` times compare in seconds. Whitespace, line breaks and `**` are ignored in
 both documents. Every `##` section of BENCHMARKS.md must name its result files (or say it has none), and every result
@@ -71,6 +72,9 @@ def lookup(data, path: str) -> float:
 
 def source_value(source, benchmarks: str) -> tuple[float, str]:
     """The value a source names, and where it was read (for the message); KeyError naming what is missing."""
+    if isinstance(source, dict) and "percent" in source:
+        value, where = source_value(source["percent"], benchmarks)
+        return value * 100, f"{where} x 100"
     if isinstance(source, dict):
         top, bottom = (source_value(part, benchmarks) for part in source["ratio"])
         return top[0] / bottom[0], f"{top[1]} / {bottom[1]}"
