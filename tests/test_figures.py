@@ -84,3 +84,15 @@ def test_a_benchmarks_section_must_name_its_result_files(copy_of_docs: Path, cap
     out = capsys.readouterr().out
     assert "'Robots: drivers, safety layer, cameras" in out and "names no bench/results/ file" in out
     assert "names bench/results/eval_gone.json, which does not exist" in out
+
+
+def test_a_percentage_is_read_from_its_fraction_and_a_drifted_one_fails(copy_of_docs: Path, capsys):
+    # the README quotes the two-hour run's jitter change as a percentage; its file keeps the fraction
+    path = copy_of_docs / "bench" / "results" / "unattended_2h_io_poll.json"
+    data = json.loads(path.read_text())
+    assert load_figures(copy_of_docs).main() == 0
+    data["summary"]["pick"]["jitter_p99_change_last_vs_first"] = 0.048
+    path.write_text(json.dumps(data))
+    assert load_figures(copy_of_docs).main() == 1
+    out = capsys.readouterr().out
+    assert "README says 3.8" in out and "jitter_p99_change_last_vs_first x 100 is 4.8" in out
