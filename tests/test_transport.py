@@ -370,3 +370,33 @@ def test_steps_the_data_socket_would_not_take_at_a_welcome_go_with_the_next_hear
     finally:
         actor.close(0)
         learner.close()
+
+
+def test_free_ports_drawn_in_two_processes_at_once_never_coincide(monkeypatch):
+    """Two test workers each drew a port free at that moment, and the second's learner found it bound by the first's:
+    a port one process drew is reserved from the others' draws. Both processes here draw from the same seeded
+    permutation, so without the reservation they would get the same ports."""
+    import subprocess
+    import sys
+
+    from robo_rl.transport import ports as link
+
+    seeded = "lambda *a: np.random.Generator(np.random.PCG64(7))"
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import numpy as np; from robo_rl.transport import ports as p; "
+            f"np.random.default_rng = {seeded}; print(p.free_ports(5))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    theirs = set(eval(child.stdout))
+    monkeypatch.setattr(link.np.random, "default_rng", lambda *a: np.random.Generator(np.random.PCG64(7)))
+    monkeypatch.setattr(link, "_HANDED_OUT", set())
+    ours = set(free_ports(5))
+    assert len(theirs) == len(ours) == 5 and not theirs & ours, (theirs, ours)
+    assert all((link.reservation_folder() / str(p)).exists() for p in ours | theirs)
