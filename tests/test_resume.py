@@ -176,8 +176,10 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         done_before_kill = completed_episodes(run_dir)
 
         # 2. resume, then kill -9 in the middle of writing the next checkpoint
+        # its first checkpoint 300 env steps on: under load one at 100 began before a new episode was stored
         paused = {**os.environ, PAUSE_ENV: "60"}
-        learner = subprocess.Popen([*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}"], env=paused, **quiet)
+        again = [*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}", "train.checkpoint_every_env_steps=300"]
+        learner = subprocess.Popen(again, env=paused, **quiet)
         wait_until(
             lambda: list((run_dir / "checkpoints").glob("*.tmp")), 120, "a checkpoint being written", every_s=0.2
         )
