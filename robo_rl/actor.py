@@ -38,7 +38,7 @@ from robo_rl.teleop.intervention import InterventionWrapper
 from robo_rl.transport.actor_link import ActorLink
 from robo_rl.transport.codec import arrays_to_state_dict
 from robo_rl.transport.security import curve_keys
-from robo_rl.transport.threaded import REALTIME_POLL_MS, ActorTransport
+from robo_rl.transport.threaded import REALTIME_POLL_MS, SIM_POLL_MS, ActorTransport
 
 log = logging.getLogger(__name__)
 NO_ACTION_STOP = 3  # steps in a row without an action from the policy (a policy server late) before the actor stops
@@ -133,7 +133,7 @@ class Actor:
             copy.deepcopy(self.policy),
             heartbeat_every_s=cfg.actor.heartbeat_every_s,
             extra_stats=self.loop_stats,
-            poll_ms=REALTIME_POLL_MS if self._realtime else 2,
+            poll_ms=REALTIME_POLL_MS if self._realtime else SIM_POLL_MS,
         )
         # the control periods (for their jitter; a reset's time is none), where each went, the policy calls' times
         self.clock = LoopClock(self.env.control_hz)

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 # 500 times a second, each time taking the GIL from the control loop, which on a busy machine then waited for the
 # CPU and the GIL in its env steps (bench/results/unattended_jitter_probes.json)
 REALTIME_POLL_MS = 20
+SIM_POLL_MS = 2  # a sim actor waits on the learner's word between steps: its I/O thread answers within 2 ms
 
 
 class ActorTransport:
@@ -33,12 +34,11 @@ class ActorTransport:
         max_queued_batches: int = 500,
         heartbeat_every_s: float = 0.5,
         extra_stats: Callable[[], dict] | None = None,
-        poll_ms: int = 2,
+        poll_ms: int = SIM_POLL_MS,
     ) -> None:
         self.link = link
-        # how long each pass of the I/O thread waits on the socket: 2 ms for a sim actor, which waits on the learner's
-        # word between steps; a real-time actor's waits longer (REALTIME_POLL_MS), as every pass takes the GIL from
-        # the control loop
+        # how long each pass of the I/O thread waits on the socket (SIM_POLL_MS, or REALTIME_POLL_MS for a real-time
+        # actor, as every pass takes the GIL from the control loop)
         self.poll_ms = int(poll_ms)
         self.load_weights = load_weights  # (policy, arrays) → None, run on the I/O thread
         self._spare = spare_policy  # the policy copy the I/O thread may write; None while the control loop has it
