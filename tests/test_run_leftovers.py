@@ -193,7 +193,8 @@ def test_a_child_in_its_own_session_is_stopped_cleanly_when_its_starter_is_kille
     assert sid == pid != os.getsid(proc.pid), "the child leads a session of its own"
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
-    while not (tmp_path / "stopped").exists() and time.monotonic() < deadline:
+    deadline, stopped = time.monotonic() + 10, tmp_path / "stopped"
+    # the handler creates the file, then writes it: read until its word is in (an empty read is the gap between)
+    while not (stopped.exists() and stopped.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert (tmp_path / "stopped").read_text() == "SIGTERM", "the kernel stopped the child when its starter died"
+    assert stopped.exists() and stopped.read_text() == "SIGTERM", "the kernel stopped the child when its starter died"
