@@ -376,10 +376,11 @@ def test_free_ports_drawn_in_two_processes_at_once_never_coincide(monkeypatch):
     """Two test workers each drew a port free at that moment, and the second's learner found it bound by the first's:
     a port one process drew is reserved from the others' draws. Both processes here draw from the same seeded
     permutation, so without the reservation they would get the same ports."""
+    import ast
     import subprocess
     import sys
 
-    from robo_rl.transport import ports as link
+    from robo_rl.transport import ports
 
     seeded = "lambda *a: np.random.Generator(np.random.PCG64(7))"
     child = subprocess.run(
@@ -394,9 +395,9 @@ def test_free_ports_drawn_in_two_processes_at_once_never_coincide(monkeypatch):
         timeout=60,
         check=True,
     )
-    theirs = set(eval(child.stdout))
-    monkeypatch.setattr(link.np.random, "default_rng", lambda *a: np.random.Generator(np.random.PCG64(7)))
-    monkeypatch.setattr(link, "_HANDED_OUT", set())
+    theirs = set(ast.literal_eval(child.stdout))
+    monkeypatch.setattr(ports.np.random, "default_rng", lambda *a: np.random.Generator(np.random.PCG64(7)))
+    monkeypatch.setattr(ports, "_HANDED_OUT", set())
     ours = set(free_ports(5))
     assert len(theirs) == len(ours) == 5 and not theirs & ours, (theirs, ours)
-    assert all((link.reservation_folder() / str(p)).exists() for p in ours | theirs)
+    assert all((ports.reservation_folder() / str(p)).exists() for p in ours | theirs)
