@@ -28,7 +28,7 @@ from robo_rl.envs.spec import EnvSpec, learner_spec, spec_check
 from robo_rl.loggers import metrics_writer
 from robo_rl.policy_io import batch_to_torch
 from robo_rl.rewards.relabel import make_relabeller, relabel_prior, rlif_rejects, uses_learned_reward
-from robo_rl.runs import CheckpointError, load_resume_checkpoint, save_checkpoint
+from robo_rl.runs import CheckpointError, load_resume_checkpoint, remove_unfinished_checkpoints, save_checkpoint
 from robo_rl.schedule import make_schedule
 from robo_rl.shutdown import ignore_further_interrupts
 from robo_rl.transport.codec import state_dict_to_arrays
@@ -385,6 +385,7 @@ class Learner:
     def _resume(self, run: str) -> dict[str, list]:
         """Restore the latest checkpoint and the stored replay; data stored after the checkpoint (before a
         kill) is counted as received. Returns the newest stored message per actor."""
+        remove_unfinished_checkpoints(run)  # a kill mid-write left them: never read, logged and deleted
         payload, skipped = load_resume_checkpoint(run)
         for problem in skipped:
             log.error("%s: skipped, resuming from the checkpoint before it", problem)

@@ -215,6 +215,18 @@ def load_resume_checkpoint(run: str | Path) -> tuple[dict | None, list[str]]:
     return _newest_readable(path / "checkpoints")
 
 
+def remove_unfinished_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Delete the step_*.pt.tmp files a kill left mid-write (never renamed, never read; a VLA's is gigabytes) and
+    return them. The resuming learner calls this: it is the only writer of its run folder's checkpoints (a
+    checkpoint file given to resume, not a folder, has none)."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    stale = sorted(ckpt_dir.glob("step_*.pt.tmp")) if ckpt_dir.is_dir() else []
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+        log.warning("removed %s: a checkpoint a kill left half-written", tmp)
+    return stale
+
+
 def _newest_readable(ckpt_dir: Path) -> tuple[dict | None, list[str]]:
     """The newest checkpoint in `ckpt_dir` that loads and the ones skipped on the way (None if there is none;
     raises if there are some and none loads)."""

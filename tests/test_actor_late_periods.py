@@ -63,8 +63,9 @@ def test_a_real_actor_whose_policy_is_sometimes_slow_says_the_late_periods_went_
     stats = actor.loop_stats()
     assert stats["jitter_ms_p99"] > 150, stats
     assert stats["late_decide_ms"] >= 200 and stats["decide_ms_p50"] < 20, stats
-    # the learner shares this process here: its thread holding the GIL can wake the loop late too, by far less
-    assert stats["late_decide_ms"] > 2 * max(stats["late_env_ms"], stats["late_woke_late_ms"]), stats
+    # the env and the loop's top stay small in the slow periods; waking late is not compared: it measures the machine,
+    # and a loaded CI machine (the learner's thread in this process, another test worker) stalled it by 350 ms once
+    assert stats["late_decide_ms"] > 2 * max(stats["late_env_ms"], stats["late_loop_top_ms"]), stats
 
 
 def test_the_page_gets_where_the_late_periods_went():

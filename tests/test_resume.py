@@ -105,8 +105,11 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_one_before_it_used_with
     newest = learner.checkpoint()
     learner.close()
     newest.write_bytes(newest.read_bytes()[:1000])  # torn
+    half = newest.with_name("step_000000999.pt.tmp")  # a kill -9 mid-write leaves this: never read, removed
+    half.write_bytes(b"half a checkpoint")
     resumed = Learner(load_config([f"resume={run_dir}", *toy_config_ports(tmp_path)]), run_dir, progress=False)
     assert f"checkpoint {newest} is corrupt or unreadable" in caplog.text
+    assert not half.exists() and f"removed {half}: a checkpoint a kill left half-written" in caplog.text
     assert resumed.updates == updates_then  # the weights of the older checkpoint ...
     assert resumed.env_steps == learner.env_steps  # ... and every stored record, counted
     assert resumed.replay.online.writes == learner.replay.online.writes
@@ -175,14 +178,16 @@ def test_kill_9_mid_training_and_mid_checkpoint_loses_no_completed_episode(tmp_p
         learner.wait()
         done_before_kill = completed_episodes(run_dir)
 
-        # 2. resume, then kill -9 in the middle of writing the next checkpoint
-        # its first checkpoint 300 env steps on: under load one at 100 began before a new episode was stored
+        # 2. resume, then kill -9 in the middle of writing the next checkpoint (300 env steps on: new episodes first);
+        # the first kill may itself have come mid-write: its half-written file is no sign of the new learner's
+        left = set((run_dir / "checkpoints").glob("*.tmp"))
         paused = {**os.environ, PAUSE_ENV: "60"}
         again = [*start, "learner", f"resume={run_dir}", f"run_dir={run_dir}", "train.checkpoint_every_env_steps=300"]
         learner = subprocess.Popen(again, env=paused, **quiet)
         wait_until(
-            lambda: list((run_dir / "checkpoints").glob("*.tmp")), 120, "a checkpoint being written", every_s=0.2
+            lambda: set((run_dir / "checkpoints").glob("*.tmp")) - left, 120, "a checkpoint being written", every_s=0.2
         )
+        assert not left & set((run_dir / "checkpoints").glob("*.tmp"))  # the resumed learner removed the old one
         learner.kill()
         learner.wait()
         done_before_second_kill = completed_episodes(run_dir)
