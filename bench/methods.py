@@ -9,7 +9,9 @@ fine-tune) at a number of collected episodes, on the same task, seeds and evalua
 For each seed the base is `robo-rl bc env=<task> policy=flow` from the task's scripted demonstrations (the same
 cached demonstrations and seed for every method); each online method is its preset (`experiment=<method>_<task>`)
 with that base and `train.total_env_steps` = the budget; RECAP (and STEAM, `recap.value=steam`) is `robo-rl recap
-collect | label | finetune`, twice, in a copy of the base's run folder. Each final policy is evaluated on the same
+collect | label | finetune | tune`, twice, in a copy of the base's run folder: `tune` picks the guidance scale from
+--guidances on 50 validation episodes each (seeds of their own, not stored; counted as validation robot time beside
+the collected episodes), and the next collection and the evaluation act at it. Each final policy is evaluated on the same
 held-out env seeds (eval.seed onwards): a training run's final checkpoint deterministically (`evaluate_policy`, as
 `robo-rl eval` does), a flow file (the base, RECAP's policy) as `robo-rl recap collect store=false` acts, its noise
 reseeded per episode. The two modes differ (a flow run deterministically succeeds more often), so each online row
@@ -46,7 +48,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from bench._results import write_result  # noqa: E402
 from robo_rl.eval.wilson import wilson_interval  # noqa: E402
 
-TASKS = {"pick": {"env": "pick_cube", "demos": 30}}
+# the base of each task: its scripted demonstrations and BC settings that put a flow policy at 30-70% success (the
+# default 6,000 flow updates at least make pick's base succeed almost always: nothing left to improve)
+TASKS = {"pick": {"env": "pick_cube", "demos": 30, "bc": ["bc.flow_updates=0"]}}
 # each online method: its preset and the setting that names the base (a frozen base, or the policy fine-tuned itself)
 ONLINE = {
     "residual": ("residual_pick_cube", "policy.base.path"),
@@ -97,6 +101,7 @@ def make_base(task: str, seed: int, out: Path) -> tuple[Path, dict]:
             "experiment=rlpd",  # the default experiment is for policy=residual
             "policy=flow",
             f"demos.num_episodes={spec['demos']}",
+            *spec.get("bc", []),
             f"seed={seed}",
             f"outputs_dir={out}",
             f"name={name}",
@@ -190,11 +195,20 @@ def run_online(method: str, base: Path, seed: int, steps: int, reward: str, out:
 
 
 def run_offline(
-    method: str, base_run: Path, seed: int, episodes: int, iterations: int, out: Path, quick: bool = False
+    method: str,
+    base_run: Path,
+    seed: int,
+    episodes: int,
+    iterations: int,
+    out: Path,
+    quick: bool = False,
+    tune: tuple[str, int] | None = None,
 ) -> tuple[Path, dict]:
     """RECAP/STEAM in a copy of the base's run folder: `iterations` rounds of collect (the newest policy), label
-    (everything collected so far and the demonstrations), fine-tune (from the base). Quick: a tenth of the value fit's
-    and the fine-tune's gradient steps (the plumbing, not a result)."""
+    (everything collected so far and the demonstrations), fine-tune (from the base) and, with `tune` = (guidances,
+    episodes), `recap tune`: the guidance scale chosen on validation episodes (seeds of their own, not stored, counted
+    apart as robot time), used by the next collection and the evaluation. Quick: a tenth of the value fit's and the
+    fine-tune's gradient steps (the plumbing, not a result)."""
     folder = out / f"{method}_s{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(base_run, folder, ignore=shutil.ignore_patterns("replay", "recap", "eval"))
@@ -202,6 +216,7 @@ def run_offline(
     if quick:
         settings += ["recap.value_steps=300", "recap.updates=300", "recap.critic_steps=150"]
     cost = {"env_steps": 0, "episodes": 0, "wall_s": 0.0, "cpu_s": 0.0, "iterations": []}
+    cost |= {"validation_env_steps": 0, "validation_episodes": 0} if tune else {}
     for i in range(iterations):
         seed_i = 200000 + 10000 * seed + 1000 * i  # collection seeds: apart from training, demos and evaluation
         steps = [
@@ -209,6 +224,9 @@ def run_offline(
             ["recap", "label", str(folder), *settings],
             ["recap", "finetune", str(folder), *settings],
         ]
+        if tune:  # validation seeds: apart from collection (200000...) and evaluation (EVAL_SEED...)
+            steps.append(["recap", "tune", str(folder), f"guidances={tune[0]}", f"episodes={tune[1]}",
+                          f"seed={300000 + 10000 * seed + 1000 * i}", "logger.progress=false"])  # fmt: skip
         for args in steps:
             text, wall, cpu = cli(args, log)
             cost["wall_s"] += wall
@@ -218,7 +236,18 @@ def run_offline(
                 cost["env_steps"] += round(int(n) * float(length))
                 cost["episodes"] += int(n)
                 cost["iterations"].append({"collected_success": int(k) / int(n)})
+            if args[1] == "tune":
+                add_validation(cost, json.loads((folder / "recap" / "policy.guidance.json").read_text()))
     return folder, cost
+
+
+def add_validation(cost: dict, tuned: dict) -> None:
+    """`recap tune`'s table (<policy>.guidance.json) into the cost: its episodes are robot time, counted apart from the
+    collected ones, and the scale it chose goes with its iteration."""
+    for r in tuned["results"].values():
+        cost["validation_episodes"] += r["episodes"]
+        cost["validation_env_steps"] += round(r["episodes"] * r["mean_length"])
+    cost["iterations"][-1] |= {"guidance": tuned["guidance"], "validation": tuned["results"]}
 
 
 def summarise(table: dict, reps: int | None = None) -> dict:
@@ -249,6 +278,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="env steps of each online method")
     p.add_argument("--episodes", type=int, help="episodes RECAP/STEAM collect per iteration")
     p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--guidances", default="1,2,3", help="RECAP's guidance scales tried by `recap tune` ('1': none)")
+    p.add_argument("--validation-episodes", type=int, help="episodes per scale of `recap tune` (quick 5, else 50)")
+    p.add_argument("--tag", default="", help="appended to the result file's name (runs side by side)")
     p.add_argument("--eval-episodes", type=int)
     p.add_argument("--reward", default="sparse", choices=("sparse", "dense"), help="every online method's env reward")
     p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_methods")
@@ -283,7 +315,10 @@ def main() -> None:
                     if method in STARTS_AT_BASE:
                         cost["initial_policy"] = evaluate_checkpoint(run, n_eval, initial=True)
                 else:
-                    run, cost = run_offline(method, base_run, seed, episodes, a.iterations, out, a.quick)
+                    tune = (
+                        None if a.guidances == "1" else (a.guidances, a.validation_episodes or (5 if a.quick else 50))
+                    )
+                    run, cost = run_offline(method, base_run, seed, episodes, a.iterations, out, a.quick, tune)
                     result = evaluate_flow(run, run / "recap" / "policy.pt", n_eval, log)
             except Exception as e:  # one method's failure is reported, the others still measured
                 print(f"seed {seed} {method}: FAILED {str(e)[-600:]}", flush=True)
@@ -297,13 +332,13 @@ def main() -> None:
         "task": a.task,
         "seeds": seeds,
         "online_env_steps": steps,
-        "offline": {"episodes_per_iteration": episodes, "iterations": a.iterations},
+        "offline": {"episodes_per_iteration": episodes, "iterations": a.iterations, "guidances": a.guidances},
         "eval": {"episodes": n_eval, "seed": EVAL_SEED},
         "reward": a.reward,
         "runs": table,
         "summary": summary,
     }
-    path = write_result(f"methods_{a.task}", result, quick=a.quick)
+    path = write_result(f"methods_{a.task}" + (f"_{a.tag}" if a.tag else ""), result, quick=a.quick)
     for m, s in summary.items():
         iqm = s["iqm"]
         print(f"{m:9s} IQM {iqm[0]:.2f} [{iqm[1]:.2f}, {iqm[2]:.2f}]", s.get("p_improvement_over_base", ""))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.methods import METHODS, ONLINE, ROOT, SUCCESS, on_policy_rollouts, summarise
+from bench.methods import METHODS, ONLINE, ROOT, SUCCESS, add_validation, on_policy_rollouts, summarise
 
 
 def test_it_reads_the_success_line_recap_collect_prints():
@@ -48,3 +48,12 @@ def test_an_unknown_task_is_refused_in_one_line():
         [sys.executable, "bench/methods.py", "--task", "metaworld"], cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 1 and "task 'metaworld' has no presets for every method yet" in run.stderr
+
+
+def test_the_validation_episodes_of_recap_tune_are_counted_apart_and_the_scale_kept_with_its_iteration():
+    cost = {"episodes": 200, "validation_episodes": 0, "validation_env_steps": 0, "iterations": [{"collected": 0.3}]}
+    tuned = {"guidance": 2.0, "results": {"1.0": {"episodes": 50, "mean_length": 40.0, "successes": 20}}}
+    tuned["results"]["2.0"] = {"episodes": 50, "mean_length": 30.5, "successes": 31}
+    add_validation(cost, tuned)
+    assert cost["validation_episodes"] == 100 and cost["validation_env_steps"] == 2000 + 1525
+    assert cost["episodes"] == 200 and cost["iterations"][0]["guidance"] == 2.0  # the collected count is untouched

@@ -2,6 +2,7 @@
 sidecar, the advantage-conditioned flow policy with classifier-free guidance, and the `robo-rl recap` commands."""
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +335,66 @@ def test_one_recap_iteration_on_the_pick_task_from_a_small_flow_base(tmp_path, c
 
     sources = [e.source for e in load_episodes(run, progress=False)]
     assert sources.count("collect_1") == 6 and sources.count("collect_2") == 4
+
+
+# --- the guidance scale, chosen on validation episodes ---------------------------------------------------------------
+def test_the_most_successful_scale_wins_and_a_tie_goes_to_the_smaller_one():
+    from robo_rl.offline.recap_tune import best_guidance
+
+    assert best_guidance({1.0: {"successes": 20}, 2.0: {"successes": 31}, 3.0: {"successes": 29}}) == 2.0
+    assert best_guidance({3.0: {"successes": 30}, 2.0: {"successes": 30}, 0.0: {"successes": 12}}) == 2.0
+
+
+def test_recap_tune_writes_the_best_scale_into_the_checkpoint_and_refuses_an_unconditioned_one(tmp_path, capsys):
+    from robo_rl.config import load_config, save_config
+    from robo_rl.offline.recap_collect import load_acting_base
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config(["env=point_reach", "logger.progress=false"]), run / "config.yaml")
+    torch.manual_seed(0)
+    model = ChunkGenerator(4, 2, chunk_size=2, steps=2, hidden=[16], advantage_embedding=4, guidance=2.5)
+    policy = save_atomic(model.checkpoint(execute_steps=2), run / "recap" / "policy.pt")
+    assert main(["recap", "tune", str(run), "guidances=0,1", "episodes=3", "seed=300000"]) == 0
+    out = capsys.readouterr().out
+    tuned = json.loads((run / "recap" / "policy.guidance.json").read_text())
+    assert set(tuned["results"]) == {"0.0", "1.0"} and all(r["episodes"] == 3 for r in tuned["results"].values())
+    assert f"guidance {tuned['guidance']:g} from now on" in out and "guidance 0: success" in out
+    from robo_rl.config import make_env
+
+    env = make_env(load_config(["env=point_reach"]))
+    try:
+        assert load_acting_base(policy, env).model.guidance == tuned["guidance"] != 2.5  # acting now uses it
+    finally:
+        env.close()
+    assert not any((run / "replay").glob("**/seg_*"))  # validation episodes are not stored as data
+    # a policy that was never fine-tuned with labels has no scale to tune
+    plain = save_atomic(ChunkGenerator(4, 2, chunk_size=2, steps=2, hidden=[16]).checkpoint(), tmp_path / "plain.pt")
+    assert main(["recap", "tune", str(run), f"policy={plain}", "episodes=2"]) == 2
+    assert "is not advantage-conditioned" in capsys.readouterr().err
+    assert main(["recap", "tune", str(run), "guidances=1,1"]) == 2
+    assert "distinct guidances" in capsys.readouterr().err
+
+
+def test_recap_tune_keeps_the_scale_the_validation_episodes_favour(tmp_path, monkeypatch):
+    import robo_rl.offline.recap_tune as tune
+
+    seen = []
+
+    def fake_collect(env, base, episodes, seed, run_dir, progress=True):  # successes by scale; the seeds recorded
+        seen.append((base.model.guidance, seed, run_dir))
+        k = {0.0: 1, 1.0: 6, 2.0: 9, 3.0: 9}[base.model.guidance]
+        return {"successes": k, "episodes": episodes, "success_ci95": [0, 1], "mean_length": 10.0}
+
+    monkeypatch.setattr(tune, "collect", fake_collect)
+    from robo_rl.config import load_config, make_env
+
+    model = ChunkGenerator(4, 2, chunk_size=2, steps=2, hidden=[16], advantage_embedding=4)
+    policy = save_atomic(model.checkpoint(execute_steps=2), tmp_path / "policy.pt")
+    env = make_env(load_config(["env=point_reach"]))
+    try:
+        best, _ = tune.tune_guidance(env, policy, [0.0, 1.0, 2.0, 3.0], 10, 300000, progress=False)
+    finally:
+        env.close()
+    assert best == 2.0 and torch.load(policy, weights_only=True)["config"]["guidance"] == 2.0
+    assert seen == [(w, 300000, None) for w in (0.0, 1.0, 2.0, 3.0)]  # the same episodes for each, none stored

@@ -5,6 +5,7 @@ as three commands over a run folder (robo_rl/offline/recap*.py says what each co
     robo-rl recap collect <run> episodes=200                  the base acts; episodes into <run>/replay/online/
     robo-rl recap label <run>                                  value, advantages, indicator: <run>/recap/labels.*
     robo-rl recap finetune <run>                               the conditioned policy: <run>/recap/policy.pt
+    robo-rl recap tune <run>                                   its guidance scale, chosen on validation episodes
     robo-rl recap collect <run> episodes=200                  the next iteration acts with <run>/recap/policy.pt
 """
 
@@ -25,6 +26,9 @@ USAGE = """usage: robo-rl recap <collect|label|finetune> ... [recap.<setting>=<v
       cached demonstrations too, unless demos=false), written beside the data: <path>/recap/labels.parquet
   finetune <run | labels folder> [base=<file.pt>] [out=<file.pt>]
       the base (default <run>/bc/policy.pt) fine-tuned conditioned on the labels: <run>/recap/policy.pt
+  tune <run> [policy=<file.pt>] [guidances=1,2,3] [episodes=50] [seed=300000] [<config overrides>]
+      the fine-tuned policy (default <run>/recap/policy.pt) at each guidance scale on the same validation episodes
+      (not stored); the best becomes the checkpoint's guidance, the table <policy>.guidance.json
 
 settings (recap.<name>=<value>): robo_rl/configs/recap.py, e.g. recap.positive_share=0.3 recap.value=steam
 """
@@ -80,7 +84,7 @@ def cmd_recap(args: list[str]) -> int:
         print(USAGE)
         return 0 if args else 2
     verb, rest = args[0], args[1:]
-    commands = {"collect": cmd_collect, "label": cmd_label, "finetune": cmd_finetune}
+    commands = {"collect": cmd_collect, "label": cmd_label, "finetune": cmd_finetune, "tune": cmd_tune}
     if verb not in commands:
         raise RecapUsageError(f"unknown recap command '{verb}' (one of: {', '.join(commands)})")
     return commands[verb](rest)
@@ -174,4 +178,36 @@ def cmd_collect(args: list[str]) -> int:
     )
     if s["store"]:
         print(f"episodes: {s['store']} (source {s['source']})")
+    return 0
+
+
+def cmd_tune(args: list[str]) -> int:
+    positional, opts, _, overrides = split_args(args, ("policy", "guidances", "episodes", "seed"), True)
+    run = one_path(positional, "tune")
+    policy = Path(opts["policy"]) if opts.get("policy") else run / "recap" / "policy.pt"
+    if not policy.exists():
+        raise RecapUsageError(f"recap tune: {policy} does not exist (run recap finetune first, or policy=<file.pt>)")
+    try:
+        guidances = [float(w) for w in opts.get("guidances", "1,2,3").split(",")]
+        episodes, seed = int(opts.get("episodes", 50)), int(opts.get("seed", 300000))
+    except ValueError:
+        raise RecapUsageError("recap tune: guidances are numbers (1,2,3), episodes and seed integers") from None
+    if not guidances or min(guidances) < 0 or len(set(guidances)) != len(guidances) or episodes < 1 or seed < 0:
+        raise RecapUsageError("recap tune: distinct guidances ≥ 0, episodes ≥ 1 and seed ≥ 0")
+    import torch
+
+    from robo_rl.config import load_saved_config, make_env
+    from robo_rl.offline.recap_tune import tune_guidance
+
+    cfg = load_saved_config(run / "config.yaml", overrides)
+    torch.set_num_threads(int(cfg.torch_threads))
+    env = make_env(cfg)
+    try:
+        best, results = tune_guidance(env, policy, guidances, episodes, seed, progress=bool(cfg.logger.progress))
+    finally:
+        env.close()
+    for w, r in results.items():
+        low, high = r["success_ci95"]
+        print(f"guidance {w:g}: success {r['successes']}/{r['episodes']} (Wilson 95% CI [{low:.2f}, {high:.2f}])")
+    print(f"{policy}: guidance {best:g} from now on (seeds {seed}-{seed + episodes - 1}, not stored)")
     return 0
