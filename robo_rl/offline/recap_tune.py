@@ -30,13 +30,13 @@ def tune_guidance(
 ) -> tuple[float, dict[float, dict]]:
     """Each scale on `episodes` episodes from seed `seed` (the same episodes for each); the best written into the
     checkpoint at `path` as its guidance. Returns it and every scale's result."""
-    if not read_bc_checkpoint(path)["config"].get("advantage_embedding"):
+    payload = read_bc_checkpoint(path)
+    if not payload["config"].get("advantage_embedding"):
         raise ConfigError(f"recap tune: {path} is not advantage-conditioned (run recap finetune first)")
     results = {}
     for w in guidances:
         results[w] = collect(env, load_acting_base(path, env, w), episodes, seed, None, progress)
     best = best_guidance(results)
-    payload = read_bc_checkpoint(path)  # read again: the file the table is about, with nothing else changed
     payload["config"]["guidance"] = float(best)
     table = {
         str(w): {k: r[k] for k in ("successes", "episodes", "success_ci95", "mean_length")} for w, r in results.items()
