@@ -5,14 +5,16 @@ fine-tune) at a number of collected episodes, on the same task, seeds and evalua
     python bench/methods.py                      # pick, seeds 0 1 2, 20k env steps, RECAP 2 x 200 episodes, 50 eval
     python bench/methods.py --quick              # one seed, 1.5k env steps, RECAP 2 x 10 episodes, 10 eval: minutes
     python bench/methods.py --methods recap dsrl --seeds 0 1 --steps 10000
+    python bench/methods.py --methods recap --seeds 1 --tag s1 ...   # seeds side by side, then merged:
+    python bench/methods.py --combine bench/results/methods_pick_s0.json bench/results/methods_pick_s1.json --tag both
 
 For each seed the base is `robo-rl bc env=<task> policy=flow` from the task's scripted demonstrations (the same
 cached demonstrations and seed for every method); each online method is its preset (`experiment=<method>_<task>`)
 with that base and `train.total_env_steps` = the budget; RECAP (and STEAM, `recap.value=steam`) is `robo-rl recap
 collect | label | finetune | tune`, twice, in a copy of the base's run folder: `tune` picks the guidance scale from
 --guidances on 50 validation episodes each (seeds of their own, not stored; counted as validation robot time beside
-the collected episodes), and the next collection and the evaluation act at it. Each final policy is evaluated on the same
-held-out env seeds (eval.seed onwards): a training run's final checkpoint deterministically (`evaluate_policy`, as
+the collected episodes), and the next collection and the evaluation act at it. Each final policy is evaluated on the
+same held-out env seeds (eval.seed onwards): a training run's final checkpoint deterministically (`evaluate_policy`, as
 `robo-rl eval` does), a flow file (the base, RECAP's policy) as `robo-rl recap collect store=false` acts, its noise
 reseeded per episode. The two modes differ (a flow run deterministically succeeds more often), so each online row
 whose untrained policy is the base also carries that policy evaluated its own way (`initial_policy`): compare a
@@ -271,6 +273,40 @@ def summarise(table: dict, reps: int | None = None) -> dict:
     return out
 
 
+SAME_PROTOCOL = ("task", "online_env_steps", "offline", "eval", "reward")
+
+
+def merge_results(results: list[dict]) -> dict:
+    """Result files of runs side by side (each its own seeds, the same protocol) as one: runs per method joined, the
+    summary recomputed over every seed. A different protocol or a seed twice is refused."""
+    first = results[0]
+    for r in results[1:]:
+        differ = [k for k in SAME_PROTOCOL if r.get(k) != first.get(k)]
+        if differ:
+            raise SystemExit(f"bench/methods.py --combine: the files differ in {', '.join(differ)}")
+    seeds = [s for r in results for s in r["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"bench/methods.py --combine: a seed is in two files ({seeds})")
+    table: dict[str, list] = {}
+    for r in results:
+        for method, rows in r["runs"].items():
+            table.setdefault(method, []).extend(rows)
+    measured = {m: [r for r in rows if "success" in r] for m, rows in table.items()}
+    summary = summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)})
+    return {**{k: first[k] for k in SAME_PROTOCOL}, "seeds": seeds, "runs": table, "summary": summary}
+
+
+def combine(paths: list[Path], tag: str) -> None:
+    results = [json.loads(p.read_text()) for p in paths]
+    merged = merge_results(results)
+    merged["combined_from"] = [
+        {"file": str(p), "commit": r.get("commit"), "date": r.get("date")} for p, r in zip(paths, results, strict=True)
+    ]
+    path = write_result(f"methods_{merged['task']}" + (f"_{tag}" if tag else ""), merged)
+    print(f"wrote {path}")
+    print(json.dumps({"task": merged["task"], "seeds": merged["seeds"], "summary": merged["summary"]}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="pick")
@@ -286,7 +322,10 @@ def main() -> None:
     p.add_argument("--reward", default="sparse", choices=("sparse", "dense"), help="every online method's env reward")
     p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_methods")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--combine", nargs="+", type=Path, help="result files of runs side by side (other seeds): merged")
     a = p.parse_args()
+    if a.combine:
+        return combine(a.combine, a.tag)
     if a.task not in TASKS:
         sys.exit(f"bench/methods.py: task '{a.task}' has no presets for every method yet (known: {', '.join(TASKS)})")
     seeds = a.seeds or ([0] if a.quick else [0, 1, 2])

@@ -9,7 +9,16 @@ import sys
 
 import pytest
 
-from bench.methods import METHODS, ONLINE, ROOT, SUCCESS, add_validation, on_policy_rollouts, summarise
+from bench.methods import (
+    METHODS,
+    ONLINE,
+    ROOT,
+    SUCCESS,
+    add_validation,
+    merge_results,
+    on_policy_rollouts,
+    summarise,
+)
 
 
 def test_it_reads_the_success_line_recap_collect_prints():
@@ -57,3 +66,28 @@ def test_the_validation_episodes_of_recap_tune_are_counted_apart_and_the_scale_k
     add_validation(cost, tuned)
     assert cost["validation_episodes"] == 100 and cost["validation_env_steps"] == 2000 + 1525
     assert cost["episodes"] == 200 and cost["iterations"][0]["guidance"] == 2.0  # the collected count is untouched
+
+
+def test_runs_side_by_side_merge_into_one_summary_over_every_seed_and_a_different_protocol_is_refused():
+    def one(seed, base, recap, steps=20000):
+        runs = {
+            "base": [{"seed": seed, "success": {"rate": base}}],
+            "recap": [{"seed": seed, "success": {"rate": recap}}],
+        }
+        protocol = {
+            "task": "pick",
+            "online_env_steps": steps,
+            "offline": {"iterations": 2},
+            "eval": {},
+            "reward": "sparse",
+        }
+        return {**protocol, "seeds": [seed], "runs": runs, "summary": {}}
+
+    merged = merge_results([one(0, 0.5, 0.8), one(1, 0.6, 0.9), one(2, 0.7, 0.85)])
+    assert merged["seeds"] == [0, 1, 2] and [r["seed"] for r in merged["runs"]["recap"]] == [0, 1, 2]
+    assert merged["summary"]["recap"]["mean"][0] == pytest.approx(0.85)
+    assert merged["summary"]["recap"]["p_improvement_over_base"][0] > 0.9
+    with pytest.raises(SystemExit, match="differ in online_env_steps"):
+        merge_results([one(0, 0.5, 0.8), one(1, 0.6, 0.9, steps=5000)])
+    with pytest.raises(SystemExit, match="a seed is in two files"):
+        merge_results([one(0, 0.5, 0.8), one(0, 0.6, 0.9)])
