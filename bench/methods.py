@@ -25,9 +25,10 @@ stratified bootstrap intervals and the probability of improvement over the base 
 robo_rl/eval/aggregate.py); the robot-time cost (env steps, episodes, wall seconds) and the CPU seconds of all its
 processes. Writes bench/results/methods_<task>.json (--quick: bench/results/quick/) and prints one JSON object last.
 
-Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state). The issue's Lift and Meta-World rows need their
-presets (residual_lift, dsrl_lift, reinflow_lift exist; the others do not yet) and, for Meta-World, the SmolVLA base of
-issue 49: asked for, they are refused in one line.
+Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state) with every method; lift (robosuite Lift, low-dim) with
+RECAP and the methods that have a Lift preset (residual, dsrl, reinflow, wsrl: `--task lift --methods recap residual`;
+GRPO and PA-RL have none yet, and asked for they are refused in one line). Meta-World needs the SmolVLA base of issue
+49: refused as an unknown task.
 """
 
 from __future__ import annotations
@@ -50,18 +51,33 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from bench._results import write_result  # noqa: E402
 from robo_rl.eval.wilson import wilson_interval  # noqa: E402
 
-# the base of each task: its scripted demonstrations and BC settings that put a flow policy at 30-70% success. Pick
-# (2026-12-01, 100 episodes from EVAL_SEED): 17 demonstrations without bc's 6,000 flow updates at least give 0.54,
-# 0.66, 0.62 on seeds 0-2; 30 give 0.80, 0.83, 0.67 and 20 give 0.66, 0.79, 0.55 (too strong), 15 give 0.14 (seed 0)
-TASKS = {"pick": {"env": "pick_cube", "demos": 17, "bc": ["bc.flow_updates=0"]}}
-# each online method: its preset and the setting that names the base (a frozen base, or the policy fine-tuned itself)
+# each online method: the setting that names the base (a frozen base, or the policy fine-tuned itself)
 ONLINE = {
-    "residual": ("residual_pick_cube", "policy.base.path"),
-    "dsrl": ("dsrl_pick_cube", "policy.base.path"),
-    "reinflow": ("reinflow_pick_cube", "policy.path"),
-    "grpo": ("grpo_pick_cube", "policy.path"),
-    "wsrl": ("wsrl_pick_cube", "policy.base.path"),
-    "parl": ("parl_pick_cube", "policy.base.path"),
+    "residual": "policy.base.path",
+    "dsrl": "policy.base.path",
+    "reinflow": "policy.path",
+    "grpo": "policy.path",
+    "wsrl": "policy.base.path",
+    "parl": "policy.base.path",
+}
+# each task: its env, the scripted demonstrations and BC settings that put a flow base at 30-70% success (bc's default
+# 6,000 flow updates at least make pick's base succeed almost always: nothing left to improve), and each online
+# method's preset for it. Pick (2026-12-01, 100 episodes from EVAL_SEED): 17 demonstrations give 0.54, 0.66, 0.62 on
+# seeds 0-2; 30 give 0.80, 0.83, 0.67, 20 give 0.66, 0.79, 0.55, 15 give 0.14 (seed 0). Lift: 10 give 0.37, 0.53,
+# 0.61 on seeds 0-2; 13 give 0.71 and 20 give 0.89 (seed 0).
+TASKS = {
+    "pick": {
+        "env": "pick_cube",
+        "demos": 17,
+        "bc": ["bc.flow_updates=0"],
+        "presets": {m: f"{m}_pick_cube" for m in ONLINE},
+    },
+    "lift": {
+        "env": "robosuite_lift",
+        "demos": 10,
+        "bc": ["bc.flow_updates=0"],
+        "presets": {m: f"{m}_lift" for m in ("residual", "dsrl", "reinflow", "wsrl")},
+    },
 }
 OFFLINE = {"recap": [], "steam": ["recap.value=steam"]}
 # the methods whose untrained policy acts as the base does (a zero residual, the chain itself, a critic that cannot yet
@@ -163,10 +179,10 @@ def on_policy_rollouts(method: str, steps: int) -> list[str]:
     return []
 
 
-def run_online(method: str, base: Path, seed: int, steps: int, reward: str, out: Path) -> tuple[Path, dict]:
+def run_online(task: str, method: str, base: Path, seed: int, steps: int, reward: str, out: Path) -> tuple[Path, dict]:
     from robo_rl.transport.link import free_ports
 
-    preset, base_key = ONLINE[method]
+    preset, base_key = TASKS[task]["presets"][method], ONLINE[method]
     name, before = f"{method}_s{seed}", set(out.glob("*/*"))
     ports = [
         f"transport.{k}={p}" for k, p in zip(("data_port", "weights_port", "ctrl_port"), free_ports(3), strict=True)
@@ -310,7 +326,7 @@ def combine(paths: list[Path], tag: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="pick")
-    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="all by default (lift: name them)")
     p.add_argument("--seeds", nargs="+", type=int)
     p.add_argument("--steps", type=int, help="env steps of each online method")
     p.add_argument("--episodes", type=int, help="episodes RECAP/STEAM collect per iteration")
@@ -327,7 +343,10 @@ def main() -> None:
     if a.combine:
         return combine(a.combine, a.tag)
     if a.task not in TASKS:
-        sys.exit(f"bench/methods.py: task '{a.task}' has no presets for every method yet (known: {', '.join(TASKS)})")
+        sys.exit(f"bench/methods.py: unknown task '{a.task}' (known: {', '.join(TASKS)})")
+    missing = [m for m in a.methods if m in ONLINE and m not in TASKS[a.task]["presets"]]
+    if missing:
+        sys.exit(f"bench/methods.py: {a.task} has no preset for {', '.join(missing)} yet (pass --methods without them)")
     seeds = a.seeds or ([0] if a.quick else [0, 1, 2])
     steps = a.steps or (1500 if a.quick else 20000)
     episodes = a.episodes or (10 if a.quick else 200)
@@ -350,7 +369,7 @@ def main() -> None:
                 continue
             try:
                 if method in ONLINE:
-                    run, cost = run_online(method, base, seed, steps, a.reward, out)
+                    run, cost = run_online(a.task, method, base, seed, steps, a.reward, out)
                     result = evaluate_checkpoint(run, n_eval)
                     if method in STARTS_AT_BASE:
                         cost["initial_policy"] = evaluate_checkpoint(run, n_eval, initial=True)

@@ -14,6 +14,7 @@ from bench.methods import (
     ONLINE,
     ROOT,
     SUCCESS,
+    TASKS,
     add_validation,
     merge_results,
     on_policy_rollouts,
@@ -33,7 +34,8 @@ def test_a_small_budget_still_gives_the_on_policy_methods_three_updates():
 
 def test_every_method_is_a_preset_or_an_offline_iteration():
     presets = {p.name[: -len(".yaml")] for p in (ROOT / "launch" / "conf" / "experiment").glob("*.yaml")}
-    assert all(preset in presets for preset, _ in ONLINE.values())
+    assert all(preset in presets for task in TASKS.values() for preset in task["presets"].values())
+    assert set(TASKS["pick"]["presets"]) == set(ONLINE)  # the pick task runs every method
     assert {"recap", "steam"} <= set(METHODS)
 
 
@@ -52,11 +54,18 @@ def test_the_summary_puts_each_method_against_the_base_over_seeds():
     assert "p_improvement_over_initial_policy" not in summary["recap"]
 
 
-def test_an_unknown_task_is_refused_in_one_line():
+def test_an_unknown_task_or_a_method_without_a_preset_for_the_task_is_refused_in_one_line():
     run = subprocess.run(
         [sys.executable, "bench/methods.py", "--task", "metaworld"], cwd=ROOT, capture_output=True, text=True
     )
-    assert run.returncode == 1 and "task 'metaworld' has no presets for every method yet" in run.stderr
+    assert run.returncode == 1 and "unknown task 'metaworld' (known: pick, lift)" in run.stderr
+    run = subprocess.run(
+        [sys.executable, "bench/methods.py", "--task", "lift", "--methods", "recap", "grpo", "parl"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1 and "lift has no preset for grpo, parl yet" in run.stderr
 
 
 def test_the_validation_episodes_of_recap_tune_are_counted_apart_and_the_scale_kept_with_its_iteration():
