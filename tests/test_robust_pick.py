@@ -50,3 +50,20 @@ def test_demonstrations_are_recorded_without_latency_only_when_asked(tmp_path):
     batch, path, cached = load_or_make_demos(load_config([*latency, "demos.randomize=false"]), progress=False)
     assert not cached and path.exists()
     assert int((batch["step"] == 0).sum()) == 2 and np.sum(batch["terminated"]) == 2  # both lifted
+
+
+def test_the_demonstrations_can_keep_the_randomisation_the_expert_handles(tmp_path):
+    from robo_rl.data.demos import recording_config
+
+    size = ["++env.randomize.object_size_scale=[0.75,1.25]", f"cache_dir={tmp_path}"]
+    kept = load_config([PRESET, *size, "demos.randomize_keep=[object_size_scale]"])
+    assert dict(recording_config(kept).env.randomize) == {"object_size_scale": [0.75, 1.25]}  # the latency left out
+    assert list(kept.env.randomize.action_latency_steps) == [0, 2]  # training still draws both
+    assert list(kept.env.randomize.object_size_scale) == [0.75, 1.25]
+    nominal = load_config([PRESET, *size])
+    assert recording_config(nominal).env.randomize is None
+    assert demos_path(kept) != demos_path(nominal) == demos_path(load_config([f"cache_dir={tmp_path}"]))
+    # under two steps of latency and the sizes, the expert lifts once the latency is left out of its recording
+    two = [PRESET, *size, "env.randomize.action_latency_steps=[2,2]", "demos.num_episodes=2"]
+    batch, _, _ = load_or_make_demos(load_config([*two, "demos.randomize_keep=[object_size_scale]"]), progress=False)
+    assert np.sum(batch["terminated"]) == 2  # both lifted

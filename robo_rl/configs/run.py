@@ -94,6 +94,11 @@ class DemosConfig:
         "record the scripted demonstrations under env.randomize; false: on the nominal env (an expert that cannot "
         "act under the randomised latency), while training still sees env.randomize",
     )
+    randomize_keep: tuple[str, ...] = setting(
+        (),
+        "with randomize=false, the env.randomize keys the demonstrations still vary (ones the expert handles, "
+        "e.g. [object_size_scale]); the others are nominal",
+    )
 
 
 @dataclass

@@ -46,20 +46,24 @@ def rollout_episode(
 
 def recording_config(cfg: DictConfig) -> DictConfig:
     """The config the scripted expert records under: the run's, or with `demos.randomize=false` the same without
-    `env.randomize` (a scripted expert fails under a step or two of latency; the learner still trains under it)."""
+    `env.randomize` (a scripted expert fails under a step or two of latency; the learner still trains under it) but
+    for the keys in `demos.randomize_keep` (ones the expert handles, such as the cube's size)."""
     if cfg.demos.get("randomize", True) or cfg.env.get("randomize") is None:
         return cfg
     nominal = cfg.copy()
-    nominal.env.randomize = None
+    keep = {k: v for k, v in cfg.env.randomize.items() if k in cfg.demos.get("randomize_keep", ())}
+    nominal.env.randomize = keep or None
     return nominal
 
 
 def demos_path(cfg: DictConfig) -> Path:
     """The cache file for the env config the demonstrations are recorded under, the demo config and the env/expert
-    source (a changed task re-records). `demos.randomize` is not in the key: the env it picks is, so a nominal
+    source (a changed task re-records). `demos.randomize(_keep)` is not in the key: the env it picks is, so a nominal
     recording is shared with runs that never randomised."""
     cfg = recording_config(cfg)
-    demo_settings = {k: v for k, v in OmegaConf.to_container(cfg.demos).items() if k != "randomize"}
+    demo_settings = {
+        k: v for k, v in OmegaConf.to_container(cfg.demos).items() if k not in ("randomize", "randomize_keep")
+    }
     key = {
         "env": OmegaConf.to_container(cfg.env, resolve=True),
         "demos": demo_settings,
