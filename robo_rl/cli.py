@@ -40,7 +40,7 @@ commands:
   data      robo-rl data inspect|convert|record ...: episodes in run folders, replay stores, LeRobot
             datasets and robomimic files (robo-rl data help)
   vla       robo-rl vla train dataset=<LeRobot dataset> out=<dir>: a SmolVLA trained by lerobot-train, a base by path
-  recap     robo-rl recap collect|label|finetune <run>: advantage-conditioned improvement (RECAP, STEAM)
+  recap     robo-rl recap collect|label|finetune|tune <run>: advantage-conditioned improvement (RECAP, STEAM)
 
 overrides: key=value or group=option, e.g. robo-rl train env=point_reach algo.batch_size=128
 each command's settings and the config groups' options: robo-rl <command> --help

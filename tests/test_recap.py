@@ -283,7 +283,7 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, capsys, option, words):
 def test_recap_help_names_its_commands(capsys):
     assert main(["recap", "--help"]) == 0
     out = capsys.readouterr().out
-    assert all(verb in out for verb in ("collect", "label", "finetune", "recap.<setting>"))
+    assert all(verb in out for verb in ("collect", "label", "finetune", "tune <run>", "recap.<setting>"))
     assert main(["recap", "relabel"]) == 2 and "unknown recap command 'relabel'" in capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from robo_rl.errors import UserError
 
-USAGE = """usage: robo-rl recap <collect|label|finetune> ... [recap.<setting>=<value> ...]
+USAGE = """usage: robo-rl recap <collect|label|finetune|tune> ... [recap.<setting>=<value> ...]
 
   collect <run> [policy=<file.pt>] [episodes=50] [seed=100000] [guidance=<w>] [store=true] [<config overrides>]
       a flow policy (default <run>/recap/policy.pt, else <run>/bc/policy.pt) on the run's env, sampled with
