@@ -289,6 +289,16 @@ def summarise(table: dict, reps: int | None = None) -> dict:
     return out
 
 
+def summary_over(table: dict, seeds: list[int]) -> dict:
+    """`summarise` over the methods measured on every seed (a failed or skipped run leaves its method out)."""
+    measured = {m: [r for r in rows if "success" in r] for m, rows in table.items()}
+    return summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)})
+
+
+def result_name(task: str, tag: str) -> str:
+    return f"methods_{task}" + (f"_{tag}" if tag else "")
+
+
 SAME_PROTOCOL = ("task", "online_env_steps", "offline", "eval", "reward")
 
 
@@ -307,9 +317,12 @@ def merge_results(results: list[dict]) -> dict:
     for r in results:
         for method, rows in r["runs"].items():
             table.setdefault(method, []).extend(rows)
-    measured = {m: [r for r in rows if "success" in r] for m, rows in table.items()}
-    summary = summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)})
-    return {**{k: first[k] for k in SAME_PROTOCOL}, "seeds": seeds, "runs": table, "summary": summary}
+    return {
+        **{k: first[k] for k in SAME_PROTOCOL},
+        "seeds": seeds,
+        "runs": table,
+        "summary": summary_over(table, seeds),
+    }
 
 
 def combine(paths: list[Path], tag: str) -> None:
@@ -318,7 +331,7 @@ def combine(paths: list[Path], tag: str) -> None:
     merged["combined_from"] = [
         {"file": str(p), "commit": r.get("commit"), "date": r.get("date")} for p, r in zip(paths, results, strict=True)
     ]
-    path = write_result(f"methods_{merged['task']}" + (f"_{tag}" if tag else ""), merged)
+    path = write_result(result_name(merged["task"], tag), merged)
     print(f"wrote {path}")
     print(json.dumps({"task": merged["task"], "seeds": merged["seeds"], "summary": merged["summary"]}))
 
@@ -385,8 +398,7 @@ def main() -> None:
                 continue
             table[method].append({"seed": seed, "run": str(run), "success": result, **cost})
             print(f"seed {seed} {method}: {result} cost {cost}", flush=True)
-    measured = {m: [r for r in rows if "success" in r] for m, rows in table.items()}
-    summary = summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)})
+    summary = summary_over(table, seeds)
     result = {
         "task": a.task,
         "seeds": seeds,
@@ -397,7 +409,7 @@ def main() -> None:
         "runs": table,
         "summary": summary,
     }
-    path = write_result(f"methods_{a.task}" + (f"_{a.tag}" if a.tag else ""), result, quick=a.quick)
+    path = write_result(result_name(a.task, a.tag), result, quick=a.quick)
     for m, s in summary.items():
         iqm = s["iqm"]
         print(f"{m:9s} IQM {iqm[0]:.2f} [{iqm[1]:.2f}, {iqm[2]:.2f}]", s.get("p_improvement_over_base", ""))
