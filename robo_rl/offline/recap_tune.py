@@ -33,9 +33,10 @@ def tune_guidance(
     payload = read_bc_checkpoint(path)
     if not payload["config"].get("advantage_embedding"):
         raise ConfigError(f"recap tune: {path} is not advantage-conditioned (run recap finetune first)")
-    results = {}
-    for w in guidances:
-        results[w] = collect(env, load_acting_base(path, env, w), episodes, seed, None, progress)
+    base, results = load_acting_base(path, env), {}
+    for w in guidances:  # one base, its scale set per pass
+        base.model.guidance = float(w)
+        results[w] = collect(env, base, episodes, seed, None, progress)
     best = best_guidance(results)
     payload["config"]["guidance"] = float(best)
     table = {
