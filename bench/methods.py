@@ -12,7 +12,7 @@ For each seed the base is `robo-rl bc env=<task> policy=flow` from the task's sc
 cached demonstrations and seed for every method); each online method is its preset (`experiment=<method>_<task>`)
 with that base and `train.total_env_steps` = the budget; RECAP (and STEAM, `recap.value=steam`) is `robo-rl recap
 collect | label | finetune | tune`, twice, in a copy of the base's run folder: `tune` picks the guidance scale from
---guidances on 50 validation episodes each (seeds of their own, not stored; counted as validation robot time beside
+--guidances on 30 validation episodes each (seeds of their own, not stored; counted as validation robot time beside
 the collected episodes), and the next collection and the evaluation act at it. Each final policy is evaluated on the
 same held-out env seeds (eval.seed onwards): a training run's final checkpoint deterministically (`evaluate_policy`, as
 `robo-rl eval` does), a flow file (the base, RECAP's policy) as `robo-rl recap collect store=false` acts, its noise
@@ -25,7 +25,8 @@ stratified bootstrap intervals and the probability of improvement over the base 
 robo_rl/eval/aggregate.py); the robot-time cost (env steps, episodes, wall seconds) and the CPU seconds of all its
 processes. Writes bench/results/methods_<task>.json (--quick: bench/results/quick/) and prints one JSON object last.
 
-Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state) with every method; lift (robosuite Lift, low-dim) with
+Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state; STEAM's collections also render the 64x64 front
+camera its progress critics compare) with every method; lift (robosuite Lift, low-dim) with
 RECAP and the methods that have a Lift preset (residual, dsrl, reinflow, wsrl: `--task lift --methods recap residual`;
 GRPO and PA-RL have none yet, and asked for they are refused in one line). Meta-World needs the SmolVLA base of issue
 49: refused as an unknown task.
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import write_result  # noqa: E402
+from robo_rl.commands.recap import GUIDANCES  # noqa: E402
 from robo_rl.eval.wilson import wilson_interval  # noqa: E402
 
 # each online method: the setting that names the base (a frozen base, or the policy fine-tuned itself)
@@ -71,6 +73,9 @@ TASKS = {
         "demos": 17,
         "bc": ["bc.flow_updates=0"],
         "presets": {m: f"{m}_pick_cube" for m in ONLINE},
+        # STEAM's progress critics compare frames: its collections render the front camera (the policy reads the
+        # state, as the base was trained; the demonstrations have no frames, so STEAM labels its own episodes only)
+        "cameras": ["env.cameras=[front]", "env.image_size=64"],
     },
     "lift": {
         "env": "robosuite_lift",
@@ -214,6 +219,7 @@ def run_online(task: str, method: str, base: Path, seed: int, steps: int, reward
 
 
 def run_offline(
+    task: str,
     method: str,
     base_run: Path,
     seed: int,
@@ -223,15 +229,16 @@ def run_offline(
     quick: bool = False,
     tune: tuple[str, int] | None = None,
 ) -> tuple[Path, dict]:
-    """RECAP/STEAM in a copy of the base's run folder: `iterations` rounds of collect (the newest policy), label
-    (everything collected so far and the demonstrations), fine-tune (from the base) and, with `tune` = (guidances,
-    episodes), `recap tune`: the guidance scale chosen on validation episodes (seeds of their own, not stored, counted
-    apart as robot time), used by the next collection and the evaluation. Quick: a tenth of the value fit's and the
-    fine-tune's gradient steps (the plumbing, not a result)."""
+    """RECAP/STEAM in a copy of the base's run folder: `iterations` rounds of collect (the newest policy; STEAM's with
+    the task's cameras), label (everything collected so far and, RECAP's, the demonstrations), fine-tune (from the
+    base) and, with `tune` = (guidances, episodes), `recap tune`: the guidance scale chosen on validation episodes
+    (seeds of their own, not stored, counted apart as robot time), used by the next collection and the evaluation.
+    Quick: a tenth of the value fit's and the fine-tune's gradient steps (the plumbing, not a result)."""
     folder = out / f"{method}_s{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(base_run, folder, ignore=shutil.ignore_patterns("replay", "recap", "eval"))
     log, settings = out / "logs" / f"{folder.name}.log", [*OFFLINE[method], f"recap.seed={seed}"]
+    cameras = TASKS[task].get("cameras", []) if method == "steam" else []
     if quick:
         settings += ["recap.value_steps=300", "recap.updates=300", "recap.critic_steps=150"]
     cost = {"env_steps": 0, "episodes": 0, "wall_s": 0.0, "cpu_s": 0.0, "iterations": []}
@@ -239,8 +246,16 @@ def run_offline(
     for i in range(iterations):
         seed_i = 200000 + 10000 * seed + 1000 * i  # collection seeds: apart from training, demos and evaluation
         steps = [
-            ["recap", "collect", str(folder), f"episodes={episodes}", f"seed={seed_i}", "logger.progress=false"],
-            ["recap", "label", str(folder), *settings],
+            [
+                "recap",
+                "collect",
+                str(folder),
+                f"episodes={episodes}",
+                f"seed={seed_i}",
+                "logger.progress=false",
+                *cameras,
+            ],
+            ["recap", "label", str(folder), *settings, *(["demos=false"] if cameras else [])],
             ["recap", "finetune", str(folder), *settings],
         ]
         if tune:  # validation seeds: apart from collection (200000...) and evaluation (EVAL_SEED...)
@@ -344,8 +359,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="env steps of each online method")
     p.add_argument("--episodes", type=int, help="episodes RECAP/STEAM collect per iteration")
     p.add_argument("--iterations", type=int, default=2)
-    p.add_argument("--guidances", default="1,2,3", help="RECAP's guidance scales tried by `recap tune` ('1': none)")
-    p.add_argument("--validation-episodes", type=int, help="episodes per scale of `recap tune` (quick 5, else 50)")
+    p.add_argument("--guidances", default=GUIDANCES, help="RECAP's guidance scales tried by `recap tune` ('1': none)")
+    p.add_argument("--validation-episodes", type=int, help="episodes per scale of `recap tune` (quick 5, else 30)")
     p.add_argument("--tag", default="", help="appended to the result file's name (runs side by side)")
     p.add_argument("--eval-episodes", type=int)
     p.add_argument("--reward", default="sparse", choices=("sparse", "dense"), help="every online method's env reward")
@@ -388,9 +403,9 @@ def main() -> None:
                         cost["initial_policy"] = evaluate_checkpoint(run, n_eval, initial=True)
                 else:
                     tune = (
-                        None if a.guidances == "1" else (a.guidances, a.validation_episodes or (5 if a.quick else 50))
+                        None if a.guidances == "1" else (a.guidances, a.validation_episodes or (5 if a.quick else 30))
                     )
-                    run, cost = run_offline(method, base_run, seed, episodes, a.iterations, out, a.quick, tune)
+                    run, cost = run_offline(a.task, method, base_run, seed, episodes, a.iterations, out, a.quick, tune)
                     result = evaluate_flow(run, run / "recap" / "policy.pt", n_eval, log)
             except Exception as e:  # one method's failure is reported, the others still measured
                 print(f"seed {seed} {method}: FAILED {str(e)[-600:]}", flush=True)

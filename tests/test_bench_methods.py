@@ -100,3 +100,32 @@ def test_runs_side_by_side_merge_into_one_summary_over_every_seed_and_a_differen
         merge_results([one(0, 0.5, 0.8), one(1, 0.6, 0.9, steps=5000)])
     with pytest.raises(SystemExit, match="a seed is in two files"):
         merge_results([one(0, 0.5, 0.8), one(0, 0.6, 0.9)])
+
+
+def test_steam_collects_with_the_tasks_camera_and_labels_its_own_episodes_where_recap_keeps_the_demos(
+    tmp_path, monkeypatch
+):
+    import bench.methods as methods
+
+    base = tmp_path / "base"
+    (base / "bc").mkdir(parents=True)
+    calls = []
+
+    def fake_cli(args, log):  # the commands a run would give robo-rl, each answered as robo-rl would
+        calls.append(args)
+        return "p.pt (guidance 1.0): success 3/5 = 0.60 (Wilson 95% CI [0.23, 0.88]), mean length 30.0", 1.0, 1.0
+
+    monkeypatch.setattr(methods, "cli", fake_cli)
+    for method in ("steam", "recap"):
+        calls.clear()
+        _, cost = methods.run_offline("pick", method, base, 0, 5, 2, tmp_path / "out")
+        verbs = [c[1] for c in calls]
+        assert verbs == ["collect", "label", "finetune"] * 2 and cost["episodes"] == 10 and cost["env_steps"] == 300
+        collects = [c for c in calls if c[1] == "collect"]
+        labels = [c for c in calls if c[1] == "label"]
+        if method == "steam":  # its critics compare frames: every collection renders them; the demos have none
+            assert all(set(TASKS["pick"]["cameras"]) <= set(c) for c in collects)
+            assert all("demos=false" in c and "recap.value=steam" in c for c in labels)
+        else:
+            assert not any(a.startswith("env.cameras") for c in collects for a in c)
+            assert not any("demos=false" in c for c in labels)
