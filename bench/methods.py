@@ -5,7 +5,7 @@ fine-tune) at a number of collected episodes, on the same task, seeds and evalua
     python bench/methods.py                      # pick, seeds 0 1 2, 20k env steps, RECAP 2 x 200 episodes, 50 eval
     python bench/methods.py --quick              # one seed, 1.5k env steps, RECAP 2 x 10 episodes, 10 eval: minutes
     python bench/methods.py --methods recap dsrl --seeds 0 1 --steps 10000
-    python bench/methods.py --methods recap --seeds 1 --tag s1 ...   # seeds side by side, then merged:
+    OMP_NUM_THREADS=1 python bench/methods.py --methods recap --seeds 1 --tag s1 ...   # seeds side by side, merged:
     python bench/methods.py --combine bench/results/methods_pick_s0.json bench/results/methods_pick_s1.json --tag both
 
 For each seed the base is `robo-rl bc env=<task> policy=flow` from the task's scripted demonstrations (the same
@@ -24,6 +24,9 @@ Reported per method: success per seed with Wilson intervals; the IQM / mean / op
 stratified bootstrap intervals and the probability of improvement over the base (rliable, via
 robo_rl/eval/aggregate.py); the robot-time cost (env steps, episodes, wall seconds) and the CPU seconds of all its
 processes. Writes bench/results/methods_<task>.json (--quick: bench/results/quick/) and prints one JSON object last.
+
+Side by side, give each run one torch thread (OMP_NUM_THREADS=1). With two threads a process on the shared 2-core VM,
+pick's STEAM seed 0 took 72 min beside three Lift runs; seeds 1 and 2 side by side with one thread each took 12.
 
 Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state; STEAM's collections also render the 64x64 front
 camera its progress critics compare) with every method; lift (robosuite Lift, low-dim) with
