@@ -158,7 +158,7 @@ def cmd_collect(args: list[str]) -> int:
     if policy is None or not policy.exists():
         raise RecapUsageError(f"recap collect: no policy (policy=<file.pt>; none in {run}/recap or {run}/bc)")
     try:
-        episodes, seed = int(opts.get("episodes", 30)), int(opts.get("seed", 100000))
+        episodes, seed = int(opts.get("episodes", 50)), int(opts.get("seed", 100000))
         guidance = float(opts["guidance"]) if "guidance" in opts else None
     except ValueError:
         raise RecapUsageError("recap collect: episodes and seed are integers, guidance a number") from None
