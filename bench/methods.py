@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import write_result  # noqa: E402
-from robo_rl.commands.recap import GUIDANCES  # noqa: E402
+from robo_rl.commands.recap import GUIDANCES, TUNE_EPISODES  # noqa: E402
 from robo_rl.eval.wilson import wilson_interval  # noqa: E402
 
 # each online method: the setting that names the base (a frozen base, or the policy fine-tuned itself)
@@ -363,7 +363,9 @@ def main() -> None:
     p.add_argument("--episodes", type=int, help="episodes RECAP/STEAM collect per iteration")
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--guidances", default=GUIDANCES, help="RECAP's guidance scales tried by `recap tune` ('1': none)")
-    p.add_argument("--validation-episodes", type=int, help="episodes per scale of `recap tune` (quick 5, else 30)")
+    p.add_argument(
+        "--validation-episodes", type=int, help=f"episodes per scale of `recap tune` (quick 5, else {TUNE_EPISODES})"
+    )
     p.add_argument("--tag", default="", help="appended to the result file's name (runs side by side)")
     p.add_argument("--eval-episodes", type=int)
     p.add_argument("--reward", default="sparse", choices=("sparse", "dense"), help="every online method's env reward")
@@ -406,7 +408,9 @@ def main() -> None:
                         cost["initial_policy"] = evaluate_checkpoint(run, n_eval, initial=True)
                 else:
                     tune = (
-                        None if a.guidances == "1" else (a.guidances, a.validation_episodes or (5 if a.quick else 30))
+                        None
+                        if a.guidances == "1"
+                        else (a.guidances, a.validation_episodes or (5 if a.quick else TUNE_EPISODES))
                     )
                     run, cost = run_offline(a.task, method, base_run, seed, episodes, a.iterations, out, a.quick, tune)
                     result = evaluate_flow(run, run / "recap" / "policy.pt", n_eval, log)

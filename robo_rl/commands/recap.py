@@ -16,7 +16,12 @@ from pathlib import Path
 
 from robo_rl.errors import UserError
 
-USAGE = """usage: robo-rl recap <collect|label|finetune|tune> ... [recap.<setting>=<value> ...]
+# recap tune's scales: a geometric grid, since the best scale varies by task (Lift's fine-tuned policies, 2026-12-01:
+# 0.62 at w = 2, 0.80 at 8, 0.88 at 12, 0.84 at 16 on 200 validation episodes; pick's best is 2-3), and its
+# validation episodes per scale (bench/methods.py uses both)
+GUIDANCES, TUNE_EPISODES = "1,2,4,8,16", 30
+
+USAGE = f"""usage: robo-rl recap <collect|label|finetune|tune> ... [recap.<setting>=<value> ...]
 
   collect <run> [policy=<file.pt>] [episodes=50] [seed=100000] [guidance=<w>] [store=true] [<config overrides>]
       a flow policy (default <run>/recap/policy.pt, else <run>/bc/policy.pt) on the run's env, sampled with
@@ -26,17 +31,12 @@ USAGE = """usage: robo-rl recap <collect|label|finetune|tune> ... [recap.<settin
       cached demonstrations too, unless demos=false), written beside the data: <path>/recap/labels.parquet
   finetune <run | labels folder> [base=<file.pt>] [out=<file.pt>]
       the base (default <run>/bc/policy.pt) fine-tuned conditioned on the labels: <run>/recap/policy.pt
-  tune <run> [policy=<file.pt>] [guidances=1,2,4,8,16] [episodes=30] [seed=300000] [<config overrides>]
+  tune <run> [policy=<file.pt>] [guidances={GUIDANCES}] [episodes={TUNE_EPISODES}] [seed=300000] [<config overrides>]
       the fine-tuned policy (default <run>/recap/policy.pt) at each guidance scale on the same validation episodes
       (not stored); the best becomes the checkpoint's guidance, the table <policy>.guidance.json
 
 settings (recap.<name>=<value>): robo_rl/configs/recap.py, e.g. recap.positive_share=0.3 recap.value=steam
 """
-
-
-# recap tune's scales: a geometric grid, since the best scale varies by task (Lift's fine-tuned policies, 2026-12-01:
-# 0.62 at w = 2, 0.80 at 8, 0.88 at 12, 0.84 at 16 on 200 validation episodes; pick's best is 2-3)
-GUIDANCES = "1,2,4,8,16"
 
 
 class RecapUsageError(UserError, ValueError):
@@ -194,7 +194,7 @@ def cmd_tune(args: list[str]) -> int:
         raise RecapUsageError(f"recap tune: {policy} does not exist (run recap finetune first, or policy=<file.pt>)")
     try:
         guidances = [float(w) for w in opts.get("guidances", GUIDANCES).split(",")]
-        episodes, seed = int(opts.get("episodes", 30)), int(opts.get("seed", 300000))
+        episodes, seed = int(opts.get("episodes", TUNE_EPISODES)), int(opts.get("seed", 300000))
     except ValueError:
         raise RecapUsageError("recap tune: guidances are numbers (1,2,4), episodes and seed integers") from None
     if not guidances or min(guidances) < 0 or len(set(guidances)) != len(guidances) or episodes < 1 or seed < 0:
