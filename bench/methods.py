@@ -7,6 +7,7 @@ fine-tune) at a number of collected episodes, on the same task, seeds and evalua
     python bench/methods.py --methods recap dsrl --seeds 0 1 --steps 10000
     OMP_NUM_THREADS=1 python bench/methods.py --methods recap --seeds 1 --tag s1 ...   # seeds side by side, merged:
     python bench/methods.py --combine bench/results/methods_pick_s0.json bench/results/methods_pick_s1.json --tag both
+    (files may hold other seeds, or the same seeds with other methods: the online ones beside a RECAP run)
 
 For each seed the base is `robo-rl bc env=<task> policy=flow` from the task's scripted demonstrations (the same
 cached demonstrations and seed for every method); each online method is its preset (`experiment=<method>_<task>`)
@@ -29,8 +30,9 @@ Side by side, give each run one torch thread (OMP_NUM_THREADS=1). With two threa
 pick's STEAM seed 0 took 72 min beside three Lift runs; seeds 1 and 2 side by side with one thread each took 12.
 
 Tasks: pick (our pick-and-lift, `sim/pick_cube.py`, from state; STEAM's collections also render the 64x64 front
-camera its progress critics compare) with every method; lift (robosuite Lift, low-dim) with
-RECAP and the methods that have a Lift preset (residual, dsrl, reinflow, wsrl: `--task lift --methods recap residual`;
+camera its progress critics compare) with every method; lift (robosuite Lift, low-dim; STEAM's collections in
+robosuite's image mode with the same state and agentview at 64x64) with RECAP, STEAM and the methods that have a Lift
+preset (residual, dsrl, reinflow, wsrl: `--task lift --methods recap residual`;
 GRPO and PA-RL have none yet, and asked for they are refused in one line). Meta-World needs the SmolVLA base of issue
 49: refused as an unknown task.
 """
@@ -85,6 +87,14 @@ TASKS = {
         "demos": 10,
         "bc": ["bc.flow_updates=0"],
         "presets": {m: f"{m}_lift" for m in ("residual", "dsrl", "reinflow", "wsrl")},
+        # robosuite renders only in image mode, whose state drops the object unless its keys are named: the low-dim
+        # state the base reads, and agentview at 64 px beside it for STEAM's progress critics
+        "cameras": [
+            "env.observation=image",
+            "env.state_keys=[robot0_eef_pos,robot0_eef_quat,robot0_gripper_qpos,object]",
+            "env.cameras=[agentview]",
+            "env.image_size=64",
+        ],
     },
 }
 OFFLINE = {"recap": [], "steam": ["recap.value=steam"]}
@@ -307,40 +317,48 @@ def summarise(table: dict, reps: int | None = None) -> dict:
     return out
 
 
-def summary_over(table: dict, seeds: list[int]) -> dict:
-    """`summarise` over the methods measured on every seed (a failed or skipped run leaves its method out)."""
+def summary_over(table: dict, seeds: list[int], reps: int | None = None) -> dict:
+    """`summarise` over the methods measured on every seed (a failed or stopped run leaves its method out)."""
     measured = {m: [r for r in rows if "success" in r] for m, rows in table.items()}
-    return summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)})
+    return summarise({m: rows for m, rows in measured.items() if len(rows) == len(seeds)}, reps)
 
 
 def result_name(task: str, tag: str) -> str:
     return f"methods_{task}" + (f"_{tag}" if tag else "")
 
 
-SAME_PROTOCOL = ("task", "online_env_steps", "offline", "eval", "reward")
+SAME_PROTOCOL = ("task", "eval")  # every file's; the budget of a kind only where the file ran a method of that kind
+ONLINE_PROTOCOL, OFFLINE_PROTOCOL = ("online_env_steps", "reward"), ("offline",)
 
 
-def merge_results(results: list[dict]) -> dict:
-    """Result files of runs side by side (each its own seeds, the same protocol) as one: runs per method joined, the
-    summary recomputed over every seed. A different protocol or a seed twice is refused."""
-    first = results[0]
-    for r in results[1:]:
-        differ = [k for k in SAME_PROTOCOL if r.get(k) != first.get(k)]
-        if differ:
-            raise SystemExit(f"bench/methods.py --combine: the files differ in {', '.join(differ)}")
-    seeds = [s for r in results for s in r["seeds"]]
-    if len(set(seeds)) != len(seeds):
-        raise SystemExit(f"bench/methods.py --combine: a seed is in two files ({seeds})")
-    table: dict[str, list] = {}
+def merge_results(results: list[dict], reps: int | None = None) -> dict:
+    """Result files of runs side by side as one: the same seeds with other methods (the online methods beside a RECAP
+    run) or other seeds, runs per method joined and the summary recomputed over every seed. Refused: files that differ
+    in the task, the evaluation or the budget of the methods they ran (online env steps and reward, offline episodes),
+    a method measured twice on one seed, or one seed's base measured differently in two files."""
+    protocol = {k: results[0].get(k) for k in SAME_PROTOCOL}
+    differ = {k for r in results for k in SAME_PROTOCOL if r.get(k) != protocol[k]}
+    for kind, keys in ((ONLINE, ONLINE_PROTOCOL), (OFFLINE, OFFLINE_PROTOCOL)):
+        ran = [r for r in results if any(m in kind and "success" in x for m, xs in r["runs"].items() for x in xs)]
+        differ |= {k for r in ran for k in keys if r.get(k) != ran[0].get(k)}
+        protocol |= {k: ran[0].get(k) if ran else None for k in keys}
+    if differ:
+        raise SystemExit(f"bench/methods.py --combine: the files differ in {', '.join(sorted(differ))}")
+    table: dict[str, dict[int, dict]] = {}
     for r in results:
         for method, rows in r["runs"].items():
-            table.setdefault(method, []).extend(rows)
-    return {
-        **{k: first[k] for k in SAME_PROTOCOL},
-        "seeds": seeds,
-        "runs": table,
-        "summary": summary_over(table, seeds),
-    }
+            for row in rows:
+                have = table.setdefault(method, {}).get(row["seed"])
+                if have is None or "success" not in have:
+                    table[method][row["seed"]] = row
+                elif method == "base" and have["success"]["rate"] != row["success"]["rate"]:
+                    raise SystemExit(f"bench/methods.py --combine: seed {row['seed']}'s base differs between files")
+                elif method != "base" and "success" in row:
+                    raise SystemExit(f"bench/methods.py --combine: {method} seed {row['seed']} is in two files")
+    seeds = sorted({s for r in results for s in r["seeds"]})
+    runs = {m: [rows[s] for s in seeds if s in rows] for m, rows in table.items()}
+    partial = {"partial": True} if any(r.get("partial") for r in results) else {}  # a run stopped before its end
+    return {**protocol, "seeds": seeds, "runs": runs, "summary": summary_over(runs, seeds, reps), **partial}
 
 
 def combine(paths: list[Path], tag: str) -> None:
@@ -387,6 +405,14 @@ def main() -> None:
     out = a.out / ("quick" if a.quick else a.task)
     out.mkdir(parents=True, exist_ok=True)
     table: dict[str, list] = {"base": [], **{m: [] for m in a.methods}}
+    protocol = {
+        "task": a.task,
+        "seeds": seeds,
+        "online_env_steps": steps,
+        "offline": {"episodes_per_iteration": episodes, "iterations": a.iterations, "guidances": a.guidances},
+        "eval": {"episodes": n_eval, "seed": EVAL_SEED},
+        "reward": a.reward,
+    }
     for seed in seeds:
         base_run, cost = make_base(a.task, seed, out)
         base = base_run / "bc" / "policy.pt"
@@ -394,12 +420,6 @@ def main() -> None:
         table["base"].append({"seed": seed, "success": evaluate_flow(base_run, base, n_eval, log), **cost})
         print(f"seed {seed} base: {table['base'][-1]['success']}", flush=True)
         for method in a.methods:
-            if method == "steam" and not TASKS[a.task].get("cameras"):  # its progress critics compare frames
-                table[method].append(
-                    {"seed": seed, "skipped": "STEAM needs camera episodes; this task runs from state"}
-                )
-                print(f"seed {seed} steam: skipped (no cameras in {a.task}'s episodes)", flush=True)
-                continue
             try:
                 if method in ONLINE:
                     run, cost = run_online(a.task, method, base, seed, steps, a.reward, out)
@@ -420,18 +440,10 @@ def main() -> None:
                 continue
             table[method].append({"seed": seed, "run": str(run), "success": result, **cost})
             print(f"seed {seed} {method}: {result} cost {cost}", flush=True)
+            # hours of runs: what is measured so far is kept, should the rest be stopped (no summary until the end)
+            write_result(result_name(a.task, a.tag), protocol | {"runs": table, "partial": True}, quick=a.quick)
     summary = summary_over(table, seeds)
-    result = {
-        "task": a.task,
-        "seeds": seeds,
-        "online_env_steps": steps,
-        "offline": {"episodes_per_iteration": episodes, "iterations": a.iterations, "guidances": a.guidances},
-        "eval": {"episodes": n_eval, "seed": EVAL_SEED},
-        "reward": a.reward,
-        "runs": table,
-        "summary": summary,
-    }
-    path = write_result(result_name(a.task, a.tag), result, quick=a.quick)
+    path = write_result(result_name(a.task, a.tag), protocol | {"runs": table, "summary": summary}, quick=a.quick)
     for m, s in summary.items():
         iqm = s["iqm"]
         print(f"{m:9s} IQM {iqm[0]:.2f} [{iqm[1]:.2f}, {iqm[2]:.2f}]", s.get("p_improvement_over_base", ""))

@@ -4,9 +4,11 @@ budget gets, rliable's summary against the base, and an unknown task refused in 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bench.methods import (
@@ -78,10 +80,10 @@ def test_the_validation_episodes_of_recap_tune_are_counted_apart_and_the_scale_k
 
 
 def test_runs_side_by_side_merge_into_one_summary_over_every_seed_and_a_different_protocol_is_refused():
-    def one(seed, base, recap, steps=20000):
+    def one(seed, base, method="recap", rate=0.8, steps=20000):
         runs = {
             "base": [{"seed": seed, "success": {"rate": base}}],
-            "recap": [{"seed": seed, "success": {"rate": recap}}],
+            method: [{"seed": seed, "success": {"rate": rate}}],
         }
         protocol = {
             "task": "pick",
@@ -92,18 +94,28 @@ def test_runs_side_by_side_merge_into_one_summary_over_every_seed_and_a_differen
         }
         return {**protocol, "seeds": [seed], "runs": runs, "summary": {}}
 
-    merged = merge_results([one(0, 0.5, 0.8), one(1, 0.6, 0.9), one(2, 0.7, 0.85)])
+    merged = merge_results([one(0, 0.5, rate=0.8), one(1, 0.6, rate=0.9), one(2, 0.7, rate=0.85)], reps=200)
     assert merged["seeds"] == [0, 1, 2] and [r["seed"] for r in merged["runs"]["recap"]] == [0, 1, 2]
     assert merged["summary"]["recap"]["mean"][0] == pytest.approx(0.85)
     assert merged["summary"]["recap"]["p_improvement_over_base"][0] > 0.9
     with pytest.raises(SystemExit, match="differ in online_env_steps"):
-        merge_results([one(0, 0.5, 0.8), one(1, 0.6, 0.9, steps=5000)])
-    with pytest.raises(SystemExit, match="a seed is in two files"):
-        merge_results([one(0, 0.5, 0.8), one(0, 0.6, 0.9)])
+        merge_results([one(0, 0.5, "dsrl"), one(1, 0.6, "dsrl", steps=5000)])
+    with pytest.raises(SystemExit, match="recap seed 0 is in two files"):
+        merge_results([one(0, 0.5), one(0, 0.5, rate=0.9)])
+    with pytest.raises(SystemExit, match="seed 0's base differs"):
+        merge_results([one(0, 0.5), one(0, 0.6, "dsrl")])
+    # the online methods beside a RECAP run of the same seeds: their budgets are each kind's own
+    merged = merge_results(
+        [one(0, 0.5, "recap", 0.9), one(0, 0.5, "dsrl", 0.7, steps=10000), one(1, 0.6, "dsrl", steps=10000)], reps=50
+    )
+    assert merged["seeds"] == [0, 1] and merged["online_env_steps"] == 10000
+    assert [r["seed"] for r in merged["runs"]["base"]] == [0, 1] and len(merged["runs"]["recap"]) == 1
+    assert set(merged["summary"]) == {"base", "dsrl"}  # recap ran on seed 0 only
 
 
+@pytest.mark.parametrize("task", ["pick", "lift"])
 def test_steam_collects_with_the_tasks_camera_and_labels_its_own_episodes_where_recap_keeps_the_demos(
-    tmp_path, monkeypatch
+    task, tmp_path, monkeypatch
 ):
     import bench.methods as methods
 
@@ -118,14 +130,80 @@ def test_steam_collects_with_the_tasks_camera_and_labels_its_own_episodes_where_
     monkeypatch.setattr(methods, "cli", fake_cli)
     for method in ("steam", "recap"):
         calls.clear()
-        _, cost = methods.run_offline("pick", method, base, 0, 5, 2, tmp_path / "out")
+        _, cost = methods.run_offline(task, method, base, 0, 5, 2, tmp_path / "out")
         verbs = [c[1] for c in calls]
         assert verbs == ["collect", "label", "finetune"] * 2 and cost["episodes"] == 10 and cost["env_steps"] == 300
         collects = [c for c in calls if c[1] == "collect"]
         labels = [c for c in calls if c[1] == "label"]
         if method == "steam":  # its critics compare frames: every collection renders them; the demos have none
-            assert all(set(TASKS["pick"]["cameras"]) <= set(c) for c in collects)
+            assert all(set(TASKS[task]["cameras"]) <= set(c) for c in collects)
             assert all("demos=false" in c and "recap.value=steam" in c for c in labels)
         else:
-            assert not any(a.startswith("env.cameras") for c in collects for a in c)
+            assert not any(set(TASKS[task]["cameras"]) & set(c) for c in collects)
             assert not any("demos=false" in c for c in labels)
+
+
+def test_steams_lift_collections_see_the_low_dim_state_the_base_reads_and_a_camera_beside_it():
+    from robo_rl.config import load_config, make_env
+
+    low_dim = make_env(load_config(["env=robosuite_lift"]))
+    env = make_env(load_config(["env=robosuite_lift", *TASKS["lift"]["cameras"]]))
+    try:
+        assert env.state_names == low_dim.state_names  # the object's pose kept: the low-dim base acts unchanged
+        obs, _ = env.reset(seed=4)
+        assert np.array_equal(obs["state"], low_dim.reset(seed=4)[0]["state"])
+        assert set(obs["images"]) == {"agentview"} and obs["images"]["agentview"].shape == (64, 64, 3)
+        assert obs["images"]["agentview"].std() > 5  # a rendered scene, not a blank frame
+    finally:
+        env.close()
+        low_dim.close()
+
+
+def test_each_measured_run_is_written_at_once_so_a_stopped_bench_keeps_it(tmp_path, monkeypatch):
+    import bench.methods as methods
+    import robo_rl.eval.aggregate
+
+    monkeypatch.setattr(robo_rl.eval.aggregate, "REPORT_REPS", 50)  # the summary's bootstrap, small for a test
+    written = []
+    monkeypatch.setattr(methods, "make_base", lambda task, seed, out: (tmp_path / "base", {"wall_s": 1.0}))
+    monkeypatch.setattr(methods, "evaluate_flow", lambda *a: methods.success(5, 10))
+    monkeypatch.setattr(
+        methods, "evaluate_checkpoint", lambda run, n, initial=False: methods.success(5 + 3 * (not initial), 10)
+    )
+
+    def run_online(task, method, base, seed, steps, reward, out):
+        if method == "dsrl":
+            raise RuntimeError("the learner died")
+        return tmp_path / method, {"env_steps": steps}
+
+    monkeypatch.setattr(methods, "run_online", run_online)
+    monkeypatch.setattr(
+        methods, "write_result", lambda name, result, quick: written.append(json.loads(json.dumps(result)))
+    )
+    argv = [
+        "methods.py",
+        "--methods",
+        "residual",
+        "dsrl",
+        "reinflow",
+        "--seeds",
+        "0",
+        "--steps",
+        "90",
+        "--out",
+        str(tmp_path),
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    methods.main()
+    partial, final = written[:-1], written[-1]
+    assert [sorted(m for m, rows in w["runs"].items() if any("success" in r for r in rows)) for w in partial] == [
+        ["base", "residual"],
+        ["base", "reinflow", "residual"],  # dsrl failed: its row says so and the next run still went
+    ]
+    assert all(w["partial"] and "summary" not in w for w in partial) and "partial" not in final
+    assert final["runs"]["dsrl"][0]["failed"].endswith("the learner died")
+    assert (
+        final["runs"]["residual"][0]["success"]["rate"] == 0.8
+        and final["runs"]["residual"][0]["initial_policy"]["rate"] == 0.5
+    )
+    assert set(final["summary"]) == {"base", "residual", "reinflow"} and final["online_env_steps"] == 90
