@@ -318,3 +318,36 @@ def test_vla_train_refuses_bad_command_lines_in_one_line(export, tmp_path, capsy
         assert expected in err and "\n" not in err, (argv, err)
     assert main(["vla", "--help"]) == 0
     assert "policy_path=lerobot/smolvla_base" in capsys.readouterr().out
+
+
+def test_a_smolvla_on_meta_worlds_39_d_state_is_widened_to_fit_trains_and_acts(tmp_path):
+    """Meta-World's state is 39-d, wider than SmolVLA's default max_state_dim of 32, which lerobot passes on uncut to
+    fail in its state projection: `vla train` widens a new SmolVLA to the dataset (and keeps a width given)."""
+    from policies.lerobot_base import LeRobotBase
+    from robo_rl.config import load_config, make_env
+    from robo_rl.data.datasets import split_episodes
+    from robo_rl.data.datasets.lerobot_v3 import export_lerobot
+    from robo_rl.data.demos import load_or_make_demos
+    from robo_rl.offline.smolvla_train import train_smolvla, widths_that_fit
+
+    layout = {"state_dim": 39, "action_dim": 4}
+    assert widths_that_fit(layout, []) == ["--policy.max_state_dim=39"]
+    assert widths_that_fit(layout, ["--policy.max_state_dim=64"]) == []
+    assert widths_that_fit({"state_dim": 16, "action_dim": 40}, []) == ["--policy.max_action_dim=40"]
+    overrides = ["env=metaworld", "env.task=reach-v3", "env.cameras=[corner2]", f"env.image_size={IMAGE}"]
+    cfg = load_config([*overrides, "demos.num_episodes=1", f"cache_dir={tmp_path / 'cache'}"])
+    batch, _, _ = load_or_make_demos(cfg, progress=False)
+    dataset = export_lerobot(split_episodes(batch, partition="demos"), tmp_path / "ds", progress=False)
+    model = train_smolvla(
+        dataset, tmp_path / "run", vlm="tiny", steps=2, batch_size=4, workers=0, extra=LEROBOT, in_process=True
+    )
+    assert json.loads((model / "config.json").read_text())["max_state_dim"] == 39
+    env = make_env(cfg)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs["state"].shape == (39,) and obs["instruction"]
+        base = LeRobotBase.load(model, env.observation_space, 4, task=obs["instruction"])
+        chunk = base.predict_chunk(obs)
+        assert chunk.shape == (CHUNK, 4) and np.all(np.isfinite(chunk))
+    finally:
+        env.close()

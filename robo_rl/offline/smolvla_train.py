@@ -108,6 +108,20 @@ def check_instructions(tasks: list[str], vlm_name: str, max_length: int) -> None
             )
 
 
+def widths_that_fit(layout: dict, extra: list[str]) -> list[str]:
+    """SmolVLA pads the state and action to `max_state_dim` / `max_action_dim` (32 each by default) and passes a wider
+    one on uncut, to fail in its projection at the first step: a new SmolVLA on a wider dataset (Meta-World's 39-d
+    state) gets widths that fit, unless the command line sets them."""
+    from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+
+    fields = SmolVLAConfig.__dataclass_fields__
+    out = []
+    for key, width in (("max_state_dim", layout["state_dim"]), ("max_action_dim", layout["action_dim"])):
+        if width > fields[key].default and not any(a.startswith(f"--policy.{key}=") for a in extra):
+            out.append(f"--policy.{key}={width}")
+    return out
+
+
 def lerobot_train_args(
     dataset: Path,
     out: Path,
@@ -216,7 +230,8 @@ def train_smolvla(
     if not policy_path:
         vlm_name, load_weights, image_size, layers = prepare_vlm(vlm, out, layout["tasks"])
         check_instructions(layout["tasks"], vlm_name, tokenizer_max_length)
-    extra = [f"--policy.tokenizer_max_length={tokenizer_max_length}", *extra] if not policy_path else list(extra)
+    if not policy_path:
+        extra = [f"--policy.tokenizer_max_length={tokenizer_max_length}", *widths_that_fit(layout, extra), *extra]
     args = lerobot_train_args(
         dataset,
         out,
