@@ -17,7 +17,8 @@ tasks' demonstrations joined into one dataset (`train_bc`, as `robo-rl train` an
 that base evaluated on `--episodes` fixed seeds (eval.seed on) the way BC evaluates it (its noise drawn per episode
 from the episode's seed) and at zero noise (its mode, where DSRL's noise actor starts); (4) per task and method,
 `robo-rl train` from that base on the task alone for `--steps` env steps (DSRL: algo.form=noise; residual: ResFiT's
-residual; policy.base.task names the task's instruction for the learner's replay rows, which carry only its code), its
+residual; ReinFlow: PPO on the base's own noisy Euler steps, the base as policy.path; policy.base.task, or
+policy.task, names the task's instruction for the learner's replay rows, which carry only its code), its
 final checkpoint evaluated on the same seeds with deterministic actions. Success rates with Wilson 95% intervals;
 aggregates over task x seed (IQM and mean with stratified bootstrap intervals, P(RL > base)) from
 robo_rl/eval/aggregate.py; wall time of every stage. Env: Meta-World v3 state (39-d, goal visible), sparse success
@@ -51,6 +52,8 @@ METHODS = {
     # a 0/1 success reward: the soft value's entropy bonus swamped it (reach 0.45 -> 0.28; 0.52 without the backup)
     "dsrl": ["experiment=dsrl_pick_cube", "algo.form=noise", "policy.state_norm=base", "algo.backup_entropy=false"],
     "residual": ["experiment=residual_pick_cube", "policy.state_norm=base"],
+    # PPO over the base's own noisy Euler steps (its checkpoint is the policy fine-tuned, its state statistics kept)
+    "reinflow": ["experiment=reinflow_pick_cube"],
     # the quick run's residual (bound 0.2 after 250 critic-only updates) saturated and lost reach-v3 (0.68 -> 0.00)
     "residual_ramped": [
         "experiment=residual_pick_cube",
@@ -60,6 +63,10 @@ METHODS = {
         "algo.bound_ramp_updates=3000",
     ],
 }
+
+
+# the presets whose base is the policy itself (policy.path), fine-tuned, not a frozen one beside it (policy.base)
+FINE_TUNED = ("experiment=reinflow_pick_cube",)
 
 
 def hydra_string(text: str) -> str:
@@ -197,6 +204,11 @@ def evaluate_final(run: Path, episodes: int) -> dict:
         env.close()
 
 
+def base_key(method: str) -> str:
+    """Where `method`'s overrides name the base: policy (ReinFlow fine-tunes it) or policy.base (a frozen one)."""
+    return "policy" if set(METHODS[method]) & set(FINE_TUNED) else "policy.base"
+
+
 def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method: str, out: Path) -> dict:
     """`robo-rl train` of `method` from the base on `task` alone, then its final checkpoint's evaluation."""
     from bench.learning import train
@@ -204,8 +216,8 @@ def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method
     overrides = [
         *METHODS[method],
         *env_overrides(args, task),
-        f"policy.base.path={checkpoint}",
-        f"policy.base.task={hydra_string(instruction)}",
+        f"{base_key(method)}.path={checkpoint}",
+        f"{base_key(method)}.task={hydra_string(instruction)}",
         f"train.total_env_steps={args.steps}",
         f"train.checkpoint_every_env_steps={args.steps}",
     ]

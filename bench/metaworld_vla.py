@@ -1,0 +1,260 @@
+"""Meta-World with a VLA: a SmolVLA trained here by lerobot's own trainer on several tasks' camera demonstrations,
+its success per task, and DSRL (noise-space SAC over the frozen VLA, what a real robot runs) from it, per task.
+
+    python bench/metaworld_vla.py --quick      # two tasks, a tiny SmolVLA for a few steps, a short DSRL run: plumbing
+    python bench/metaworld_vla.py              # five tasks, the CPU-size SmolVLA (vlm=reduced), 10k DSRL env steps
+    python bench/metaworld_vla.py --methods '' # the SmolVLA base alone: which tasks land in the issue's 20-70% band
+
+Stages, each kept in `--out` and reused by `--reuse` (a stopped run goes on; outputs do not outlive the machine):
+(1) per task, `--demos` episodes of Meta-World's scripted expert with action noise `--noise-std` and the fast-render
+`corner2` camera at `--image-size` px, recorded and cached by the project's recorder; joined and exported as one
+LeRobot dataset, each episode with its task's instruction (`task` in LeRobot's tables); (2) `robo-rl vla train`'s own
+code: lerobot-train on that dataset, SmolVLA on a random-init SmolVLM of `--vlm`'s size (reduced: hidden 256, 4 text
+and 3 vision layers, 64 px), chunks of `--chunk` actions, `max_action_dim` the env's 4 (DSRL's noise is then chunk x
+4, not chunk x 32); (3) per task, that SmolVLA loaded back by path (`LeRobotBase`, its processors and its tokenizer,
+the env's instruction) and evaluated on `--episodes` fixed seeds (torch's generator seeded once before each task);
+(4) per task and method, `robo-rl train` from it on the task alone for `--rl-steps` env steps (DSRL: algo.form=noise
+over the frozen VLA, policy.base.kind=lerobot, the entropy bonus kept out of its TD target as bench/metaworld.py's;
+residual: a bounded, ramped correction on its actions; ReinFlow: PPO on its action expert, policy.path=), its final
+checkpoint evaluated on the same seeds with deterministic actions. Success with Wilson 95% intervals, the gain in
+points per task, the wall time of every stage, the VLA's peak memory and acting time per chunk.
+
+Env: Meta-World v3 (39-d state, goal visible; positions drawn per episode from Meta-World's seeded generator),
+sparse success reward, `--horizon`-step episodes. Writes bench/results/<--name> (default metaworld_vla, --quick
+metaworld_vla_quick) after every stage, `partial: true` until the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from bench._results import RESULTS, write_result  # noqa: E402
+from bench.metaworld import evaluate_final, figures, hydra_string  # noqa: E402
+
+TASKS = ("reach-v3", "pick-place-v3", "peg-insert-side-v3", "push-back-v3", "shelf-place-v3")
+QUICK_TASKS = ("reach-v3", "button-press-v3")
+CAMERA = "corner2"
+METHODS = {
+    "dsrl": ["experiment=dsrl_pick_cube", "algo.form=noise", "algo.backup_entropy=false", "policy.state_norm=base"],
+    # ResFiT's per-step correction on the VLA's chunks, bounded and ramped as bench/metaworld.py's residual_ramped
+    "residual": [
+        "experiment=residual_pick_cube",
+        "policy.state_norm=base",
+        "policy.scale=0.1",
+        "algo.actor_start_updates=1000",
+        "algo.bound_ramp_updates=3000",
+    ],
+    # PPO on the VLA's action expert over its noisy Euler steps (the VLM frozen): the VLA is the policy itself
+    "reinflow": ["experiment=reinflow_pick_cube"],
+}
+
+
+def env_overrides(args, task: str) -> list[str]:
+    """The env and demonstrations every stage shares (the RL runs reuse the cached demonstrations)."""
+    return [
+        "env=metaworld",
+        f"env.task={task}",
+        f"env.cameras=[{CAMERA}]",
+        f"env.image_size={args.image_size}",
+        f"env.max_episode_steps={args.horizon}",
+        "env.reward_type=sparse",
+        f"demos.num_episodes={args.demos}",
+        f"demos.noise_std={args.noise_std}",
+        f"cache_dir={Path(args.out) / 'cache'}",
+    ]
+
+
+def record_and_export(args) -> dict:
+    """Each task's camera demonstrations (recorded or cached), exported together as one LeRobot dataset."""
+    from robo_rl.config import load_config
+    from robo_rl.data.datasets import split_episodes
+    from robo_rl.data.datasets.lerobot_v3 import export_lerobot
+    from robo_rl.data.demos import load_or_make_demos
+
+    episodes, stats = [], {}
+    for task in args.tasks:
+        start = time.monotonic()
+        batch, _, cached = load_or_make_demos(load_config(env_overrides(args, task)), progress=False)
+        mine = split_episodes(batch, partition="demos")
+        episodes += mine
+        stats[task] = {
+            "episodes": len(mine),
+            "frames": int(sum(len(e) for e in mine)),
+            "instruction": mine[0].instruction,
+            "cached": cached,
+            "wall_s": round(time.monotonic() - start, 1),
+        }
+        print(f"demos {task}: {stats[task]}", flush=True)
+    dataset = Path(args.out) / "dataset"
+    if not (args.reuse and (dataset / "meta" / "info.json").is_file()):
+        start = time.monotonic()
+        export_lerobot(episodes, dataset, fps=10, progress=False)
+        stats["export_wall_s"] = round(time.monotonic() - start, 1)
+    return stats
+
+
+def train_vla(args, dataset: Path) -> dict:
+    """`robo-rl vla train`'s code on the exported dataset; the run's vla_train.json (time, peak memory)."""
+    from robo_rl.offline.smolvla_train import LAST_MODEL, SUMMARY, train_smolvla
+
+    out = Path(args.out) / "vla"
+    if not (args.reuse and (out / LAST_MODEL / "model.safetensors").is_file()):
+        lerobot = [f"--policy.chunk_size={args.chunk}", f"--policy.n_action_steps={args.chunk}"]
+        lerobot += ["--policy.max_action_dim=4", f"--log_freq={max(1, min(100, args.vla_steps // 20))}"]
+        train_smolvla(
+            dataset, out, vlm=args.vlm, steps=args.vla_steps, batch_size=args.batch_size, seed=1000 + args.seed,
+            workers=1, threads=args.threads, extra=lerobot,
+        )  # fmt: skip
+    summary = json.loads((out / SUMMARY).read_text())
+    keep = ("vlm", "steps", "batch_size", "threads", "wall_s", "peak_rss_gb", "pretrained_model")
+    return {k: summary[k] for k in keep} | {"s_per_step": round(summary["wall_s"] / summary["steps"], 3)}
+
+
+def evaluate_vla(args, task: str, model: str) -> dict:
+    """The SmolVLA on `task` alone, loaded back by path with the env's instruction; its acting time per chunk."""
+    import torch
+
+    from policies.lerobot_base import LeRobotBase
+    from robo_rl.config import load_config, make_env
+    from robo_rl.offline.bc import evaluate_base
+
+    cfg = load_config(env_overrides(args, task))
+    env = make_env(cfg)
+    try:
+        obs, _ = env.reset(seed=int(cfg.eval.seed))
+        base = LeRobotBase.load(model, env.observation_space, env.action_space.shape[0], task=obs["instruction"])
+        torch.manual_seed(int(cfg.eval.seed))  # the flow's own noise: the same file scores the same on these seeds
+        start = time.monotonic()
+        result = evaluate_base(env, base, args.episodes, int(cfg.eval.seed), base.chunk_size)
+        out = figures(result, time.monotonic() - start)
+        ms = []
+        for _ in range(12):  # the first two warm up
+            t = time.perf_counter()
+            base.predict_chunk(obs)
+            ms.append(1000 * (time.perf_counter() - t))
+        return out | {"chunk_ms_p50": round(float(np.median(ms[2:])), 1), "instruction": obs["instruction"]}
+    finally:
+        env.close()
+
+
+def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
+    """`robo-rl train` of `method` from the SmolVLA on `task` alone, then its final checkpoint's evaluation."""
+    from bench.learning import train
+
+    overrides = [
+        *METHODS[method],
+        *env_overrides(args, task),
+        *(
+            [f"policy.path={model}", f"policy.task={hydra_string(instruction)}"]
+            if method == "reinflow"
+            else [
+                "policy.base.kind=lerobot",
+                f"policy.base.path={model}",
+                f"policy.base.task={hydra_string(instruction)}",
+            ]
+        ),
+        f"train.total_env_steps={args.rl_steps}",
+        f"train.checkpoint_every_env_steps={args.rl_steps}",
+    ]
+    run = train(f"vla_{method}_{task}", overrides, args.seed, Path(args.out) / "runs")
+    wall = float((run / "bench_wall_s.txt").read_text())
+    return {
+        "run": str(run),
+        "steps": args.rl_steps,
+        "overrides": METHODS[method],
+        "train_wall_s": wall,
+        "env_steps_per_s": round(args.rl_steps / wall, 2),
+        "after": evaluate_final(run, args.episodes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two tasks, a tiny SmolVLA, short runs")
+    parser.add_argument("--tasks", default=None, help=f"comma-separated Meta-World tasks (default {','.join(TASKS)})")
+    parser.add_argument("--demos", type=int, default=None, help="demonstrations per task (10; quick 2)")
+    parser.add_argument("--noise-std", type=float, default=0.3, help="the expert's action noise in the demos")
+    parser.add_argument("--image-size", type=int, default=64, help="the corner2 camera's pixels (reduced: 64)")
+    parser.add_argument("--horizon", type=int, default=150, help="env.max_episode_steps")
+    parser.add_argument("--vlm", default=None, help="the SmolVLM size (reduced; quick tiny)")
+    parser.add_argument("--vla-steps", type=int, default=None, help="lerobot-train steps (6000; quick 20)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch's threads in lerobot-train")
+    parser.add_argument("--chunk", type=int, default=10, help="SmolVLA's chunk_size and n_action_steps")
+    parser.add_argument("--episodes", type=int, default=None, help="evaluation episodes per task (50; quick 5)")
+    parser.add_argument("--rl-steps", type=int, default=None, help="RL env steps per task and method (10k; quick 300)")
+    parser.add_argument("--methods", default="dsrl", help=f"RL methods from the VLA: {', '.join(METHODS)}")
+    parser.add_argument("--rl-tasks", default=None, help="the tasks RL runs on (default: every task)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_metaworld_vla"))
+    parser.add_argument("--reuse", action="store_true", help="go on from --out: its dataset, VLA and finished stages")
+    args = parser.parse_args()
+    q = args.quick
+    args.tasks = args.tasks.split(",") if args.tasks else list(QUICK_TASKS if q else TASKS)
+    args.rl_tasks = args.rl_tasks.split(",") if args.rl_tasks else list(args.tasks)
+    args.demos = args.demos or (2 if q else 10)
+    args.vlm = args.vlm or ("tiny" if q else "reduced")
+    args.vla_steps = args.vla_steps or (20 if q else 6000)
+    args.episodes = args.episodes or (5 if q else 50)
+    args.rl_steps = args.rl_steps or (300 if q else 10000)
+    args.methods = [m for m in args.methods.split(",") if m]
+    if set(args.methods) - set(METHODS) or set(args.rl_tasks) - set(args.tasks):
+        raise SystemExit(f"--methods from {sorted(METHODS)}; --rl-tasks among --tasks")
+    name = args.name or ("metaworld_vla_quick" if q else "metaworld_vla")
+    keys = ("tasks", "rl_tasks", "demos", "noise_std", "image_size", "horizon", "vlm", "vla_steps", "batch_size")
+    keys += ("threads", "chunk", "episodes", "rl_steps", "methods", "seed")
+    result: dict = {k: getattr(args, k) for k in keys} | {"partial": True}
+    saved = Path(args.out) / "stages.json"
+    stages = json.loads(saved.read_text()) if args.reuse and saved.is_file() else {}
+
+    def keep() -> None:
+        saved.write_text(json.dumps(stages, indent=1))
+        write_result(name, result | stages, quick=q, folder=RESULTS)
+
+    start = time.monotonic()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    stages["demonstrations"] = record_and_export(args)
+    stages["vla_training"] = train_vla(args, Path(args.out) / "dataset")
+    keep()
+    print(f"SmolVLA trained: {stages['vla_training']}", flush=True)
+    model = stages["vla_training"]["pretrained_model"]
+    per_task = stages.setdefault("per_task", {})
+    for task in args.tasks:
+        record = per_task.setdefault(task, {})
+        if "base" not in record:
+            record["base"] = evaluate_vla(args, task, model)
+            keep()
+        print(f"{task}: SmolVLA {record['base']['success_rate']:.2f} {record['base']['success_ci95']}", flush=True)
+    for task in args.rl_tasks:
+        record = per_task[task]
+        for method in args.methods:
+            if record.get(method, {}).get("steps") != args.rl_steps:
+                record[method] = run_rl(args, task, record["base"]["instruction"], model, method)
+            after = record[method]["after"]["success_rate"]
+            record[method]["gain_points"] = round(100 * (after - record["base"]["success_rate"]), 1)
+            keep()
+            print(f"{task}: {method} {after:.2f} ({record[method]['gain_points']:+} points)", flush=True)
+    gains = {m: [per_task[t][m]["gain_points"] for t in args.rl_tasks] for m in args.methods}
+    stages["mean_gain_points"] = {m: round(float(np.mean(g)), 1) if g else None for m, g in gains.items()}
+    stages["wall_s"] = round(time.monotonic() - start)
+    result.pop("partial")
+    keep()
+    print(
+        json.dumps({"base": {t: r["base"]["success_rate"] for t, r in per_task.items()}, **stages["mean_gain_points"]})
+    )
+
+
+if __name__ == "__main__":
+    main()
