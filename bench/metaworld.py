@@ -211,7 +211,6 @@ def base_key(method: str) -> str:
 
 def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method: str, out: Path) -> dict:
     """`robo-rl train` of `method` from the base on `task` alone, then its final checkpoint's evaluation."""
-    from bench.learning import train
 
     overrides = [
         *METHODS[method],
@@ -221,15 +220,25 @@ def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method
         f"train.total_env_steps={args.steps}",
         f"train.checkpoint_every_env_steps={args.steps}",
     ]
-    run = train(f"{method}_{task}", overrides, seed, out)
+    return train_and_evaluate(f"{method}_{task}", overrides, seed, out, args.steps, args.episodes, METHODS[method])
+
+
+def train_and_evaluate(
+    name: str, overrides: list[str], seed: int, out: Path, steps: int, episodes: int, method_overrides: list[str]
+) -> dict:
+    """`robo-rl train` with `overrides` (bench/learning.py's train), its wall time and its final checkpoint's
+    evaluation on `episodes` fixed seeds; `method_overrides`: the method's own settings, recorded."""
+    from bench.learning import train
+
+    run = train(name, overrides, seed, out)
     wall = float((run / "bench_wall_s.txt").read_text())
     return {
         "run": str(run),
-        "steps": args.steps,
-        "overrides": METHODS[method],
+        "steps": steps,
+        "overrides": method_overrides,
         "train_wall_s": wall,
-        "env_steps_per_s": round(args.steps / wall, 1),
-        "after": evaluate_final(run, args.episodes),
+        "env_steps_per_s": round(steps / wall, 2),
+        "after": evaluate_final(run, episodes),
     }
 
 

@@ -40,7 +40,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import RESULTS, write_result  # noqa: E402
-from bench.metaworld import evaluate_final, figures, hydra_string  # noqa: E402
+from bench.metaworld import figures, hydra_string, train_and_evaluate  # noqa: E402
 
 TASKS = ("reach-v3", "pick-place-v3", "peg-insert-side-v3", "push-back-v3", "shelf-place-v3")
 QUICK_TASKS = ("reach-v3", "button-press-v3")
@@ -150,7 +150,6 @@ def evaluate_vla(args, task: str, model: str) -> dict:
 
 def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
     """`robo-rl train` of `method` from the SmolVLA on `task` alone, then its final checkpoint's evaluation."""
-    from bench.learning import train
 
     overrides = [
         *METHODS[method],
@@ -167,16 +166,10 @@ def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
         f"train.total_env_steps={args.rl_steps}",
         f"train.checkpoint_every_env_steps={args.rl_steps}",
     ]
-    run = train(f"vla_{method}_{task}", overrides, args.seed, Path(args.out) / "runs")
-    wall = float((run / "bench_wall_s.txt").read_text())
-    return {
-        "run": str(run),
-        "steps": args.rl_steps,
-        "overrides": METHODS[method],
-        "train_wall_s": wall,
-        "env_steps_per_s": round(args.rl_steps / wall, 2),
-        "after": evaluate_final(run, args.episodes),
-    }
+    out = Path(args.out) / "runs"
+    return train_and_evaluate(
+        f"vla_{method}_{task}", overrides, args.seed, out, args.rl_steps, args.episodes, METHODS[method]
+    )
 
 
 def main() -> None:
