@@ -204,19 +204,19 @@ def evaluate_final(run: Path, episodes: int) -> dict:
         env.close()
 
 
-def base_key(method: str) -> str:
-    """Where `method`'s overrides name the base: policy (ReinFlow fine-tunes it) or policy.base (a frozen one)."""
-    return "policy" if set(METHODS[method]) & set(FINE_TUNED) else "policy.base"
+def base_key(overrides: list[str]) -> str:
+    """Where a method's overrides name the base: policy (ReinFlow fine-tunes it) or policy.base (a frozen one)."""
+    return "policy" if set(overrides) & set(FINE_TUNED) else "policy.base"
 
 
 def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method: str, out: Path) -> dict:
     """`robo-rl train` of `method` from the base on `task` alone, then its final checkpoint's evaluation."""
-
+    key = base_key(METHODS[method])
     overrides = [
         *METHODS[method],
         *env_overrides(args, task),
-        f"{base_key(method)}.path={checkpoint}",
-        f"{base_key(method)}.task={hydra_string(instruction)}",
+        f"{key}.path={checkpoint}",
+        f"{key}.task={hydra_string(instruction)}",
         f"train.total_env_steps={args.steps}",
         f"train.checkpoint_every_env_steps={args.steps}",
     ]

@@ -39,25 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import bench.metaworld as mw  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 from bench.metaworld import figures, hydra_string, train_and_evaluate  # noqa: E402
 
 TASKS = ("reach-v3", "pick-place-v3", "peg-insert-side-v3", "push-back-v3", "shelf-place-v3")
 QUICK_TASKS = ("reach-v3", "button-press-v3")
 CAMERA = "corner2"
-METHODS = {
-    "dsrl": ["experiment=dsrl_pick_cube", "algo.form=noise", "algo.backup_entropy=false", "policy.state_norm=base"],
-    # ResFiT's per-step correction on the VLA's chunks, bounded and ramped as bench/metaworld.py's residual_ramped
-    "residual": [
-        "experiment=residual_pick_cube",
-        "policy.state_norm=base",
-        "policy.scale=0.1",
-        "algo.actor_start_updates=1000",
-        "algo.bound_ramp_updates=3000",
-    ],
-    # PPO on the VLA's action expert over its noisy Euler steps (the VLM frozen): the VLA is the policy itself
-    "reinflow": ["experiment=reinflow_pick_cube"],
-}
+# bench/metaworld.py's recipes: DSRL without the entropy bonus in its TD target, the bounded and ramped residual on
+# the VLA's actions, ReinFlow's PPO on its action expert (the VLM frozen; the VLA is the policy itself)
+METHODS = {"dsrl": mw.METHODS["dsrl"], "residual": mw.METHODS["residual_ramped"], "reinflow": mw.METHODS["reinflow"]}
 
 
 def env_overrides(args, task: str) -> list[str]:
@@ -150,19 +141,13 @@ def evaluate_vla(args, task: str, model: str) -> dict:
 
 def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
     """`robo-rl train` of `method` from the SmolVLA on `task` alone, then its final checkpoint's evaluation."""
-
+    key = mw.base_key(METHODS[method])
     overrides = [
         *METHODS[method],
         *env_overrides(args, task),
-        *(
-            [f"policy.path={model}", f"policy.task={hydra_string(instruction)}"]
-            if method == "reinflow"
-            else [
-                "policy.base.kind=lerobot",
-                f"policy.base.path={model}",
-                f"policy.base.task={hydra_string(instruction)}",
-            ]
-        ),
+        *(["policy.base.kind=lerobot"] if key == "policy.base" else []),
+        f"{key}.path={model}",
+        f"{key}.task={hydra_string(instruction)}",
         f"train.total_env_steps={args.rl_steps}",
         f"train.checkpoint_every_env_steps={args.rl_steps}",
     ]
