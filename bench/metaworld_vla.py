@@ -42,6 +42,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import bench.metaworld as mw  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 from bench.metaworld import figures, hydra_string, train_and_evaluate  # noqa: E402
+from bench.methods import on_policy_rollouts  # noqa: E402
 
 TASKS = ("reach-v3", "pick-place-v3", "peg-insert-side-v3", "push-back-v3", "shelf-place-v3")
 QUICK_TASKS = ("reach-v3", "button-press-v3")
@@ -150,6 +151,7 @@ def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
         f"{key}.task={hydra_string(instruction)}",
         f"train.total_env_steps={args.rl_steps}",
         f"train.checkpoint_every_env_steps={args.rl_steps}",
+        *on_policy_rollouts(method, args.rl_steps),  # --quick's 300 steps: ReinFlow still gets three PPO iterations
     ]
     out = Path(args.out) / "runs"
     return train_and_evaluate(
