@@ -26,6 +26,7 @@ class EncoderConfig:
     strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])
     task_conditioning: str = "none"  # onehot: the state features end with a one-hot of the row's instruction
     instructions: list[str] = field(default_factory=list)  # onehot: the vocabulary, in order (the env's `instructions`)
+    cameras: list[str] | None = None  # the env's cameras this encoder reads (null: all; []: the state alone)
 
     @classmethod
     def parse(cls, spec: EncoderConfig | dict | None, image_features: int | None = None) -> EncoderConfig:

@@ -138,6 +138,7 @@ class ObservationEncoder(nn.Module):
         super().__init__()
         self.config = config = config or EncoderConfig(features=image_features)
         self.state_dim = state_dim
+        cameras = self._read(cameras, config.cameras)
         self.sizes = sizes = {name: (s, s) if isinstance(s, int) else tuple(s) for name, s in cameras.items()}
         self.crops = self._check_crops(config.crops, sizes)
         prepared = {
@@ -195,6 +196,19 @@ class ObservationEncoder(nn.Module):
     def _resnet10(config: EncoderConfig) -> ResNet10:
         model = load_resnet10(config.pretrained) if config.pretrained else ResNet10()
         return freeze_(model) if config.freeze else model
+
+    @staticmethod
+    def _read(cameras: dict, chosen: list[str] | None) -> dict:
+        """The env's cameras this encoder reads: `policy.encoder.cameras` (null: all), each one the env has."""
+        if chosen is None:
+            return cameras
+        unknown = [name for name in chosen if name not in cameras]
+        if unknown:
+            raise ValueError(
+                f"policy.encoder.cameras names {unknown}, which the env does not have; "
+                f"it has {sorted(cameras) or 'none'}"
+            )
+        return {name: cameras[name] for name in chosen}
 
     @staticmethod
     def _check_crops(crops: dict, sizes: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int, int, int]]:

@@ -314,3 +314,30 @@ def test_the_cnn_layers_come_from_the_config():
     ]
     with pytest.raises(ValueError, match="same length"):
         EncoderConfig.parse({"kernels": [3, 3], "strides": [2]})
+
+
+def test_encoder_cameras_picks_what_actor_and_critics_read_and_refuses_a_camera_the_env_lacks():
+    """`policy.encoder.cameras`: [] reads the state alone though the env has cameras (DSRL's noise actor over a VLA
+    that reads them itself), a list reads those cameras only; an unread camera's pixels change nothing."""
+    state_only = encoder_for_space(space(), config={"features": 8, "cameras": []})
+    wrist_only = encoder_for_space(space(), config={"features": 8, "cameras": ["wrist"]})
+    assert (state_only.out_dim, wrist_only.out_dim) == (STATE, STATE + 8)
+    assert list(wrist_only.cameras) == ["wrist"] and not list(state_only.parameters())
+    o = obs(3)
+    other = {
+        **o,
+        "images": {**o["images"], "front": torch.randint(0, 256, o["images"]["front"].shape, dtype=torch.uint8)},
+    }
+    assert torch.equal(state_only(o), o["state"])
+    assert torch.equal(wrist_only(o), wrist_only(other))
+    other["images"]["wrist"] = 255 - o["images"]["wrist"]
+    assert not torch.equal(wrist_only(o), wrist_only(other))
+    with pytest.raises(ValueError, match=r"policy.encoder.cameras names \['side'\], which the env does not have; "
+                       r"it has \['front', 'wrist'\]"):  # fmt: skip
+        encoder_for_space(space(), config={"cameras": ["wrist", "side"]})
+    sac = _sac({"features": 8, "cameras": []})  # a batch with images trains a state-only SAC, no RNG for shifts
+    batch = sac_batch(8)
+    rng = torch.get_rng_state()
+    prepared = sac.prepare_batch(batch)
+    assert torch.equal(rng, torch.get_rng_state()) and not prepared["obs"]["images"]
+    sac.update([batch])

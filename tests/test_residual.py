@@ -559,3 +559,22 @@ def test_exploration_follows_the_ramping_bound_down_to_its_floor(floor):
     assert torch.equal(policy.act(obs, deterministic=True), torch.zeros(1, 2))  # evaluation: no noise at all
     with pytest.raises(ValueError, match="exploration_floor"):
         ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.3, hidden=[16], exploration_floor=1.5)
+
+
+def test_the_learner_predicts_the_next_base_action_only_where_the_target_bootstraps_from_it():
+    """b' unrecorded (the step after an episode's last one): the learner's base predicts it where the episode was
+    cut by the time limit (discount > 0); at a terminal step (discount 0) nothing reads it, so a slow base (a VLA)
+    is not asked, and the row's own base action stands in."""
+    base = LinearBase(np.array([[0.5, 0.0, 0.0], [0.0, -0.5, 0.0]], np.float32))
+    algo = one_step_algo(residual_policy(base), 2)
+    state = torch.tensor([[0.4, 0.2, 0.0], [0.2, 0.6, 0.0], [1.0, 1.0, 0.0]])
+    batch = {
+        "next_obs": {"state": state, "images": {}},
+        "discount": torch.tensor([0.99, 0.0, 0.99]),
+        "extras": {"base_action": torch.tensor([[0.1, 0.1], [0.2, 0.2], [0.3, 0.3]])},
+        "next_extras": {"base_action": torch.tensor([[0.7, 0.7], [9.0, 9.0], [9.0, 9.0]])},
+        "next_extras_valid": torch.tensor([True, False, False]),
+    }
+    next_base = algo.next_base(batch)
+    assert base.calls == 1, "only the truncated row's b' is predicted"
+    torch.testing.assert_close(next_base, torch.tensor([[0.7, 0.7], [0.2, 0.2], [0.5, -0.5]]))

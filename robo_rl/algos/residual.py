@@ -93,9 +93,15 @@ class ResidualAlgorithm(Algorithm):
 
     def next_base(self, batch: dict) -> torch.Tensor:
         """b': the base's action at next_obs as the actor recorded it; where none was recorded (the step after
-        an episode's last one), the learner's copy of the base predicts it."""
-        base = batch["next_extras"]["base_action"].clone()
-        missing = torch.nonzero(~batch["next_extras_valid"]).flatten().tolist()
+        an episode's last one), the learner's copy of the base predicts it, unless the target does not bootstrap
+        there (discount 0: a terminal step, whose b' is then the row's own base action, in range and unused). A
+        VLA base costs ~0.1 s a prediction: asked for every terminal row of a batch it held the learner to one
+        update a second."""
+        unrecorded = ~batch["next_extras_valid"].bool()
+        base = torch.where(
+            unrecorded.unsqueeze(-1), batch["extras"]["base_action"], batch["next_extras"]["base_action"]
+        ).clone()
+        missing = torch.nonzero(unrecorded & (batch["discount"] > 0)).flatten().tolist()
         for i in missing:
             chunk = self.policy.base.base.predict_chunk(observation_row(batch["next_obs"], i))
             base[i] = torch.from_numpy(np.asarray(chunk[0], np.float32))

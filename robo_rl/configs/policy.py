@@ -50,6 +50,11 @@ class PolicyEncoderConfig:
         tuple(ENCODER.instructions),
         "onehot: the instructions it tells apart, in order (empty: the env's `instructions`, written here by train)",
     )
+    cameras: tuple[str, ...] | None = setting(
+        ENCODER.cameras,
+        "the env's cameras actor and critics read (null: all of them; []: the state alone, e.g. DSRL's noise actor "
+        "over a VLA base that reads the cameras itself)",
+    )
 
 
 @dataclass
