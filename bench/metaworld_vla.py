@@ -48,8 +48,16 @@ TASKS = ("reach-v3", "pick-place-v3", "peg-insert-side-v3", "push-back-v3", "she
 QUICK_TASKS = ("reach-v3", "button-press-v3")
 CAMERA = "corner2"
 # bench/metaworld.py's recipes: DSRL without the entropy bonus in its TD target, the bounded and ramped residual on
-# the VLA's actions, ReinFlow's PPO on its action expert (the VLM frozen; the VLA is the policy itself)
-METHODS = {"dsrl": mw.METHODS["dsrl"], "residual": mw.METHODS["residual_ramped"], "reinflow": mw.METHODS["reinflow"]}
+# the VLA's actions, ReinFlow's PPO on its action expert (the VLM frozen; the VLA is the policy itself). DSRL's noise
+# actor and the residual's actor, and their critics, read the 39-d state only (policy.encoder.cameras=[]): the VLA
+# reads the camera. With the camera too (dsrl_pixels) the pixel learner on one core held the run to ~2 env steps/s.
+STATE_ONLY = ["policy.encoder.cameras=[]"]
+METHODS = {
+    "dsrl": mw.METHODS["dsrl"] + STATE_ONLY,
+    "residual": mw.METHODS["residual_ramped"] + STATE_ONLY,
+    "reinflow": mw.METHODS["reinflow"],
+    "dsrl_pixels": mw.METHODS["dsrl"],
+}
 
 
 def env_overrides(args, task: str) -> list[str]:
