@@ -130,7 +130,7 @@ def main() -> None:
             mwv.METHODS["dsrl"] + ["reward=model"],
         )  # fmt: skip
         record["dsrl_learned_reward"] = run
-        sim = stages["per_task"][task].get("dsrl", {})
+        sim = mwv.rl_records(stages["per_task"][task], args.seed).get("dsrl", {})
         after = run["after"]["success_rate"]
         record["gain_points"] = round(100 * (after - base["success_rate"]), 1)
         if sim.get("steps") == args.rl_steps:

@@ -113,7 +113,7 @@ def train_vla(args, dataset: Path) -> dict:
         lerobot = [f"--policy.chunk_size={args.chunk}", f"--policy.n_action_steps={args.chunk}"]
         lerobot += ["--policy.max_action_dim=4", f"--log_freq={max(1, min(100, args.vla_steps // 20))}"]
         train_smolvla(
-            dataset, out, vlm=args.vlm, steps=args.vla_steps, batch_size=args.batch_size, seed=1000 + args.seed,
+            dataset, out, vlm=args.vlm, steps=args.vla_steps, batch_size=args.batch_size, seed=1000,
             workers=1, threads=args.threads, extra=lerobot,
         )  # fmt: skip
     summary = json.loads((out / SUMMARY).read_text())
@@ -167,6 +167,15 @@ def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
     )
 
 
+def rl_records(record: dict, seed: int) -> dict:
+    """A task's RL results for one seed (its `rl.s<seed>`); a stages.json written before seeds were kept has seed 0's
+    methods beside the base: they move there."""
+    rl = record.setdefault("rl", {})
+    for method in [k for k in record if k in METHODS]:
+        rl.setdefault("s0", {})[method] = record.pop(method)
+    return rl.setdefault(f"s{seed}", {})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two tasks, a tiny SmolVLA, short runs")
@@ -184,7 +193,7 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=None, help="RL env steps per task and method (10k; quick 300)")
     parser.add_argument("--methods", default="dsrl", help=f"RL methods from the VLA: {', '.join(METHODS)}")
     parser.add_argument("--rl-tasks", default=None, help="the tasks RL runs on (default: every task)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the RL runs' seed (the VLA and its evaluation: seed 0's)")
     parser.add_argument("--name", default=None)
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_metaworld_vla"))
     parser.add_argument("--reuse", action="store_true", help="go on from --out: its dataset, VLA and finished stages")
@@ -227,21 +236,23 @@ def main() -> None:
         print(f"{task}: SmolVLA {record['base']['success_rate']:.2f} {record['base']['success_ci95']}", flush=True)
     for task in args.rl_tasks:
         record = per_task[task]
+        runs = rl_records(record, args.seed)
         for method in args.methods:
-            if record.get(method, {}).get("steps") != args.rl_steps:
-                record[method] = run_rl(args, task, record["base"]["instruction"], model, method)
-            after = record[method]["after"]["success_rate"]
-            record[method]["gain_points"] = round(100 * (after - record["base"]["success_rate"]), 1)
+            if runs.get(method, {}).get("steps") != args.rl_steps:
+                runs[method] = run_rl(args, task, record["base"]["instruction"], model, method)
+            after = runs[method]["after"]["success_rate"]
+            runs[method]["gain_points"] = round(100 * (after - record["base"]["success_rate"]), 1)
             keep()
-            print(f"{task}: {method} {after:.2f} ({record[method]['gain_points']:+} points)", flush=True)
-    gains = {m: [per_task[t][m]["gain_points"] for t in args.rl_tasks] for m in args.methods}
-    stages["mean_gain_points"] = {m: round(float(np.mean(g)), 1) if g else None for m, g in gains.items()}
+            print(f"{task} seed {args.seed}: {method} {after:.2f} ({runs[method]['gain_points']:+} points)", flush=True)
+    gains = {m: [rl_records(per_task[t], args.seed)[m]["gain_points"] for t in args.rl_tasks] for m in args.methods}
+    means = stages.setdefault("mean_gain_points", {})
+    if means and not all(k.startswith("s") and k[1:].isdigit() for k in means):
+        stages["mean_gain_points"] = means = {"s0": means}  # written before seeds were kept: seed 0's
+    means[f"s{args.seed}"] = {m: round(float(np.mean(g)), 1) if g else None for m, g in gains.items()}
     stages["wall_s"] = round(time.monotonic() - start)
     result.pop("partial")
     keep()
-    print(
-        json.dumps({"base": {t: r["base"]["success_rate"] for t, r in per_task.items()}, **stages["mean_gain_points"]})
-    )
+    print(json.dumps({"base": {t: r["base"]["success_rate"] for t, r in per_task.items()}, **means[f"s{args.seed}"]}))
 
 
 if __name__ == "__main__":
