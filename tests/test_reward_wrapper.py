@@ -61,6 +61,36 @@ def test_the_shaped_reward_is_the_shapers_and_the_model_decides_when_the_task_is
     assert info["success_prob"] == 1.0 and info["record_extras"]["success_prob"] == 1.0
 
 
+class NeverDone(RewardModel):
+    kind, provides = "never", ("progress", "success_prob")
+
+    def __init__(self):
+        super().__init__(("top",))
+
+    def score(self, frames, task, previous=None):
+        n = self.check_frames(frames)
+        return Scores(progress=np.zeros(n, np.float32), success_prob=np.zeros(n, np.float32))
+
+
+class SucceedsAtOnce(PointReachEnv):
+    """A simulator whose success check fires on every step (the env ends each episode at its first step)."""
+
+    def _step(self, action):
+        obs, reward, _, info = super()._step(action)
+        return obs, reward, True, {**info, "success": True}
+
+
+def test_an_episode_whose_sim_success_the_model_overrules_still_ends_at_the_time_limit():
+    """The wrapper ignores the simulator's success; the env, having said terminated, never says truncated: the
+    episode must still end at the env's time limit (Meta-World's own env raised at its 500th step)."""
+    env = RewardWrapper(SucceedsAtOnce(camera=True, max_episode_steps=30), NeverDone(), asynchronous=False)
+    env.reset(seed=0)
+    for step in range(1, 31):
+        _, _, terminated, truncated, info = env.step(np.zeros(2, np.float32))
+        assert not terminated and truncated == (step == 30), step
+    assert info["ended_by"] == "time_limit"
+
+
 def test_scoring_never_blocks_the_control_loop_and_a_stale_score_falls_back_to_the_env_reward():
     model = CornerModel(delay_s=0.3)
     env = env_with(model, max_staleness_steps=1, fallback="env")

@@ -82,7 +82,10 @@ class RobotEnv(gym.Env):
         action = check_action(action, self.action_space)
         obs, reward, terminated, info = self._step(action)
         self._elapsed_steps += 1
-        truncated = (not terminated) and self._elapsed_steps >= self.max_episode_steps
+        at_limit = self._elapsed_steps >= self.max_episode_steps
+        truncated = (not terminated) and at_limit
+        # a wrapper that overrules `terminated` (a learned reward ignores the simulator's success) ends the episode here
+        info["time_limit_reached"] = at_limit
         info.setdefault("action_executed", action)
         info.setdefault("action_policy", action)
         info.setdefault("action_base", None)

@@ -268,6 +268,9 @@ class RewardWrapper(RobotWrapper):
         self.counts["steps"] += 1
         env_done = terminated and (self.env_terminates or label is not None)
         model_term, model_trunc, reason = done_by_model
+        # the env's success ignored at its time limit: the env did not say truncated (it said terminated), and an
+        # episode that went on past it would run on (Meta-World's own env raises at 500 steps)
+        truncated = truncated or (terminated and not env_done and bool(info.get("time_limit_reached", False)))
         terminated = bool(env_done or model_term)
         truncated = bool((truncated or model_trunc) and not terminated)
         if not env_done and info.get("ended_by") == "env":  # the simulator's own success check, ignored
