@@ -35,15 +35,16 @@ from bench._results import RESULTS, write_result  # noqa: E402
 from bench.metaworld import train_and_evaluate  # noqa: E402
 
 
-def reward_model(args, task: str, folder: Path) -> dict:
-    """Collect the task's reward data, train the classifier into `folder`, and score it on held-out episodes."""
+def reward_model(args, task: str, instruction: str, folder: Path) -> dict:
+    """Collect the task's reward data, train the classifier into `folder`, and score it on held-out episodes;
+    `instruction`: the task's (the env class has none of its own: Meta-World's comes with the task)."""
     from bench.critic import collect
     from robo_rl.rewards.classifier_fit import evaluate_classifier, train_classifier
 
     start = time.monotonic()
     overrides = ["experiment=rlpd", *mwv.env_overrides(args, task)]  # the untrained policy: a SAC actor's
     n = args.episodes_per_kind
-    train_eps, instruction = collect(n, n, 1, overrides, args.hold, n_expert_failed=n, failure_noise=args.failure_noise)
+    train_eps, _ = collect(n, n, 1, overrides, args.hold, n_expert_failed=n, failure_noise=args.failure_noise)
     held_out, _ = collect(n // 2, n // 2, 2, overrides, args.hold, n // 2, args.failure_noise)
     collected = time.monotonic() - start
     clf, trained = train_classifier(
@@ -110,7 +111,7 @@ def main() -> None:
         if args.reuse and (folder / "reward_report.json").is_file():
             record["classifier"] = json.loads((folder / "reward_report.json").read_text())
         else:
-            record["classifier"] = reward_model(args, task, folder)
+            record["classifier"] = reward_model(args, task, base["instruction"], folder)
             (folder / "reward_report.json").write_text(json.dumps(record["classifier"], indent=1))
         keep()
         print(f"{task}: classifier {record['classifier']['held_out_quality']}", flush=True)
