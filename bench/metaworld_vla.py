@@ -176,6 +176,33 @@ def rl_records(record: dict, seed: int) -> dict:
     return rl.setdefault(f"s{seed}", {})
 
 
+def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> dict:
+    """`method`'s gain over the SmolVLA across task x seed, over the seeds that ran it on every task: IQM and mean
+    with stratified bootstrap intervals (robo_rl/eval/aggregate.py, rliable), and the tasks x seeds below the base."""
+    from robo_rl.eval.aggregate import REPORT_REPS, aggregate, aggregate_gain
+
+    seeds = sorted(
+        {s for t in tasks for s, runs in per_task[t].get("rl", {}).items() if method in runs},
+        key=lambda s: int(s[1:]),
+    )
+    seeds = [s for s in seeds if all(method in per_task[t].get("rl", {}).get(s, {}) for t in tasks)]
+    if not seeds:
+        return {}
+    after = [[per_task[t]["rl"][s][method]["after"]["success_rate"] for t in tasks] for s in seeds]
+    before = [[per_task[t]["base"]["success_rate"] for t in tasks] for _ in seeds]
+    reps = 200 if quick else REPORT_REPS
+    gain = aggregate_gain(after, before, reps)
+    rates = aggregate({"base": before, method: after}, reps)
+    return {
+        "seeds": seeds,
+        "tasks": tasks,
+        "gain_iqm": gain["iqm"].as_dict(),
+        "gain_mean": gain["mean"].as_dict(),
+        "success_iqm": {name: stats["iqm"].as_dict() for name, stats in rates.items()},
+        "task_seeds_below_base": int((np.subtract(after, before) < 0).sum()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two tasks, a tiny SmolVLA, short runs")
@@ -249,6 +276,7 @@ def main() -> None:
     if means and not all(k.startswith("s") and k[1:].isdigit() for k in means):
         stages["mean_gain_points"] = means = {"s0": means}  # written before seeds were kept: seed 0's
     means[f"s{args.seed}"] = {m: round(float(np.mean(g)), 1) if g else None for m, g in gains.items()}
+    stages["aggregate"] = {m: across_seeds(per_task, args.rl_tasks, m, quick=q) for m in args.methods}
     stages["wall_s"] = round(time.monotonic() - start)
     result.pop("partial")
     keep()

@@ -12,8 +12,10 @@ import yaml
 
 from robo_rl.cli import main
 from robo_rl.eval.aggregate import (
+    Estimate,
     ScoreMatrixError,
     aggregate,
+    aggregate_gain,
     curve_band,
     performance_profiles,
     plot_performance_profiles,
@@ -36,6 +38,20 @@ def test_iqm_of_a_known_matrix_is_the_trimmed_mean_by_hand_and_mean_and_gap_foll
     for estimate in got.values():
         assert estimate.low <= estimate.point <= estimate.high
         assert estimate.low < estimate.high  # four different runs: the bootstrap spreads
+
+
+def test_the_gain_over_a_base_is_the_iqm_of_the_paired_differences_with_an_interval_and_shapes_must_match():
+    before = np.array([[0.7, 0.44, 0.56, 0.66, 0.3]] * 2)  # one base per task, repeated for the two runs
+    after = np.array([[0.68, 0.70, 0.78, 0.74, 0.46], [0.72, 0.60, 0.70, 0.66, 0.50]])
+    gains = np.sort((after - before).ravel())
+    got = aggregate_gain(after, before, reps=REPS)
+    middle = gains[2:8].mean()  # rliable's IQM: scipy's trim_mean cuts int(25% of 10) = 2 from each end
+    assert got["iqm"].point == pytest.approx(middle)
+    assert got["mean"].point == pytest.approx(gains.mean())
+    assert got["iqm"].low < got["iqm"].point < got["iqm"].high
+    assert aggregate_gain(before, before, reps=REPS)["iqm"] == Estimate(0.0, 0.0, 0.0)
+    with pytest.raises(ScoreMatrixError, match=r"gain: after is \(2, 5\) \(runs x tasks\), before \(1, 5\)"):
+        aggregate_gain(after, before[:1], reps=REPS)
 
 
 def test_probability_of_improvement_is_one_for_a_recipe_better_on_every_run_and_a_half_for_identical_ones():

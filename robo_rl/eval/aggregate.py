@@ -83,6 +83,30 @@ def aggregate(
     }
 
 
+def aggregate_gain(
+    after, before, reps: int = REPORT_REPS, seed: int = 0, confidence: float = CONFIDENCE
+) -> dict[str, Estimate]:
+    """RL's gain over its base, after − before per (run, task), paired (the same run's base, or each task's one base
+    repeated): its IQM and mean with stratified bootstrap intervals (the runs' gains resampled within each task).
+    A target such as "adds 20 points IQM, its 95% interval above +10" reads from `iqm` (in success-rate units)."""
+    from rliable import library, metrics
+
+    x, y = score_matrix(after, "after"), score_matrix(before, "before")
+    if x.shape != y.shape:
+        raise ScoreMatrixError(f"gain: after is {x.shape} (runs x tasks), before {y.shape}; pair them run by run")
+    with global_numpy_seed(seed):  # rliable draws from numpy's global generator
+        points, intervals = library.get_interval_estimates(
+            {"gain": x - y},
+            lambda g: np.array([metrics.aggregate_iqm(g), metrics.aggregate_mean(g)]),
+            reps=reps,
+            confidence_interval_size=confidence,
+        )
+    return {
+        stat: Estimate(float(points["gain"][i]), float(intervals["gain"][0, i]), float(intervals["gain"][1, i]))
+        for i, stat in enumerate(("iqm", "mean"))
+    }
+
+
 def probability_of_improvement(
     scores_x, scores_y, reps: int = REPORT_REPS, seed: int = 0, confidence: float = CONFIDENCE
 ) -> Estimate:
