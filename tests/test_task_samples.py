@@ -140,10 +140,15 @@ def test_a_residual_base_recomputed_on_replayed_rows_and_on_demonstrations_reads
         replay.add(actor, batch)
     batch = batch_to_torch(replay.sample(64, np.random.default_rng(0), 0.99, extras=("base_action",)))
     missing = ~batch["next_extras_valid"]
-    assert missing.any()  # after an episode's last step: the learner's copy of the base predicts b'
-    b_next = algo.next_base(batch)[:, 0]
+    assert missing.any()  # after an episode's last step: b' was not recorded
+    # where the episode was cut by its time limit (the target bootstraps: discount > 0) the learner's copy of the
+    # base predicts b', reading the row's instruction; where it ended (discount 0) nothing reads b': not predicted
+    cut = {**batch, "discount": torch.full_like(batch["discount"], 0.99)}
+    b_next = algo.next_base(cut)[:, 0]
     wanted = torch.tensor([SIGN[t] for t in batch["next_obs"]["instruction"]])
     assert torch.equal(b_next[missing], wanted[missing])
+    ended = {**batch, "discount": torch.zeros_like(batch["discount"])}
+    assert torch.equal(algo.next_base(ended)[missing], batch["extras"]["base_action"][missing])
 
     table = TaskTable([PICK_RED, PICK_BLUE])
     records = record_episodes(env, table, 4)
