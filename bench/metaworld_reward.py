@@ -32,7 +32,6 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 import bench.metaworld_vla as mwv  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
-from bench.metaworld import train_and_evaluate  # noqa: E402
 
 
 def reward_model(args, task: str, instruction: str, folder: Path) -> dict:
@@ -115,21 +114,8 @@ def main() -> None:
             (folder / "reward_report.json").write_text(json.dumps(record["classifier"], indent=1))
         keep()
         print(f"{task}: classifier {record['classifier']['held_out_quality']}", flush=True)
-        overrides = [
-            *mwv.METHODS["dsrl"],
-            *mwv.env_overrides(args, task),
-            "policy.base.kind=lerobot",
-            f"policy.base.path={model}",
-            f"policy.base.task={mwv.hydra_string(base['instruction'])}",
-            f"train.total_env_steps={args.rl_steps}",
-            f"train.checkpoint_every_env_steps={args.rl_steps}",
-            "reward=model",
-            f"reward.model={folder}",
-        ]
-        run = train_and_evaluate(
-            f"vla_dsrl_learned_reward_{task}", overrides, args.seed, out / "runs", args.rl_steps, args.episodes,
-            mwv.METHODS["dsrl"] + ["reward=model"],
-        )  # fmt: skip
+        reward = ("reward=model", f"reward.model={folder}")
+        run = mwv.run_rl(args, task, base["instruction"], model, "dsrl", extra=reward, tag="_learned_reward")
         record["dsrl_learned_reward"] = run
         sim = mwv.rl_records(stages["per_task"][task], args.seed).get("dsrl", {})
         after = run["after"]["success_rate"]

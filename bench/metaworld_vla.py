@@ -148,8 +148,9 @@ def evaluate_vla(args, task: str, model: str) -> dict:
         env.close()
 
 
-def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
-    """`robo-rl train` of `method` from the SmolVLA on `task` alone, then its final checkpoint's evaluation."""
+def run_rl(args, task: str, instruction: str, model: str, method: str, extra: tuple = (), tag: str = "") -> dict:
+    """`robo-rl train` of `method` from the SmolVLA on `task` alone, then its final checkpoint's evaluation; `extra`:
+    more overrides (recorded with the method's), `tag`: in the run's name (bench/metaworld_reward.py's reward=model)."""
     key = mw.base_key(METHODS[method])
     overrides = [
         *METHODS[method],
@@ -160,10 +161,11 @@ def run_rl(args, task: str, instruction: str, model: str, method: str) -> dict:
         f"train.total_env_steps={args.rl_steps}",
         f"train.checkpoint_every_env_steps={args.rl_steps}",
         *on_policy_rollouts(method, args.rl_steps),  # --quick's 300 steps: ReinFlow still gets three PPO iterations
+        *extra,
     ]
     out = Path(args.out) / "runs"
     return train_and_evaluate(
-        f"vla_{method}_{task}", overrides, args.seed, out, args.rl_steps, args.episodes, METHODS[method]
+        f"vla_{method}{tag}_{task}", overrides, args.seed, out, args.rl_steps, args.episodes, [*METHODS[method], *extra]
     )
 
 
@@ -181,11 +183,8 @@ def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> 
     with stratified bootstrap intervals (robo_rl/eval/aggregate.py, rliable), and the tasks x seeds below the base."""
     from robo_rl.eval.aggregate import REPORT_REPS, aggregate, aggregate_gain
 
-    seeds = sorted(
-        {s for t in tasks for s, runs in per_task[t].get("rl", {}).items() if method in runs},
-        key=lambda s: int(s[1:]),
-    )
-    seeds = [s for s in seeds if all(method in per_task[t].get("rl", {}).get(s, {}) for t in tasks)]
+    ran = lambda s: all(method in per_task[t].get("rl", {}).get(s, {}) for t in tasks)  # noqa: E731
+    seeds = sorted(filter(ran, per_task[tasks[0]].get("rl", {})), key=lambda s: int(s[1:]))
     if not seeds:
         return {}
     after = [[per_task[t]["rl"][s][method]["after"]["success_rate"] for t in tasks] for s in seeds]
