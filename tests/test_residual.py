@@ -561,7 +561,7 @@ def test_exploration_follows_the_ramping_bound_down_to_its_floor(floor):
         ResidualPolicy(make_observation_space(3, {}), 2, base, scale=0.3, hidden=[16], exploration_floor=1.5)
 
 
-def test_the_learner_predicts_the_next_base_action_only_where_the_target_bootstraps_from_it():
+def test_the_learner_predicts_the_next_base_action_only_where_the_target_bootstraps_from_it(tmp_path):
     """b' unrecorded (the step after an episode's last one): the learner's base predicts it where the episode was
     cut by the time limit (discount > 0); at a terminal step (discount 0) nothing reads it, so a slow base (a VLA)
     is not asked, and the row's own base action stands in."""
@@ -578,3 +578,16 @@ def test_the_learner_predicts_the_next_base_action_only_where_the_target_bootstr
     next_base = algo.next_base(batch)
     assert base.calls == 1, "only the truncated row's b' is predicted"
     torch.testing.assert_close(next_base, torch.tensor([[0.7, 0.7], [0.2, 0.2], [0.5, -0.5]]))
+    # the same row sampled again (every batch draws a few such rows): its b' is kept, not predicted again
+    torch.testing.assert_close(algo.next_base(batch), next_base)
+    assert base.calls == 1
+    # and a resumed learner keeps it too (a checkpoint written and read back as the learner does)
+    path = tmp_path / "algo.pt"
+    torch.save(algo.state_dict(), path)
+    resumed = one_step_algo(residual_policy(base), 2)
+    resumed.load_state_dict(torch.load(path, weights_only=True))
+    torch.testing.assert_close(resumed.next_base(batch), next_base)
+    assert base.calls == 1
+    other = {**batch, "next_obs": {"state": state + 0.5, "images": {}}}  # a different observation is predicted
+    torch.testing.assert_close(resumed.next_base(other)[2], torch.tensor([0.75, -0.75]))
+    assert base.calls == 2

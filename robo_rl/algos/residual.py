@@ -12,6 +12,7 @@ residual actor, zero at the start, learns the correction that raises it.
 from __future__ import annotations
 
 import copy
+import hashlib
 
 import numpy as np
 import torch
@@ -26,6 +27,21 @@ from robo_rl.algos.sac import CriticEnsemble, soft_update
 from robo_rl.configs.algo import ResidualConfig, SACConfig
 from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
+
+# b' predictions kept (about 100 bytes each): a run's time-limit ends for hundreds of thousands of episodes
+PREDICTED_NEXT_BASE_MAX = 200_000
+
+
+def observation_key(obs: dict) -> str:
+    """A digest of one contract observation (state, each camera's pixels, the instruction): equal observations,
+    equal keys."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.ascontiguousarray(obs["state"]).tobytes())
+    for name in sorted(obs["images"]):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(obs["images"][name]).tobytes())
+    digest.update(str(obs.get("instruction", "")).encode())
+    return digest.hexdigest()
 
 
 class ResidualAlgorithm(Algorithm):
@@ -52,6 +68,7 @@ class ResidualAlgorithm(Algorithm):
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
         self.critic_updates = 0
+        self.predicted_next_base: dict[str, np.ndarray] = {}  # observation key -> b' (see next_base)
         self.set_bound_fraction(0.0 if cfg.bound_ramp_updates > 0 else 1.0)
 
     # --- the update ---------------------------------------------------------------------------
@@ -96,15 +113,23 @@ class ResidualAlgorithm(Algorithm):
         an episode's last one), the learner's copy of the base predicts it, unless the target does not bootstrap
         there (discount 0: a terminal step, whose b' is then the row's own base action, in range and unused). A
         VLA base costs ~0.1 s a prediction: asked for every terminal row of a batch it held the learner to one
-        update a second."""
+        update a second. A row cut by the time limit is sampled many times: its b' is predicted once and kept
+        (`predicted_next_base`, saved with the checkpoint, so a resumed run reads the same b' as one never
+        stopped; the base is frozen, so a kept b' stays the base's)."""
         unrecorded = ~batch["next_extras_valid"].bool()
         base = torch.where(
             unrecorded.unsqueeze(-1), batch["extras"]["base_action"], batch["next_extras"]["base_action"]
         ).clone()
         missing = torch.nonzero(unrecorded & (batch["discount"] > 0)).flatten().tolist()
         for i in missing:
-            chunk = self.policy.base.base.predict_chunk(observation_row(batch["next_obs"], i))
-            base[i] = torch.from_numpy(np.asarray(chunk[0], np.float32))
+            obs = observation_row(batch["next_obs"], i)
+            key = observation_key(obs)
+            if key not in self.predicted_next_base:  # each such row is sampled again and again: predicted once
+                if len(self.predicted_next_base) >= PREDICTED_NEXT_BASE_MAX:
+                    self.predicted_next_base.pop(next(iter(self.predicted_next_base)))  # the oldest
+                chunk = self.policy.base.base.predict_chunk(obs)
+                self.predicted_next_base[key] = np.asarray(chunk[0], np.float32).copy()
+            base[i] = torch.from_numpy(self.predicted_next_base[key])
         return base
 
     def histories(self, batch: dict) -> dict:
@@ -222,6 +247,7 @@ class ResidualAlgorithm(Algorithm):
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "critic_updates": self.critic_updates,
+            "predicted_next_base": {k: torch.from_numpy(v) for k, v in self.predicted_next_base.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -232,6 +258,8 @@ class ResidualAlgorithm(Algorithm):
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.critic_updates = int(state["critic_updates"])
+        kept = state.get("predicted_next_base", {})  # absent from checkpoints written before it was kept
+        self.predicted_next_base = {k: v.numpy().astype(np.float32) for k, v in kept.items()}
 
 
 def build_residual(
