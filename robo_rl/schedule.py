@@ -96,7 +96,9 @@ class UpdateToData:
         s = self.spec
         self._prior_rows = []
         for _ in range(s.batches):
-            batch = self.replay.sample(s.batch_size, self.rng, s.gamma, s.n_step, s.chunk, s.extras, s.where)
+            batch = self.replay.sample(
+                s.batch_size, self.rng, s.gamma, s.n_step, s.chunk, s.extras, s.where, settled=s.settled
+            )
             self._prior_rows.append(getattr(self.replay, "last_prior_rows", 0))
             yield batch
 

@@ -142,6 +142,38 @@ def test_n_step_uses_the_steps_received_so_far_of_a_running_episode():
     assert b["next_obs"]["state"][0, 0] == 3
 
 
+def test_a_settled_batch_never_holds_a_transition_ending_at_a_running_episodes_newest_step():
+    """`settled` (residual RL asks it): a transition whose next decision is still to come (it ends at the newest
+    record of an episode still going: its next extras are unknown) is not sampled; an episode's end is settled
+    however it ended, and the rows become sampleable once the next records arrive."""
+    fields = {**FIELDS, "extra/base_action": ((2,), np.float32)}
+
+    def episode(*args):
+        rec = synthetic_episode(*args)
+        return {**rec, "extra/base_action": rec["action_executed"].copy()}
+
+    buf = ReplayBuffer(64, fields)
+    running = episode(0, 8, "terminated")
+    buf.add(episode(1, 4, "time_limit"), "a")
+    buf.add({k: v[:6] for k, v in running.items()}, "b")  # records 0..5 so far
+    steps = rows_by_step(buf, 0)
+    rng = np.random.default_rng(0)
+    for n_step in (1, 3):
+        rows = np.arange(buf.size)
+        pending = buf.pending(rows, n_step)
+        # 1-step: the transition into step 5 (its next decision unknown); 3-step: those into steps 3, 4 and 5
+        assert sorted(int(buf.data["step"][r]) for r in rows[pending]) == list(range(6 - n_step, 6))
+        assert not pending[[r for r in rows if buf.data["episode_id"][r] == 1]].any()  # ended: settled
+        drawn = buf.sample(2000, rng, gamma=0.9, n_step=n_step, extras=("base_action",), settled=True)
+        assert drawn["next_extras_valid"][drawn["obs"]["state"][:, 1] == 0].all()
+        starts = drawn["obs"]["state"][drawn["obs"]["state"][:, 1] == 0, 0]
+        assert starts.max() == 4 - n_step  # the last settled start of the running episode
+        everything = buf.sample(2000, rng, gamma=0.9, n_step=n_step, extras=("base_action",))
+        assert not everything["next_extras_valid"][everything["obs"]["state"][:, 1] == 0].all()  # the default
+    buf.add({k: v[6:] for k, v in running.items()}, "b")  # the episode goes on and ends
+    assert not buf.pending(np.array(list(steps.values())), 3).any()
+
+
 def test_action_chunks_are_padded_and_masked_past_the_episode_end():
     buf = ReplayBuffer(64, FIELDS)
     buf.add(synthetic_episode(0, 4, "terminated"), "a")

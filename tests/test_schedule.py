@@ -36,7 +36,7 @@ class Replay:
     def can_sample(self):
         return True
 
-    def sample(self, batch_size, rng, gamma, n_step, chunk, extras, where):
+    def sample(self, batch_size, rng, gamma, n_step, chunk, extras, where, settled=False):
         self.drawn.append(batch_size)
         return {"reward": np.zeros(batch_size, np.float32)}
 

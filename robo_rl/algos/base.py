@@ -32,6 +32,7 @@ class BatchSpec:
     chunk: int = 1  # action chunks of this length (an algorithm for chunked policies)
     extras: tuple[str, ...] = field(default=())  # policy extras gathered with obs and next_obs (`obs["extras"]`)
     where: str | None = None  # only transitions whose policy extra of this name is nonzero (a chunk's decisions)
+    settled: bool = False  # none whose next decision is still to come (ReplayBuffer.pending): next_extras are known
     rollout_env_steps: int = 0  # > 0: on-policy, an update per this many env steps of one version; 0: off-policy
     group_size: int = 0  # > 0 (on-policy): whole episodes in groups of this many from one initial state (GRPO)
     group_outcome: str = "success"  # what compares a group's episodes: each one's success, or its return

@@ -110,7 +110,8 @@ class ResidualAlgorithm(Algorithm):
 
     def next_base(self, batch: dict) -> torch.Tensor:
         """b': the base's action at next_obs as the actor recorded it; where none was recorded (the step after
-        an episode's last one), the learner's copy of the base predicts it, unless the target does not bootstrap
+        an episode's last one: the batches are `settled`, so never a running episode's newest step, whose b'
+        comes with its next record), the learner's copy of the base predicts it, unless the target does not bootstrap
         there (discount 0: a terminal step, whose b' is then the row's own base action, in range and unused). A
         VLA base costs ~0.1 s a prediction: asked for every terminal row of a batch it held the learner to one
         update a second. A row cut by the time limit is sampled many times: its b' is predicted once and kept
@@ -275,5 +276,6 @@ def build_residual(
         n_step=cfg.n_step,
         gamma=cfg.gamma,
         extras=("base_action", "prev_actions") if policy.history_dim else ("base_action",),
+        settled=True,  # b' at the newest step of a running episode arrives with its next record: not predicted
     )
     return ResidualAlgorithm(policy, observation_space, cfg, spec)

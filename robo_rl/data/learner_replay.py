@@ -208,9 +208,11 @@ class LearnerReplay:
         chunk: int = 1,
         extras: tuple[str, ...] = (),
         where: str | None = None,
+        settled: bool = False,
     ) -> dict:
         """`online_fraction` of the batch from online data, the rest from demos and interventions pooled
-        (by their sizes); all online when there is no prior data yet. `where`: see `ReplayBuffer.sample_rows`."""
+        (by their sizes); all online when there is no prior data yet. `where`: see `ReplayBuffer.sample_rows`;
+        `settled`: see `ReplayBuffer.pending`."""
         interventions = self.online.interventions  # kept on every write: no scan of the ring per batch
         n_int_rows = len(interventions) if self.cfg.interventions_in_prior else 0
         n_demo_rows = self.demos.size if self.demos else 0
@@ -219,16 +221,29 @@ class LearnerReplay:
         self.last_prior_rows = n_prior
         rejected = self.rejected_takeovers
         parts = [
-            self.online.sample(batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where, rejected=rejected)
+            self.online.sample(
+                batch_size - n_prior, rng, gamma, n_step, chunk, extras, where=where, rejected=rejected, settled=settled
+            )
         ]
         if n_int:
             parts.append(
                 self.online.sample(
-                    n_int, rng, gamma, n_step, chunk, extras, among=interventions, where=where, rejected=rejected
+                    n_int,
+                    rng,
+                    gamma,
+                    n_step,
+                    chunk,
+                    extras,
+                    among=interventions,
+                    where=where,
+                    rejected=rejected,
+                    settled=settled,
                 )
             )
         if n_prior - n_int:
-            parts.append(self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras, where=where))
+            parts.append(
+                self.demos.sample(n_prior - n_int, rng, gamma, n_step, chunk, extras, where=where, settled=settled)
+            )
         return concat_batches(parts)
 
     # --- checkpoints ----------------------------------------------------------------------------

@@ -104,10 +104,12 @@ class ReplayBuffer:
         rng: np.random.Generator,
         among: np.ndarray | InterventionIndex | None = None,
         where: str | None = None,
+        settled_horizon: int = 0,
     ) -> np.ndarray:
         """Rows that end a valid transition, uniformly over `among` (rows, or an index of them; default: all filled
         rows); with `where` (a policy extra's name), only rows where that extra is nonzero (e.g. the steps where a
-        chunk was decided)."""
+        chunk was decided); with `settled_horizon` h > 0, only rows whose transition of up to h steps does not end
+        at the newest record of an episode still going (see `pending`)."""
         pool = self.size if among is None else len(among)
         if pool == 0:
             raise ValueError("cannot sample from an empty replay buffer")
@@ -120,10 +122,25 @@ class ReplayBuffer:
             keep = self._valid(rows)
             if where is not None:
                 keep &= self.data[f"extra/{where}"][rows].reshape(len(rows), -1)[:, 0] != 0
+            if settled_horizon:
+                keep &= ~self.pending(rows, settled_horizon)
             out = np.concatenate([out, rows[keep]])
             if len(out) >= batch_size:
                 return out[:batch_size]
         raise ValueError("replay buffer holds no complete transition yet" + (f" with extra '{where}'" if where else ""))
+
+    def pending(self, rows: np.ndarray, horizon: int) -> np.ndarray:
+        """Which of `rows` start a transition (of up to `horizon` steps, as `gather` follows it) that ends at a
+        record with no successor that is not an episode's end: the newest step of an episode still going, whose
+        next decision (the extras at next_obs) is not recorded yet. It will be once the next step arrives; an
+        algorithm that reads those extras need not make them up meanwhile (residual RL's b')."""
+        end = np.asarray(rows, np.int64)
+        going = np.ones(len(end), bool)
+        for _ in range(1, horizon):
+            going &= ~(self.data["terminated"][end] | self.data["truncated"][end]) & self._has_next(end)
+            end = np.where(going, self.next[end], end)
+        ended = self.data["terminated"][end] | self.data["truncated"][end]
+        return ~ended & ~self._has_next(end)
 
     def intervention_rows(self) -> np.ndarray:
         """Rows whose transition a human took over (the interventions partition, a view of this buffer), ascending."""
@@ -140,9 +157,13 @@ class ReplayBuffer:
         among: np.ndarray | InterventionIndex | None = None,
         where: str | None = None,
         rejected: bool = False,
+        settled: bool = False,
     ) -> dict:
-        """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`)."""
-        return self.gather(self.sample_rows(batch_size, rng, among, where), gamma, n_step, chunk, extras, rejected)
+        """A batch of transitions as numpy arrays (see `gather`; `where`: see `sample_rows`; `settled`: none whose
+        next decision is still to come, see `pending`)."""
+        horizon = max(n_step, chunk) if settled else 0
+        rows = self.sample_rows(batch_size, rng, among, where, settled_horizon=horizon)
+        return self.gather(rows, gamma, n_step, chunk, extras, rejected)
 
     def _field(self, name: str, rows: np.ndarray) -> np.ndarray:
         return self.data[name][rows]
