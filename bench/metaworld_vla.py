@@ -12,7 +12,8 @@ LeRobot dataset, each episode with its task's instruction (`task` in LeRobot's t
 code: lerobot-train on that dataset, SmolVLA on a random-init SmolVLM of `--vlm`'s size (reduced: hidden 256, 4 text
 and 3 vision layers, 64 px), chunks of `--chunk` actions, `max_action_dim` the env's 4 (DSRL's noise is then chunk x
 4, not chunk x 32); (3) per task, that SmolVLA loaded back by path (`LeRobotBase`, its processors and its tokenizer,
-the env's instruction) and evaluated on `--episodes` fixed seeds (torch's generator seeded once before each task);
+the env's instruction) and evaluated on `--episodes` fixed seeds (torch's generator seeded once before each task),
+as it samples and from zero initial noise (its mode, where DSRL's noise actor starts);
 (4) per task and method, `robo-rl train` from it on the task alone for `--rl-steps` env steps (DSRL: algo.form=noise
 over the frozen VLA, policy.base.kind=lerobot, the entropy bonus kept out of its TD target as bench/metaworld.py's;
 residual: a bounded, ramped correction on its actions; ReinFlow: PPO on its action expert, policy.path=), its final
@@ -121,8 +122,11 @@ def train_vla(args, dataset: Path) -> dict:
     return {k: summary[k] for k in keep} | {"s_per_step": round(summary["wall_s"] / summary["steps"], 3)}
 
 
-def evaluate_vla(args, task: str, model: str) -> dict:
-    """The SmolVLA on `task` alone, loaded back by path with the env's instruction; its acting time per chunk."""
+def evaluate_vla(args, task: str, model: str, zero_noise: bool = False) -> dict:
+    """The SmolVLA on `task` alone, loaded back by path with the env's instruction; its acting time per chunk.
+    `zero_noise`: its flow sampled from zero initial noise (its mode), where DSRL's noise actor starts (its mean is
+    zero at first, and the final evaluation acts on its mean): the part of a DSRL gain that taking the mode alone
+    would give."""
     import torch
 
     from policies.lerobot_base import LeRobotBase
@@ -136,7 +140,8 @@ def evaluate_vla(args, task: str, model: str) -> dict:
         base = LeRobotBase.load(model, env.observation_space, env.action_space.shape[0], task=obs["instruction"])
         torch.manual_seed(int(cfg.eval.seed))  # the flow's own noise: the same file scores the same on these seeds
         start = time.monotonic()
-        result = evaluate_base(env, base, args.episodes, int(cfg.eval.seed), base.chunk_size)
+        acting = mw.ZeroNoise(base) if zero_noise else base
+        result = evaluate_base(env, acting, args.episodes, int(cfg.eval.seed), base.chunk_size)
         out = figures(result, time.monotonic() - start)
         ms = []
         for _ in range(12):  # the first two warm up
@@ -191,12 +196,17 @@ def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> 
     before = [[per_task[t]["base"]["success_rate"] for t in tasks] for _ in seeds]
     reps = 200 if quick else REPORT_REPS
     gain = aggregate_gain(after, before, reps)
-    rates = aggregate({"base": before, method: after}, reps)
+    rates = {"base": before, method: after}
+    out = {"seeds": seeds, "tasks": tasks, "gain_iqm": gain["iqm"].as_dict(), "gain_mean": gain["mean"].as_dict()}
+    if all("base_zero_noise" in per_task[t] for t in tasks):
+        # over the SmolVLA at zero noise (its mode, where DSRL starts): what RL added beyond taking the mode
+        rates["base_zero_noise"] = [[per_task[t]["base_zero_noise"]["success_rate"] for t in tasks] for _ in seeds]
+        over_zero = aggregate_gain(after, rates["base_zero_noise"], reps)
+        out["gain_over_zero_noise_iqm"] = over_zero["iqm"].as_dict()
+        out["gain_over_zero_noise_mean"] = over_zero["mean"].as_dict()
+    rates = aggregate(rates, reps)
     return {
-        "seeds": seeds,
-        "tasks": tasks,
-        "gain_iqm": gain["iqm"].as_dict(),
-        "gain_mean": gain["mean"].as_dict(),
+        **out,
         "success_iqm": {name: stats["iqm"].as_dict() for name, stats in rates.items()},
         "task_seeds_below_base": int((np.subtract(after, before) < 0).sum()),
     }
@@ -259,7 +269,12 @@ def main() -> None:
         if "base" not in record:
             record["base"] = evaluate_vla(args, task, model)
             keep()
-        print(f"{task}: SmolVLA {record['base']['success_rate']:.2f} {record['base']['success_ci95']}", flush=True)
+        if "base_zero_noise" not in record:
+            record["base_zero_noise"] = evaluate_vla(args, task, model, zero_noise=True)
+            keep()
+        zero = record["base_zero_noise"]["success_rate"]
+        rate, ci = record["base"]["success_rate"], record["base"]["success_ci95"]
+        print(f"{task}: SmolVLA {rate:.2f} {ci}, from zero noise {zero:.2f}", flush=True)
     for task in args.rl_tasks:
         record = per_task[task]
         runs = rl_records(record, args.seed)
@@ -268,8 +283,14 @@ def main() -> None:
                 runs[method] = run_rl(args, task, record["base"]["instruction"], model, method)
             after = runs[method]["after"]["success_rate"]
             runs[method]["gain_points"] = round(100 * (after - record["base"]["success_rate"]), 1)
+            zero = record["base_zero_noise"]["success_rate"]
+            runs[method]["gain_points_over_zero_noise"] = round(100 * (after - zero), 1)
             keep()
             print(f"{task} seed {args.seed}: {method} {after:.2f} ({runs[method]['gain_points']:+} points)", flush=True)
+    if not args.methods:  # the bases alone
+        result.pop("partial")
+        keep()
+        return
     gains = {m: [rl_records(per_task[t], args.seed)[m]["gain_points"] for t in args.rl_tasks] for m in args.methods}
     means = stages.setdefault("mean_gain_points", {})
     if means and not all(k.startswith("s") and k[1:].isdigit() for k in means):
