@@ -280,7 +280,7 @@ def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
 
 def summary(args, seeds: list[dict]) -> dict:
     """Per task the seeds' figures and gains (points); across task x seed the aggregates with intervals."""
-    from robo_rl.eval.aggregate import REPORT_REPS, aggregate, probability_of_improvement
+    from robo_rl.eval.aggregate import REPORT_REPS, aggregate, aggregate_gain, probability_of_improvement
 
     def matrix(pick) -> list[list[float]]:  # runs (seeds) x the tasks RL ran on
         return [[pick(s["tasks"][t]) for t in args.rl_tasks] for s in seeds]
@@ -307,6 +307,15 @@ def summary(args, seeds: list[dict]) -> dict:
         "per_task": per_task,
         "aggregate": agg,
         "mean_gain_points": {m: round(100 * float(g.mean()), 1) for m, g in gains.items()},
+        # the gain paired per task x seed (IQM and mean, stratified bootstrap): over the base as it samples, and over
+        # its mode (zero noise, where DSRL's noise actor starts: what RL adds beyond taking the mode)
+        "gain": {
+            m: {
+                over: {k: asdict(v) for k, v in aggregate_gain(scores[m], scores[base], reps).items()}
+                for over, base in (("over_base", "base"), ("over_zero_noise", "base_zero_noise"))
+            }
+            for m in args.methods
+        },
         "tasks_below_base": {m: int((g < 0).sum()) for m, g in gains.items()},
         "p_improvement_over_base": {
             m: asdict(probability_of_improvement(scores[m], scores["base"], reps)) for m in args.methods
