@@ -137,10 +137,18 @@ class ReplayBuffer:
         end = np.asarray(rows, np.int64)
         going = np.ones(len(end), bool)
         for _ in range(1, horizon):
-            going &= ~(self.data["terminated"][end] | self.data["truncated"][end]) & self._has_next(end)
-            end = np.where(going, self.next[end], end)
-        ended = self.data["terminated"][end] | self.data["truncated"][end]
-        return ~ended & ~self._has_next(end)
+            end, going = self._advance(end, going)
+        return ~self._ended(end) & ~self._has_next(end)
+
+    def _ended(self, rows: np.ndarray) -> np.ndarray:
+        """Rows that are an episode's last step (terminated or truncated)."""
+        return self._field("terminated", rows) | self._field("truncated", rows)
+
+    def _advance(self, end: np.ndarray, going: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One step further along each transition still `going`: never past an episode's last step or the newest
+        stored record of its episode (`gather` and `pending` follow a transition the same way)."""
+        going = going & ~self._ended(end) & self._has_next(end)
+        return np.where(going, self.next[end], end), going
 
     def intervention_rows(self) -> np.ndarray:
         """Rows whose transition a human took over (the interventions partition, a view of this buffer), ascending."""
@@ -214,13 +222,11 @@ class ReplayBuffer:
         taken = np.ones(len(end), np.int64)
         going = ~took
         for k in range(1, horizon):
-            stop = self._field("terminated", end) | self._field("truncated", end)
-            going &= ~stop & self._has_next(end)
-            end = np.where(going, self.next[end], end)
+            end, going = self._advance(end, going)
             reward += np.where(going, gamma**k * self._field("reward", end), 0.0)
             taken += going
             actions.append(np.where(going[:, None], self._field("action_executed", end), actions[-1]))
-            mask.append(going.copy())
+            mask.append(going)
         discount = gamma**taken * (1.0 - self._field("terminated", end)) * ~took
         out = {
             "obs": self._obs(self.prev[rows]),
@@ -233,7 +239,7 @@ class ReplayBuffer:
         if chunk > 1:
             out["action_mask"] = np.stack(mask, axis=1)
         if extras:
-            after = ~(self._field("terminated", end) | self._field("truncated", end)) & self._has_next(end) & ~took
+            after = ~self._ended(end) & self._has_next(end) & ~took
             nxt = np.where(after, self.next[end], end)
             out["extras"], out["next_extras"] = {}, {}
             for name in extras:
