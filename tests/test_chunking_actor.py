@@ -54,9 +54,17 @@ def test_async_chunking_keeps_a_real_actor_on_time_where_sync_waits_at_every_chu
         online = learner.replay.online
         rows = np.arange(online.size)[online.data["step"][: online.size] > 0]
         chunk = online.data["extra/chunk"][rows]
-        if mode == "async":  # an episode's first chunk is computed at its start (age 0); every later one was asked
-            first_age = {int(i): int(chunk[chunk[:, 0] == i, 1].min()) for i in np.unique(chunk[:, 0])}  # for 2+
-            assert set(first_age.values()) - {0} and all(a == 0 or a >= 2 for a in first_age.values()), first_age
+        if mode == "async":  # an episode's first chunk is computed at its start (age 0); a later one on an earlier
+            # observation (age 1+), most of them the measured delay (2+) before; fewer where an inference the loaded
+            # machine made slow raised the delay past what the chunk in hand still covered (the loop then waits)
+            ids = np.unique(chunk[:, 0])
+            for i in ids:  # a chunk's rows age one step per step
+                ages = chunk[chunk[:, 0] == i, 1]
+                assert np.array_equal(ages, np.arange(ages[0], ages[0] + len(ages))), (i, ages)
+            first_age = {int(i): int(chunk[chunk[:, 0] == i, 1].min()) for i in ids}
+            starts = {int(chunk[rows == r, 0][0]) for r in rows[online.data["step"][rows] == 1]}
+            later = [a for i, a in first_age.items() if i not in starts]
+            assert later and min(later) >= 1 and np.mean(np.asarray(later) >= 2) >= 0.5, first_age
     sync, fast_loop = seen["sync"], seen["async"]
     assert sync["chunking"] == "sync" and sync["chunk_waits"] >= 6  # each chunk but an episode's first
     assert sync["chunk_wait_ms"] >= sync["chunk_waits"] * SLOW_S * 1e3
