@@ -41,6 +41,26 @@ def test_every_method_is_a_preset_or_an_offline_iteration():
     assert {"recap", "steam"} <= set(METHODS)
 
 
+def test_a_variant_trains_its_methods_preset_with_its_own_settings_and_keeps_its_own_row(tmp_path, monkeypatch):
+    import bench.methods as methods
+
+    seen = []
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "learner", "env_steps": 10, "episodes": 1}) + "\n")
+    monkeypatch.setattr(methods, "cli", lambda args, log: seen.append(args) or ("", 1.0, 1.0))
+    monkeypatch.setattr(methods, "new_folder", lambda out, name, before: run)
+    for method in ("dsrl", "dsrl_no_entropy_backup"):
+        methods.run_online("pick", method, tmp_path / "base.pt", 1, 100, "sparse", tmp_path)
+    plain, variant = seen
+    assert "experiment=dsrl_pick_cube" in plain and "experiment=dsrl_pick_cube" in variant
+    assert "algo.backup_entropy=false" in variant and "algo.backup_entropy=false" not in plain
+    assert (
+        "name=dsrl_no_entropy_backup_s1" in variant
+        and TASKS["lift"]["presets"]["dsrl_no_entropy_backup"] == "dsrl_lift"
+    )
+
+
 def test_the_summary_puts_each_method_against_the_base_over_seeds():
     runs = {
         "base": [{"success": {"rate": r}} for r in (0.3, 0.4, 0.35)],
