@@ -22,29 +22,35 @@ LEROBOT = ["--policy.chunk_size=4", "--policy.n_action_steps=4", "--policy.num_s
 LONG = "pick up the cube then place it in the box on the left and push the red block " * 2  # over 48 tokens
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory) -> Path:
+def make_export(tmp: Path) -> Path:
     """Three scripted pick_cube demonstrations with a 32 px camera, exported as a LeRobot dataset."""
     from robo_rl.config import load_config
     from robo_rl.data.datasets import split_episodes
     from robo_rl.data.datasets.lerobot_v3 import export_lerobot
     from robo_rl.data.demos import load_or_make_demos
 
-    tmp = tmp_path_factory.mktemp("vla_data")
     cfg = load_config([*ENV, "demos.num_episodes=3", f"cache_dir={tmp / 'cache'}"])
     batch, _, _ = load_or_make_demos(cfg, progress=False)
     return export_lerobot(split_episodes(batch, partition="demos"), tmp / "ds", task=TASK, progress=False)
 
 
-@pytest.fixture(scope="module")
-def trained(export, tmp_path_factory) -> Path:
+def train_tiny(export: Path, out: Path) -> Path:
     """lerobot-train, in this process (its import is shared with the test's), through the command's own code."""
     from robo_rl.offline.smolvla_train import train_smolvla
 
-    out = tmp_path_factory.mktemp("vla_run") / "run"
     return train_smolvla(
         export, out, vlm="tiny", steps=4, batch_size=4, workers=0, extra=LEROBOT, in_process=True, threads=1
     )
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    return make_export(tmp_path_factory.mktemp("vla_data"))
+
+
+@pytest.fixture(scope="module")
+def trained(export, tmp_path_factory) -> Path:
+    return train_tiny(export, tmp_path_factory.mktemp("vla_run") / "run")
 
 
 def on_the_vla(trained: Path) -> list[str]:

@@ -23,15 +23,20 @@ GUIDANCES, TUNE_EPISODES = "1,2,4,8,16", 30
 
 USAGE = f"""usage: robo-rl recap <collect|label|finetune|tune> ... [recap.<setting>=<value> ...]
 
-  collect <run> [policy=<file.pt>] [episodes=50] [seed=100000] [guidance=<w>] [store=true] [<config overrides>]
-      a flow policy (default <run>/recap/policy.pt, else <run>/bc/policy.pt) on the run's env, sampled with
-      guidance w (default: the checkpoint's); episodes appended to <run>/replay/online/; success with its interval
+  collect <run> [policy=<file.pt | SmolVLA folder>] [episodes=50] [seed=100000] [guidance=<w>] [store=true]
+          [task=<text>] [<config overrides>]
+      a flow policy (default <run>/recap/policy.pt, else <run>/recap/vla/.../pretrained_model, else
+      <run>/bc/policy.pt) on the run's env, sampled with guidance w (default: the checkpoint's); episodes appended
+      to <run>/replay/online/; success with its interval. A new <run> takes its env from the overrides
+      (policy= needed); task= is a VLA's task text where the env gives no instruction
   label <run | replay store | LeRobot dataset> [data=<more paths, comma separated>] [demos=true] [out=<dir>]
       the value fit, n-step advantages and the positive indicator of every ended episode there (a run folder's
       cached demonstrations too, unless demos=false), written beside the data: <path>/recap/labels.parquet
-  finetune <run | labels folder> [base=<file.pt>] [out=<file.pt>]
-      the base (default <run>/bc/policy.pt) fine-tuned conditioned on the labels: <run>/recap/policy.pt
-  tune <run> [policy=<file.pt>] [guidances={GUIDANCES}] [episodes={TUNE_EPISODES}] [seed=300000] [<config overrides>]
+  finetune <run | labels folder> [base=<file.pt | SmolVLA folder or hub id>] [out=<file.pt | folder>] [task=<text>]
+      the base (default <run>/bc/policy.pt) fine-tuned conditioned on the labels: <run>/recap/policy.pt; a SmolVLA
+      by lerobot-train with the label in its prompt: <run>/recap/vla/lerobot/checkpoints/last/pretrained_model
+  tune <run> [policy=<file.pt | folder>] [guidances={GUIDANCES}] [episodes={TUNE_EPISODES}] [seed=300000] [task=<text>]
+       [<config overrides>]
       the fine-tuned policy (default <run>/recap/policy.pt) at each guidance scale on the same validation episodes
       (not stored); the best becomes the checkpoint's guidance, the table <policy>.guidance.json
 
@@ -128,12 +133,25 @@ def cmd_label(args: list[str]) -> int:
 
 
 def cmd_finetune(args: list[str]) -> int:
-    positional, opts, settings, _ = split_args(args, ("base", "out", "device"))
+    positional, opts, settings, _ = split_args(args, ("base", "out", "device", "task"))
     path = one_path(positional, "finetune")
     labels = path if (path / "labels.parquet").exists() else path / "recap"
+    from robo_rl.offline.recap_vla import VLA_DIR, finetune_vla, is_vla
+
+    if opts.get("base") and is_vla(opts["base"]):
+        out = Path(opts["out"]) if opts.get("out") else labels / VLA_DIR
+        model, s = finetune_vla(labels, opts["base"], out, settings, opts.get("task"), device=opts.get("device", "cpu"))
+        print(
+            f"fine-tuned {s['updates']} lerobot-train steps in {s['train_s']:.0f} s on {s['frames']} frames of "
+            f"{s['episodes']} episodes ({s['positive_frames']:.2f} positive, label dropped {s['dropout_rate']:.3f})"
+        )
+        print(f"checkpoint: {model} (guidance {s['guidance']}; policy=<it> for recap collect and tune)")
+        return 0
     base = Path(opts["base"]) if opts.get("base") else path / "bc" / "policy.pt"
     if not base.exists():
-        raise RecapUsageError(f"recap finetune: base {base} does not exist (base=<a flow bc/policy.pt>)")
+        raise RecapUsageError(
+            f"recap finetune: base {base} does not exist (base=<a flow bc/policy.pt, or a SmolVLA folder>)"
+        )
     out = Path(opts["out"]) if opts.get("out") else labels / "policy.pt"
     from robo_rl.offline.recap_train import finetune
 
@@ -146,17 +164,42 @@ def cmd_finetune(args: list[str]) -> int:
     return 0
 
 
-def cmd_collect(args: list[str]) -> int:
-    positional, opts, _, overrides = split_args(args, ("policy", "episodes", "seed", "guidance", "store"), True)
-    run = one_path(positional, "collect")
-    from robo_rl.config import load_saved_config, make_env
+def run_config(run: Path, overrides: list[str], verb: str):
+    """The run folder's config with `overrides`; a new (or empty) folder gets one composed from them, saved there."""
+    from robo_rl.config import load_config, load_saved_config, save_config
 
-    cfg = load_saved_config(run / "config.yaml", overrides)
+    if (run / "config.yaml").exists():
+        return load_saved_config(run / "config.yaml", overrides)
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise RecapUsageError(f"recap {verb}: {run} is not a run folder (no config.yaml) and not empty")
+    cfg = load_config(overrides)
+    run.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run / "config.yaml")
+    print(f"new run folder {run}: env {cfg.env._target_} from the command line")
+    return cfg
+
+
+def cmd_collect(args: list[str]) -> int:
+    known = ("policy", "episodes", "seed", "guidance", "store", "task")
+    positional, opts, _, overrides = split_args(args, known, True)
+    if len(positional) != 1:
+        raise RecapUsageError(f"recap collect takes one path\n{USAGE}")
+    run = Path(positional[0])
+    if not (run / "config.yaml").exists() and not opts.get("policy"):
+        raise RecapUsageError(f"recap collect: {run} is no run folder; a new one needs policy=<file.pt | VLA folder>")
+    from robo_rl.config import make_env
+    from robo_rl.offline.recap_vla import VLA_DIR, is_vla
+    from robo_rl.offline.smolvla_train import LAST_MODEL
+
+    cfg = run_config(run, overrides, "collect")
     policy = Path(opts["policy"]) if opts.get("policy") else None
     if policy is None:
-        policy = next((p for p in (run / "recap" / "policy.pt", run / "bc" / "policy.pt") if p.exists()), None)
-    if policy is None or not policy.exists():
-        raise RecapUsageError(f"recap collect: no policy (policy=<file.pt>; none in {run}/recap or {run}/bc)")
+        own = (run / "recap" / "policy.pt", run / "recap" / VLA_DIR / LAST_MODEL, run / "bc" / "policy.pt")
+        policy = next((p for p in own if p.exists()), None)
+    if policy is None or not (policy.exists() or is_vla(policy)):
+        raise RecapUsageError(
+            f"recap collect: no policy (policy=<file.pt | VLA folder>; none in {run}/recap or {run}/bc)"
+        )
     try:
         episodes, seed = int(opts.get("episodes", 50)), int(opts.get("seed", 100000))
         guidance = float(opts["guidance"]) if "guidance" in opts else None
@@ -171,7 +214,7 @@ def cmd_collect(args: list[str]) -> int:
     torch.set_num_threads(int(cfg.torch_threads))
     env = make_env(cfg)
     try:
-        base = load_acting_base(policy, env, guidance)
+        base = load_acting_base(policy, env, guidance, opts.get("task"))
         store = opts.get("store", "true").lower() == "true"
         s = collect(env, base, episodes, seed, run if store else None, progress=bool(cfg.logger.progress))
     finally:
@@ -187,9 +230,13 @@ def cmd_collect(args: list[str]) -> int:
 
 
 def cmd_tune(args: list[str]) -> int:
-    positional, opts, _, overrides = split_args(args, ("policy", "guidances", "episodes", "seed"), True)
+    positional, opts, _, overrides = split_args(args, ("policy", "guidances", "episodes", "seed", "task"), True)
     run = one_path(positional, "tune")
-    policy = Path(opts["policy"]) if opts.get("policy") else run / "recap" / "policy.pt"
+    from robo_rl.offline.recap_vla import VLA_DIR
+    from robo_rl.offline.smolvla_train import LAST_MODEL
+
+    own = (run / "recap" / "policy.pt", run / "recap" / VLA_DIR / LAST_MODEL)
+    policy = Path(opts["policy"]) if opts.get("policy") else next((p for p in own if p.exists()), own[0])
     if not policy.exists():
         raise RecapUsageError(f"recap tune: {policy} does not exist (run recap finetune first, or policy=<file.pt>)")
     try:
@@ -208,7 +255,8 @@ def cmd_tune(args: list[str]) -> int:
     torch.set_num_threads(int(cfg.torch_threads))
     env = make_env(cfg)
     try:
-        best, results = tune_guidance(env, policy, guidances, episodes, seed, progress=bool(cfg.logger.progress))
+        progress = bool(cfg.logger.progress)
+        best, results = tune_guidance(env, policy, guidances, episodes, seed, progress, opts.get("task"))
     finally:
         env.close()
     for w, r in results.items():

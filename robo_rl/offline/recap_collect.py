@@ -27,9 +27,14 @@ from robo_rl.data.tasks import TaskTable
 from robo_rl.eval.wilson import wilson_interval
 
 
-def load_acting_base(path: Path, env, guidance: float | None = None):
-    """A generative checkpoint as a frozen base for `env`, at guidance `guidance` when given (an advantage-
-    conditioned one; others refuse a scale other than 1)."""
+def load_acting_base(path: Path, env, guidance: float | None = None, task: str | None = None):
+    """A generative checkpoint (or a SmolVLA's pretrained_model folder: robo_rl/offline/recap_vla.py) as a frozen
+    base for `env`, at guidance `guidance` when given (an advantage-conditioned one; others refuse a scale other than
+    1). `task`: a VLA's task text where the env's observation has no instruction."""
+    from robo_rl.offline.recap_vla import is_vla, load_guided_vla
+
+    if is_vla(path):
+        return load_guided_vla(path, env, guidance, task)
     payload = read_bc_checkpoint(path)
     if payload["kind"] != GENERATIVE_KIND:
         raise ConfigError(f"recap collects with a flow or diffusion policy; {path} is an MLP policy")

@@ -53,11 +53,10 @@ def conditioned_generator(payload: dict, width: int, guidance: float) -> ChunkGe
     return model
 
 
-def label_rows(sidecar: Path, progress: bool = True):
-    """The labelled episodes as one BC dataset (every row trains) and each row's label id: the indicator of the
-    action that starts its chunk, read from the sidecar by (data, source, episode id, step)."""
-    from robo_rl.data.datasets import join_episodes
-
+def labelled_episodes(sidecar: Path, progress: bool = True) -> tuple[list, list[np.ndarray], dict]:
+    """The labelled episodes, each one's label id per record (the indicator of the action taken there, read from
+    the sidecar by (data, source, episode id, step); "dropped" at the final record, which starts no action), and
+    the sidecar's metadata."""
     cols, meta = read_labels(sidecar)
     columns = (cols[k] for k in ("data", "source", "episode_id", "step", "positive"))
     positive = {(int(d), str(s), int(e), int(t)): bool(p) for d, s, e, t, p in zip(*columns, strict=True)}
@@ -67,10 +66,19 @@ def label_rows(sidecar: Path, progress: bool = True):
         if not ended(ep) or key not in positive:  # written after the labels, or never ended: not labelled
             continue
         ids = [POSITIVE if positive[(*key[:3], int(t))] else NEGATIVE for t in ep.records["step"][:-1]]
-        labels.append(np.asarray([*ids, DROPPED], np.int64))  # the final record starts no action
+        labels.append(np.asarray([*ids, DROPPED], np.int64))
         kept.append(ep)
     if not kept:
         raise ConfigError(f"recap: no episode of {meta['data']} matches the labels in {sidecar}: label it again")
+    return kept, labels, meta
+
+
+def label_rows(sidecar: Path, progress: bool = True):
+    """The labelled episodes as one BC dataset (every row trains) and each row's label id: the indicator of the
+    action that starts its chunk."""
+    from robo_rl.data.datasets import join_episodes
+
+    kept, labels, meta = labelled_episodes(sidecar, progress)
     r = kept[0].records
     cams = {k[len("image/") :]: v.shape[1:3] for k, v in r.items() if k.startswith("image/")}
     fields = step_fields(r["state"].shape[1], r["action_executed"].shape[1], cams)

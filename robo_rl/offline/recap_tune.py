@@ -18,6 +18,7 @@ from policies.checkpoint import read_bc_checkpoint
 from robo_rl.config import ConfigError
 from robo_rl.offline.bc import save_atomic
 from robo_rl.offline.recap_collect import collect, load_acting_base
+from robo_rl.offline.recap_vla import is_vla, read_marker, write_guidance
 
 
 def best_guidance(results: dict[float, dict]) -> float:
@@ -26,24 +27,29 @@ def best_guidance(results: dict[float, dict]) -> float:
 
 
 def tune_guidance(
-    env, path: Path, guidances: list[float], episodes: int, seed: int, progress: bool = True
+    env, path: Path, guidances: list[float], episodes: int, seed: int, progress: bool = True, task: str | None = None
 ) -> tuple[float, dict[float, dict]]:
     """Each scale on `episodes` episodes from seed `seed` (the same episodes for each); the best written into the
-    checkpoint at `path` as its guidance. Returns it and every scale's result."""
-    payload = read_bc_checkpoint(path)
-    if not payload["config"].get("advantage_embedding"):
+    checkpoint at `path` (a fine-tuned SmolVLA: its folder's marker) as its guidance. Returns it and every scale's
+    result."""
+    vla = is_vla(path)
+    payload = None if vla else read_bc_checkpoint(path)
+    if (read_marker(path) is None) if vla else not payload["config"].get("advantage_embedding"):
         raise ConfigError(f"recap tune: {path} is not advantage-conditioned (run recap finetune first)")
-    base, results = load_acting_base(path, env), {}
+    base, results = load_acting_base(path, env, task=task), {}
     for w in guidances:  # one base, its scale set per pass
         base.model.guidance = float(w)
         results[w] = collect(env, base, episodes, seed, None, progress)
     best = best_guidance(results)
-    payload["config"]["guidance"] = float(best)
     table = {
         str(w): {k: r[k] for k in ("successes", "episodes", "success_ci95", "mean_length")} for w, r in results.items()
     }
     tuned = {"guidance": float(best), "episodes": episodes, "seed": seed, "results": table}
-    payload["recap"] = {**payload.get("recap", {}), "guidance": float(best), "tuned": tuned}
-    save_atomic(payload, path)
+    if vla:
+        write_guidance(path, best, tuned=tuned)
+    else:
+        payload["config"]["guidance"] = float(best)
+        payload["recap"] = {**payload.get("recap", {}), "guidance": float(best), "tuned": tuned}
+        save_atomic(payload, path)
     path.with_suffix(".guidance.json").write_text(json.dumps(tuned, indent=2))
     return best, results

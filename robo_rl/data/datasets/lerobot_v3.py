@@ -32,7 +32,7 @@ import logging
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -122,10 +122,12 @@ def export_lerobot(
     fps: float = 10.0,
     task: str = "",
     progress: bool = True,
+    frame_tasks: Callable[[int, Episode], Sequence[str]] | None = None,
 ) -> Path:
     """Write `episodes` as a new LeRobotDataset v3 at `root` (which must not exist or be empty); return root.
 
-    The files are those lerobot's recorder writes, written many episodes at a time (see `lerobot_writer`)."""
+    The files are those lerobot's recorder writes, written many episodes at a time (see `lerobot_writer`).
+    `frame_tasks(i, episode)`, where given, is the i-th episode's task per frame instead of its instruction."""
     from robo_rl.data.datasets.lerobot_writer import LeRobotV3Writer
 
     root = Path(root)
@@ -138,13 +140,14 @@ def export_lerobot(
     total = len(episodes) if hasattr(episodes, "__len__") else None
     writer = None
     try:
-        for ep in tqdm(episodes, total=total, desc="export lerobot", unit="ep", disable=not progress):
+        for i, ep in enumerate(tqdm(episodes, total=total, desc="export lerobot", unit="ep", disable=not progress)):
             if len(ep) < 1:
                 continue
             if writer is None:
                 writer = LeRobotV3Writer(root, repo_id, int(fps), _features(ep.records))
             columns, videos = _columns(ep)
-            writer.add(columns, videos, ep.instruction or task or DEFAULT_TASK)  # each episode's own instruction
+            own = ep.instruction or task or DEFAULT_TASK  # each episode's own instruction
+            writer.add(columns, videos, own if frame_tasks is None else frame_tasks(i, ep))
         if writer is None:
             raise ValueError("no episode with at least one transition to export")
         writer.finish()

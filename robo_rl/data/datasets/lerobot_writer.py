@@ -18,6 +18,7 @@ writes; quantiles are exact where it estimates them from a histogram.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -155,14 +156,19 @@ class LeRobotV3Writer:
         # raw bytes over-estimate the compressed parquet, so a file stays under lerobot's size limit
         self.frames_per_file = max(1, self.meta.data_files_size_in_mb * MB // max(row_bytes, 1))
 
-    def add(self, columns: dict[str, np.ndarray], videos: dict[str, np.ndarray], task: str) -> None:
+    def add(self, columns: dict[str, np.ndarray], videos: dict[str, np.ndarray], task: str | Sequence[str]) -> None:
         """One episode: `columns` maps every non-video feature of ours to an array with one row per frame;
-        `videos` maps each video feature to its frames (n, H, W, 3 uint8)."""
+        `videos` maps each video feature to its frames (n, H, W, 3 uint8); `task` is the episode's task, or one per
+        frame (a LeRobot frame has its own task_index: RECAP's prompts carry each action's label)."""
         from lerobot.datasets.utils import update_chunk_file_indices
 
         n = len(next(iter(columns.values())))
         index = len(self.episodes)
-        task_index = self.tasks.setdefault(task, len(self.tasks))
+        per_frame = [task] * n if isinstance(task, str) else [str(t) for t in task]
+        if len(per_frame) != n:
+            raise ValueError(f"an episode of {n} frames was given {len(per_frame)} tasks")
+        task_index = np.asarray([self.tasks.setdefault(t, len(self.tasks)) for t in per_frame], np.int64)
+        episode_tasks = list(dict.fromkeys(per_frame))  # each once, in order of first use
         frame_index = np.arange(n, dtype=np.int64)
         cols = {
             **columns,
@@ -170,7 +176,7 @@ class LeRobotV3Writer:
             "frame_index": frame_index,
             "episode_index": np.full(n, index, np.int64),
             "index": np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
-            "task_index": np.full(n, task_index, np.int64),
+            "task_index": task_index,
         }
         if self.frames_in_file and self.frames_in_file + n > self.frames_per_file:
             self._write_pending()
@@ -181,7 +187,7 @@ class LeRobotV3Writer:
         stats = {}
         row = {
             "episode_index": index,
-            "tasks": [task],
+            "tasks": episode_tasks,
             "length": n,
             "data/chunk_index": self.data_chunk,
             "data/file_index": self.data_file,
