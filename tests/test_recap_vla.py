@@ -102,6 +102,11 @@ def test_a_smolvla_collects_is_labelled_fine_tuned_with_the_label_in_each_frames
         run / "recap", trained, run / "recap" / "vla", settings, TASK, progress=False, in_process=True, threads=1
     )
     assert (model / MARKER).is_file() and read_marker(model)["guidance"] == 1.0
+    train_config = json.loads((model / "train_config.json").read_text())  # from the base, its schedule fitted
+    assert (
+        train_config["policy"]["scheduler_decay_steps"] == 2 and train_config["policy"]["scheduler_warmup_steps"] == 1
+    )
+    assert train_config["steps"] == 2 and train_config["dataset"]["root"] == summary["dataset"]
     from safetensors.torch import load_file
 
     before, after = load_file(trained / "model.safetensors"), load_file(model / "model.safetensors")

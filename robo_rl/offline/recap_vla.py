@@ -6,10 +6,10 @@ acting with classifier-free guidance over two prompts.
 - `finetune_vla`: the labelled episodes exported as a LeRobot dataset whose every frame has its own task: the
   instruction with its action's label appended, or the plain instruction with probability `recap.cfg_dropout` (drawn
   once per frame at export, seeded by `recap.seed`; the flow policy redraws it every step instead). lerobot-train
-  then fine-tunes the base (`--policy.path=<base>`, its own config, processors, optimiser and schedule) for
-  `recap.updates` steps of `recap.batch_size`. As with the flow policy, each iteration starts again from the base.
-  The result is lerobot-train's `pretrained_model` folder with `recap.json` in it: the marker that it is
-  advantage-conditioned, and its guidance scale.
+  then fine-tunes the base (`--policy.path=<base>`, its own config, processors, optimiser and cosine schedule, the
+  warm-up a tenth of the steps) for `recap.updates` steps of `recap.batch_size`. As with the flow policy, each
+  iteration starts again from the base. The result is lerobot-train's `pretrained_model` folder with `recap.json` in
+  it: the marker that it is advantage-conditioned, and its guidance scale.
 - `GuidedVLA`: a SmolVLA acting for `recap collect` and `recap tune`. A base (no marker) samples as lerobot does,
   from noise this object draws (reseeded per episode, as the flow policy's is). A fine-tuned one integrates SmolVLA's
   own Euler steps over the velocity (1 − w)·v(plain prompt) + w·v(prompt + "Advantage: positive")
@@ -98,9 +98,11 @@ def finetune_vla(
     progress: bool = True,
     in_process: bool = False,
     threads: int | None = None,
+    extra: list[str] = (),
 ) -> tuple[Path, dict]:
     """Fine-tune the SmolVLA `base` on the labels at `sidecar` with lerobot-train, in `out` (replaced: it is made
-    from the labels); returns the fine-tuned pretrained_model folder and the summary kept in its marker."""
+    from the labels); returns the fine-tuned pretrained_model folder and the summary kept in its marker. `extra`:
+    more lerobot-train arguments."""
     from policies.lerobot_base import resolve_pretrained
     from robo_rl.data.datasets.lerobot_v3 import export_lerobot
     from robo_rl.offline.recap_train import labelled_episodes
@@ -116,9 +118,15 @@ def finetune_vla(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     dataset = export_lerobot(episodes, out / "dataset", fps=fps, frame_tasks=lambda i, _: prompts[i], progress=progress)
+    # the base's own optimiser and cosine schedule, its warm-up and decay fitted to this fine-tune's steps (SmolVLA's
+    # are 1,000 and 30,000: a short fine-tune would run at warm-up rates throughout)
+    schedule = [
+        f"--policy.scheduler_warmup_steps={max(1, settings.updates // 10)}",
+        f"--policy.scheduler_decay_steps={settings.updates}",
+    ]
     args = lerobot_train_args(
         dataset, out, "", False, None, None, settings.updates, settings.batch_size, device, settings.seed, 0,
-        policy_path=str(folder),
+        policy_path=str(folder), extra=[*schedule, *extra],
     )  # fmt: skip
     start = time.perf_counter()
     wall, peak_gb = run_lerobot_train(args, out / LOG, in_process=in_process, threads=threads)
