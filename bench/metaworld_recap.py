@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,7 +35,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from bench._results import write_result  # noqa: E402
 from bench.metaworld_vla import env_overrides  # noqa: E402
-from bench.methods import EVAL_SEED, SUCCESS, add_validation, cli, success  # noqa: E402
+from bench.methods import EVAL_SEED, SUCCESS, cli, recap_step, success  # noqa: E402
 from robo_rl.offline.smolvla_train import LAST_MODEL  # noqa: E402
 
 
@@ -98,18 +97,8 @@ def run_task(a, task: str, seed: int, vla: Path, record: dict, keep) -> None:
              f"seed={300000 + 10000 * seed + 1000 * i}", "logger.progress=false"],
         ]  # fmt: skip
         for args in steps:
-            start = time.monotonic()
-            text, wall, cpu = cli(args, log)
-            cost["wall_s"] += wall
-            cost["cpu_s"] += cpu
-            if args[1] == "collect":
-                k, n, length = SUCCESS.search(text).groups()
-                cost["env_steps"] += round(int(n) * float(length))
-                cost["episodes"] += int(n)
-                cost["iterations"].append({"collected_success": int(k) / int(n)})
-            if args[1] == "tune":
-                add_validation(cost, json.loads(tuned_model.with_suffix(".guidance.json").read_text()))
-            cost["iterations"][-1][f"{args[1]}_wall_s"] = round(time.monotonic() - start, 1)
+            wall = recap_step(args, log, cost, tuned_model.with_suffix(".guidance.json"))
+            cost["iterations"][-1][f"{args[1]}_wall_s"] = round(wall, 1)
             keep()
             print(f"{task} s{seed} iteration {i + 1}: {args[1]} done ({wall:.0f} s)", flush=True)
     record["recap"] = evaluate(folder, tuned_model, a, log)

@@ -286,17 +286,25 @@ def run_offline(
             steps.append(["recap", "tune", str(folder), f"guidances={tune[0]}", f"episodes={tune[1]}",
                           f"seed={300000 + 10000 * seed + 1000 * i}", "logger.progress=false"])  # fmt: skip
         for args in steps:
-            text, wall, cpu = cli(args, log)
-            cost["wall_s"] += wall
-            cost["cpu_s"] += cpu
-            if args[1] == "collect":
-                k, n, length = SUCCESS.search(text).groups()
-                cost["env_steps"] += round(int(n) * float(length))
-                cost["episodes"] += int(n)
-                cost["iterations"].append({"collected_success": int(k) / int(n)})
-            if args[1] == "tune":
-                add_validation(cost, json.loads((folder / "recap" / "policy.guidance.json").read_text()))
+            recap_step(args, log, cost, folder / "recap" / "policy.guidance.json")
     return folder, cost
+
+
+def recap_step(args: list[str], log: Path, cost: dict, guidance_table: Path) -> float:
+    """Run one `robo-rl recap` step, adding its wall and CPU seconds to `cost`, and its robot time: a collection's
+    env steps and episodes (its success rate as a new iteration's), a tune's validation episodes (read from
+    `guidance_table`, its <policy>.guidance.json). Returns its wall seconds."""
+    text, wall, cpu = cli(args, log)
+    cost["wall_s"] += wall
+    cost["cpu_s"] += cpu
+    if args[1] == "collect":
+        k, n, length = SUCCESS.search(text).groups()
+        cost["env_steps"] += round(int(n) * float(length))
+        cost["episodes"] += int(n)
+        cost["iterations"].append({"collected_success": int(k) / int(n)})
+    if args[1] == "tune":
+        add_validation(cost, json.loads(guidance_table.read_text()))
+    return wall
 
 
 def add_validation(cost: dict, tuned: dict) -> None:
