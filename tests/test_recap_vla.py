@@ -178,3 +178,5 @@ def test_refusals_name_the_problem(trained, tmp_path, capsys):
         check_instructions([f"{LONG}. Advantage: positive"], config["vlm_model_name"], 48)
     assert main(["recap", "collect", str(tmp_path / "nowhere"), "episodes=1"]) != 0
     assert "is no run folder; a new one needs policy=" in capsys.readouterr().err
+    assert main(["recap", "collect", str(tmp_path / "new"), f"policy={tmp_path / 'typo.pt'}", *ENV]) != 0
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "new").exists()  # no folder made

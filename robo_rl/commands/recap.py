@@ -191,8 +191,10 @@ def cmd_collect(args: list[str]) -> int:
     from robo_rl.offline.recap_vla import VLA_DIR, is_vla
     from robo_rl.offline.smolvla_train import LAST_MODEL
 
-    cfg = run_config(run, overrides, "collect")
     policy = Path(opts["policy"]) if opts.get("policy") else None
+    if policy is not None and not (policy.exists() or is_vla(policy)):  # before a new run folder is made
+        raise RecapUsageError(f"recap collect: policy {policy} does not exist (a .pt file or a VLA folder)")
+    cfg = run_config(run, overrides, "collect")
     if policy is None:
         own = (run / "recap" / "policy.pt", run / "recap" / VLA_DIR / LAST_MODEL, run / "bc" / "policy.pt")
         policy = next((p for p in own if p.exists()), None)
