@@ -111,6 +111,15 @@ def test_a_smolvla_collects_is_labelled_fine_tuned_with_the_label_in_each_frames
 
     before, after = load_file(trained / "model.safetensors"), load_file(model / "model.safetensors")
     assert before.keys() == after.keys() and any(not (before[k] == after[k]).all() for k in before)  # trained
+    for side in ("postprocessor_step_*_unnormalizer", "preprocessor_step_*_normalizer"):  # normalised as the base
+        base_stats, tuned_stats = (
+            load_file(next(f.glob(f"policy_{side}_processor.safetensors"))) for f in (trained, model)
+        )
+        for key in ("action.mean", "action.std", "observation.state.mean", "observation.state.std"):
+            if key in base_stats:
+                assert torch.equal(base_stats[key], tuned_stats[key]), key
+    new_stats = json.loads((Path(summary["dataset"]) / "meta" / "stats.json").read_text())
+    assert new_stats["action"]["mean"] == base_stats["action.mean"].tolist()
     assert summary["frames"] == len(positive) and summary["episodes"] == 6
     data = LeRobotDataset("local/recap", root=summary["dataset"], video_backend="pyav")
     plain = 0

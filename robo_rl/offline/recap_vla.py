@@ -6,10 +6,10 @@ acting with classifier-free guidance over two prompts.
 - `finetune_vla`: the labelled episodes exported as a LeRobot dataset whose every frame has its own task: the
   instruction with its action's label appended, or the plain instruction with probability `recap.cfg_dropout` (drawn
   once per frame at export, seeded by `recap.seed`; the flow policy redraws it every step instead). lerobot-train
-  then fine-tunes the base (`--policy.path=<base>`, its own config, processors, optimiser and cosine schedule, the
-  warm-up a tenth of the steps) for `recap.updates` steps of `recap.batch_size`. As with the flow policy, each
-  iteration starts again from the base. The result is lerobot-train's `pretrained_model` folder with `recap.json` in
-  it: the marker that it is advantage-conditioned, and its guidance scale.
+  then fine-tunes the base (`--policy.path=<base>`, its own config, processors, normalisation statistics, optimiser
+  and cosine schedule, the warm-up a tenth of the steps) for `recap.updates` steps of `recap.batch_size`. As with the
+  flow policy, each iteration starts again from the base. The result is lerobot-train's `pretrained_model` folder
+  with `recap.json` in it: the marker that it is advantage-conditioned, and its guidance scale.
 - `GuidedVLA`: a SmolVLA acting for `recap collect` and `recap tune`. A base (no marker) samples as lerobot does,
   from noise this object draws (reseeded per episode, as the flow policy's is). A fine-tuned one integrates SmolVLA's
   own Euler steps over the velocity (1 − w)·v(plain prompt) + w·v(prompt + "Advantage: positive")
@@ -124,6 +124,7 @@ def finetune_vla(
         f"--policy.scheduler_warmup_steps={max(1, settings.updates // 10)}",
         f"--policy.scheduler_decay_steps={settings.updates}",
     ]
+    use_base_statistics(dataset, folder)
     args = lerobot_train_args(
         dataset, out, "", False, None, None, settings.updates, settings.batch_size, device, settings.seed, 0,
         policy_path=str(folder), extra=[*schedule, *extra],
@@ -151,6 +152,30 @@ def finetune_vla(
     }
     (model / MARKER).write_text(json.dumps({"advantage": "prompt", "guidance": settings.guidance, "train": summary}))
     return model, summary
+
+
+def use_base_statistics(dataset: Path, folder: Path) -> dict:
+    """Write the base's own normalisation statistics (its saved normaliser's) into the exported dataset's
+    meta/stats.json, for every feature the base normalises. lerobot-train normalises a fine-tune by its dataset's
+    statistics; RECAP's data (one task, the policy's own actions) has others (Meta-World pick-place: action mean 0.47
+    against the base's 0.20, std 0.41 against 0.60), so the fine-tune would start from a policy that reads its state
+    and writes its actions on another scale, not from the base. Returns the features replaced."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    if not files:
+        raise ConfigError(f"recap finetune: the base {folder} has no saved normaliser (policy_preprocessor_*)")
+    base = load_file(files[0])
+    path = dataset / "meta" / "stats.json"
+    stats = json.loads(path.read_text())
+    replaced = {}
+    for feature, values in stats.items():
+        mine = {k: base[f"{feature}.{k}"] for k in values if f"{feature}.{k}" in base}
+        if feature in ("observation.state", "action") and mine:
+            stats[feature] = {**values, **{k: v.tolist() for k, v in mine.items()}}
+            replaced[feature] = sorted(mine)
+    path.write_text(json.dumps(stats, indent=4))
+    return replaced
 
 
 class GuidedVLA:
