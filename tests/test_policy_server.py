@@ -140,7 +140,9 @@ def test_a_served_policy_describes_itself_and_its_chunks_equal_the_local_bases(c
 
 
 def test_a_guide_steers_the_served_flow_onto_the_committed_actions(checkpoint, address):
-    base, remote = local(checkpoint), RemoteBase(address, SPACE, ACTION_DIM)
+    # the server's first guided sample builds its backward pass (about 100 chunks' time): past the default 2 s on a
+    # loaded 2-core machine, and this test is about the steering, not the time
+    base, remote = local(checkpoint), RemoteBase(address, SPACE, ACTION_DIM, timeout_s=20.0)
     guide = Guide(np.full((5, ACTION_DIM), 0.6, np.float32), np.array([1, 1, 1, 0.5, 0.2], np.float32), 3)
     try:
         guided = remote.predict_chunk(observation(1), noise(1), guide=guide)
