@@ -156,7 +156,7 @@ def finetune_vla(
 
 def use_base_statistics(dataset: Path, folder: Path) -> dict:
     """Write the base's own normalisation statistics (its saved normaliser's) into the exported dataset's
-    meta/stats.json, for every feature the base normalises. lerobot-train normalises a fine-tune by its dataset's
+    meta/stats.json, for the state and the action. lerobot-train normalises a fine-tune by its dataset's
     statistics; RECAP's data (one task, the policy's own actions) has others (Meta-World pick-place: action mean 0.47
     against the base's 0.20, std 0.41 against 0.60), so the fine-tune would start from a policy that reads its state
     and writes its actions on another scale, not from the base. Returns the features replaced."""
