@@ -36,6 +36,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from bench._results import write_result  # noqa: E402
 from bench.metaworld_vla import env_overrides  # noqa: E402
 from bench.methods import EVAL_SEED, SUCCESS, cli, recap_step, success  # noqa: E402
+from robo_rl.offline.recap_vla import fine_tuned_vla  # noqa: E402
 from robo_rl.offline.smolvla_train import LAST_MODEL  # noqa: E402
 
 
@@ -84,7 +85,7 @@ def run_task(a, task: str, seed: int, vla: Path, record: dict, keep) -> None:
     cost = {"env_steps": 0, "episodes": 0, "wall_s": 0.0, "cpu_s": 0.0, "iterations": []}
     cost |= {"validation_env_steps": 0, "validation_episodes": 0}
     record["cost"] = cost
-    tuned_model = folder / "recap" / "vla" / LAST_MODEL
+    tuned_model = fine_tuned_vla(folder / "recap")
     for i in range(a.iterations):
         policy = tuned_model if i else vla
         seed_i = 200000 + 10000 * seed + 1000 * i

@@ -74,6 +74,13 @@ ONLINE = {
 # a method that is another's preset with settings of its own: DSRL without SAC's entropy bonus in its TD target (with
 # a 0/1 reward the bonus outgrows success: Q rose to 7-11 and DSRL fell below its base on every seed, 2026-12-01)
 VARIANTS = {"dsrl_no_entropy_backup": ("dsrl", ["algo.backup_entropy=false"])}
+
+
+def variant(method: str) -> tuple[str, list[str]]:
+    """(the method whose preset it runs, its own settings): a method that is no variant is itself, with none."""
+    return VARIANTS.get(method, (method, []))
+
+
 # each task: its env, the scripted demonstrations and BC settings that put a flow base at 30-70% success (bc's default
 # 6,000 flow updates at least make pick's base succeed almost always: nothing left to improve), and each online
 # method's preset for it. Pick (2026-12-01, 100 episodes from EVAL_SEED): 17 demonstrations give 0.54, 0.66, 0.62 on
@@ -84,7 +91,7 @@ TASKS = {
         "env": "pick_cube",
         "demos": 17,
         "bc": ["bc.flow_updates=0"],
-        "presets": {m: f"{VARIANTS.get(m, (m,))[0]}_pick_cube" for m in ONLINE},
+        "presets": {m: f"{variant(m)[0]}_pick_cube" for m in ONLINE},
         # STEAM's progress critics compare frames: its collections render the front camera (the policy reads the
         # state, as the base was trained; the demonstrations have no frames, so STEAM labels its own episodes only)
         "cameras": ["env.cameras=[front]", "env.image_size=64"],
@@ -94,8 +101,7 @@ TASKS = {
         "demos": 10,
         "bc": ["bc.flow_updates=0"],
         "presets": {
-            m: f"{VARIANTS.get(m, (m,))[0]}_lift"
-            for m in ("residual", "dsrl", "dsrl_no_entropy_backup", "reinflow", "wsrl")
+            m: f"{variant(m)[0]}_lift" for m in ("residual", "dsrl", "dsrl_no_entropy_backup", "reinflow", "wsrl")
         },
         # robosuite renders only in image mode, whose state drops the object unless its keys are named: the low-dim
         # state the base reads, and agentview at 64 px beside it for STEAM's progress critics
@@ -220,7 +226,7 @@ def run_online(task: str, method: str, base: Path, seed: int, steps: int, reward
         f"experiment={preset}",
         f"{base_key}={base}",
         f"env.reward_type={reward}",
-        *VARIANTS.get(method, (method, []))[1],
+        *variant(method)[1],
         f"train.total_env_steps={steps}",
         *on_policy_rollouts(method, steps),
         f"seed={seed}",

@@ -171,15 +171,7 @@ class LeRobotBase:
 
     def _batch(self, obs: dict) -> dict:
         """Our observation as the policy's preprocessor expects it: tensors with a batch dim, images float CHW."""
-        return self.batch_of(
-            {
-                "state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
-                "images": {
-                    name: torch.from_numpy(np.ascontiguousarray(image))[None] for name, image in obs["images"].items()
-                },
-                **instruction_rows([obs]),
-            }
-        )
+        return self.batch_of(one_row(obs))
 
     def batch_of(self, obs: dict) -> dict:
         """A batch of our observations (tensors: state [B, S], uint8 images [B, H, W, C]) as the policy's
@@ -196,6 +188,15 @@ class LeRobotBase:
             check_instruction_fits(self.preprocessor, text, f"'{self.name}'")
             self.fitting_texts.add(text)
         return batch
+
+
+def one_row(obs: dict) -> dict:
+    """One observation of ours as a batch of one: state [1, S], uint8 images [1, H, W, C], its instruction if any."""
+    return {
+        "state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
+        "images": {name: torch.from_numpy(np.ascontiguousarray(image))[None] for name, image in obs["images"].items()},
+        **instruction_rows([obs]),
+    }
 
 
 def check_weights_fit(policy, folder: Path, name: str) -> None:

@@ -188,15 +188,14 @@ def cmd_collect(args: list[str]) -> int:
     if not (run / "config.yaml").exists() and not opts.get("policy"):
         raise RecapUsageError(f"recap collect: {run} is no run folder; a new one needs policy=<file.pt | VLA folder>")
     from robo_rl.config import make_env
-    from robo_rl.offline.recap_vla import VLA_DIR, is_vla
-    from robo_rl.offline.smolvla_train import LAST_MODEL
+    from robo_rl.offline.recap_vla import fine_tuned_vla, is_vla
 
     policy = Path(opts["policy"]) if opts.get("policy") else None
     if policy is not None and not (policy.exists() or is_vla(policy)):  # before a new run folder is made
         raise RecapUsageError(f"recap collect: policy {policy} does not exist (a .pt file or a VLA folder)")
     cfg = run_config(run, overrides, "collect")
     if policy is None:
-        own = (run / "recap" / "policy.pt", run / "recap" / VLA_DIR / LAST_MODEL, run / "bc" / "policy.pt")
+        own = (run / "recap" / "policy.pt", fine_tuned_vla(run / "recap"), run / "bc" / "policy.pt")
         policy = next((p for p in own if p.exists()), None)
     if policy is None or not (policy.exists() or is_vla(policy)):
         raise RecapUsageError(
@@ -234,10 +233,9 @@ def cmd_collect(args: list[str]) -> int:
 def cmd_tune(args: list[str]) -> int:
     positional, opts, _, overrides = split_args(args, ("policy", "guidances", "episodes", "seed", "task"), True)
     run = one_path(positional, "tune")
-    from robo_rl.offline.recap_vla import VLA_DIR
-    from robo_rl.offline.smolvla_train import LAST_MODEL
+    from robo_rl.offline.recap_vla import fine_tuned_vla
 
-    own = (run / "recap" / "policy.pt", run / "recap" / VLA_DIR / LAST_MODEL)
+    own = (run / "recap" / "policy.pt", fine_tuned_vla(run / "recap"))
     policy = Path(opts["policy"]) if opts.get("policy") else next((p for p in own if p.exists()), own[0])
     if not policy.exists():
         raise RecapUsageError(f"recap tune: {policy} does not exist (run recap finetune first, or policy=<file.pt>)")

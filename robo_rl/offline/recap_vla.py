@@ -37,6 +37,13 @@ MARKER = "recap.json"  # in a fine-tuned pretrained_model folder: {"advantage": 
 VLA_DIR = "vla"  # <labels>/vla/: the fine-tune's lerobot-train run
 
 
+def fine_tuned_vla(labels: Path) -> Path:
+    """Where `recap finetune base=<VLA>` leaves its policy for labels at `labels` (<run>/recap by default)."""
+    from robo_rl.offline.smolvla_train import LAST_MODEL
+
+    return Path(labels) / VLA_DIR / LAST_MODEL
+
+
 def is_vla(path: str | Path) -> bool:
     """Whether `path` names a LeRobot policy (a pretrained_model folder or a hub id) rather than a .pt checkpoint."""
     return is_lerobot_folder_or_hub_id(str(path))
@@ -210,12 +217,9 @@ class GuidedVLA:
         noise = self.rng.standard_normal(self.base.noise_shape).astype(np.float32)
         if self.expert is None:
             return self.base.predict_chunk(obs, noise=noise)
-        text = obs.get("instruction") or self.base.task
-        batch = {
-            "state": torch.as_tensor(np.asarray(obs["state"], np.float32))[None],
-            "images": {k: torch.from_numpy(np.ascontiguousarray(v))[None] for k, v in obs["images"].items()},
-            "instruction": [text],
-        }
+        from policies.lerobot_base import one_row
+
+        batch = one_row({**obs, "instruction": obs.get("instruction") or self.base.task})
         sampler = PromptGuidance(self.expert, self.guidance)
         x = sampler.sample(batch, torch.from_numpy(noise)[None], self.expert.steps)
         return self.expert.to_actions(x[0])[: self.chunk_size].numpy()
