@@ -58,6 +58,18 @@ METHODS = {
     "residual": mw.METHODS["residual_ramped"] + STATE_ONLY,
     "reinflow": mw.METHODS["reinflow"],
     "dsrl_pixels": mw.METHODS["dsrl"],
+    # PA-RL over the frozen SmolVLA: 16 of its chunks per decision, the chunk critic's best run (no distillation into
+    # a LeRobot policy); the TD target ranks the 8 chunks the actor recorded at the next decision, so the learner
+    # never runs the VLA (it would sample 8 x 256 chunks an update), but once per time-limit end
+    "parl": [
+        "experiment=parl_pick_cube",
+        "policy.state_norm=base",
+        "algo.distill_every=0",
+        "policy.record_candidates=8",
+        "algo.target_from=recorded",
+        "algo.target_q_clip=[0,1]",
+        *STATE_ONLY,
+    ],
 }
 
 

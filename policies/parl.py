@@ -126,10 +126,16 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
         critic_layer_norm: bool = True,
         encoder: dict | None = None,
         state_norm: str = "none",
+        record_candidates: int = 0,
     ) -> None:
         super().__init__()
         if not 1 <= samples <= 4096:
             raise ValueError(f"policy.samples must be in [1, 4096] (chunks ranked per decision), got {samples}")
+        if not 0 <= record_candidates <= samples:
+            raise ValueError(
+                f"policy.record_candidates must be in [0, policy.samples={samples}] (the base's chunks kept with each "
+                f"decision for the learner's targets), got {record_candidates}"
+            )
         if action_grad_steps < 0 or action_grad_lr <= 0:
             raise ValueError(
                 f"policy.action_grad_steps must be >= 0 and action_grad_lr > 0, got {action_grad_steps}, "
@@ -157,6 +163,12 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
             "chosen": ((chunk * action_dim,), np.float32),
             **CHUNK_EXTRA,
         }
+        # the first K of each decision's raw base samples, their executed parts: the learner's TD target at the
+        # previous decision ranks these (algo.target_from=recorded) instead of sampling the base again
+        self.record_candidates = int(record_candidates)
+        self.held_candidates = np.zeros(self.record_candidates * self.execute_steps * action_dim, np.float32)
+        if self.record_candidates:
+            self.extras_spec["candidates"] = (self.held_candidates.shape, np.float32)
 
     def __deepcopy__(self, memo):  # the episode's chunk goes on whichever weights act; a LeRobot base is shared
         shared = [self.executor] + ([self.sampler] if isinstance(self.sampler, LeRobotSampler) else [])
@@ -212,7 +224,15 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
         generator = torch.Generator().manual_seed(DETERMINISTIC_SEED) if deterministic else None
         with torch.no_grad():
             candidates = self.sampler.candidates(obs, self.samples, generator)
+        self.hold(candidates)
         return self.rank(obs, candidates)[0]
+
+    def hold(self, candidates: torch.Tensor) -> None:
+        """Keep the first `record_candidates` raw samples' executed parts of one decision [1, N, chunk, A] for its
+        record (before any gradient step on them: they stand for the base's own samples at this observation)."""
+        if self.record_candidates:
+            kept = candidates[0, : self.record_candidates, : self.execute_steps]
+            self.held_candidates = kept.reshape(-1).to("cpu", torch.float32).numpy().copy()
 
     # --- acting -----------------------------------------------------------------------------------
     def _step(self, obs: dict, pick) -> tuple[torch.Tensor, dict]:
@@ -224,6 +244,8 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
             "chosen": torch.from_numpy(np.asarray(chosen, np.float32).reshape(1, -1)),
             "chunk": torch.from_numpy(ex.record()),
         }
+        if self.record_candidates:
+            extras["candidates"] = torch.from_numpy(self.held_candidates)[None]
         return torch.from_numpy(np.asarray(action, np.float32))[None], extras
 
     def act_with_extras(
@@ -236,5 +258,12 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
 
     @torch.no_grad()
     def explore_step(self, obs: dict) -> tuple[torch.Tensor, dict]:
-        """Warm-up (train.random_steps): one sample of the base, unranked (a young critic's pick is noise)."""
-        return self._step(obs, lambda: self.sampler.candidates(obs, 1)[0, 0].cpu().numpy())
+        """Warm-up (train.random_steps): one sample of the base, unranked (a young critic's pick is noise); with
+        `record_candidates`, that many samples, the first executed and all of them recorded."""
+
+        def pick():
+            candidates = self.sampler.candidates(obs, max(1, self.record_candidates))
+            self.hold(candidates)
+            return candidates[0, 0].cpu().numpy()
+
+        return self._step(obs, pick)

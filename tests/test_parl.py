@@ -152,6 +152,54 @@ def test_distillation_moves_the_base_towards_the_picked_chunks():
     assert algo.distill(batch)["distill_rows"] == 0
 
 
+def test_each_decision_records_its_raw_samples_and_the_recorded_target_ranks_them_without_running_the_base():
+    policy = ranked(execute_steps=2, action_grad_steps=3, action_grad_lr=0.05, record_candidates=3)
+    learnt, policy.critic = policy.critic, PlantedCritic()
+    seen = spy(policy)
+    obs = {"state": np.array([0.1, -0.2], np.float32), "images": {}}
+    steps = [policy_step(policy, obs, deterministic=False) for _ in range(4)]
+    for d in range(2):  # the first 3 raw samples' executed parts (before the gradient steps), on both of its steps
+        raw = seen[d][0, :3, :2].reshape(-1).numpy()
+        for _, extras in steps[2 * d : 2 * d + 2]:
+            np.testing.assert_allclose(extras["candidates"], raw, atol=1e-6)
+    assert policy.explore_step(obs_to_torch(obs))[1]["candidates"].shape == (1, 12) and seen[-1].shape[1] == 3
+
+    policy.critic = learnt
+    algo = build_parl(policy, SPACE, 2, target_from="recorded", distill_every=0, batch_size=4)
+    assert algo.batch_spec.extras == ("chosen", "candidates") and algo.batch_spec.settled
+    recorded = torch.randn(4, 3, 4)
+    state = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (4, 2)), dtype=torch.float32)
+    batch = {
+        "obs": {"state": state, "images": {}},
+        "next_obs": {"state": state + 1, "images": {}},
+        "action": torch.zeros(4, 2, 2),
+        "reward": torch.zeros(4),
+        "discount": torch.tensor([0.5, 0.5, 0.5, 0.0]),  # row 2: a time-limit end; row 3: a terminal one
+        "intervention": torch.zeros(4, dtype=torch.bool),
+        "extras": {"chosen": torch.zeros(4, 6), "candidates": torch.zeros(4, 12)},
+        "next_extras": {"chosen": torch.zeros(4, 6), "candidates": recorded.flatten(1)},
+        "next_extras_valid": torch.tensor([True, True, False, False]),
+    }
+    calls = len(seen)
+    first = algo.next_candidates(batch)
+    assert len(seen) == calls + 1, "the base ran once: for the time-limit row, not the recorded or terminal ones"
+    torch.testing.assert_close(first[:2], recorded[:2])
+    again = algo.next_candidates(batch)
+    assert len(seen) == calls + 1 and torch.equal(again, first), "a time-limit end's samples are kept"
+    assert torch.equal(again[2], seen[-1][0, :, :2].flatten(1)) and len(algo.predicted_candidates) == 1
+    metrics = algo.update_critic({**batch, "next_extras_valid": torch.ones(4, dtype=torch.bool)})
+    assert len(seen) == calls + 1 and np.isfinite(metrics["critic_loss"])
+    restored = build_parl(
+        ranked(execute_steps=2, record_candidates=3), SPACE, 2, target_from="recorded", distill_every=0
+    )
+    restored.load_state_dict(algo.state_dict())
+    assert restored.predicted_candidates.keys() == algo.predicted_candidates.keys()
+    with pytest.raises(ValueError, match="set policy.record_candidates"):
+        build_parl(ranked(), SPACE, 2, target_from="recorded")
+    with pytest.raises(ValueError, match=r"policy.record_candidates must be in \[0, policy.samples=8\]"):
+        ranked(record_candidates=9)
+
+
 def test_deterministic_bases_and_bad_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match="gives one chunk per observation: use a flow or diffusion base"):
         RankedChunkPolicy(SPACE, 2, BCBase(BCPolicy(2, 2, chunk_size=3, hidden=[8])))
@@ -200,24 +248,29 @@ def parl_messages(policy, n_episodes, per_message=7):
     return [{k: v[i : i + per_message] for k, v in batch.items()} for i in range(0, n, per_message)]
 
 
-def test_a_resumed_parl_learner_fed_the_same_data_ends_with_the_same_parameters_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("target_from", ["sampled", "recorded"])
+def test_a_resumed_parl_learner_fed_the_same_data_ends_with_the_same_parameters_bit_for_bit(tmp_path, target_from):
     from tests.test_pipeline import toy_config
     from tests.test_resume import feed, toy_config_ports
 
     path = _flow_checkpoint(tmp_path)
+    record = 3 if target_from == "recorded" else 0
     overrides = [
         "policy=parl",
         "algo=parl",
         f"policy.base.path={path}",
         "policy.samples=4",
+        f"policy.record_candidates={record}",
         "policy.critic_hidden=[32,32]",
         "algo.batch_size=16",
         "algo.target_samples=4",
+        f"algo.target_from={target_from}",
         "algo.distill_every=2",
         "train.learning_starts=50",
         "replay.flush_every_s=0.05",
     ]
-    acting = RankedChunkPolicy(make_observation_space(4, {}), 2, {"kind": "bc", "path": str(path)}, samples=4)
+    space = make_observation_space(4, {})
+    acting = RankedChunkPolicy(space, 2, {"kind": "bc", "path": str(path)}, samples=4, record_candidates=record)
     msgs = parl_messages(acting, 16)
     half = len(msgs) // 2
 
@@ -253,6 +306,9 @@ def test_a_resumed_parl_learner_fed_the_same_data_ends_with_the_same_parameters_
     feed(resumed, msgs[half:], half + 1)
     assert straight.updates == resumed.updates > 0 and straight.algo.rounds == resumed.algo.rounds
     a, b = straight.algo.state_dict(), resumed.algo.state_dict()
+    if record:  # the time-limit ends' samples: kept through the checkpoint, the same in both
+        assert a["predicted_candidates"] and a["predicted_candidates"].keys() == b["predicted_candidates"].keys()
+        assert all(torch.equal(v, b["predicted_candidates"][k]) for k, v in a["predicted_candidates"].items())
     for net in ("policy", "target_critic"):
         for name, tensor in a[net].items():
             assert torch.equal(tensor, b[net][name]), f"{net}.{name} differs"

@@ -5,7 +5,10 @@ a = a_{t..t+E-1}, r = Σ_{k<E} γ^k r_{t+k}, s' where the next chunk is picked.
 
     critic      Q_j(s, a) ← r + γ^E · min_{j ∈ pair} Q'_j(s', c'),  c' = the target critic's best of
                 `target_samples` base chunks at s' (the policy PA-RL acts with, without the local gradient steps);
-                every executed chunk trains it, a human's included (what really ran)
+                every executed chunk trains it, a human's included (what really ran). `target_from=recorded`
+                ranks the chunks the actor sampled at s' instead (the next decision's `extra/candidates`): a VLA
+                base is then never run by the learner, but once at each time-limit end, whose s' no decision
+                followed (those samples kept and checkpointed, as the residual's b')
     base        every `distill_every` rounds: the base's own supervised loss (flow matching / denoising) towards the
                 picked chunks: those the actors recorded (`extra/chosen`; demonstrations: their own actions), or the
                 current critic's pick among fresh samples at the batch's states (`distill_target=reranked`)
@@ -22,9 +25,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.base import obs_rows
 from policies.parl import RankedChunkPolicy
 from robo_rl.algos.base import Algorithm, BatchSpec
 from robo_rl.algos.dsrl import _following_actions
+from robo_rl.algos.residual import PREDICTED_NEXT_BASE_MAX, observation_key, observation_row
 from robo_rl.algos.sac import soft_update
 from robo_rl.configs.parl import ParlConfig
 from robo_rl.configs.typed import config_from
@@ -40,6 +45,7 @@ class PARL(Algorithm):
         self.base_optim = torch.optim.Adam(policy.sampler.parameters(), lr=cfg.lr_base) if self.distils else None
         self.rounds = 0  # update rounds so far: the distillation's clock (resumed with the rest)
         self.last_distill: dict = {}
+        self.predicted_candidates: dict[str, np.ndarray] = {}  # target_from=recorded: time-limit ends' samples
 
     def update(self, batches: list[dict]) -> dict:
         metrics = {}
@@ -59,12 +65,34 @@ class PARL(Algorithm):
         optim.step()
         return float(norm)
 
+    @torch.no_grad()
+    def next_candidates(self, batch: dict) -> torch.Tensor:
+        """[B, n, E·A]: the base's chunks at each next_obs that the target ranks, their executed parts: sampled
+        afresh (`target_from=sampled`), or those the actor recorded at the next decision (`recorded`)."""
+        p = self.policy
+        e, a = p.execute_steps, p.action_dim
+        if self.cfg.target_from == "sampled":
+            candidates = p.sampler.candidates(batch["next_obs"], self.cfg.target_samples)  # [B, n, chunk, A]
+            return candidates[:, :, :e].flatten(2)
+        k = p.record_candidates
+        out = batch["next_extras"]["candidates"].view(-1, k, e * a).clone()
+        missing = ~batch["next_extras_valid"].bool() & (batch["discount"] > 0)  # a time-limit end: none recorded
+        for i in torch.nonzero(missing).flatten().tolist():
+            obs = observation_row(batch["next_obs"], i)
+            key = observation_key(obs)
+            if key not in self.predicted_candidates:  # sampled again and again: the base runs once for it
+                if len(self.predicted_candidates) >= PREDICTED_NEXT_BASE_MAX:
+                    self.predicted_candidates.pop(next(iter(self.predicted_candidates)))  # the oldest
+                sampled = p.sampler.candidates(obs_rows(batch["next_obs"], slice(i, i + 1)), k)[0, :, :e].flatten(1)
+                self.predicted_candidates[key] = sampled.to("cpu", torch.float32).numpy().copy()
+            out[i] = torch.from_numpy(self.predicted_candidates[key]).to(out.device)
+        return out
+
     def update_critic(self, batch: dict) -> dict:
-        p, n = self.policy, self.cfg.target_samples
         with torch.no_grad():
-            candidates = p.sampler.candidates(batch["next_obs"], n)  # [B, n, chunk, A]
-            b, e = len(candidates), p.execute_steps
-            executed = candidates[:, :, :e].reshape(b * n, -1)
+            candidates = self.next_candidates(batch)
+            b, n = candidates.shape[:2]
+            executed = candidates.reshape(b * n, -1)
             features = self.target_critic.encoder(batch["next_obs"]).repeat_interleave(n, dim=0)
             qs = self.target_critic.from_features(features, executed).view(-1, b, n)  # [M, B, n]
             best = qs.mean(dim=0).argmax(dim=1)
@@ -120,6 +148,7 @@ class PARL(Algorithm):
             "target_critic": self.target_critic.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "rounds": self.rounds,
+            "predicted_candidates": {k: torch.from_numpy(v) for k, v in self.predicted_candidates.items()},
         }
         if self.base_optim is not None:
             state["base_optim"] = self.base_optim.state_dict()
@@ -132,6 +161,8 @@ class PARL(Algorithm):
         if self.base_optim is not None and "base_optim" in state:
             self.base_optim.load_state_dict(state["base_optim"])
         self.rounds = int(state["rounds"])
+        kept = state.get("predicted_candidates", {})  # absent from checkpoints written before they were kept
+        self.predicted_candidates = {k: v.numpy().astype(np.float32) for k, v in kept.items()}
 
 
 def build_parl(policy, observation_space, action_dim: int, state_names: tuple = (), **keys) -> PARL:
@@ -150,6 +181,12 @@ def build_parl(policy, observation_space, action_dim: int, state_names: tuple = 
         )
     if cfg.target_q_clip is not None and cfg.target_q_clip[0] >= cfg.target_q_clip[1]:
         raise ValueError(f"algo.target_q_clip must be [low, high] with low < high, got {list(cfg.target_q_clip)}")
+    recorded = cfg.target_from == "recorded"
+    if recorded and not policy.record_candidates:
+        raise ValueError(
+            "algo.target_from=recorded ranks the chunks the actor recorded at each decision: set "
+            "policy.record_candidates (e.g. 8) so that the actor records them"
+        )
     e = policy.execute_steps
     spec = BatchSpec(
         batch_size=cfg.batch_size,
@@ -157,7 +194,8 @@ def build_parl(policy, observation_space, action_dim: int, state_names: tuple = 
         n_step=e,
         gamma=cfg.gamma,
         chunk=e,
-        extras=("chosen",),
+        extras=("chosen", "candidates") if recorded else ("chosen",),
         where="decision",
+        settled=recorded,  # the next decision's candidates come with its record: a running episode's newest waits
     )
     return PARL(policy, cfg, spec)

@@ -27,6 +27,13 @@ class ParlConfig:
     target_samples: int = setting(
         8, "chunks the base samples at the next state; the target critic's best is the backup's", low=1, high=4096
     )
+    target_from: str = setting(
+        "sampled",
+        "sampled: target_samples fresh base chunks at each batch's next states, every update | recorded: the "
+        "policy.record_candidates chunks the actor sampled at the next decision, no base call in the learner but "
+        "once per time-limit end (a VLA base: ~0.1 s a sample on a CPU)",
+        choices=("sampled", "recorded"),
+    )
     distill_every: int = setting(
         2,
         "rounds between distillation steps of the base (0: never; a LeRobot base is not distilled). Pick task, 4k env "
@@ -64,6 +71,13 @@ class ParlPolicyConfig:
     critic_hidden: tuple[int, ...] = setting((256, 256), "critic MLP widths", low=1)
     critic_layer_norm: bool = setting(True, "LayerNorm in the critics")
     state_norm: str = setting("none", f"the critic: {STATE_NORM}", choices=("none", "base"))
+    record_candidates: int = setting(
+        0,
+        "the first K of each decision's base samples kept in its record (their executed parts), for "
+        "algo.target_from=recorded (0: none)",
+        low=0,
+        high=4096,
+    )
 
 
 @dataclass
