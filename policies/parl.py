@@ -3,7 +3,8 @@
 Policy-Agnostic RL (Sobol Mark, Gao, Sampaio, Srirama, Sharma, Finn and Kumar, 2024, arXiv:2412.06685) improves
 any policy class without taking gradients through it: at each decision
 
-    c_1 .. c_N ~ π_base(·|s)                         N chunks from the base (a flow's N initial noises; a VLA's sampler)
+    c_1 .. c_N ~ π_base(·|s)                         N chunks from the base (a flow's N initial noises; a VLA's sampler;
+                                                     their std `noise_scale`: 1 the base's own, < 1 nearer its mode)
     c_i[:E] ← c_i[:E] + η ∇_a Q(s, a)  (k times)     optional local steps on the executed part, kept in [-1, 1]
     c* = argmax_i mean_j Q_j(s, c_i[:E])             the critic's pick; its first E actions run open-loop
 
@@ -62,11 +63,12 @@ class GeneratorSampler(nn.Module):
         super().__init__()
         self.model = model.requires_grad_(True)
         self.chunk_size, self.action_dim = model.chunk_size, model.action_dim
+        self.noise_scale = 1.0  # the initial noise's std (policy.noise_scale)
 
     def candidates(self, obs: dict, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """[B, n, chunk, A] in [-1, 1]: each observation's chunks from n independent N(0, I) noises."""
         features = self.model.features(obs).repeat_interleave(n, dim=0)
-        noise = torch.randn(len(features), *self.model.noise_shape, generator=generator)
+        noise = self.noise_scale * torch.randn(len(features), *self.model.noise_shape, generator=generator)
         chunks = self.model.sample(features, noise.to(features.device))
         return chunks.view(-1, n, self.chunk_size, self.action_dim)
 
@@ -85,12 +87,13 @@ class LeRobotSampler:
     def __init__(self, base) -> None:
         self.base = base
         self.chunk_size, self.action_dim = base.chunk_size, base.action_dim
+        self.noise_scale = 1.0  # the initial noise's std (policy.noise_scale)
 
     def candidates(self, obs: dict, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         b = self.base
         rows = torch.arange(len(obs["state"])).repeat_interleave(n)
         cfg, param = b.policy.config, next(b.policy.parameters())
-        noise = torch.randn(len(rows), *b.noise_shape, generator=generator)
+        noise = self.noise_scale * torch.randn(len(rows), *b.noise_shape, generator=generator)
         dtype = torch.float32 if cfg.type in ("smolvla", "pi0", "pi05") else param.dtype
         with torch.inference_mode():
             batch = b.preprocessor(b.batch_of(obs_rows(obs, rows)))
@@ -127,8 +130,13 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
         encoder: dict | None = None,
         state_norm: str = "none",
         record_candidates: int = 0,
+        noise_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        if not 0 <= noise_scale <= 4:
+            raise ValueError(
+                f"policy.noise_scale must be in [0, 4] (the std of the base's initial noise), got {noise_scale}"
+            )
         if not 1 <= samples <= 4096:
             raise ValueError(f"policy.samples must be in [1, 4096] (chunks ranked per decision), got {samples}")
         if not 0 <= record_candidates <= samples:
@@ -147,6 +155,7 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
         if loaded.action_dim != action_dim:
             raise ValueError(f"the base acts in {loaded.action_dim} dimensions, the task in {action_dim}")
         self.sampler = sampler_for(loaded)
+        self.sampler.noise_scale = float(noise_scale)
         chunk = self.sampler.chunk_size
         execute = execute_steps or spec.get("execute_steps") or getattr(loaded, "execute_steps", None) or chunk
         if not 1 <= execute <= chunk:

@@ -89,6 +89,20 @@ def test_gradient_steps_on_the_actions_raise_the_critics_value_and_evaluation_is
     assert not torch.equal(policy.choose(obs, deterministic=False), policy.choose(obs, deterministic=False))
 
 
+def test_the_noise_scale_samples_nearer_the_bases_mode_and_zero_gives_the_mode_alone():
+    obs = obs_to_torch({"state": np.array([0.3, -0.1], np.float32), "images": {}})
+    model = ranked().sampler.model
+    features = model.features(obs)
+    mode = model.sample(features, torch.zeros(1, *model.noise_shape))
+    at_zero = ranked(noise_scale=0.0).sampler.candidates(obs, 4)[0]
+    torch.testing.assert_close(at_zero, mode.expand(4, -1, -1))
+    half = ranked(noise_scale=0.5).sampler.candidates(obs, 4, torch.Generator().manual_seed(3))[0]
+    noise = 0.5 * torch.randn(4, *model.noise_shape, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(half, model.sample(features.expand(4, -1), noise))
+    with pytest.raises(ValueError, match=r"policy.noise_scale must be in \[0, 4\]"):
+        ranked(noise_scale=-1)
+
+
 def one_decision_batch(policy, rng, n=128):
     """A one-decision task (every chunk ends its episode): reward −Σ|a_k − TARGET|² over the executed actions, from
     the base's own random chunks."""

@@ -71,6 +71,13 @@ class ParlPolicyConfig:
     critic_hidden: tuple[int, ...] = setting((256, 256), "critic MLP widths", low=1)
     critic_layer_norm: bool = setting(True, "LayerNorm in the critics")
     state_norm: str = setting("none", f"the critic: {STATE_NORM}", choices=("none", "base"))
+    noise_scale: float = setting(
+        1.0,
+        "the std of the initial noise the base's chunks are sampled from: 1 its own distribution, below 1 nearer its "
+        "mode (0: every sample is the mode). A flow trained on few noisy demonstrations is often better at its mode",
+        low=0,
+        high=4,
+    )
     record_candidates: int = setting(
         0,
         "the first K of each decision's base samples kept in its record (their executed parts), for "
