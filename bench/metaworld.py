@@ -142,17 +142,27 @@ def train_base(args, seed: int, batch: dict, folder: Path) -> dict:
     }
 
 
-class ZeroNoise:
-    """A generative base sampled from zero initial noise: its mode, where DSRL's noise actor starts."""
+class ScaledNoise:
+    """A generative base sampled from initial noise of std `scale` (drawn from `seed`): 1 is its own distribution,
+    0 its mode, where DSRL's noise actor starts."""
 
-    def __init__(self, base) -> None:
+    def __init__(self, base, scale: float, seed: int = 0) -> None:
         self.base, self.action_dim, self.chunk_size = base, base.action_dim, base.chunk_size
+        self.scale, self.rng = float(scale), np.random.default_rng(seed)
 
     def reset(self) -> None:
         self.base.reset()
 
     def predict_chunk(self, obs: dict) -> np.ndarray:
-        return self.base.predict_chunk(obs, noise=np.zeros(self.base.noise_shape, np.float32))
+        noise = self.scale * self.rng.standard_normal(self.base.noise_shape)
+        return self.base.predict_chunk(obs, noise=noise.astype(np.float32))
+
+
+class ZeroNoise(ScaledNoise):
+    """A generative base sampled from zero initial noise: its mode, where DSRL's noise actor starts."""
+
+    def __init__(self, base) -> None:
+        super().__init__(base, 0.0)
 
 
 def figures(result: dict, wall_s: float) -> dict:
