@@ -201,8 +201,12 @@ def test_each_decision_records_its_raw_samples_and_the_recorded_target_ranks_the
     again = algo.next_candidates(batch)
     assert len(seen) == calls + 1 and torch.equal(again, first), "a time-limit end's samples are kept"
     assert torch.equal(again[2], seen[-1][0, :, :2].flatten(1)) and len(algo.predicted_candidates) == 1
+    with torch.no_grad():  # the target critic's best-minus-worst over each row's recorded chunks, batch mean
+        features = algo.target_critic.encoder(batch["next_obs"]).repeat_interleave(3, dim=0)
+        q = algo.target_critic.from_features(features, recorded.reshape(12, 4)).mean(0).view(4, 3)
     metrics = algo.update_critic({**batch, "next_extras_valid": torch.ones(4, dtype=torch.bool)})
     assert len(seen) == calls + 1 and np.isfinite(metrics["critic_loss"])
+    assert metrics["target_q_spread"] == pytest.approx((q.max(1).values - q.min(1).values).mean().item(), rel=1e-5)
     restored = build_parl(
         ranked(execute_steps=2, record_candidates=3), SPACE, 2, target_from="recorded", distill_every=0
     )

@@ -95,7 +95,9 @@ class PARL(Algorithm):
             executed = candidates.reshape(b * n, -1)
             features = self.target_critic.encoder(batch["next_obs"]).repeat_interleave(n, dim=0)
             qs = self.target_critic.from_features(features, executed).view(-1, b, n)  # [M, B, n]
-            best = qs.mean(dim=0).argmax(dim=1)
+            ranked = qs.mean(dim=0)  # [B, n]
+            best = ranked.argmax(dim=1)
+            spread = (ranked.max(dim=1).values - ranked.min(dim=1).values).mean()
             pair = torch.randperm(len(qs))[: self.cfg.critic_subsample]
             next_v = qs[pair].min(dim=0).values[torch.arange(b), best]
             target_q = batch["reward"] + batch["discount"] * next_v
@@ -111,6 +113,9 @@ class PARL(Algorithm):
             "q_mean": qs.mean().item(),
             "critic_grad_norm": norm,
             "target_q_mean": target_q.mean().item(),
+            # how far apart the target critic puts the base's chunks at one state (best minus worst, batch mean):
+            # against q_mean's range, whether the critic tells the candidates apart or only the states
+            "target_q_spread": spread.item(),
         }
 
     def distill(self, batch: dict) -> dict:
