@@ -9,9 +9,12 @@ the same config and never sent), and saves and restores its whole state.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -19,6 +22,53 @@ from policies.augment import shift_images
 from policies.encoders import PreparedImages, frozen_backbones
 
 AUGMENTATIONS = (None, "none", "random_shift")
+# predictions kept per algorithm (a residual's b' ~100 bytes, PA-RL's recorded candidates ~1 KB): a run's time-limit
+# ends for hundreds of thousands of episodes
+PREDICTIONS_KEPT_MAX = 200_000
+
+
+def observation_key(obs: dict) -> str:
+    """A digest of one contract observation (state, each camera's pixels, the instruction): equal observations,
+    equal keys."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.ascontiguousarray(obs["state"]).tobytes())
+    for name in sorted(obs["images"]):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(obs["images"][name]).tobytes())
+    digest.update(str(obs.get("instruction", "")).encode())
+    return digest.hexdigest()
+
+
+class KeptPredictions:
+    """A frozen base's predictions at observations a learner asks about again and again (a time-limit end, whose
+    next observation no decision followed and a replay row is sampled many times): each made once and kept, the
+    oldest dropped past `limit`. Saved with the checkpoint, so a resumed run reads the same values as one never
+    stopped (the base is frozen, so a kept prediction stays the base's)."""
+
+    def __init__(self, limit: int = PREDICTIONS_KEPT_MAX) -> None:
+        self.kept: dict[str, np.ndarray] = {}  # observation key -> the prediction
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    def keys(self):
+        return self.kept.keys()
+
+    def get(self, obs: dict, predict: Callable[[dict], object]) -> np.ndarray:
+        """The kept prediction at `obs` (one contract observation), `predict(obs)` made and kept the first time."""
+        key = observation_key(obs)
+        if key not in self.kept:
+            if len(self.kept) >= self.limit:
+                self.kept.pop(next(iter(self.kept)))  # the oldest
+            self.kept[key] = np.asarray(predict(obs), np.float32).copy()
+        return self.kept[key]
+
+    def state_dict(self) -> dict:
+        return {k: torch.from_numpy(v) for k, v in self.kept.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.kept = {k: v.numpy().astype(np.float32) for k, v in state.items()}
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from torch import nn
 
 from policies.base import obs_rows
 from policies.parl import RankedChunkPolicy
-from robo_rl.algos.base import Algorithm, BatchSpec
+from policies.residual import observation_row
+from robo_rl.algos.base import Algorithm, BatchSpec, KeptPredictions
 from robo_rl.algos.dsrl import _following_actions
-from robo_rl.algos.residual import PREDICTED_NEXT_BASE_MAX, observation_key, observation_row
 from robo_rl.algos.sac import soft_update
 from robo_rl.configs.parl import ParlConfig
 from robo_rl.configs.typed import config_from
@@ -45,7 +45,7 @@ class PARL(Algorithm):
         self.base_optim = torch.optim.Adam(policy.sampler.parameters(), lr=cfg.lr_base) if self.distils else None
         self.rounds = 0  # update rounds so far: the distillation's clock (resumed with the rest)
         self.last_distill: dict = {}
-        self.predicted_candidates: dict[str, np.ndarray] = {}  # target_from=recorded: time-limit ends' samples
+        self.predicted_candidates = KeptPredictions()  # target_from=recorded: time-limit ends' samples
 
     def update(self, batches: list[dict]) -> dict:
         metrics = {}
@@ -78,14 +78,10 @@ class PARL(Algorithm):
         out = batch["next_extras"]["candidates"].view(-1, k, e * a).clone()
         missing = ~batch["next_extras_valid"].bool() & (batch["discount"] > 0)  # a time-limit end: none recorded
         for i in torch.nonzero(missing).flatten().tolist():
-            obs = observation_row(batch["next_obs"], i)
-            key = observation_key(obs)
-            if key not in self.predicted_candidates:  # sampled again and again: the base runs once for it
-                if len(self.predicted_candidates) >= PREDICTED_NEXT_BASE_MAX:
-                    self.predicted_candidates.pop(next(iter(self.predicted_candidates)))  # the oldest
-                sampled = p.sampler.candidates(obs_rows(batch["next_obs"], slice(i, i + 1)), k)[0, :, :e].flatten(1)
-                self.predicted_candidates[key] = sampled.to("cpu", torch.float32).numpy().copy()
-            out[i] = torch.from_numpy(self.predicted_candidates[key]).to(out.device)
+            row = obs_rows(batch["next_obs"], slice(i, i + 1))  # the row as the batch holds it (its device)
+            sample = lambda _, row=row: p.sampler.candidates(row, k)[0, :, :e].flatten(1).cpu()  # noqa: E731
+            kept = self.predicted_candidates.get(observation_row(batch["next_obs"], i), sample)
+            out[i] = torch.from_numpy(kept).to(out.device)
         return out
 
     def update_critic(self, batch: dict) -> dict:
@@ -153,7 +149,7 @@ class PARL(Algorithm):
             "target_critic": self.target_critic.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "rounds": self.rounds,
-            "predicted_candidates": {k: torch.from_numpy(v) for k, v in self.predicted_candidates.items()},
+            "predicted_candidates": self.predicted_candidates.state_dict(),
         }
         if self.base_optim is not None:
             state["base_optim"] = self.base_optim.state_dict()
@@ -166,8 +162,8 @@ class PARL(Algorithm):
         if self.base_optim is not None and "base_optim" in state:
             self.base_optim.load_state_dict(state["base_optim"])
         self.rounds = int(state["rounds"])
-        kept = state.get("predicted_candidates", {})  # absent from checkpoints written before they were kept
-        self.predicted_candidates = {k: v.numpy().astype(np.float32) for k, v in kept.items()}
+        # absent from checkpoints written before they were kept
+        self.predicted_candidates.load_state_dict(state.get("predicted_candidates", {}))
 
 
 def build_parl(policy, observation_space, action_dim: int, state_names: tuple = (), **keys) -> PARL:

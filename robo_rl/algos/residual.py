@@ -12,7 +12,6 @@ residual actor, zero at the start, learns the correction that raises it.
 from __future__ import annotations
 
 import copy
-import hashlib
 
 import numpy as np
 import torch
@@ -22,26 +21,11 @@ from torch.nn import functional as F
 from policies.encoders import frozen_backbones, frozen_feature_cache
 from policies.language import instruction_row
 from policies.residual import ResidualPolicy, observation_row
-from robo_rl.algos.base import Algorithm, BatchSpec, check_augmentation, prepare_images
+from robo_rl.algos.base import Algorithm, BatchSpec, KeptPredictions, check_augmentation, prepare_images
 from robo_rl.algos.sac import CriticEnsemble, soft_update
 from robo_rl.configs.algo import ResidualConfig, SACConfig
 from robo_rl.configs.typed import config_from
 from robo_rl.precision import autocast, resolve_precision
-
-# b' predictions kept (about 100 bytes each): a run's time-limit ends for hundreds of thousands of episodes
-PREDICTED_NEXT_BASE_MAX = 200_000
-
-
-def observation_key(obs: dict) -> str:
-    """A digest of one contract observation (state, each camera's pixels, the instruction): equal observations,
-    equal keys."""
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(np.ascontiguousarray(obs["state"]).tobytes())
-    for name in sorted(obs["images"]):
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(obs["images"][name]).tobytes())
-    digest.update(str(obs.get("instruction", "")).encode())
-    return digest.hexdigest()
 
 
 class ResidualAlgorithm(Algorithm):
@@ -68,7 +52,7 @@ class ResidualAlgorithm(Algorithm):
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
         self.compute_dtype = resolve_precision(cfg.precision, self.device)
         self.critic_updates = 0
-        self.predicted_next_base: dict[str, np.ndarray] = {}  # observation key -> b' (see next_base)
+        self.predicted_next_base = KeptPredictions()  # time-limit ends' b' (see next_base)
         self.set_bound_fraction(0.0 if cfg.bound_ramp_updates > 0 else 1.0)
 
     # --- the update ---------------------------------------------------------------------------
@@ -124,13 +108,9 @@ class ResidualAlgorithm(Algorithm):
         missing = torch.nonzero(unrecorded & (batch["discount"] > 0)).flatten().tolist()
         for i in missing:
             obs = observation_row(batch["next_obs"], i)
-            key = observation_key(obs)
-            if key not in self.predicted_next_base:  # each such row is sampled again and again: predicted once
-                if len(self.predicted_next_base) >= PREDICTED_NEXT_BASE_MAX:
-                    self.predicted_next_base.pop(next(iter(self.predicted_next_base)))  # the oldest
-                chunk = self.policy.base.base.predict_chunk(obs)
-                self.predicted_next_base[key] = np.asarray(chunk[0], np.float32).copy()
-            base[i] = torch.from_numpy(self.predicted_next_base[key])
+            base[i] = torch.from_numpy(
+                self.predicted_next_base.get(obs, lambda o: self.policy.base.base.predict_chunk(o)[0])
+            )
         return base
 
     def histories(self, batch: dict) -> dict:
@@ -248,7 +228,7 @@ class ResidualAlgorithm(Algorithm):
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "critic_updates": self.critic_updates,
-            "predicted_next_base": {k: torch.from_numpy(v) for k, v in self.predicted_next_base.items()},
+            "predicted_next_base": self.predicted_next_base.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -259,8 +239,8 @@ class ResidualAlgorithm(Algorithm):
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.critic_updates = int(state["critic_updates"])
-        kept = state.get("predicted_next_base", {})  # absent from checkpoints written before it was kept
-        self.predicted_next_base = {k: v.numpy().astype(np.float32) for k, v in kept.items()}
+        # absent from checkpoints written before b' was kept
+        self.predicted_next_base.load_state_dict(state.get("predicted_next_base", {}))
 
 
 def build_residual(
