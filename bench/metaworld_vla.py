@@ -138,11 +138,11 @@ def train_vla(args, dataset: Path) -> dict:
     return {k: summary[k] for k in keep} | {"s_per_step": round(summary["wall_s"] / summary["steps"], 3)}
 
 
-def evaluate_vla(args, task: str, model: str, zero_noise: bool = False, noise_scale: float | None = None) -> dict:
+def evaluate_vla(args, task: str, model: str, noise_scale: float | None = None) -> dict:
     """The SmolVLA on `task` alone, loaded back by path with the env's instruction; its acting time per chunk.
-    `zero_noise`: its flow sampled from zero initial noise (its mode), where DSRL's noise actor starts (its mean is
-    zero at first, and the final evaluation acts on its mean): the part of a DSRL gain that taking the mode alone
-    would give. `noise_scale`: its initial noise drawn with that std (from eval.seed)."""
+    `noise_scale`: its initial noise drawn with that std (from eval.seed) instead of its own sampler's. At 0 its flow
+    runs from zero initial noise (its mode), where DSRL's noise actor starts (its mean is zero at first, and the final
+    evaluation acts on its mean): the part of a DSRL gain that taking the mode alone would give."""
     import torch
 
     from policies.lerobot_base import LeRobotBase
@@ -156,9 +156,7 @@ def evaluate_vla(args, task: str, model: str, zero_noise: bool = False, noise_sc
         base = LeRobotBase.load(model, env.observation_space, env.action_space.shape[0], task=obs["instruction"])
         torch.manual_seed(int(cfg.eval.seed))  # the flow's own noise: the same file scores the same on these seeds
         start = time.monotonic()
-        acting = mw.ZeroNoise(base) if zero_noise else base
-        if noise_scale is not None:
-            acting = mw.ScaledNoise(base, noise_scale, int(cfg.eval.seed))
+        acting = base if noise_scale is None else mw.ScaledNoise(base, noise_scale, int(cfg.eval.seed))
         result = evaluate_base(env, acting, args.episodes, int(cfg.eval.seed), base.chunk_size)
         out = figures(result, time.monotonic() - start)
         ms = []
@@ -288,7 +286,7 @@ def main() -> None:
             record["base"] = evaluate_vla(args, task, model)
             keep()
         if "base_zero_noise" not in record:
-            record["base_zero_noise"] = evaluate_vla(args, task, model, zero_noise=True)
+            record["base_zero_noise"] = evaluate_vla(args, task, model, noise_scale=0.0)
             keep()
         if "parl_narrow" in args.methods and task in args.rl_tasks and f"base_noise_{NARROW}" not in record:
             record[f"base_noise_{NARROW}"] = evaluate_vla(args, task, model, noise_scale=NARROW)
