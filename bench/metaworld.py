@@ -142,29 +142,6 @@ def train_base(args, seed: int, batch: dict, folder: Path) -> dict:
     }
 
 
-class ScaledNoise:
-    """A generative base sampled from initial noise of std `scale` (drawn from `seed`): 1 is its own distribution,
-    0 its mode, where DSRL's noise actor starts."""
-
-    def __init__(self, base, scale: float, seed: int = 0) -> None:
-        self.base, self.action_dim, self.chunk_size = base, base.action_dim, base.chunk_size
-        self.scale, self.rng = float(scale), np.random.default_rng(seed)
-
-    def reset(self) -> None:
-        self.base.reset()
-
-    def predict_chunk(self, obs: dict) -> np.ndarray:
-        noise = self.scale * self.rng.standard_normal(self.base.noise_shape)
-        return self.base.predict_chunk(obs, noise=noise.astype(np.float32))
-
-
-class ZeroNoise(ScaledNoise):
-    """A generative base sampled from zero initial noise: its mode, where DSRL's noise actor starts."""
-
-    def __init__(self, base) -> None:
-        super().__init__(base, 0.0)
-
-
 def figures(result: dict, wall_s: float) -> dict:
     """Success, its Wilson interval, mean length and the wall time of one evaluation."""
     keep = ("episodes", "successes", "success_rate", "success_ci95", "mean_length")
@@ -173,6 +150,7 @@ def figures(result: dict, wall_s: float) -> dict:
 
 def evaluate_base(args, task: str, checkpoint: str) -> dict:
     """The base on `task` alone: sampled as BC evaluates it, and at zero noise."""
+    from policies.base import NarrowedNoise
     from policies.bc import load_bc_base
     from robo_rl.config import load_config, make_env
     from robo_rl.offline.bc import evaluate_base as bc_evaluate
@@ -182,7 +160,7 @@ def evaluate_base(args, task: str, checkpoint: str) -> dict:
     out = {}
     try:
         base = load_bc_base(checkpoint, env.observation_space, env.action_space.shape[0])
-        for way, acting in (("sampled", base), ("zero_noise", ZeroNoise(base))):
+        for way, acting in (("sampled", base), ("zero_noise", NarrowedNoise(base, 0.0))):
             start = time.monotonic()
             result = bc_evaluate(env, acting, args.episodes, int(cfg.eval.seed), base.execute_steps)
             out[way] = figures(result, time.monotonic() - start)

@@ -57,6 +57,9 @@ METHODS = {
     "dsrl": mw.METHODS["dsrl"] + STATE_ONLY,
     "residual": mw.METHODS["residual_ramped"] + STATE_ONLY,
     "reinflow": mw.METHODS["reinflow"],
+    # the same residual on the VLA's mode (every chunk from zero initial noise), as ResFiT corrects a deterministic
+    # base: its gain is read over base_zero_noise, RL beyond what taking the mode gives
+    "residual_mode": [*mw.METHODS["residual_ramped"], "policy.base.noise_scale=0", *STATE_ONLY],
     "dsrl_pixels": mw.METHODS["dsrl"],
     # PA-RL over the frozen SmolVLA: 16 of its chunks per decision, the chunk critic's best run (no distillation into
     # a LeRobot policy); the TD target ranks the 8 chunks the actor recorded at the next decision, so the learner
@@ -145,6 +148,7 @@ def evaluate_vla(args, task: str, model: str, noise_scale: float | None = None) 
     evaluation acts on its mean): the part of a DSRL gain that taking the mode alone would give."""
     import torch
 
+    from policies.base import NarrowedNoise
     from policies.lerobot_base import LeRobotBase
     from robo_rl.config import load_config, make_env
     from robo_rl.offline.bc import evaluate_base
@@ -156,7 +160,8 @@ def evaluate_vla(args, task: str, model: str, noise_scale: float | None = None) 
         base = LeRobotBase.load(model, env.observation_space, env.action_space.shape[0], task=obs["instruction"])
         torch.manual_seed(int(cfg.eval.seed))  # the flow's own noise: the same file scores the same on these seeds
         start = time.monotonic()
-        acting = base if noise_scale is None else mw.ScaledNoise(base, noise_scale, int(cfg.eval.seed))
+        rng = np.random.default_rng(int(cfg.eval.seed))
+        acting = base if noise_scale is None else NarrowedNoise(base, noise_scale, rng)
         result = evaluate_base(env, acting, args.episodes, int(cfg.eval.seed), base.chunk_size)
         out = figures(result, time.monotonic() - start)
         ms = []

@@ -139,3 +139,47 @@ def obs_rows(obs: dict, rows) -> dict:
     """The observations of the given rows (an index, slice or tensor of indices) of a batched observation dict."""
     images = {k: v[rows] for k, v in obs["images"].items()}
     return {"state": obs["state"][rows], "images": images, **instruction_subset(obs, rows)}  # a base reads it
+
+
+class NarrowedNoise:
+    """A generative base (a flow, a diffusion policy, a SmolVLA: one whose sampler takes its initial noise) sampled
+    from initial noise of std `scale` instead of its own N(0, I): 1 is its own distribution, 0 its mode (every chunk
+    from zero noise). `policy.base.noise_scale` of a residual: ResFiT corrects a deterministic base, and a VLA
+    trained on a few noisy demonstrations acts far better at its mode than as it samples (BENCHMARKS.md). The noise
+    comes from `rng` (a numpy Generator) where given, else from torch's global generator, as the base's own sampler
+    draws it, so a seeded run draws the same. Everything else (action_dim, action_range, state statistics, stats) is
+    the base's."""
+
+    def __init__(self, base: BasePolicy, scale: float, rng: np.random.Generator | None = None) -> None:
+        if not 0 <= scale <= 4:
+            raise ValueError(f"policy.base.noise_scale must be in [0, 4] (the std of its initial noise), got {scale}")
+        if getattr(base, "noise_shape", None) is None:
+            raise ValueError(
+                f"policy.base.noise_scale needs a base whose sampler takes its initial noise (a flow, a diffusion "
+                f"policy, a SmolVLA or pi0); this base ({getattr(base, 'name', type(base).__name__)}) takes none"
+            )
+        self.base, self.scale, self.rng = base, float(scale), rng
+        if takes_guide(base.predict_chunk):  # real-time chunking still steers it (policies/chunking.py)
+            self.predict_chunk = self._predict_guided
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "base":  # copy and pickle look these up before __init__ has run
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def noise(self) -> np.ndarray:
+        shape = tuple(self.base.noise_shape)
+        if self.scale == 0:
+            return np.zeros(shape, np.float32)
+        draw = self.rng.standard_normal(shape) if self.rng is not None else torch.randn(shape).numpy()
+        return (self.scale * draw).astype(np.float32)
+
+    def reset(self) -> None:
+        self.base.reset()
+
+    def predict_chunk(self, obs: dict, noise: np.ndarray | None = None) -> np.ndarray:
+        """The base's chunk from `noise` where a caller gives it (DSRL's actor), else from the narrowed draw."""
+        return self.base.predict_chunk(obs, noise=self.noise() if noise is None else noise)
+
+    def _predict_guided(self, obs: dict, noise: np.ndarray | None = None, guide=None) -> np.ndarray:
+        return self.base.predict_chunk(obs, noise=self.noise() if noise is None else noise, guide=guide)

@@ -47,6 +47,8 @@ class NoisePolicy(nn.Module, ActingPolicy):
             raise ValueError(f"policy.warmup must be base or uniform, got '{warmup}'")
         spec = dict(base) if isinstance(base, dict) else {}
         spec.pop("model", None)  # what `robo-rl train` trains when no path is given
+        if spec.get("noise_scale") is not None:
+            raise ValueError("policy.base.noise_scale is for a residual's base: DSRL's noise actor chooses the noise")
         self.base = load_base(spec or base, observation_space, action_dim)
         shape = getattr(self.base, "noise_shape", None)
         if shape is None:

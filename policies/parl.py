@@ -151,6 +151,8 @@ class RankedChunkPolicy(nn.Module, ActingPolicy):
             )
         spec = dict(base) if isinstance(base, dict) else {}
         spec.pop("model", None)  # what `robo-rl train` behaviour-clones when no path is given
+        if spec.get("noise_scale") is not None:
+            raise ValueError("policy.base.noise_scale is for a residual's base: PA-RL's is policy.noise_scale")
         loaded = load_base(spec or base, observation_space, action_dim)
         if loaded.action_dim != action_dim:
             raise ValueError(f"the base acts in {loaded.action_dim} dimensions, the task in {action_dim}")

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from policies.acting import ActingPolicy
-from policies.base import BasePolicy, ChunkedBase, action_range, copy_sharing, state_statistics
+from policies.base import BasePolicy, ChunkedBase, NarrowedNoise, action_range, copy_sharing, state_statistics
 from policies.chunking import CHUNK_EXTRA
 from policies.encoders import EncoderConfig, encoder_for_space
 from policies.language import instruction_row
@@ -32,10 +32,15 @@ MIN_HALF_RANGE = 0.05  # a dimension the demonstrations never moved can still be
 
 def load_base(spec: dict | BasePolicy, observation_space, action_dim: int) -> BasePolicy:
     """A base from its config: `{kind: bc, path}` (our behaviour cloning), `{kind: lerobot, path}` (a local
-    pretrained_model folder or a hub id) or `{kind: remote, path: tcp://host:port}` (a policy server); a BasePolicy
-    object is taken as it is."""
+    pretrained_model folder or a hub id) or `{kind: remote, path: tcp://host:port}` (a policy server), sampled from
+    initial noise of std `noise_scale` where one is set (policies/base.py's NarrowedNoise); a BasePolicy object is
+    taken as it is."""
     if not isinstance(spec, dict):
         return spec
+    if spec.get("noise_scale") is not None:
+        return NarrowedNoise(
+            load_base({**spec, "noise_scale": None}, observation_space, action_dim), spec["noise_scale"]
+        )
     kind, path = spec.get("kind", "bc"), spec.get("path")
     if not path:
         raise ValueError(

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from policies.base import NarrowedNoise
 from policies.bc import BCCheckpointError, load_bc_base
 from policies.flow import ChunkGenerator, GenerativeBase, GenerativePolicy
 from robo_rl.config import ConfigError, load_config, make_env, make_policy
 from robo_rl.envs import make_observation_space
 from robo_rl.offline.bc import train_bc
+from robo_rl.policy_io import policy_step
 
 
 def _toy_data(n: int, generator: torch.Generator):
@@ -244,3 +246,77 @@ def test_sac_on_a_flow_policy_is_refused_with_the_ways_to_fine_tune_it(bc_run):
             make_algorithm(cfg, make_policy(cfg, env), env)
     finally:
         env.close()
+
+
+class EchoNoise:
+    """A base whose chunk is the initial noise it is given."""
+
+    action_dim, chunk_size, noise_shape = 2, 3, (3, 2)
+
+    def reset(self) -> None:
+        pass
+
+    def predict_chunk(self, obs: dict, noise=None) -> np.ndarray:
+        return noise
+
+
+def test_narrowed_noise_draws_at_its_std_from_its_generator_and_at_zero_gives_the_mode():
+    scaled = NarrowedNoise(EchoNoise(), 0.5, np.random.default_rng(7))
+    first, second = scaled.predict_chunk({}), scaled.predict_chunk({})
+    expected = 0.5 * np.random.default_rng(7).standard_normal((2, 3, 2))
+    np.testing.assert_allclose(np.stack([first, second]), expected, rtol=1e-6)
+    assert first.dtype == np.float32 and not np.allclose(first, second)
+    np.testing.assert_array_equal(NarrowedNoise(EchoNoise(), 0.5, np.random.default_rng(7)).predict_chunk({}), first)
+    assert not NarrowedNoise(EchoNoise(), 0.0).predict_chunk({}).any()
+    given = np.ones((3, 2), np.float32)  # a caller's own noise (DSRL's) goes through as it is
+    np.testing.assert_array_equal(NarrowedNoise(EchoNoise(), 0.0).predict_chunk({}, noise=given), given)
+    torch.manual_seed(3)  # without a generator: torch's, as the base's own sampler draws
+    drawn = NarrowedNoise(EchoNoise(), 2.0).predict_chunk({})
+    torch.manual_seed(3)
+    np.testing.assert_allclose(drawn, 2.0 * torch.randn(3, 2).numpy())
+    with pytest.raises(ValueError, match=r"noise_scale must be in \[0, 4\]"):
+        NarrowedNoise(EchoNoise(), -0.1)
+    no_noise = EchoNoise()
+    no_noise.noise_shape = None
+    with pytest.raises(ValueError, match="needs a base whose sampler takes its initial noise"):
+        NarrowedNoise(no_noise, 0.0)
+
+
+def test_a_residual_acts_on_its_generative_base_sampled_from_narrowed_noise_and_at_0_from_its_mode(bc_run):
+    cfg, summary = bc_run
+    path = summary["checkpoint"]
+    env = make_env(cfg)
+    obs, _ = env.reset(seed=0)
+    base = load_bc_base(path, env.observation_space, 2)
+
+    def residual(*overrides: str):
+        settings = ["env=point_reach", "experiment=rlpd", "policy=residual", f"policy.base.path={path}", *overrides]
+        return make_policy(load_config(settings), env)
+
+    def base_actions(policy, episodes: int = 4) -> np.ndarray:
+        """The base's first action in each of `episodes` episodes from the same observation (the residual is zero)."""
+        out = []
+        for _ in range(episodes):
+            policy.reset()
+            out.append(policy_step(policy, obs, deterministic=True)[1]["base_action"])
+        return np.stack(out)
+
+    mode = base.predict_chunk(obs, noise=np.zeros((2, 2), np.float32))[0]
+    at_mode = base_actions(residual("policy.base.noise_scale=0"))
+    np.testing.assert_allclose(at_mode, np.repeat(mode[None], 4, 0), atol=1e-6)
+    sampled = base_actions(residual())  # its own N(0, I): a different action every episode
+    assert np.ptp(sampled, axis=0).max() > 1e-3
+
+    narrow = residual("policy.base.noise_scale=0.5")
+    torch.manual_seed(11)
+    got = base_actions(narrow)
+    torch.manual_seed(11)
+    draws = [0.5 * torch.randn(2, 2).numpy() for _ in range(4)]
+    np.testing.assert_allclose(got, [base.predict_chunk(obs, noise=z)[0] for z in draws], atol=1e-6)
+
+    with pytest.raises(ConfigError, match="noise_scale"):
+        residual("policy.base.noise_scale=5")
+    dsrl = ["env=point_reach", "experiment=rlpd", "policy=dsrl", f"policy.base.path={path}"]
+    with pytest.raises(ValueError, match="DSRL's noise actor chooses the noise"):
+        make_policy(load_config([*dsrl, "policy.base.noise_scale=0"]), env)
+    env.close()

@@ -104,6 +104,12 @@ class BasePolicyConfig:
         None,
         "the task text of a language-conditioned base (lerobot, or a flow with a task embedding) where none is given",
     )
+    noise_scale: float | None = setting(
+        None,
+        "residual: sample a flow/diffusion/SmolVLA base from initial noise of this std (0: its mode; null: its own)",
+        low=0,
+        high=4,
+    )
     timeout_s: float = setting(
         2.0, "remote: the wait for each chunk; a late one fails the step (never reused)", above=0
     )
