@@ -63,6 +63,9 @@ METHODS = {
         "algo.bound_ramp_updates=3000",
     ],
 }
+# the same residual on the base's mode (every chunk from zero initial noise): ResFiT corrects a deterministic base, and
+# these bases are mostly better at their mode than as they sample; its gain is read over the zero-noise evaluation
+METHODS["residual_ramped_mode"] = [*METHODS["residual_ramped"], "policy.base.noise_scale=0"]
 
 
 # the presets whose base is the policy itself (policy.path), fine-tuned, not a frozen one beside it (policy.base)
