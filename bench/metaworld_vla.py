@@ -59,15 +59,7 @@ METHODS = {
     "reinflow": mw.METHODS["reinflow"],
     # the same residual on the VLA's mode (every chunk from zero initial noise), as ResFiT corrects a deterministic
     # base: its gain is read over base_zero_noise, RL beyond what taking the mode gives
-    "residual_mode": [*mw.METHODS["residual_ramped"], "policy.base.noise_scale=0", *STATE_ONLY],
-    # with a weak pull towards the base (0.05 kept the flow base's residual at ~0.01 of its 0.1 bound: no change): the
-    # unregularised one above sat at its bound in every dimension and cost pick-place's grasps
-    "residual_mode_l2": [
-        *mw.METHODS["residual_ramped"],
-        "policy.base.noise_scale=0",
-        "algo.residual_l2=0.01",
-        *STATE_ONLY,
-    ],
+    "residual_mode": mw.METHODS["residual_ramped_mode"] + STATE_ONLY,
     "dsrl_pixels": mw.METHODS["dsrl"],
     # DSRL whose noise actor may leave the box's uniform early: its temperature from 0.01 towards an entropy of -0.5
     # a noise dimension (10 x 4 of them). With the preset's (0.1, target 0) the actor kept ~27 nats for 20k env steps
@@ -87,6 +79,9 @@ METHODS = {
         *STATE_ONLY,
     ],
 }
+# the residual on the mode with a weak pull towards the base (0.05 kept the flow base's residual at ~0.01 of its 0.1
+# bound: no change): the unregularised one sat at its bound in every dimension and cost pick-place's grasps
+METHODS["residual_mode_l2"] = [*METHODS["residual_mode"], "algo.residual_l2=0.01"]
 # the same with the VLA's chunks drawn from initial noise of std 0.5, nearer its mode (0.44 -> 0.76 on pick-place at
 # zero noise): the VLA sampled that way, unranked, is evaluated beside it (`base_noise_0.5`)
 NARROW = 0.5
