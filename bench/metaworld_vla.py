@@ -212,6 +212,33 @@ def rl_records(record: dict, seed: int) -> dict:
     return rl.setdefault(f"s{seed}", {})
 
 
+def gather_runs(per_task: dict, folder: Path, methods: list[str], model: str) -> list[str]:
+    """Add the RL runs of `methods` that another `--out` folder made from the same SmolVLA to `per_task` (their
+    `rl.s<seed>`): runs side by side need folders of their own. Only the runs made in `folder` (under its runs/): a
+    folder started from a copy of this one's stages.json holds this one's rows too. Returns what it added."""
+    other = json.loads((folder / "stages.json").read_text())
+    theirs = other.get("vla_training", {}).get("pretrained_model", "")
+    if Path(theirs).resolve() != Path(model).resolve():
+        raise SystemExit(f"--gather {folder}: its SmolVLA is {theirs}, not {model}")
+    added = []
+    for task, record in other.get("per_task", {}).items():
+        for seed, runs in record.get("rl", {}).items():
+            for method, run in runs.items():
+                if method not in methods or not Path(run["run"]).resolve().is_relative_to((folder / "runs").resolve()):
+                    continue
+                mine = per_task[task]
+                if mine["base"]["success_rate"] != record["base"]["success_rate"]:
+                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation differs from this folder's")
+                have = mine.setdefault("rl", {}).setdefault(seed, {}).get(method)
+                if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
+                    raise SystemExit(
+                        f"--gather {folder}: {task} {seed} {method} ran twice: {have['run']} and {run['run']}"
+                    )
+                mine["rl"][seed][method] = run
+                added.append(f"{task} {seed} {method}")
+    return added
+
+
 def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> dict:
     """`method`'s gain over the SmolVLA across task x seed, over the seeds that ran it on every task: IQM and mean
     with stratified bootstrap intervals (robo_rl/eval/aggregate.py, rliable), and the tasks x seeds below the base."""
@@ -233,6 +260,7 @@ def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> 
         over_zero = aggregate_gain(after, rates["base_zero_noise"], reps)
         out["gain_over_zero_noise_iqm"] = over_zero["iqm"].as_dict()
         out["gain_over_zero_noise_mean"] = over_zero["mean"].as_dict()
+        out["task_seeds_below_zero_noise"] = int((np.subtract(after, rates["base_zero_noise"]) < 0).sum())
     rates = aggregate(rates, reps)
     return {
         **out,
@@ -262,6 +290,12 @@ def main() -> None:
     parser.add_argument("--name", default=None)
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_metaworld_vla"))
     parser.add_argument("--reuse", action="store_true", help="go on from --out: its dataset, VLA and finished stages")
+    parser.add_argument(
+        "--gather",
+        default=None,
+        help="comma-separated other --out folders of the same SmolVLA whose RL runs of --methods join --out's; then "
+        "nothing new runs, only the aggregate across the seeds that ran every --rl-tasks",
+    )
     args = parser.parse_args()
     q = args.quick
     args.tasks = args.tasks.split(",") if args.tasks else list(QUICK_TASKS if q else TASKS)
@@ -272,6 +306,7 @@ def main() -> None:
     args.episodes = args.episodes or (5 if q else 50)
     args.rl_steps = args.rl_steps or (300 if q else 10000)
     args.methods = [m for m in args.methods.split(",") if m]
+    args.gather = [Path(f) for f in args.gather.split(",") if f] if args.gather else []
     if set(args.methods) - set(METHODS) or set(args.rl_tasks) - set(args.tasks):
         raise SystemExit(f"--methods from {sorted(METHODS)}; --rl-tasks among --tasks")
     name = args.name or ("metaworld_vla_quick" if q else "metaworld_vla")
@@ -307,7 +342,10 @@ def main() -> None:
         zero = record["base_zero_noise"]["success_rate"]
         rate, ci = record["base"]["success_rate"], record["base"]["success_ci95"]
         print(f"{task}: SmolVLA {rate:.2f} {ci}, from zero noise {zero:.2f}", flush=True)
-    for task in args.rl_tasks:
+    for folder in args.gather:
+        added = gather_runs(per_task, folder, args.methods, model)
+        print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
+    for task in [] if args.gather else args.rl_tasks:
         record = per_task[task]
         runs = rl_records(record, args.seed)
         for method in args.methods:
@@ -323,16 +361,22 @@ def main() -> None:
         result.pop("partial")
         keep()
         return
-    gains = {m: [rl_records(per_task[t], args.seed)[m]["gain_points"] for t in args.rl_tasks] for m in args.methods}
     means = stages.setdefault("mean_gain_points", {})
     if means and not all(k.startswith("s") and k[1:].isdigit() for k in means):
         stages["mean_gain_points"] = means = {"s0": means}  # written before seeds were kept: seed 0's
-    means[f"s{args.seed}"] = {m: round(float(np.mean(g)), 1) if g else None for m, g in gains.items()}
+    seeds = {s for t in args.rl_tasks for s in per_task[t].get("rl", {})} if args.gather else {f"s{args.seed}"}
+    for seed in sorted(seeds, key=lambda s: int(s[1:])):
+        gains = {
+            m: [per_task[t]["rl"][seed][m]["gain_points"] for t in args.rl_tasks]
+            for m in args.methods
+            if all(m in per_task[t].get("rl", {}).get(seed, {}) for t in args.rl_tasks)
+        }
+        means.setdefault(seed, {}).update({m: round(float(np.mean(g)), 1) for m, g in gains.items()})
     stages["aggregate"] = {m: across_seeds(per_task, args.rl_tasks, m, quick=q) for m in args.methods}
     stages["wall_s"] = round(time.monotonic() - start)
     result.pop("partial")
     keep()
-    print(json.dumps({"base": {t: r["base"]["success_rate"] for t, r in per_task.items()}, **means[f"s{args.seed}"]}))
+    print(json.dumps({"base": {t: r["base"]["success_rate"] for t, r in per_task.items()}, **means}))
 
 
 if __name__ == "__main__":
