@@ -266,8 +266,16 @@ def test_sim_one_runs_to_the_end_and_a_killed_actor_is_restarted(tmp_path):
     # 300 steps at a real-time 50 Hz: the kill after two episodes (40 steps) comes with 5 s of the first actor's run
     # left, however fast the small learner updates, and the replacement finishes it; one evaluation episode writes
     # the report
+    # actor.hello_timeout_s: at load 12 the niced learner had not answered the first actor within the default 15 s
+    # (it exited, and its restarts were the ones counted); the restart under test is the one the kill causes
     proc, out = start_launch(
-        tmp_path, "sim_one", "train.total_env_steps=300", "eval.episodes=1", "actor.realtime=true", "env.control_hz=50"
+        tmp_path,
+        "sim_one",
+        "train.total_env_steps=300",
+        "eval.episodes=1",
+        "actor.realtime=true",
+        "env.control_hz=50",
+        "actor.hello_timeout_s=60",
     )
     wait_for(lambda: pids(out, "actor-0") and episodes_seen(run_dir_of(out)) >= 2, proc, out, "running actor")
     first = pids(out, "actor-0")[0]
