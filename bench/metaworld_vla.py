@@ -226,6 +226,8 @@ def gather_runs(per_task: dict, folder: Path, methods: list[str], model: str) ->
             for method, run in runs.items():
                 if method not in methods or not Path(run["run"]).resolve().is_relative_to((folder / "runs").resolve()):
                     continue
+                if task not in per_task:
+                    raise SystemExit(f"--gather {folder}: it ran {task}, not among --tasks here")
                 mine = per_task[task]
                 if mine["base"]["success_rate"] != record["base"]["success_rate"]:
                     raise SystemExit(f"--gather {folder}: {task}'s base evaluation differs from this folder's")
