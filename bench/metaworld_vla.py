@@ -216,6 +216,8 @@ def gather_runs(per_task: dict, folder: Path, methods: list[str], model: str) ->
     """Add the RL runs of `methods` that another `--out` folder made from the same SmolVLA to `per_task` (their
     `rl.s<seed>`): runs side by side need folders of their own. Only the runs made in `folder` (under its runs/): a
     folder started from a copy of this one's stages.json holds this one's rows too. Returns what it added."""
+    if not (folder / "stages.json").is_file():
+        raise SystemExit(f"--gather {folder}: no stages.json there (not a bench/metaworld_vla.py --out folder)")
     other = json.loads((folder / "stages.json").read_text())
     theirs = other.get("vla_training", {}).get("pretrained_model", "")
     if Path(theirs).resolve() != Path(model).resolve():
