@@ -66,8 +66,9 @@ METHODS = {
 # the same residual on the base's mode (every chunk from zero initial noise): ResFiT corrects a deterministic base, and
 # these bases are mostly better at their mode than as they sample; its gain is read over the zero-noise evaluation
 METHODS["residual_ramped_mode"] = [*METHODS["residual_ramped"], "policy.base.noise_scale=0"]
-# with a weak pull towards the base (an L2 on the residual): on the SmolVLA it kept the residual at about a third of its
-# bound, and the grasps the unregularised one lost (bench/metaworld_vla.py's residual_mode_l2)
+# with a weak pull towards the base (an L2 on the residual; 0.05 kept the flow base's residual at ~0.01 of its 0.1
+# bound: no change): on the SmolVLA the unregularised one sat at its bound in every dimension and cost pick-place's
+# grasps, and this one stopped at about a third of it and kept them (bench/metaworld_vla.py's residual_mode_l2)
 METHODS["residual_ramped_mode_l2"] = [*METHODS["residual_ramped_mode"], "algo.residual_l2=0.01"]
 
 

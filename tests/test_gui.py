@@ -556,8 +556,9 @@ def test_a_safety_stop_shows_on_the_page_and_its_acknowledge_button_lets_the_arm
     twin = run.actor.env.unwrapped.driver.twin
     # a collision, held for 2 s: on a loaded machine the actor's loop can stall past 0.5 s, and the watchdog's hold
     # then spans a short one without any command meeting it
-    twin.inject_force(40.0, duration_s=2.0)
-    force_ends = twin.clock.now() + 2.0
+    contact_s = 2.0
+    twin.inject_force(40.0, duration_s=contact_s)
+    force_ends = twin.clock.now() + contact_s
     wait_until(lambda: mode_of(page).startswith("SAFETY STOP"), what="the safety stop on the page")
     assert "STOPPED: motor load" in page.locator(f"{row} .safety").inner_text()
     stopped_at = time.monotonic()
