@@ -8,7 +8,12 @@ tasks' demonstrations together, then improved per task by DSRL and by residual R
     python bench/metaworld.py --tasks <12 tasks> --rl-tasks <those in the band> --reuse   # RL on some, the base on all
 
 `--reuse` goes on from `--out`: a seed's base, its evaluations and every RL run already finished at this `--steps`
-are kept (partial.json), so the protocol's hours can be spread over several sittings.
+are kept (partial.json), so the protocol's hours can be spread over several sittings. `--gather a,b,c` joins the RL
+runs other `--out` folders made from this folder's bases (runs side by side need folders of their own), runs nothing
+new, and writes the aggregate over every task x seed:
+
+    python bench/metaworld.py --tasks <5 tasks> --demos 10 --seeds 0 1 2 --steps 10000 \\
+        --methods residual_ramped_mode_l2 --out outputs/mw5_flow --gather outputs/mw5_flow_s1_peg,...
 
 Per seed: (1) per task, `--demos` episodes of Meta-World's scripted expert with action noise `--noise-std`, recorded
 and cached by the project's recorder (`load_or_make_demos`, env.task=<task>; few and noisy, so the base is imperfect);
@@ -237,6 +242,42 @@ def train_and_evaluate(
     }
 
 
+def gather_runs(out: Path, folder: Path, seeds: list[int], methods: list[str]) -> list[str]:
+    """Add the RL runs of `methods` that another `--out` folder made to `out`'s partial.json of each seed: only the
+    runs made in `folder` (under its s<seed>/runs/), from the same base (its s<seed>/base is `out`'s) and the same base
+    evaluations. Returns what it added; refuses a folder of another base, a differing evaluation, a run made twice."""
+    added = []
+    for seed in seeds:
+        theirs = folder / f"s{seed}" / "partial.json"
+        if not theirs.is_file():
+            continue  # a folder of one seed's runs
+        mine = out / f"s{seed}" / "partial.json"
+        if not mine.is_file():
+            raise SystemExit(f"--gather: {out} has no seed {seed} (no {mine}) to gather {folder}'s runs into")
+        base, their_base = (f / f"s{seed}" / "base" / "base.json" for f in (out, folder))
+        if not their_base.is_file() or their_base.resolve() != base.resolve():
+            raise SystemExit(f"--gather {folder}: seed {seed}'s base is not {out}'s ({their_base})")
+        tasks, other = json.loads(mine.read_text()), json.loads(theirs.read_text())
+        for task, record in other.items():
+            for method in methods:
+                run = record.get(method)
+                if not run or not Path(run["run"]).resolve().is_relative_to((folder / f"s{seed}" / "runs").resolve()):
+                    continue
+                if task not in tasks:
+                    raise SystemExit(f"--gather {folder}: it ran {task}, not among {out}'s seed {seed} tasks")
+                if tasks[task].get("base") != record.get("base"):
+                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation (seed {seed}) differs from {out}'s")
+                have = tasks[task].get(method)
+                if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
+                    raise SystemExit(
+                        f"--gather {folder}: {task} s{seed} {method} ran twice: {have['run']}, {run['run']}"
+                    )
+                tasks[task][method] = run
+                added.append(f"{task} s{seed} {method}")
+        mine.write_text(json.dumps(tasks, indent=1))
+    return added
+
+
 def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
     """One seed's base and RL runs; with --reuse, what an earlier (stopped) run of this seed measured is kept: its
     base checkpoint, base evaluations and finished RL runs (partial.json), so the protocol's hours can be spread."""
@@ -262,6 +303,8 @@ def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
         for method in args.methods if task in args.rl_tasks else ():
             done = record.get(method, {})
             if (done.get("steps"), done.get("overrides")) != (args.steps, METHODS[method]):  # not run yet like this
+                if args.gather:
+                    raise SystemExit(f"--gather runs nothing: {task} s{seed} {method} at {args.steps} steps is missing")
                 record[method] = run_rl(
                     args, seed, task, record["instruction"], base["checkpoint"], method, folder / "runs"
                 )
@@ -339,7 +382,12 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="go on from --out: each seed's base, base evaluations and finished runs"
     )
+    parser.add_argument(
+        "--gather", default=None, help="comma-separated --out folders whose runs join --out's (implies --reuse)"
+    )
     args = parser.parse_args()
+    args.gather = [Path(f) for f in args.gather.split(",") if f] if args.gather else []
+    args.reuse = args.reuse or bool(args.gather)
     args.tasks = args.tasks.split(",") if args.tasks else list(QUICK_TASKS)
     args.rl_tasks = args.rl_tasks.split(",") if args.rl_tasks else list(args.tasks)
     if set(args.rl_tasks) - set(args.tasks):
@@ -351,6 +399,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--methods: {sorted(unknown)} unknown; choose from {sorted(METHODS)}")
     start = time.monotonic()
+    for folder in args.gather:
+        added = gather_runs(Path(args.out), folder, args.seeds, args.methods)
+        print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
     batch, demos = record_demos(args)
     seeds = [measure_seed(args, seed, demos, batch) for seed in args.seeds]
     settings = {

@@ -1,8 +1,9 @@
-"""Meta-World with a learned reward: DSRL over the SmolVLA trained by bench/metaworld_vla.py, paid by a success
-classifier trained on the task's camera frames instead of the simulator's success, against the same DSRL paid by the
-simulator (that bench's result, same seed, same steps).
+"""Meta-World with a learned reward: RL over the SmolVLA trained by bench/metaworld_vla.py (DSRL, or `--method` one
+of that bench's other methods), paid by a success classifier trained on the task's camera frames instead of the
+simulator's success, against the same method paid by the simulator (that bench's result, same seed, same steps).
 
     python bench/metaworld_reward.py --vla-out outputs/mwvla --tasks pick-place-v3   # after bench/metaworld_vla.py
+    python bench/metaworld_reward.py --vla-out outputs/mwvla --tasks push-back-v3 --method residual_mode_l2
     python bench/metaworld_reward.py --quick --vla-out outputs/bench_metaworld_vla   # after its --quick: plumbing
 
 Per task: (1) reward data from the same `corner2` camera at the same size as the VLA's: the scripted expert's
@@ -10,8 +11,9 @@ successes (action noise 0.1), each held `--hold` steps past its first success (t
 failures (an untrained policy's, and the expert's with `--failure-noise`: attempts that come near a success), for
 training and, from other seeds, held out; (2) `robo-rl reward train kind=classifier`'s code (a small CNN, the
 threshold set on held-out episodes, the novelty gate) and its quality on the held-out episodes (frame AUROC, the
-per-episode false-success rate); (3) `robo-rl train` of bench/metaworld_vla.py's DSRL (noise-space SAC over the
-frozen SmolVLA, the noise actor on the state) with `reward=model`: the classifier scores each frame on the actor, its
+per-episode false-success rate); (3) `robo-rl train` of bench/metaworld_vla.py's `--method` (DSRL: noise-space SAC
+over the frozen SmolVLA, the noise actor on the state; residual_mode_l2: the bounded residual on its mode) with
+`reward=model`: the classifier scores each frame on the actor, its
 shaper pays the reward and declares the success that ends an episode; the simulator's success is read only by the
 final evaluation (50 fixed seeds, deterministic). The figure: success after RL with the learned reward over success
 after RL with the simulator's (the issue's bar: >= 0.9 on two tasks).
@@ -75,7 +77,10 @@ def main() -> None:
     parser.add_argument("--failure-noise", type=float, default=1.0, help="the expert's action noise in failures")
     parser.add_argument("--epochs", type=int, default=None, help="classifier epochs (20; quick 2)")
     parser.add_argument("--episodes", type=int, default=None, help="evaluation episodes (50; quick 5)")
-    parser.add_argument("--rl-steps", type=int, default=None, help="DSRL env steps (10k; quick 300)")
+    parser.add_argument("--rl-steps", type=int, default=None, help="RL env steps (10k; quick 300)")
+    parser.add_argument(
+        "--method", default="dsrl", choices=sorted(mwv.METHODS), help="bench/metaworld_vla.py's RL method (dsrl)"
+    )
     parser.add_argument("--image-size", type=int, default=64, help="as bench/metaworld_vla.py was run")
     parser.add_argument("--horizon", type=int, default=150, help="as bench/metaworld_vla.py was run")
     parser.add_argument("--demos", type=int, default=None, help="as bench/metaworld_vla.py was run (10; quick 2)")
@@ -96,7 +101,19 @@ def main() -> None:
     args.rl_steps = args.rl_steps or (300 if q else 10000)
     model = stages["vla_training"]["pretrained_model"]
     name = args.name or ("metaworld_reward_quick" if q else "metaworld_reward")
-    keys = ("vla_out", "tasks", "episodes_per_kind", "hold", "failure_noise", "epochs", "episodes", "rl_steps", "seed")
+    keys = (
+        "vla_out",
+        "tasks",
+        "method",
+        "episodes_per_kind",
+        "hold",
+        "failure_noise",
+        "epochs",
+        "episodes",
+        "rl_steps",
+    )
+    keys += ("seed",)
+    m = args.method
     result: dict = {k: getattr(args, k) for k in keys} | {"partial": True, "pretrained_model": model, "per_task": {}}
 
     def keep() -> None:
@@ -115,17 +132,21 @@ def main() -> None:
         keep()
         print(f"{task}: classifier {record['classifier']['held_out_quality']}", flush=True)
         reward = ("reward=model", f"reward.model={folder}")
-        run = mwv.run_rl(args, task, base["instruction"], model, "dsrl", extra=reward, tag="_learned_reward")
-        record["dsrl_learned_reward"] = run
-        sim = mwv.rl_records(stages["per_task"][task], args.seed).get("dsrl", {})
+        run = mwv.run_rl(args, task, base["instruction"], model, m, extra=reward, tag="_learned_reward")
+        record[f"{m}_learned_reward"] = run
+        sim = mwv.rl_records(stages["per_task"][task], args.seed).get(m, {})
         after = run["after"]["success_rate"]
         record["gain_points"] = round(100 * (after - base["success_rate"]), 1)
+        if "base_zero_noise" in stages["per_task"][task]:  # the SmolVLA's mode, where DSRL and residual_mode start
+            mode = stages["per_task"][task]["base_zero_noise"]["success_rate"]
+            record["smolvla_mode"] = mode
+            record["gain_points_over_mode"] = round(100 * (after - mode), 1)
         if sim.get("steps") == args.rl_steps:
-            record["dsrl_sim_reward"] = sim["after"]["success_rate"]
+            record[f"{m}_sim_reward"] = sim["after"]["success_rate"]
             record["ratio_to_sim_reward"] = round(after / max(sim["after"]["success_rate"], 1e-9), 3)
         keep()
-        print(f"{task}: DSRL with the learned reward {after:.2f} ({record['gain_points']:+} points; sim reward "
-              f"{record.get('dsrl_sim_reward')})", flush=True)  # fmt: skip
+        print(f"{task}: {m} with the learned reward {after:.2f} ({record['gain_points']:+} points; sim reward "
+              f"{record.get(f'{m}_sim_reward')})", flush=True)  # fmt: skip
     result.pop("partial")
     keep()
 

@@ -1,0 +1,90 @@
+"""bench/metaworld.py --gather: the RL runs other --out folders made from the same bases join one folder's partial.json
+(runs side by side need folders of their own), and what does not belong is refused by name, not averaged in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.metaworld import gather_runs
+
+BASE = {"sampled": {"episodes": 50, "success_rate": 0.5}, "zero_noise": {"episodes": 50, "success_rate": 0.6}}
+METHOD = "residual_ramped_mode_l2"
+
+
+def seed_folder(root: Path, seed: int, tasks: dict, base: Path | None = None) -> Path:
+    """An --out folder's s<seed>: its base (its own, or a link to `base`) and partial.json holding `tasks`."""
+    folder = root / f"s{seed}"
+    folder.mkdir(parents=True)
+    if base is None:
+        (folder / "base").mkdir()
+        (folder / "base" / "base.json").write_text("{}")
+    else:
+        (folder / "base").symlink_to(base)
+    (folder / "partial.json").write_text(json.dumps(tasks))
+    return folder
+
+
+def run(folder: Path, name: str, success: float) -> dict:
+    return {"run": str(folder / "runs" / name), "steps": 10000, "after": {"success_rate": success}}
+
+
+def test_runs_made_side_by_side_join_the_bases_folder_and_rows_copied_from_it_are_not_gathered_twice(tmp_path):
+    out = tmp_path / "out"
+    mine = seed_folder(out, 2, {t: {"base": BASE} for t in ("a-v3", "b-v3")})
+    mine_dsrl = run(mine, "dsrl_a", 0.7)
+    (mine / "partial.json").write_text(json.dumps({"a-v3": {"base": BASE, "dsrl": mine_dsrl}, "b-v3": {"base": BASE}}))
+    for task, success in (("a-v3", 0.8), ("b-v3", 0.9)):
+        other = tmp_path / f"side_{task}"
+        theirs = seed_folder(other, 2, {}, base=mine / "base")
+        # each side folder started from a copy of the base folder's partial.json: the dsrl row is the base folder's own
+        copied = {"a-v3": {"base": BASE, "dsrl": mine_dsrl}, "b-v3": {"base": BASE}}
+        copied[task][METHOD] = run(theirs, task, success)
+        (theirs / "partial.json").write_text(json.dumps(copied))
+        assert gather_runs(out, other, [0, 1, 2], ["dsrl", METHOD]) == [f"{task} s2 {METHOD}"]
+    joined = json.loads((mine / "partial.json").read_text())
+    assert joined["a-v3"][METHOD]["after"]["success_rate"] == 0.8
+    assert joined["b-v3"][METHOD]["after"]["success_rate"] == 0.9
+    assert joined["a-v3"]["dsrl"] == mine_dsrl
+    # gathering the same folder again adds nothing new and changes nothing
+    assert gather_runs(out, tmp_path / "side_a-v3", [2], [METHOD]) == ["a-v3 s2 " + METHOD]
+    assert json.loads((mine / "partial.json").read_text()) == joined
+
+
+def test_another_base_a_differing_evaluation_or_a_run_made_twice_is_refused_by_name(tmp_path):
+    out = tmp_path / "out"
+    mine = seed_folder(out, 0, {"a-v3": {"base": BASE}})
+
+    other_base = tmp_path / "other_base"
+    theirs = seed_folder(other_base, 0, {})  # a base of its own: another seed's, or retrained
+    (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
+    with pytest.raises(SystemExit, match="seed 0's base is not"):
+        gather_runs(out, other_base, [0], [METHOD])
+
+    evaluated = tmp_path / "evaluated"
+    theirs = seed_folder(evaluated, 0, {}, base=mine / "base")
+    other_eval = {**BASE, "sampled": {"episodes": 20, "success_rate": 0.55}}
+    (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": other_eval, METHOD: run(theirs, "x", 0.9)}}))
+    with pytest.raises(SystemExit, match="a-v3's base evaluation"):
+        gather_runs(out, evaluated, [0], [METHOD])
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        theirs = seed_folder(folder, 0, {}, base=mine / "base")
+        (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
+    gather_runs(out, first, [0], [METHOD])
+    with pytest.raises(SystemExit, match="ran twice"):
+        gather_runs(out, second, [0], [METHOD])
+
+    foreign = tmp_path / "foreign"
+    theirs = seed_folder(foreign, 0, {}, base=mine / "base")
+    (theirs / "partial.json").write_text(json.dumps({"z-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
+    with pytest.raises(SystemExit, match="it ran z-v3"):
+        gather_runs(out, foreign, [0], [METHOD])
+
+    lone = tmp_path / "lone"
+    seed_folder(lone, 1, {"a-v3": {"base": BASE}})
+    with pytest.raises(SystemExit, match="has no seed 1"):
+        gather_runs(out, lone, [1], [METHOD])
