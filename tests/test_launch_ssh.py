@@ -183,11 +183,12 @@ def test_two_robot_pcs_over_real_ssh_keys_copied_curve_on_and_ctrl_c_leaves_no_p
     gui_mechanism = "NULL" if address.startswith("127.") else "CURVE"
     assert zmtp_mechanism(address, ports["gui.zmq_port"]) == gui_mechanism
 
-    # the actors run under sshd (their shell's pid was printed first, then exec'd into python)
+    # the actors run under sshd (their shell's pid was printed first, then exec'd into python); the newest such line:
+    # on a loaded machine an actor may have been restarted (its log appended), and the first pid be gone (load 16)
     remote_pids = {}
     for arm in hosts:
-        first = (run_dir / "logs" / f"{arm}.log").read_text().splitlines()[0]
-        remote_pids[arm] = int(re.fullmatch(r"launch: remote pid (\d+)", first).group(1))
+        marks = re.findall(r"^launch: remote pid (\d+)$", (run_dir / "logs" / f"{arm}.log").read_text(), re.M)
+        remote_pids[arm] = int(marks[-1])
         assert parent_title(remote_pids[arm]).startswith("sshd"), parent_title(remote_pids[arm])
         cmdline = Path(f"/proc/{remote_pids[arm]}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         assert "robo_rl.cli actor" in cmdline and f"actor.id={arm}" in cmdline
