@@ -13,10 +13,10 @@ training and, from other seeds, held out; (2) `robo-rl reward train kind=classif
 threshold set on held-out episodes, the novelty gate) and its quality on the held-out episodes (frame AUROC, the
 per-episode false-success rate); (3) `robo-rl train` of bench/metaworld_vla.py's `--method` (DSRL: noise-space SAC
 over the frozen SmolVLA, the noise actor on the state; residual_mode_l2: the bounded residual on its mode) with
-`reward=model`: the classifier scores each frame on the actor, its
-shaper pays the reward and declares the success that ends an episode; the simulator's success is read only by the
-final evaluation (50 fixed seeds, deterministic). The figure: success after RL with the learned reward over success
-after RL with the simulator's (the issue's bar: >= 0.9 on two tasks).
+`reward=model`: the classifier scores each frame on the actor, its shaper pays the reward and declares the success
+that ends an episode; the simulator's success is read only by the final evaluation (50 fixed seeds, deterministic).
+The figure: success after RL with the learned reward over success after RL with the simulator's (the issue's bar:
+>= 0.9 on two tasks).
 
 Writes bench/results/<--name> (default metaworld_reward, --quick metaworld_reward_quick) after every stage.
 """
@@ -111,8 +111,8 @@ def main() -> None:
         "epochs",
         "episodes",
         "rl_steps",
+        "seed",
     )
-    keys += ("seed",)
     m = args.method
     result: dict = {k: getattr(args, k) for k in keys} | {"partial": True, "pretrained_model": model, "per_task": {}}
 
