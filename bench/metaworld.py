@@ -242,6 +242,20 @@ def train_and_evaluate(
     }
 
 
+def made_in(run: dict, runs: Path) -> bool:
+    """Whether an RL run's record points into `runs` (a folder started from a copy of another's records holds that
+    folder's rows too: only its own are gathered from it)."""
+    return Path(run["run"]).resolve().is_relative_to(runs.resolve())
+
+
+def take_run(records: dict, method: str, run: dict, folder: Path, label: str) -> None:
+    """Put `run`, gathered from `folder`, in `records[method]`; a different run already there is refused by name."""
+    have = records.get(method)
+    if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
+        raise SystemExit(f"--gather {folder}: {label} {method} ran twice: {have['run']} and {run['run']}")
+    records[method] = run
+
+
 def gather_runs(out: Path, folder: Path, seeds: list[int], methods: list[str]) -> list[str]:
     """Add the RL runs of `methods` that another `--out` folder made to `out`'s partial.json of each seed: only the
     runs made in `folder` (under its s<seed>/runs/), from the same base (its s<seed>/base is `out`'s) and the same base
@@ -261,18 +275,13 @@ def gather_runs(out: Path, folder: Path, seeds: list[int], methods: list[str]) -
         for task, record in other.items():
             for method in methods:
                 run = record.get(method)
-                if not run or not Path(run["run"]).resolve().is_relative_to((folder / f"s{seed}" / "runs").resolve()):
+                if not run or not made_in(run, folder / f"s{seed}" / "runs"):
                     continue
                 if task not in tasks:
                     raise SystemExit(f"--gather {folder}: it ran {task}, not among {out}'s seed {seed} tasks")
                 if tasks[task].get("base") != record.get("base"):
                     raise SystemExit(f"--gather {folder}: {task}'s base evaluation (seed {seed}) differs from {out}'s")
-                have = tasks[task].get(method)
-                if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
-                    raise SystemExit(
-                        f"--gather {folder}: {task} s{seed} {method} ran twice: {have['run']}, {run['run']}"
-                    )
-                tasks[task][method] = run
+                take_run(tasks[task], method, run, folder, f"{task} s{seed}")
                 added.append(f"{task} s{seed} {method}")
         mine.write_text(json.dumps(tasks, indent=1))
     return added

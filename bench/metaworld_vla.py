@@ -225,19 +225,14 @@ def gather_runs(per_task: dict, folder: Path, methods: list[str], model: str) ->
     for task, record in other.get("per_task", {}).items():
         for seed, runs in record.get("rl", {}).items():
             for method, run in runs.items():
-                if method not in methods or not Path(run["run"]).resolve().is_relative_to((folder / "runs").resolve()):
+                if method not in methods or not mw.made_in(run, folder / "runs"):
                     continue
                 if task not in per_task:
                     raise SystemExit(f"--gather {folder}: it ran {task}, not among --tasks here")
                 mine = per_task[task]
                 if mine["base"]["success_rate"] != record["base"]["success_rate"]:
                     raise SystemExit(f"--gather {folder}: {task}'s base evaluation differs from this folder's")
-                have = mine.setdefault("rl", {}).setdefault(seed, {}).get(method)
-                if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
-                    raise SystemExit(
-                        f"--gather {folder}: {task} {seed} {method} ran twice: {have['run']} and {run['run']}"
-                    )
-                mine["rl"][seed][method] = run
+                mw.take_run(mine.setdefault("rl", {}).setdefault(seed, {}), method, run, folder, f"{task} {seed}")
                 added.append(f"{task} {seed} {method}")
     return added
 
