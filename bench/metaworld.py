@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._gather import gather_flow_runs  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 
 QUICK_TASKS = ("reach-v3", "button-press-v3")
@@ -242,51 +243,6 @@ def train_and_evaluate(
     }
 
 
-def made_in(run: dict, runs: Path) -> bool:
-    """Whether an RL run's record points into `runs` (a folder started from a copy of another's records holds that
-    folder's rows too: only its own are gathered from it)."""
-    return Path(run["run"]).resolve().is_relative_to(runs.resolve())
-
-
-def take_run(records: dict, method: str, run: dict, folder: Path, label: str) -> None:
-    """Put `run`, gathered from `folder`, in `records[method]`; a different run already there is refused by name."""
-    have = records.get(method)
-    if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
-        raise SystemExit(f"--gather {folder}: {label} {method} ran twice: {have['run']} and {run['run']}")
-    records[method] = run
-
-
-def gather_runs(out: Path, folder: Path, seeds: list[int], methods: list[str]) -> list[str]:
-    """Add the RL runs of `methods` that another `--out` folder made to `out`'s partial.json of each seed: only the
-    runs made in `folder` (under its s<seed>/runs/), from the same base (its s<seed>/base is `out`'s) and the same base
-    evaluations. Returns what it added; refuses a folder of another base, a differing evaluation, a run made twice."""
-    added = []
-    for seed in seeds:
-        theirs = folder / f"s{seed}" / "partial.json"
-        if not theirs.is_file():
-            continue  # a folder of one seed's runs
-        mine = out / f"s{seed}" / "partial.json"
-        if not mine.is_file():
-            raise SystemExit(f"--gather: {out} has no seed {seed} (no {mine}) to gather {folder}'s runs into")
-        base, their_base = (f / f"s{seed}" / "base" / "base.json" for f in (out, folder))
-        if not their_base.is_file() or their_base.resolve() != base.resolve():
-            raise SystemExit(f"--gather {folder}: seed {seed}'s base is not {out}'s ({their_base})")
-        tasks, other = json.loads(mine.read_text()), json.loads(theirs.read_text())
-        for task, record in other.items():
-            for method in methods:
-                run = record.get(method)
-                if not run or not made_in(run, folder / f"s{seed}" / "runs"):
-                    continue
-                if task not in tasks:
-                    raise SystemExit(f"--gather {folder}: it ran {task}, not among {out}'s seed {seed} tasks")
-                if tasks[task].get("base") != record.get("base"):
-                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation (seed {seed}) differs from {out}'s")
-                take_run(tasks[task], method, run, folder, f"{task} s{seed}")
-                added.append(f"{task} s{seed} {method}")
-        mine.write_text(json.dumps(tasks, indent=1))
-    return added
-
-
 def measure_seed(args, seed: int, demos: dict, batch: dict) -> dict:
     """One seed's base and RL runs; with --reuse, what an earlier (stopped) run of this seed measured is kept: its
     base checkpoint, base evaluations and finished RL runs (partial.json), so the protocol's hours can be spread."""
@@ -409,7 +365,7 @@ def main() -> None:
         raise SystemExit(f"--methods: {sorted(unknown)} unknown; choose from {sorted(METHODS)}")
     start = time.monotonic()
     for folder in args.gather:
-        added = gather_runs(Path(args.out), folder, args.seeds, args.methods)
+        added = gather_flow_runs(Path(args.out), folder, args.seeds, args.methods)
         print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
     batch, demos = record_demos(args)
     seeds = [measure_seed(args, seed, demos, batch) for seed in args.seeds]

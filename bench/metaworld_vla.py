@@ -41,6 +41,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import bench.metaworld as mw  # noqa: E402
+from bench._gather import gather_vla_runs  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 from bench.metaworld import figures, hydra_string, train_and_evaluate  # noqa: E402
 from bench.methods import on_policy_rollouts  # noqa: E402
@@ -211,32 +212,6 @@ def rl_records(record: dict, seed: int) -> dict:
     return rl.setdefault(f"s{seed}", {})
 
 
-def gather_runs(per_task: dict, folder: Path, methods: list[str], model: str) -> list[str]:
-    """Add the RL runs of `methods` that another `--out` folder made from the same SmolVLA to `per_task` (their
-    `rl.s<seed>`): runs side by side need folders of their own. Only the runs made in `folder` (under its runs/): a
-    folder started from a copy of this one's stages.json holds this one's rows too. Returns what it added."""
-    if not (folder / "stages.json").is_file():
-        raise SystemExit(f"--gather {folder}: no stages.json there (not a bench/metaworld_vla.py --out folder)")
-    other = json.loads((folder / "stages.json").read_text())
-    theirs = other.get("vla_training", {}).get("pretrained_model", "")
-    if Path(theirs).resolve() != Path(model).resolve():
-        raise SystemExit(f"--gather {folder}: its SmolVLA is {theirs}, not {model}")
-    added = []
-    for task, record in other.get("per_task", {}).items():
-        for seed, runs in record.get("rl", {}).items():
-            for method, run in runs.items():
-                if method not in methods or not mw.made_in(run, folder / "runs"):
-                    continue
-                if task not in per_task:
-                    raise SystemExit(f"--gather {folder}: it ran {task}, not among --tasks here")
-                mine = per_task[task]
-                if mine["base"]["success_rate"] != record["base"]["success_rate"]:
-                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation differs from this folder's")
-                mw.take_run(mine.setdefault("rl", {}).setdefault(seed, {}), method, run, folder, f"{task} {seed}")
-                added.append(f"{task} {seed} {method}")
-    return added
-
-
 def across_seeds(per_task: dict, tasks: list[str], method: str, quick: bool) -> dict:
     """`method`'s gain over the SmolVLA across task x seed, over the seeds that ran it on every task: IQM and mean
     with stratified bootstrap intervals (robo_rl/eval/aggregate.py, rliable), and the tasks x seeds below the base."""
@@ -341,7 +316,7 @@ def main() -> None:
         rate, ci = record["base"]["success_rate"], record["base"]["success_ci95"]
         print(f"{task}: SmolVLA {rate:.2f} {ci}, from zero noise {zero:.2f}", flush=True)
     for folder in args.gather:
-        added = gather_runs(per_task, folder, args.methods, model)
+        added = gather_vla_runs(per_task, folder, args.methods, model)
         print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
     for task in [] if args.gather else args.rl_tasks:
         record = per_task[task]

@@ -1,5 +1,6 @@
-"""bench/metaworld.py --gather: the RL runs other --out folders made from the same bases join one folder's partial.json
-(runs side by side need folders of their own), and what does not belong is refused by name, not averaged in."""
+"""bench/metaworld.py --gather (bench/_gather.py): the RL runs other --out folders made from the same bases join one
+folder's partial.json (runs side by side need folders of their own), and what does not belong is refused by name, not
+averaged in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.metaworld import gather_runs
+from bench._gather import gather_flow_runs
 
 BASE = {"sampled": {"episodes": 50, "success_rate": 0.5}, "zero_noise": {"episodes": 50, "success_rate": 0.6}}
 METHOD = "residual_ramped_mode_l2"
@@ -43,13 +44,13 @@ def test_runs_made_side_by_side_join_the_bases_folder_and_rows_copied_from_it_ar
         copied = {"a-v3": {"base": BASE, "dsrl": mine_dsrl}, "b-v3": {"base": BASE}}
         copied[task][METHOD] = run(theirs, task, success)
         (theirs / "partial.json").write_text(json.dumps(copied))
-        assert gather_runs(out, other, [0, 1, 2], ["dsrl", METHOD]) == [f"{task} s2 {METHOD}"]
+        assert gather_flow_runs(out, other, [0, 1, 2], ["dsrl", METHOD]) == [f"{task} s2 {METHOD}"]
     joined = json.loads((mine / "partial.json").read_text())
     assert joined["a-v3"][METHOD]["after"]["success_rate"] == 0.8
     assert joined["b-v3"][METHOD]["after"]["success_rate"] == 0.9
     assert joined["a-v3"]["dsrl"] == mine_dsrl
     # gathering the same folder again adds nothing new and changes nothing
-    assert gather_runs(out, tmp_path / "side_a-v3", [2], [METHOD]) == ["a-v3 s2 " + METHOD]
+    assert gather_flow_runs(out, tmp_path / "side_a-v3", [2], [METHOD]) == ["a-v3 s2 " + METHOD]
     assert json.loads((mine / "partial.json").read_text()) == joined
 
 
@@ -61,30 +62,30 @@ def test_another_base_a_differing_evaluation_or_a_run_made_twice_is_refused_by_n
     theirs = seed_folder(other_base, 0, {})  # a base of its own: another seed's, or retrained
     (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
     with pytest.raises(SystemExit, match="seed 0's base is not"):
-        gather_runs(out, other_base, [0], [METHOD])
+        gather_flow_runs(out, other_base, [0], [METHOD])
 
     evaluated = tmp_path / "evaluated"
     theirs = seed_folder(evaluated, 0, {}, base=mine / "base")
     other_eval = {**BASE, "sampled": {"episodes": 20, "success_rate": 0.55}}
     (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": other_eval, METHOD: run(theirs, "x", 0.9)}}))
     with pytest.raises(SystemExit, match="a-v3's base evaluation"):
-        gather_runs(out, evaluated, [0], [METHOD])
+        gather_flow_runs(out, evaluated, [0], [METHOD])
 
     first, second = tmp_path / "first", tmp_path / "second"
     for folder in (first, second):
         theirs = seed_folder(folder, 0, {}, base=mine / "base")
         (theirs / "partial.json").write_text(json.dumps({"a-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
-    gather_runs(out, first, [0], [METHOD])
+    gather_flow_runs(out, first, [0], [METHOD])
     with pytest.raises(SystemExit, match="ran twice"):
-        gather_runs(out, second, [0], [METHOD])
+        gather_flow_runs(out, second, [0], [METHOD])
 
     foreign = tmp_path / "foreign"
     theirs = seed_folder(foreign, 0, {}, base=mine / "base")
     (theirs / "partial.json").write_text(json.dumps({"z-v3": {"base": BASE, METHOD: run(theirs, "x", 0.9)}}))
     with pytest.raises(SystemExit, match="it ran z-v3"):
-        gather_runs(out, foreign, [0], [METHOD])
+        gather_flow_runs(out, foreign, [0], [METHOD])
 
     lone = tmp_path / "lone"
     seed_folder(lone, 1, {"a-v3": {"base": BASE}})
     with pytest.raises(SystemExit, match="has no seed 1"):
-        gather_runs(out, lone, [1], [METHOD])
+        gather_flow_runs(out, lone, [1], [METHOD])

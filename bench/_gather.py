@@ -1,0 +1,80 @@
+"""`--gather`: the RL runs other `--out` folders made join one folder's records, for bench/metaworld.py (the flow
+baseline: per seed, s<seed>/partial.json beside that seed's base) and bench/metaworld_vla.py (the SmolVLA: stages.json,
+each task's `rl.s<seed>`). Runs side by side need folders of their own; joining them runs nothing, and a run that does
+not belong (another base or VLA, a differing base evaluation, a run made twice) is refused by name, not averaged in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def made_in(run: dict, runs: Path) -> bool:
+    """Whether an RL run's record points into `runs` (a folder started from a copy of another's records holds that
+    folder's rows too: only its own are gathered from it)."""
+    return Path(run["run"]).resolve().is_relative_to(runs.resolve())
+
+
+def take_run(records: dict, method: str, run: dict, folder: Path, label: str) -> None:
+    """Put `run`, gathered from `folder`, in `records[method]`; a different run already there is refused by name."""
+    have = records.get(method)
+    if have and Path(have["run"]).resolve() != Path(run["run"]).resolve():
+        raise SystemExit(f"--gather {folder}: {label} {method} ran twice: {have['run']} and {run['run']}")
+    records[method] = run
+
+
+def gather_flow_runs(out: Path, folder: Path, seeds: list[int], methods: list[str]) -> list[str]:
+    """Add the RL runs of `methods` that another `--out` folder made to `out`'s partial.json of each seed: only the
+    runs made in `folder` (under its s<seed>/runs/), from the same base (its s<seed>/base is `out`'s) and the same base
+    evaluations. Returns what it added; refuses a folder of another base, a differing evaluation, a run made twice."""
+    added = []
+    for seed in seeds:
+        theirs = folder / f"s{seed}" / "partial.json"
+        if not theirs.is_file():
+            continue  # a folder of one seed's runs
+        mine = out / f"s{seed}" / "partial.json"
+        if not mine.is_file():
+            raise SystemExit(f"--gather: {out} has no seed {seed} (no {mine}) to gather {folder}'s runs into")
+        base, their_base = (f / f"s{seed}" / "base" / "base.json" for f in (out, folder))
+        if not their_base.is_file() or their_base.resolve() != base.resolve():
+            raise SystemExit(f"--gather {folder}: seed {seed}'s base is not {out}'s ({their_base})")
+        tasks, other = json.loads(mine.read_text()), json.loads(theirs.read_text())
+        for task, record in other.items():
+            for method in methods:
+                run = record.get(method)
+                if not run or not made_in(run, folder / f"s{seed}" / "runs"):
+                    continue
+                if task not in tasks:
+                    raise SystemExit(f"--gather {folder}: it ran {task}, not among {out}'s seed {seed} tasks")
+                if tasks[task].get("base") != record.get("base"):
+                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation (seed {seed}) differs from {out}'s")
+                take_run(tasks[task], method, run, folder, f"{task} s{seed}")
+                added.append(f"{task} s{seed} {method}")
+        mine.write_text(json.dumps(tasks, indent=1))
+    return added
+
+
+def gather_vla_runs(per_task: dict, folder: Path, methods: list[str], model: str) -> list[str]:
+    """Add the RL runs of `methods` that another `--out` folder made from the same SmolVLA to `per_task` (their
+    `rl.s<seed>`): runs side by side need folders of their own. Only the runs made in `folder` (under its runs/): a
+    folder started from a copy of this one's stages.json holds this one's rows too. Returns what it added."""
+    if not (folder / "stages.json").is_file():
+        raise SystemExit(f"--gather {folder}: no stages.json there (not a bench/metaworld_vla.py --out folder)")
+    other = json.loads((folder / "stages.json").read_text())
+    theirs = other.get("vla_training", {}).get("pretrained_model", "")
+    if Path(theirs).resolve() != Path(model).resolve():
+        raise SystemExit(f"--gather {folder}: its SmolVLA is {theirs}, not {model}")
+    added = []
+    for task, record in other.get("per_task", {}).items():
+        for seed, runs in record.get("rl", {}).items():
+            for method, run in runs.items():
+                if method not in methods or not made_in(run, folder / "runs"):
+                    continue
+                if task not in per_task:
+                    raise SystemExit(f"--gather {folder}: it ran {task}, not among --tasks here")
+                mine = per_task[task]
+                if mine["base"]["success_rate"] != record["base"]["success_rate"]:
+                    raise SystemExit(f"--gather {folder}: {task}'s base evaluation differs from this folder's")
+                take_run(mine.setdefault("rl", {}).setdefault(seed, {}), method, run, folder, f"{task} {seed}")
+                added.append(f"{task} {seed} {method}")
+    return added
