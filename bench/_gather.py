@@ -54,6 +54,55 @@ def gather_flow_runs(out: Path, folder: Path, seeds: list[int], methods: list[st
     return added
 
 
+# what fingerprints a base across machines and sittings: BC from the same cached demonstrations and seed is
+# bit-reproducible on the CPU (a fresh machine's rebuilt bases gave the same validation loss to the last digit and
+# the same 50-episode evaluations, 2026-12-02), and a different base does not give these
+BASE_PRINT = ("recipe", "val_loss", "best_epoch", "train_transitions", "updates")
+EVAL_PRINT = ("episodes", "successes", "mean_length")
+
+
+def same_evaluation(a: dict, b: dict) -> bool:
+    """Whether two base evaluations ({sampled, zero_noise}) saw the same episodes (wall times aside)."""
+    return a.keys() == b.keys() and all(a[m].get(k) == b[m].get(k) for m in a for k in EVAL_PRINT)
+
+
+def gather_flow_results(out: Path, result: Path, seeds: list[int], methods: list[str]) -> list[str]:
+    """Add the RL runs of `methods` that a bench/metaworld.py result file recorded (an earlier sitting's, whose run
+    folders are gone) to `out`'s partial.json of each seed: only from the same base (its training's fingerprint and
+    every task's base evaluation the same as `out`'s), each run marked with the file it came from."""
+    try:
+        record = json.loads(result.read_text())
+        detail = {int(s["seed"]): s for s in record["seeds_detail"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--gather {result}: not a bench/metaworld.py result file ({e})") from None
+    added = []
+    for seed in seeds:
+        if seed not in detail:
+            continue
+        mine = out / f"s{seed}" / "partial.json"
+        if not mine.is_file():
+            raise SystemExit(f"--gather: {out} has no seed {seed} (no {mine}) to gather {result}'s runs into")
+        base = json.loads((out / f"s{seed}" / "base" / "base.json").read_text())
+        theirs = detail[seed]
+        differ = [k for k in BASE_PRINT if base.get(k) != theirs["base_training"].get(k)]
+        if differ:
+            raise SystemExit(f"--gather {result}: seed {seed}'s base is not {out}'s (its {', '.join(differ)} differ)")
+        tasks = json.loads(mine.read_text())
+        for task, other in theirs["tasks"].items():
+            for method in methods:
+                run = other.get(method)
+                if not run:
+                    continue
+                if task not in tasks:
+                    raise SystemExit(f"--gather {result}: it ran {task}, not among {out}'s seed {seed} tasks")
+                if not same_evaluation(tasks[task]["base"], other["base"]):
+                    raise SystemExit(f"--gather {result}: {task}'s base evaluation (seed {seed}) differs from {out}'s")
+                take_run(tasks[task], method, {**run, "gathered_from": result.name}, result, f"{task} s{seed}")
+                added.append(f"{task} s{seed} {method}")
+        mine.write_text(json.dumps(tasks, indent=1))
+    return added
+
+
 def gather_vla_runs(per_task: dict, folder: Path, methods: list[str], model: str) -> list[str]:
     """Add the RL runs of `methods` that another `--out` folder made from the same SmolVLA to `per_task` (their
     `rl.s<seed>`): runs side by side need folders of their own. Only the runs made in `folder` (under its runs/): a

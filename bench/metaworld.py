@@ -9,8 +9,10 @@ tasks' demonstrations together, then improved per task by DSRL and by residual R
 
 `--reuse` goes on from `--out`: a seed's base, its evaluations and every RL run already finished at this `--steps`
 are kept (partial.json), so the protocol's hours can be spread over several sittings. `--gather a,b,c` joins the RL
-runs other `--out` folders made from this folder's bases (runs side by side need folders of their own), runs nothing
-new, and writes the aggregate over every task x seed:
+runs other `--out` folders made from this folder's bases (runs side by side need folders of their own), or that an
+earlier sitting's result file recorded (`bench/results/x.json`: its folders gone with its machine; the base rebuilt
+here must be the same one, which BC on the CPU reproduces exactly), runs nothing new, and writes the aggregate over
+every task x seed:
 
     python bench/metaworld.py --tasks <5 tasks> --demos 10 --seeds 0 1 2 --steps 10000 \\
         --methods residual_ramped_mode_l2 --out outputs/mw5_flow --gather outputs/mw5_flow_s1_peg,...
@@ -48,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from bench._gather import gather_flow_runs  # noqa: E402
+from bench._gather import gather_flow_results, gather_flow_runs  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 
 QUICK_TASKS = ("reach-v3", "button-press-v3")
@@ -60,6 +62,9 @@ METHODS = {
     "residual": ["experiment=residual_pick_cube", "policy.state_norm=base"],
     # PPO over the base's own noisy Euler steps (its checkpoint is the policy fine-tuned, its state statistics kept)
     "reinflow": ["experiment=reinflow_pick_cube"],
+    # the preset moved these bases too little at 20k env steps (approximate KL 5e-5 an iteration); the best of four
+    # probes on reach-v3 seed 0 (bench/results/metaworld_probes.json): a 3.3x learning rate, twice the iterations
+    "reinflow_fast": ["experiment=reinflow_pick_cube", "algo.lr_policy=1e-4", "algo.rollout_env_steps=1000"],
     # the quick run's residual (bound 0.2 after 250 critic-only updates) saturated and lost reach-v3 (0.68 -> 0.00)
     "residual_ramped": [
         "experiment=residual_pick_cube",
@@ -348,7 +353,9 @@ def main() -> None:
         "--reuse", action="store_true", help="go on from --out: each seed's base, base evaluations and finished runs"
     )
     parser.add_argument(
-        "--gather", default=None, help="comma-separated --out folders whose runs join --out's (implies --reuse)"
+        "--gather",
+        default=None,
+        help="comma-separated --out folders, or result .json files of this bench, whose runs join --out's (implies --reuse)",
     )
     args = parser.parse_args()
     args.gather = [Path(f) for f in args.gather.split(",") if f] if args.gather else []
@@ -365,7 +372,8 @@ def main() -> None:
         raise SystemExit(f"--methods: {sorted(unknown)} unknown; choose from {sorted(METHODS)}")
     start = time.monotonic()
     for folder in args.gather:
-        added = gather_flow_runs(Path(args.out), folder, args.seeds, args.methods)
+        gather = gather_flow_results if folder.suffix == ".json" else gather_flow_runs
+        added = gather(Path(args.out), folder, args.seeds, args.methods)
         print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
     batch, demos = record_demos(args)
     seeds = [measure_seed(args, seed, demos, batch) for seed in args.seeds]

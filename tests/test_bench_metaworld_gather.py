@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench._gather import gather_flow_runs
+from bench._gather import gather_flow_results, gather_flow_runs
 
 BASE = {"sampled": {"episodes": 50, "success_rate": 0.5}, "zero_noise": {"episodes": 50, "success_rate": 0.6}}
+TRAINED = {"recipe": {"tasks": ["a-v3"], "demos": 10}, "val_loss": 0.58296, "best_epoch": 128, "updates": 3000}
 METHOD = "residual_ramped_mode_l2"
 
 
@@ -89,3 +90,40 @@ def test_another_base_a_differing_evaluation_or_a_run_made_twice_is_refused_by_n
     seed_folder(lone, 1, {"a-v3": {"base": BASE}})
     with pytest.raises(SystemExit, match="has no seed 1"):
         gather_flow_runs(out, lone, [1], [METHOD])
+
+
+def result_file(path: Path, seed: int, tasks: dict, trained: dict = TRAINED) -> Path:
+    """A bench/metaworld.py result as an earlier sitting wrote it (its run folders gone with that machine)."""
+    path.write_text(json.dumps({"seeds_detail": [{"seed": seed, "base_training": trained, "tasks": tasks}]}))
+    return path
+
+
+def test_runs_an_earlier_sitting_recorded_in_a_result_file_join_a_rebuilt_base_and_another_base_is_refused(tmp_path):
+    out = tmp_path / "out"
+    mine = seed_folder(out, 0, {t: {"base": BASE} for t in ("a-v3", "b-v3")})
+    (mine / "base" / "base.json").write_text(json.dumps({**TRAINED, "checkpoint": "out/s0/base/bc/policy.pt"}))
+    # the same base evaluated again on the same episodes: only the wall times differ
+    timed = {m: {**v, "wall_s": 17.0} for m, v in BASE.items()}
+    earlier = result_file(tmp_path / "earlier.json", 0, {"a-v3": {"base": timed, "dsrl": run(tmp_path, "gone", 0.9)}})
+    assert gather_flow_results(out, earlier, [0, 1], ["dsrl", METHOD]) == ["a-v3 s0 dsrl"]
+    joined = json.loads((mine / "partial.json").read_text())
+    assert joined["a-v3"]["dsrl"]["after"]["success_rate"] == 0.9
+    assert joined["a-v3"]["dsrl"]["gathered_from"] == "earlier.json"
+    assert "dsrl" not in joined["b-v3"]
+
+    retrained = result_file(tmp_path / "retrained.json", 0, {"a-v3": {"base": BASE, METHOD: run(tmp_path, "x", 0.8)}},
+                            {**TRAINED, "val_loss": 0.61})  # fmt: skip
+    with pytest.raises(SystemExit, match="seed 0's base is not .* val_loss differ"):
+        gather_flow_results(out, retrained, [0], [METHOD])
+    other_eval = {**BASE, "sampled": {"episodes": 50, "success_rate": 0.56, "successes": 28}}
+    evaluated = result_file(
+        tmp_path / "evaluated.json", 0, {"b-v3": {"base": other_eval, METHOD: run(tmp_path, "y", 1)}}
+    )
+    with pytest.raises(SystemExit, match="b-v3's base evaluation"):
+        gather_flow_results(out, evaluated, [0], [METHOD])
+    twice = result_file(tmp_path / "twice.json", 0, {"a-v3": {"base": BASE, "dsrl": run(tmp_path, "again", 0.4)}})
+    with pytest.raises(SystemExit, match="ran twice"):
+        gather_flow_results(out, twice, [0], ["dsrl"])
+    (tmp_path / "broken.json").write_text('{"bench": "metaworld_vla"}')
+    with pytest.raises(SystemExit, match="not a bench/metaworld.py result file"):
+        gather_flow_results(out, tmp_path / "broken.json", [0], ["dsrl"])
