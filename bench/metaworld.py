@@ -355,7 +355,7 @@ def main() -> None:
     parser.add_argument(
         "--gather",
         default=None,
-        help="comma-separated --out folders, or result .json files of this bench, whose runs join --out's (implies --reuse)",
+        help="comma-separated --out folders or this bench's result files whose runs join --out's (implies --reuse)",
     )
     args = parser.parse_args()
     args.gather = [Path(f) for f in args.gather.split(",") if f] if args.gather else []
