@@ -42,6 +42,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 import bench.metaworld as mw  # noqa: E402
 import bench.metaworld_vla as mwv  # noqa: E402
+from bench._gather import BASE_PRINT, same_evaluation  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 
 # bench/metaworld_vla.py's method names, as bench/metaworld.py named the same recipe on the flow baseline
@@ -126,8 +127,11 @@ def flow_base(args, task: str) -> dict:
             theirs = seed["tasks"].get(task, {}) if seed["seed"] == args.seed else {}
             if method not in theirs:
                 continue
-            if theirs["base"] != record["base"]:
-                raise SystemExit(f"{args.sim_result}: its {task} s{args.seed} base evaluation is not {folder}'s")
+            trained = seed.get("base_training", {})
+            if not same_evaluation(theirs["base"], record["base"]) or any(
+                trained.get(k) != base.get(k) for k in BASE_PRINT
+            ):
+                raise SystemExit(f"{args.sim_result}: its {task} s{args.seed} base is not {folder}'s")
             if theirs[method]["steps"] == args.rl_steps:
                 sim = theirs[method]["after"]["success_rate"]
     return {

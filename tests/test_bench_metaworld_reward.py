@@ -12,21 +12,25 @@ import pytest
 from bench.metaworld_reward import flow_base
 
 TASK, METHOD = "peg-insert-side-v3", "residual_ramped_mode_l2"
-BASE = {"sampled": {"episodes": 50, "successes": 26, "success_rate": 0.52}, "zero_noise": {"success_rate": 0.5}}
+BASE = {
+    "sampled": {"episodes": 50, "successes": 26, "success_rate": 0.52, "mean_length": 120.5, "wall_s": 30.1},
+    "zero_noise": {"episodes": 50, "successes": 25, "success_rate": 0.5, "mean_length": 118.0, "wall_s": 29.0},
+}
+TRAINED = {"recipe": {"tasks": [TASK], "demos": 10}, "val_loss": 0.58296, "best_epoch": 128, "updates": 3000}
 
 
 def flow_out(root: Path, seed: int) -> Path:
     """bench/metaworld.py's --out after its bases: s<seed>/base/base.json and the base's evaluation per task."""
     folder = root / f"s{seed}"
     (folder / "base").mkdir(parents=True)
-    (folder / "base" / "base.json").write_text(json.dumps({"checkpoint": str(folder / "base" / "best.pt")}))
+    (folder / "base" / "base.json").write_text(json.dumps({**TRAINED, "checkpoint": str(folder / "base" / "best.pt")}))
     (folder / "partial.json").write_text(json.dumps({TASK: {"instruction": "Insert the peg", "base": BASE}}))
     return root
 
 
-def sim_result(path: Path, seed: int, base: dict, steps: int = 10000) -> Path:
+def sim_result(path: Path, seed: int, base: dict, steps: int = 10000, trained: dict = TRAINED) -> Path:
     after = {"steps": steps, "after": {"success_rate": 0.86}}
-    detail = [{"seed": s, "tasks": {TASK: {"base": base, METHOD: after}}} for s in (0, seed)]
+    detail = [{"seed": s, "base_training": trained, "tasks": {TASK: {"base": base, METHOD: after}}} for s in (0, seed)]
     path.write_text(json.dumps({"seeds_detail": detail}))
     return path
 
@@ -37,7 +41,9 @@ def args(out: Path, sim: Path, seed: int = 1, steps: int = 10000) -> Namespace:
 
 def test_the_simulator_reward_run_on_the_same_base_is_read_and_the_base_figures_are_this_seeds(tmp_path):
     out = flow_out(tmp_path / "mw", 1)
-    got = flow_base(args(out, sim_result(tmp_path / "sim.json", 1, BASE)), TASK)
+    # the same base evaluated on another sitting: the same episodes, other wall times
+    again = {way: {**figures, "wall_s": 99.0} for way, figures in BASE.items()}
+    got = flow_base(args(out, sim_result(tmp_path / "sim.json", 1, again)), TASK)
     assert got == {
         "checkpoint": str(out / "s1" / "base" / "best.pt"),
         "instruction": "Insert the peg",
@@ -53,6 +59,8 @@ def test_the_simulator_reward_run_on_the_same_base_is_read_and_the_base_figures_
 def test_a_simulator_reward_run_from_another_base_is_refused_by_name(tmp_path):
     out = flow_out(tmp_path / "mw", 1)
     other = {**BASE, "sampled": {**BASE["sampled"], "successes": 25, "success_rate": 0.5}}
-    sim = sim_result(tmp_path / "sim.json", 1, other)
-    with pytest.raises(SystemExit, match=f"{TASK} s1 base evaluation is not"):
-        flow_base(args(out, sim), TASK)
+    with pytest.raises(SystemExit, match=f"{TASK} s1 base is not"):
+        flow_base(args(out, sim_result(tmp_path / "sim.json", 1, other)), TASK)
+    retrained = {**TRAINED, "val_loss": 0.6}  # the same evaluation by chance, from a base trained otherwise
+    with pytest.raises(SystemExit, match=f"{TASK} s1 base is not"):
+        flow_base(args(out, sim_result(tmp_path / "sim2.json", 1, BASE, trained=retrained)), TASK)
