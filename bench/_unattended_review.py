@@ -53,9 +53,13 @@ def disagreements(success: np.ndarray, prob: np.ndarray, threshold: float, episo
 class Reviewer:
     """Looks at the segments written since its last look; marks mistakes; retrains when it marked any."""
 
-    def __init__(self, folder: Path, cameras: list[str], max_marks: int = 6, retrain_epochs: int = 10) -> None:
+    def __init__(
+        self, folder: Path, cameras: list[str], max_marks: int = 6, retrain_epochs: int = 10, retrain_nice: int = 10
+    ) -> None:
+        """`retrain_nice`: the retrain's CPU niceness (`robo-rl reward retrain`'s default 10 yields to a robot's
+        control loops; a simulated run's actor is the simulator itself, which it then waits behind)."""
         self.folder, self.cameras = Path(folder), list(cameras)
-        self.max_marks, self.retrain_epochs = max_marks, retrain_epochs
+        self.max_marks, self.retrain_epochs, self.retrain_nice = max_marks, retrain_epochs, retrain_nice
         self.seen: set[str] = set()
         self.looks: list[dict] = []
         self._retrain: tuple[subprocess.Popen, float, dict, Path] | None = None  # running: (process, start, look, log)
@@ -181,7 +185,7 @@ class Reviewer:
             # would stop the retrain as soon as this look's thread returns (every retrain of a run at c5df7ff did so)
             with open(log, "w") as out:
                 proc = subprocess.Popen(
-                    [*cmd, f"epochs={self.retrain_epochs}"],
+                    [*cmd, f"epochs={self.retrain_epochs}", f"nice={self.retrain_nice}"],
                     cwd=ROOT,
                     stdout=out,
                     stderr=subprocess.STDOUT,

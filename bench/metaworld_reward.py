@@ -161,9 +161,10 @@ def run_flow_rl(args, task: str, base: dict, extra: tuple, tag: str) -> dict:
     return mw.train_and_evaluate(name, overrides, args.seed, out, args.rl_steps, args.episodes, [*method, *extra])
 
 
-def reviewed(train, runs: Path, name: str, every_s: float) -> tuple[dict, dict | None]:
+def reviewed(train, runs: Path, name: str, every_s: float, nice: int = 10) -> tuple[dict, dict | None]:
     """`train()` (a run named `name` under `runs/`) with the simulated person of bench/_unattended_review.py looking
-    at its frames every `every_s` seconds (0: nobody looks); the run's result and the looks' summary."""
+    at its frames every `every_s` seconds (0: nobody looks), each retrain at CPU niceness `nice`; the run's result
+    and the looks' summary."""
     if every_s <= 0:
         return train(), None
     from bench._unattended_review import Reviewer, summarize
@@ -185,7 +186,7 @@ def reviewed(train, runs: Path, name: str, every_s: float) -> tuple[dict, dict |
         if reviewer is None:
             found = [r for r in set(runs.glob("*/*")) - before if r.name.endswith(name)]
             if found and (found[0] / "replay" / "online").is_dir():
-                reviewer = Reviewer(found[0], [mwv.CAMERA])
+                reviewer = Reviewer(found[0], [mwv.CAMERA], retrain_nice=nice)
         if reviewer is not None and thread.is_alive() and time.monotonic() - start >= next_look:
             look = reviewer.look(time.monotonic() - start)
             print(f"  look at {look['t_s']:.0f} s: {json.dumps({k: v for k, v in look.items() if k != 't_s'})}")
@@ -195,7 +196,8 @@ def reviewed(train, runs: Path, name: str, every_s: float) -> tuple[dict, dict |
     if reviewer is None:
         return done["result"], {"looks": 0}
     reviewer.finish()
-    return done["result"], {**summarize(reviewer.looks), "every_s": every_s, "looks_detail": reviewer.looks}
+    summary = {**summarize(reviewer.looks), "every_s": every_s, "retrain_nice": nice}
+    return done["result"], {**summary, "looks_detail": reviewer.looks}
 
 
 def main() -> None:
@@ -220,6 +222,13 @@ def main() -> None:
         default=0,
         help="seconds between the simulated person's looks at the run, who marks the classifier's mistakes and "
         "retrains it (0: nobody looks)",
+    )
+    parser.add_argument(
+        "--retrain-nice",
+        type=int,
+        default=0,
+        help="the reviewer's retrains' CPU niceness (0; `robo-rl reward retrain`'s own default 10 yields to a robot's "
+        "control loops, and here the loop is the simulator on both cores: at 10 a retrain outlasted the run)",
     )
     parser.add_argument(
         "--sim-result",
@@ -261,6 +270,7 @@ def main() -> None:
         "episodes",
         "rl_steps",
         "review_every_s",
+        "retrain_nice",
         "seed",
     )
     m = args.method
@@ -291,7 +301,7 @@ def main() -> None:
         else:
             train = partial(run_flow_rl, args, task, base, reward, tag)
             runs = out / f"s{args.seed}" / "runs"
-        run, review = reviewed(train, runs, f"{tag}_{task}_s{args.seed}", args.review_every_s)
+        run, review = reviewed(train, runs, f"{tag}_{task}_s{args.seed}", args.review_every_s, args.retrain_nice)
         record[f"{m}_learned_reward"] = run
         if review is not None:
             record["review"] = review
