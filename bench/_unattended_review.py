@@ -54,12 +54,20 @@ class Reviewer:
     """Looks at the segments written since its last look; marks mistakes; retrains when it marked any."""
 
     def __init__(
-        self, folder: Path, cameras: list[str], max_marks: int = 6, retrain_epochs: int = 10, retrain_nice: int = 10
+        self,
+        folder: Path,
+        cameras: list[str],
+        max_marks: int = 6,
+        retrain_epochs: int = 10,
+        retrain_nice: int = 10,
+        mark_share: float | None = None,
     ) -> None:
         """`retrain_nice`: the retrain's CPU niceness (`robo-rl reward retrain`'s default 10 yields to a robot's
-        control loops; a simulated run's actor is the simulator itself, which it then waits behind)."""
+        control loops; a simulated run's actor is the simulator itself, which it then waits behind). `mark_share`:
+        the retrain's `mark_share` (None: its default)."""
         self.folder, self.cameras = Path(folder), list(cameras)
         self.max_marks, self.retrain_epochs, self.retrain_nice = max_marks, retrain_epochs, retrain_nice
+        self.mark_share = mark_share
         self.seen: set[str] = set()
         self.looks: list[dict] = []
         self._retrain: tuple[subprocess.Popen, float, dict, Path] | None = None  # running: (process, start, look, log)
@@ -185,7 +193,12 @@ class Reviewer:
             # would stop the retrain as soon as this look's thread returns (every retrain of a run at c5df7ff did so)
             with open(log, "w") as out:
                 proc = subprocess.Popen(
-                    [*cmd, f"epochs={self.retrain_epochs}", f"nice={self.retrain_nice}"],
+                    [
+                        *cmd,
+                        f"epochs={self.retrain_epochs}",
+                        f"nice={self.retrain_nice}",
+                        *([f"mark_share={self.mark_share}"] if self.mark_share is not None else []),
+                    ],
                     cwd=ROOT,
                     stdout=out,
                     stderr=subprocess.STDOUT,

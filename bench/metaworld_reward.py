@@ -161,10 +161,12 @@ def run_flow_rl(args, task: str, base: dict, extra: tuple, tag: str) -> dict:
     return mw.train_and_evaluate(name, overrides, args.seed, out, args.rl_steps, args.episodes, [*method, *extra])
 
 
-def reviewed(train, runs: Path, name: str, every_s: float, nice: int = 10) -> tuple[dict, dict | None]:
+def reviewed(
+    train, runs: Path, name: str, every_s: float, nice: int = 10, mark_share: float | None = None
+) -> tuple[dict, dict | None]:
     """`train()` (a run named `name` under `runs/`) with the simulated person of bench/_unattended_review.py looking
-    at its frames every `every_s` seconds (0: nobody looks), each retrain at CPU niceness `nice`; the run's result
-    and the looks' summary."""
+    at its frames every `every_s` seconds (0: nobody looks), each retrain at CPU niceness `nice` with the marks drawn
+    as `mark_share` of their class (None: as any frame); the run's result and the looks' summary."""
     if every_s <= 0:
         return train(), None
     from bench._unattended_review import Reviewer, summarize
@@ -186,7 +188,7 @@ def reviewed(train, runs: Path, name: str, every_s: float, nice: int = 10) -> tu
         if reviewer is None:
             found = [r for r in set(runs.glob("*/*")) - before if r.name.endswith(name)]
             if found and (found[0] / "replay" / "online").is_dir():
-                reviewer = Reviewer(found[0], [mwv.CAMERA], retrain_nice=nice)
+                reviewer = Reviewer(found[0], [mwv.CAMERA], retrain_nice=nice, mark_share=mark_share)
         if reviewer is not None and thread.is_alive() and time.monotonic() - start >= next_look:
             look = reviewer.look(time.monotonic() - start)
             print(f"  look at {look['t_s']:.0f} s: {json.dumps({k: v for k, v in look.items() if k != 't_s'})}")
@@ -196,7 +198,7 @@ def reviewed(train, runs: Path, name: str, every_s: float, nice: int = 10) -> tu
     if reviewer is None:
         return done["result"], {"looks": 0}
     reviewer.finish()
-    summary = {**summarize(reviewer.looks), "every_s": every_s, "retrain_nice": nice}
+    summary = {**summarize(reviewer.looks), "every_s": every_s, "retrain_nice": nice, "mark_share": mark_share}
     return done["result"], {**summary, "looks_detail": reviewer.looks}
 
 
@@ -229,6 +231,13 @@ def main() -> None:
         default=0,
         help="the reviewer's retrains' CPU niceness (0; `robo-rl reward retrain`'s own default 10 yields to a robot's "
         "control loops, and here the loop is the simulator on both cores: at 10 a retrain outlasted the run)",
+    )
+    parser.add_argument(
+        "--mark-share",
+        type=float,
+        default=None,
+        help="the retrains' mark_share: the share of each class's half of a batch drawn from its marks (default: "
+        "drawn as any recorded frame)",
     )
     parser.add_argument(
         "--sim-result",
@@ -271,6 +280,7 @@ def main() -> None:
         "rl_steps",
         "review_every_s",
         "retrain_nice",
+        "mark_share",
         "seed",
     )
     m = args.method
@@ -295,13 +305,15 @@ def main() -> None:
         print(f"{task}: classifier {record['classifier']['held_out_quality']}", flush=True)
         reward = ("reward=model", f"reward.model={folder}")
         tag = "_learned_reward" + ("_reviewed" if args.review_every_s > 0 else "")
+        tag += f"_share{args.mark_share:g}" if args.review_every_s > 0 and args.mark_share is not None else ""
         if args.route == "vla":
             train = partial(mwv.run_rl, args, task, base["instruction"], base["model"], m, extra=reward, tag=tag)
             runs = out / "runs"
         else:
             train = partial(run_flow_rl, args, task, base, reward, tag)
             runs = out / f"s{args.seed}" / "runs"
-        run, review = reviewed(train, runs, f"{tag}_{task}_s{args.seed}", args.review_every_s, args.retrain_nice)
+        ends = f"{tag}_{task}_s{args.seed}"  # the run folder's name's end
+        run, review = reviewed(train, runs, ends, args.review_every_s, args.retrain_nice, args.mark_share)
         record[f"{m}_learned_reward"] = run
         if review is not None:
             record["review"] = review

@@ -12,7 +12,13 @@ import torch
 from robo_rl.data.datasets import Episode
 from robo_rl.rewards.base import CONFIG_FILE, RewardModelError, Task, load_model, model_class
 from robo_rl.rewards.classifier import SuccessClassifier
-from robo_rl.rewards.classifier_fit import auroc, evaluate_classifier, label_frames, train_classifier
+from robo_rl.rewards.classifier_fit import (
+    auroc,
+    evaluate_classifier,
+    label_frames,
+    sampling_weights,
+    train_classifier,
+)
 
 CLASSIFIER, PROGRESS = "robo_rl.rewards.classifier.SuccessClassifier", "robo_rl.rewards.progress.ProgressCritic"
 SIZE, T = 16, 15  # 16×16 frames; T steps → T + 1 records
@@ -76,6 +82,38 @@ def test_label_frames_flagged_positives_margin_left_out_failures_negative():
     np.testing.assert_array_equal(frames["top"][ok], episodes[0].records["image/top"][np.r_[0:11, 13:16]])
     assert (index == 1).sum() == T + 1 and not labels[index == 1].any()
     assert labels[index == -1].tolist() == [1, 0, 1, 0] and frames["top"].shape == (14 + 16 + 4, SIZE, SIZE, 3)
+
+
+def test_a_persons_marks_get_their_share_of_their_class_in_every_batch():
+    """Each class half of a batch; with `human_share`, the marked frames of a class that share of its half (four
+    marks beside a thousand recorded failures would otherwise be one draw in 500)."""
+    labels = np.r_[np.ones(100), np.zeros(1000), np.zeros(4), np.ones(2)].astype(np.float32)
+    human = np.r_[np.zeros(1100, bool), np.ones(6, bool)]
+    alike = sampling_weights(labels, human).numpy()
+    assert alike.dtype == np.float64 and np.isclose(alike.sum(), 1.0)
+    assert np.isclose(alike[labels > 0.5].sum(), 0.5) and np.isclose(alike[1100:1104].sum(), 0.5 * 4 / 1004)
+    shared = sampling_weights(labels, human, human_share=0.25).numpy()
+    assert np.isclose(shared[labels > 0.5].sum(), 0.5) and np.isclose(shared[labels < 0.5].sum(), 0.5)
+    assert np.isclose(shared[1100:1104].sum(), 0.125) and np.isclose(shared[1104:].sum(), 0.125)
+    assert np.allclose(shared[1100:1104], 0.125 / 4) and np.allclose(shared[100:1100], 0.375 / 1000)
+    draws = torch.multinomial(
+        torch.from_numpy(shared), 20000, replacement=True, generator=torch.Generator().manual_seed(0)
+    )
+    assert abs(float((draws >= 1100).float().mean()) - 0.25) < 0.02
+    # a class with no marks, or with nothing but marks, is drawn as before
+    only_failures_marked = sampling_weights(labels[:1104], human[:1104], human_share=0.25).numpy()
+    assert np.allclose(only_failures_marked[:100], 0.5 / 100)
+    assert np.allclose(sampling_weights(labels[1100:], human[1100:], 0.25).numpy(), [0.125] * 4 + [0.25] * 2)
+    # without human_share the weights are the float32 ones training always drew with (the same batches as before)
+    y = torch.from_numpy(labels)
+    before = torch.where(y > 0.5, 0.5 / 102, 0.5 / 1004).double()
+    assert torch.equal(sampling_weights(labels, human), before)
+
+
+def test_a_human_share_outside_zero_to_one_is_refused(tmp_path):
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(RewardModelError, match=f"human_share must be in \\(0, 1\\) or None, got {bad}"):
+            train_classifier(_episodes(2), ["top"], epochs=1, human_share=bad, progress=False)
 
 
 def test_label_frames_follow_per_frame_success_flags():

@@ -270,6 +270,8 @@ def test_a_retrain_runs_below_the_actors_cpu_priority_and_refuses_a_niceness_out
         ("nice=25", "nice=25: a retrain's CPU niceness is 0"),
         ("nice=low", "take whole numbers"),
         ("threads=0", "threads=0: a retrain needs at least one CPU thread"),
+        ("mark_share=1", "mark_share=1: a share between 0 and 1 \\(exclusive\\), or none"),
+        ("mark_share=lots", "mark_share=lots: a share between 0 and 1, or none"),
     ]:
         with pytest.raises(RewardUsageError, match=said):
             cmd_reward(["retrain", str(tmp_path), bad])

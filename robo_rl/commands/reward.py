@@ -5,7 +5,7 @@
                          [backbone=small|siglip] [backbone_path=<hub id or folder>] [gate_quantile=0.99|none]
     robo-rl reward eval model=<folder> data=<episodes> [wrong_instruction="..."] [out=<folder>]
     robo-rl reward relabel model=<folder> data=<episodes> out=<new store> [instruction="..."]
-    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0] [nice=10] [threads=1]
+    robo-rl reward retrain <run> [data=<episodes>] [epochs=10] [seed=0] [nice=10] [threads=1] [mark_share=none]
 
 `data` is anything `robo-rl data` reads (a replay store or run folder, a LeRobot dataset, robomimic, a demonstration
 cache): the success frames of successful episodes are the classifier's positives, earlier frames and failed
@@ -27,7 +27,8 @@ publishes it as the run's next version (<run>/reward/models/v<N>): the running a
 and each record keeps the version that scored it (`extra/reward_model_version`). A retrain beside a running robot is
 background work: it runs at CPU priority `nice` (10: below the actors, whose control loops keep the cores; 0 to keep
 full priority) on `threads` CPU threads (1: it never holds more than one core; torch would take them all), and its
-report records both.
+report records both. `mark_share` (0-1, exclusive) draws that share of each class's half of every batch from the marks
+of that class: a few marks beside thousands of recorded frames are otherwise drawn as rarely as any one of them.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _retrain(args: list[str]) -> int:
 
     if not args or "=" in args[0]:
         raise RewardUsageError(f"reward retrain needs the run folder first\n{USAGE}")
-    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed", "nice", "threads"))
+    run, o = Path(args[0]), key_value_options(args[1:], ("data", "epochs", "seed", "nice", "threads", "mark_share"))
     if not run.is_dir():
         raise RewardUsageError(f"{run} is not a folder: reward retrain <run folder>")
     try:
@@ -96,6 +97,13 @@ def _retrain(args: list[str]) -> int:
         threads = int(o.get("threads", 1))
     except ValueError:
         raise RewardUsageError("epochs=, seed=, nice= and threads= take whole numbers") from None
+    share = o.get("mark_share", "none")
+    try:
+        mark_share = None if share.lower() == "none" else float(share)
+    except ValueError:
+        raise RewardUsageError(f"mark_share={share}: a share between 0 and 1, or none") from None
+    if mark_share is not None and not 0 < mark_share < 1:
+        raise RewardUsageError(f"mark_share={share}: a share between 0 and 1 (exclusive), or none")
     if not 0 <= nice <= 19:
         raise RewardUsageError(f"nice={nice}: a retrain's CPU niceness is 0 (full priority) to 19 (the lowest)")
     if threads < 1:
@@ -106,7 +114,7 @@ def _retrain(args: list[str]) -> int:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed)
+        version, folder, report = retrain(run, o.get("data"), epochs=epochs, seed=seed, mark_share=mark_share)
     finally:  # called in-process (a test, a script): the caller's threads are its own
         torch.set_num_threads(before)
     print(f"reward model v{version} ({len(mark_files(run))} marks, data {report['data']}) saved to {folder}")

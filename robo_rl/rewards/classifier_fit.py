@@ -67,6 +67,23 @@ def label_frames(
     )
 
 
+def sampling_weights(labels: np.ndarray, human: np.ndarray, human_share: float | None = None) -> torch.Tensor:
+    """Each frame's chance of being drawn into a batch: each class (success, failure) half of a batch; within a class
+    with human-labelled frames (`human`), those `human_share` of its half and the recorded frames the rest (None: every
+    frame of a class alike)."""
+    positive = np.asarray(labels) > 0.5
+    human = np.asarray(human, bool)
+    weights = np.zeros(len(positive), np.float32)  # float32 as the weights were before human_share (same draws)
+    for cls in (positive, ~positive):
+        marked, recorded = cls & human, cls & ~human
+        if human_share is None or not marked.any() or not recorded.any():
+            weights[cls] = 0.5 / cls.sum()
+        else:
+            weights[marked] = 0.5 * human_share / marked.sum()
+            weights[recorded] = 0.5 * (1 - human_share) / recorded.sum()
+    return torch.from_numpy(weights).double()
+
+
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve from ranks (ties count half); nan without both classes."""
     scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
@@ -162,6 +179,7 @@ def train_classifier(
     augment: bool = True,
     progress: bool = True,
     human_labelled: tuple[dict, np.ndarray] | None = None,
+    human_share: float | None = None,
     margin: int = 2,
     max_fpr: float = 0.01,
     debounce_k: int = 3,
@@ -172,14 +190,19 @@ def train_classifier(
 ) -> tuple[SuccessClassifier, dict]:
     """Train a SuccessClassifier on `episodes`; returns it (threshold set on the held-out episodes) and a report.
     `shift`: the random-shift pad as a share of the smaller image side (at least 1 pixel). `gate_quantile`: the
-    novelty gate keeps this share of the held-out success frames (None: no gate; see the module's text)."""
+    novelty gate keeps this share of the held-out success frames (None: no gate; see the module's text).
+    `human_share`: the share of each class's half of a batch drawn from the `human_labelled` frames of that class (a
+    person's few marks would otherwise be drawn as rarely as any one of thousands of recorded frames); None: drawn as
+    any other frame."""
     if gate_quantile is not None and not 0 < gate_quantile <= 1:
         raise RewardModelError(f"gate_quantile must be in (0, 1] or None, got {gate_quantile}")
+    if human_share is not None and not 0 < human_share < 1:
+        raise RewardModelError(f"human_share must be in (0, 1) or None, got {human_share}")
     from tqdm import tqdm
 
     cameras, start = tuple(cameras), time.monotonic()
     train_idx, val_idx = split_by_episode(episodes, val_fraction, seed)
-    frames, labels, _ = label_frames([episodes[i] for i in train_idx], cameras, margin, human_labelled)
+    frames, labels, origin = label_frames([episodes[i] for i in train_idx], cameras, margin, human_labelled)
     n_pos = int(labels.sum())
     n_success = sum(episodes[i].success for i in train_idx)
     if n_success and n_pos < 2 * n_success:
@@ -202,7 +225,7 @@ def train_classifier(
     images = model.prepare({c: torch.from_numpy(frames[c]) for c in cameras})  # resized once, on the CPU
     model.to(device)
     y = torch.from_numpy(labels)
-    weights = torch.where(y > 0.5, 0.5 / n_pos, 0.5 / (len(y) - n_pos)).double()  # each class half of a batch
+    weights = sampling_weights(labels, origin < 0, human_share)
     opt = torch.optim.Adam(model.net.parameters(), lr=lr)
     steps, loss = max(1, math.ceil(len(y) / batch_size)), torch.zeros(())
     model.net.train()
@@ -227,6 +250,7 @@ def train_classifier(
         "train_frames": len(y),
         "train_positives": n_pos,
         "human_frames": 0 if human_labelled is None else len(human_labelled[1]),
+        "human_share": human_share,
         "train_episode_indices": train_idx,
         "val_episode_indices": val_idx,
         "final_loss": float(loss.item()),

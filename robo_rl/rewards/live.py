@@ -138,10 +138,17 @@ def run_model_path(run_dir: str | Path) -> Path:
 
 
 def retrain(
-    run_dir: str | Path, data: str | None = None, epochs: int = 10, seed: int = 0, progress: bool = False
+    run_dir: str | Path,
+    data: str | None = None,
+    epochs: int = 10,
+    seed: int = 0,
+    progress: bool = False,
+    mark_share: float | None = None,
 ) -> tuple[int, Path, dict]:
     """Fit the run's classifier again, same architecture, on its data (`data`, else the data the current model was
-    trained on, else the run's own episodes) plus every mark, and publish it as the next version."""
+    trained on, else the run's own episodes) plus every mark, and publish it as the next version. `mark_share`: the
+    share of each class's half of a batch drawn from the marks of that class (classifier_fit's `human_share`; None:
+    a mark's frames drawn as rarely as any recorded frame)."""
     import torch
 
     from robo_rl.data.datasets.io import load_some_episodes
@@ -166,7 +173,14 @@ def retrain(
     marks = load_marks(run_dir, base.cameras)
     arch = {k: v for k, v in base.arch.items() if k not in ("bank_size", "image_sizes")}
     model, report = train_classifier(
-        episodes, base.cameras, epochs=epochs, seed=seed, progress=progress, human_labelled=marks, **arch
+        episodes,
+        base.cameras,
+        epochs=epochs,
+        seed=seed,
+        progress=progress,
+        human_labelled=marks,
+        human_share=mark_share if marks is not None else None,
+        **arch,
     )
     model.instructions = base.instructions
     report.update(
