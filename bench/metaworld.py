@@ -215,8 +215,19 @@ def base_key(overrides: list[str]) -> str:
     return "policy" if set(overrides) & set(FINE_TUNED) else "policy.base"
 
 
-def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method: str, out: Path) -> dict:
-    """`robo-rl train` of `method` from the base on `task` alone, then its final checkpoint's evaluation."""
+def run_rl(
+    args,
+    seed: int,
+    task: str,
+    instruction: str,
+    checkpoint: str,
+    method: str,
+    out: Path,
+    extra: tuple = (),
+    tag: str = "",
+) -> dict:
+    """`robo-rl train` of `method` from the base on `task` alone, then its final checkpoint's evaluation; `extra`:
+    more overrides (recorded with the method's), `tag`: in the run's name (bench/metaworld_reward.py's reward=model)."""
     key = base_key(METHODS[method])
     overrides = [
         *METHODS[method],
@@ -225,8 +236,10 @@ def run_rl(args, seed: int, task: str, instruction: str, checkpoint: str, method
         f"{key}.task={hydra_string(instruction)}",
         f"train.total_env_steps={args.steps}",
         f"train.checkpoint_every_env_steps={args.steps}",
+        *extra,
     ]
-    return train_and_evaluate(f"{method}_{task}", overrides, seed, out, args.steps, args.episodes, METHODS[method])
+    recorded = [*METHODS[method], *extra]
+    return train_and_evaluate(f"{method}{tag}_{task}", overrides, seed, out, args.steps, args.episodes, recorded)
 
 
 def train_and_evaluate(

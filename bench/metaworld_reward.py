@@ -55,11 +55,16 @@ FLOW_METHOD = {
 SIM_RESULT = RESULTS / "metaworld_flow5_residual_mode_l2_3seeds.json"  # the flow baseline's runs, simulator's reward
 
 
+def camera(args) -> list[str]:
+    """The classifier's camera, which the flow baseline's env renders for it (the flow policy reads the state)."""
+    return [f"env.cameras=[{mwv.CAMERA}]", f"env.image_size={args.image_size}"]
+
+
 def env_overrides(args, task: str) -> list[str]:
-    """The env of the base's route, rendering the classifier's camera (the flow policy ignores it: state only)."""
+    """The env of the base's route, rendering the classifier's camera."""
     if args.route == "vla":
         return mwv.env_overrides(args, task)
-    return [*mw.env_overrides(args, task), f"env.cameras=[{mwv.CAMERA}]", f"env.image_size={args.image_size}"]
+    return [*mw.env_overrides(args, task), *camera(args)]
 
 
 def reward_model(args, task: str, instruction: str, folder: Path) -> dict:
@@ -141,24 +146,6 @@ def flow_base(args, task: str) -> dict:
         "mode": record["base"]["zero_noise"]["success_rate"],
         "sim": sim,
     }
-
-
-def run_flow_rl(args, task: str, base: dict, extra: tuple, tag: str) -> dict:
-    """`robo-rl train` of `--method` from the flow base on `task` alone (its actor and critics on the state), then
-    its final checkpoint's evaluation, as bench/metaworld.py runs it, with `extra` overrides."""
-    method = mwv.METHODS[args.method]
-    overrides = [
-        *method,
-        *env_overrides(args, task),
-        f"policy.base.path={base['checkpoint']}",
-        f"policy.base.task={mw.hydra_string(base['instruction'])}",
-        f"train.total_env_steps={args.rl_steps}",
-        f"train.checkpoint_every_env_steps={args.rl_steps}",
-        *extra,
-    ]
-    out = Path(args.flow_out) / f"s{args.seed}" / "runs"
-    name = f"{args.method}{tag}_{task}"
-    return mw.train_and_evaluate(name, overrides, args.seed, out, args.rl_steps, args.episodes, [*method, *extra])
 
 
 def reviewed(
@@ -266,6 +253,7 @@ def main() -> None:
     args.epochs = args.epochs or (2 if q else 20)
     args.episodes = args.episodes or (5 if q else 50)
     args.rl_steps = args.rl_steps or (300 if q else 10000)
+    args.steps = args.rl_steps  # as bench/metaworld.py's run_rl reads it
     name = args.name or ("metaworld_reward_quick" if q else "metaworld_reward")
     keys = (
         "vla_out",
@@ -310,8 +298,11 @@ def main() -> None:
             train = partial(mwv.run_rl, args, task, base["instruction"], base["model"], m, extra=reward, tag=tag)
             runs = out / "runs"
         else:
-            train = partial(run_flow_rl, args, task, base, reward, tag)
+            # bench/metaworld.py's run of the same recipe, its actor and critics on the state beside the camera
+            extra = (*camera(args), *mwv.STATE_ONLY, *reward)
+            checkpoint, method = base["checkpoint"], FLOW_METHOD[m]
             runs = out / f"s{args.seed}" / "runs"
+            train = partial(mw.run_rl, args, args.seed, task, base["instruction"], checkpoint, method, runs, extra, tag)
         ends = f"{tag}_{task}_s{args.seed}"  # the run folder's name's end
         run, review = reviewed(train, runs, ends, args.review_every_s, args.retrain_nice, args.mark_share)
         record[f"{m}_learned_reward"] = run
