@@ -127,3 +127,35 @@ def gather_vla_runs(per_task: dict, folder: Path, methods: list[str], model: str
                 take_run(mine.setdefault("rl", {}).setdefault(seed, {}), method, run, folder, f"{task} {seed}")
                 added.append(f"{task} {seed} {method}")
     return added
+
+
+def gather_vla_results(per_task: dict, result: Path, methods: list[str]) -> list[str]:
+    """Add the RL runs of `methods` that a bench/metaworld_vla.py result file recorded (an earlier sitting's, whose
+    SmolVLA and run folders are gone) to `per_task`: only where that file's SmolVLA evaluated as this one does on
+    every task it holds, the sampled and the mode's episodes alike (a SmolVLA rebuilt from the same demonstrations and
+    seed on the CPU gives the same; another does not). Each run is marked with the file it came from."""
+    try:
+        theirs = json.loads(result.read_text())["per_task"]
+        bases = {t: (r["base"], r.get("base_zero_noise")) for t, r in theirs.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--gather {result}: not a bench/metaworld_vla.py result file ({e})") from None
+    for task, (sampled, mode) in bases.items():
+        if task not in per_task:
+            raise SystemExit(f"--gather {result}: it holds {task}, not among --tasks here")
+        pairs = [(per_task[task]["base"], sampled)] + ([(per_task[task]["base_zero_noise"], mode)] if mode else [])
+        if not all(mine.get(k) == other.get(k) for mine, other in pairs for k in EVAL_PRINT):
+            raise SystemExit(f"--gather {result}: {task}'s SmolVLA evaluates differently from this one's (another VLA)")
+    added = []
+    for task, record in theirs.items():
+        # a file written before seeds were kept has seed 0's methods beside the base
+        seeds = dict(record.get("rl", {}))
+        old = {m: r for m, r in record.items() if isinstance(r, dict) and "after" in r}
+        if old:
+            seeds["s0"] = {**old, **seeds.get("s0", {})}
+        for seed, runs in seeds.items():
+            for method, run in runs.items():
+                if method in methods:
+                    mine = per_task[task].setdefault("rl", {}).setdefault(seed, {})
+                    take_run(mine, method, {**run, "gathered_from": result.name}, result, f"{task} {seed}")
+                    added.append(f"{task} {seed} {method}")
+    return added

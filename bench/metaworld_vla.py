@@ -41,7 +41,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import bench.metaworld as mw  # noqa: E402
-from bench._gather import gather_vla_runs  # noqa: E402
+from bench._gather import gather_vla_results, gather_vla_runs  # noqa: E402
 from bench._results import RESULTS, write_result  # noqa: E402
 from bench.metaworld import figures, hydra_string, train_and_evaluate  # noqa: E402
 from bench.methods import on_policy_rollouts  # noqa: E402
@@ -266,8 +266,9 @@ def main() -> None:
     parser.add_argument(
         "--gather",
         default=None,
-        help="comma-separated other --out folders of the same SmolVLA whose RL runs of --methods join --out's; then "
-        "nothing new runs, only the aggregate across the seeds that ran every --rl-tasks",
+        help="comma-separated other --out folders of the same SmolVLA, or result files of earlier sittings (checked "
+        "by its evaluations), whose RL runs of --methods join --out's; then nothing new runs, only the aggregate "
+        "across the seeds that ran every --rl-tasks",
     )
     args = parser.parse_args()
     q = args.quick
@@ -316,7 +317,10 @@ def main() -> None:
         rate, ci = record["base"]["success_rate"], record["base"]["success_ci95"]
         print(f"{task}: SmolVLA {rate:.2f} {ci}, from zero noise {zero:.2f}", flush=True)
     for folder in args.gather:
-        added = gather_vla_runs(per_task, folder, args.methods, model)
+        if folder.suffix == ".json":
+            added = gather_vla_results(per_task, folder, args.methods)
+        else:
+            added = gather_vla_runs(per_task, folder, args.methods, model)
         print(f"gathered from {folder}: {', '.join(added) or 'nothing'}", flush=True)
     for task in [] if args.gather else args.rl_tasks:
         record = per_task[task]

@@ -1,6 +1,6 @@
-"""bench/metaworld.py --gather (bench/_gather.py): the RL runs other --out folders made from the same bases join one
-folder's partial.json (runs side by side need folders of their own), and what does not belong is refused by name, not
-averaged in."""
+"""bench/metaworld.py and bench/metaworld_vla.py --gather (bench/_gather.py): the RL runs other --out folders (or
+an earlier sitting's result files) made from the same bases join one folder's records (runs side by side need folders
+of their own), and what does not belong is refused by name, not averaged in."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._gather import gather_flow_results, gather_flow_runs
+from bench._gather import gather_flow_results, gather_flow_runs, gather_vla_results
 
 BASE = {"sampled": {"episodes": 50, "success_rate": 0.5}, "zero_noise": {"episodes": 50, "success_rate": 0.6}}
 TRAINED = {"recipe": {"tasks": ["a-v3"], "demos": 10}, "val_loss": 0.58296, "best_epoch": 128, "updates": 3000}
@@ -127,3 +127,47 @@ def test_runs_an_earlier_sitting_recorded_in_a_result_file_join_a_rebuilt_base_a
     (tmp_path / "broken.json").write_text('{"bench": "metaworld_vla"}')
     with pytest.raises(SystemExit, match="not a bench/metaworld.py result file"):
         gather_flow_results(out, tmp_path / "broken.json", [0], ["dsrl"])
+
+
+VLA_BASE = {"episodes": 50, "successes": 22, "success_rate": 0.44, "mean_length": 120.5, "wall_s": 60.0}
+VLA_MODE = {"episodes": 50, "successes": 38, "success_rate": 0.76, "mean_length": 101.2, "wall_s": 58.0}
+
+
+def test_runs_an_earlier_sitting_recorded_for_a_smolvla_join_a_rebuilt_one_in_either_layout_and_another_is_refused(
+    tmp_path,
+):
+    per_task = {t: {"base": VLA_BASE, "base_zero_noise": VLA_MODE} for t in ("a-v3", "b-v3")}
+    timed = {**VLA_BASE, "wall_s": 75.0}  # the same episodes, timed on another day
+    # seed 0's methods beside the base (a file written before seeds were kept), seed 2's under rl.s2
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"per_task": {"a-v3": {"base": timed, "reinflow": run(tmp_path, "r0", 0.52)}}}))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"per_task": {"b-v3": {"base": VLA_BASE, "base_zero_noise": VLA_MODE, "rl": {
+        "s0": {"dsrl": run(tmp_path, "d0", 0.7), "reinflow": run(tmp_path, "r0b", 0.3)},
+        "s2": {"dsrl": run(tmp_path, "d2", 0.8)}}}}}))  # fmt: skip
+    assert gather_vla_results(per_task, old, ["reinflow"]) == ["a-v3 s0 reinflow"]
+    assert gather_vla_results(per_task, new, ["dsrl"]) == ["b-v3 s0 dsrl", "b-v3 s2 dsrl"]
+    assert per_task["a-v3"]["rl"]["s0"]["reinflow"]["gathered_from"] == "old.json"
+    assert per_task["b-v3"]["rl"]["s2"]["dsrl"]["after"]["success_rate"] == 0.8
+    assert "reinflow" not in per_task["b-v3"]["rl"]["s0"]  # only the methods asked for
+    # the same runs again (another file that copied them) add nothing new
+    assert gather_vla_results(per_task, new, ["dsrl"]) == ["b-v3 s0 dsrl", "b-v3 s2 dsrl"]
+
+    other_mode = {**VLA_MODE, "successes": 36, "success_rate": 0.72}
+    retrained = tmp_path / "retrained.json"
+    retrained.write_text(json.dumps({"per_task": {"a-v3": {"base": VLA_BASE, "base_zero_noise": other_mode}}}))
+    with pytest.raises(SystemExit, match="a-v3's SmolVLA evaluates differently"):
+        gather_vla_results(per_task, retrained, ["dsrl"])
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"per_task": {"z-v3": {"base": VLA_BASE}}}))
+    with pytest.raises(SystemExit, match="it holds z-v3"):
+        gather_vla_results(per_task, foreign, ["dsrl"])
+    twice = tmp_path / "twice.json"
+    twice.write_text(
+        json.dumps({"per_task": {"b-v3": {"base": VLA_BASE, "rl": {"s2": {"dsrl": run(tmp_path, "x", 0.1)}}}}})
+    )
+    with pytest.raises(SystemExit, match="ran twice"):
+        gather_vla_results(per_task, twice, ["dsrl"])
+    (tmp_path / "flow.json").write_text(json.dumps({"seeds_detail": []}))
+    with pytest.raises(SystemExit, match="not a bench/metaworld_vla.py result file"):
+        gather_vla_results(per_task, tmp_path / "flow.json", ["dsrl"])
